@@ -1,0 +1,399 @@
+// Package config is the one typed configuration every agemem command reads.
+//
+// A config is YAML. Decoding is strict: an unknown or misspelt key is an
+// error that names its full path (for example "tools.filter_threshhold") and
+// the file and line it sits on. Every default comes from the AgeMem paper
+// (Appendix A and C.4) or, where the paper is silent, from the common choice,
+// and is documented next to its key in configs/tiny.yaml.
+package config
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole configuration. Sections are added as the toolkit grows;
+// each section validates itself.
+type Config struct {
+	// Seed makes data generation, sampling and rollouts reproducible.
+	Seed int64 `yaml:"seed"`
+	// Embed selects the text encoder enc(.) of Eq. 8-10 and 15.
+	Embed Embed `yaml:"embed"`
+	// Memory selects the long-term store M.
+	Memory Memory `yaml:"memory"`
+	// Tools holds the defaults of the six memory tools (Appendix A.1).
+	Tools Tools `yaml:"tools"`
+	// Agent bounds the agent loop.
+	Agent Agent `yaml:"agent"`
+	// Episode shapes the three stages of Appendix A.3.
+	Episode Episode `yaml:"episode"`
+	// Data names task files.
+	Data Data `yaml:"data"`
+}
+
+// Embed configures the embedder.
+type Embed struct {
+	// Backend is "hashing" (deterministic feature hashing, no weights).
+	Backend string `yaml:"backend"`
+	// Dim is the embedding dimension.
+	Dim int `yaml:"dim"`
+	// CharNgrams are the character n-gram lengths hashed besides words.
+	CharNgrams []int `yaml:"char_ngrams"`
+}
+
+// Memory configures the long-term store.
+type Memory struct {
+	// Store is "sqlite" (durable, one namespace per user) or "memory".
+	Store string `yaml:"store"`
+	// Path is the SQLite file.
+	Path string `yaml:"path"`
+	// Namespace is the namespace commands use when none is given.
+	Namespace string `yaml:"namespace"`
+	// Sync is SQLite's synchronous mode: "normal" survives a killed process,
+	// "full" also survives power loss at the cost of one fsync per write.
+	Sync string `yaml:"sync"`
+}
+
+// Tools configures the memory tools.
+type Tools struct {
+	// RetrieveTopK is Retrieve_memory's top_k when the model gives none.
+	RetrieveTopK int `yaml:"retrieve_top_k"`
+	// MaxTopK caps top_k a model may ask for.
+	MaxTopK int `yaml:"max_top_k"`
+	// FilterThreshold is theta of Eq. 15.
+	FilterThreshold float64 `yaml:"filter_threshold"`
+	// Summarizer is "extractive" (deterministic) or "policy" (the paper's
+	// summarisation prompt sent to the configured policy).
+	Summarizer string `yaml:"summarizer"`
+	// SummaryMaxTokens bounds an extractive summary.
+	SummaryMaxTokens int `yaml:"summary_max_tokens"`
+}
+
+// Agent bounds one agent loop.
+type Agent struct {
+	// MaxSteps is the number of policy calls allowed for one user turn.
+	MaxSteps int `yaml:"max_steps"`
+	// ContextBudget is T_max, the context budget in tokens (C.4).
+	ContextBudget int `yaml:"context_budget"`
+	// ResponseBudget is the maximum response length in tokens (C.4).
+	ResponseBudget int `yaml:"response_budget"`
+}
+
+// Episode shapes the three-stage episode.
+type Episode struct {
+	// Stage1MaxTurns bounds the user turns that feed I_q.
+	Stage1MaxTurns int `yaml:"stage1_max_turns"`
+	// Stage2MaxTurns bounds the distractor turns.
+	Stage2MaxTurns int `yaml:"stage2_max_turns"`
+	// AutoRetrieveK is k of the automatic retrieval of Algorithm 3, line 4.
+	AutoRetrieveK int `yaml:"auto_retrieve_k"`
+}
+
+// Data names task files.
+type Data struct {
+	// Train is a HotpotQA-format JSON file.
+	Train string `yaml:"train"`
+	// Eval is a HotpotQA-format JSON file of held-out tasks.
+	Eval string `yaml:"eval"`
+}
+
+// Default returns the paper's defaults.
+func Default() Config {
+	return Config{
+		Seed:   1,
+		Embed:  Embed{Backend: "hashing", Dim: 384, CharNgrams: []int{3, 4}},
+		Memory: Memory{Store: "sqlite", Path: "data/memory.db", Namespace: "default", Sync: "normal"},
+		Tools: Tools{
+			RetrieveTopK:     3,
+			MaxTopK:          50,
+			FilterThreshold:  0.6,
+			Summarizer:       "extractive",
+			SummaryMaxTokens: 256,
+		},
+		Agent:   Agent{MaxSteps: 4, ContextBudget: 8192, ResponseBudget: 2048},
+		Episode: Episode{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3},
+		Data:    Data{Train: "data/synth.json", Eval: "data/synth-eval.json"},
+	}
+}
+
+// Validate checks every key against its accepted range. The error names the
+// key path and what is accepted.
+func (c Config) Validate() error {
+	var errs []string
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
+	}
+	oneOf := func(key, v string, ok ...string) {
+		for _, o := range ok {
+			if v == o {
+				return
+			}
+		}
+		bad(key, "%q is not one of %s", v, strings.Join(ok, ", "))
+	}
+	atLeast := func(key string, v, min int) {
+		if v < min {
+			bad(key, "%d is below the minimum %d", v, min)
+		}
+	}
+	oneOf("embed.backend", c.Embed.Backend, "hashing")
+	if c.Embed.Dim < 8 || c.Embed.Dim > 65536 {
+		bad("embed.dim", "%d is outside [8, 65536]", c.Embed.Dim)
+	}
+	for i, n := range c.Embed.CharNgrams {
+		if n < 1 || n > 8 {
+			bad(fmt.Sprintf("embed.char_ngrams[%d]", i), "%d is outside [1, 8]", n)
+		}
+	}
+	oneOf("memory.store", c.Memory.Store, "sqlite", "memory")
+	if c.Memory.Store == "sqlite" && c.Memory.Path == "" {
+		bad("memory.path", "must name a file when memory.store is sqlite")
+	}
+	if c.Memory.Namespace == "" {
+		bad("memory.namespace", "must not be empty")
+	}
+	oneOf("memory.sync", c.Memory.Sync, "normal", "full")
+	atLeast("tools.retrieve_top_k", c.Tools.RetrieveTopK, 1)
+	atLeast("tools.max_top_k", c.Tools.MaxTopK, c.Tools.RetrieveTopK)
+	if c.Tools.FilterThreshold <= 0 || c.Tools.FilterThreshold > 1 {
+		bad("tools.filter_threshold", "%g is outside (0, 1]", c.Tools.FilterThreshold)
+	}
+	oneOf("tools.summarizer", c.Tools.Summarizer, "extractive", "policy")
+	atLeast("tools.summary_max_tokens", c.Tools.SummaryMaxTokens, 8)
+	atLeast("agent.max_steps", c.Agent.MaxSteps, 1)
+	atLeast("agent.context_budget", c.Agent.ContextBudget, 64)
+	atLeast("agent.response_budget", c.Agent.ResponseBudget, 1)
+	atLeast("episode.stage1_max_turns", c.Episode.Stage1MaxTurns, 1)
+	atLeast("episode.stage2_max_turns", c.Episode.Stage2MaxTurns, 0)
+	atLeast("episode.auto_retrieve_k", c.Episode.AutoRetrieveK, 0)
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid config:\n  %s", strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+// Load reads path (empty for the defaults alone), applies the overrides
+// ("key.path=value", as given to --set) and validates the result.
+func Load(path string, overrides []string) (Config, error) {
+	var root yaml.Node
+	name := path
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		if err := yaml.Unmarshal(raw, &root); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", path, err)
+		}
+	} else {
+		name = "defaults"
+	}
+	doc := documentMapping(&root)
+	for _, o := range overrides {
+		if err := applySet(doc, o); err != nil {
+			return Config{}, err
+		}
+	}
+	cfg := Default()
+	if err := checkKeys(doc, reflect.TypeOf(cfg), "", name); err != nil {
+		return Config{}, err
+	}
+	if err := decodeStrict(doc, &cfg); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", name, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", name, err)
+	}
+	return cfg, nil
+}
+
+// documentMapping returns the top-level mapping of a parsed document,
+// creating one for an empty document.
+func documentMapping(root *yaml.Node) *yaml.Node {
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		return root.Content[0]
+	}
+	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+	*root = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{m}}
+	return m
+}
+
+// decodeStrict decodes a document whose keys checkKeys has already accepted.
+func decodeStrict(n *yaml.Node, out *Config) error {
+	return n.Decode(out)
+}
+
+// checkKeys walks the YAML mapping beside the Go type and reports the first
+// key that has no field, with its full path and the keys that are accepted.
+func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+				return nil
+			}
+			return fmt.Errorf("config %s:%d: %s must be a mapping", file, n.Line, keyName(prefix))
+		}
+		fields := yamlFields(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			path := k.Value
+			if prefix != "" {
+				path = prefix + "." + k.Value
+			}
+			f, ok := fields[k.Value]
+			if !ok {
+				names := make([]string, 0, len(fields))
+				for name := range fields {
+					names = append(names, name)
+				}
+				sort.Strings(names)
+				msg := fmt.Sprintf("config %s:%d: unknown key %s", file, k.Line, path)
+				if s := closest(k.Value, names); s != "" {
+					msg += fmt.Sprintf(" (did you mean %s?)", s)
+				}
+				return fmt.Errorf("%s; accepted keys here: %s", msg, strings.Join(names, ", "))
+			}
+			if err := checkKeys(v, f.Type, path, file); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return fmt.Errorf("config %s:%d: %s must be a list", file, n.Line, keyName(prefix))
+		}
+		for i, e := range n.Content {
+			if err := checkKeys(e, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i), file); err != nil {
+				return err
+			}
+		}
+	default:
+		// A leaf: decode it alone so a type error names its key.
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			return fmt.Errorf("config %s:%d: %s: %q is not a valid %s", file, n.Line, keyName(prefix), n.Value, t.Kind())
+		}
+	}
+	return nil
+}
+
+func keyName(p string) string {
+	if p == "" {
+		return "the document"
+	}
+	return p
+}
+
+func yamlFields(t reflect.Type) map[string]reflect.StructField {
+	out := map[string]reflect.StructField{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if tag == "-" || !f.IsExported() {
+			continue
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		out[tag] = f
+	}
+	return out
+}
+
+// closest returns the accepted key nearest to k by edit distance, if close.
+func closest(k string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(k, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// applySet applies one "a.b.c=value" override to the document. The value is
+// parsed as YAML, so "--set embed.char_ngrams=[3,5]" works.
+func applySet(doc *yaml.Node, kv string) error {
+	key, val, ok := strings.Cut(kv, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("--set %q: want key.path=value", kv)
+	}
+	var v yaml.Node
+	if err := yaml.Unmarshal([]byte(val), &v); err != nil {
+		return fmt.Errorf("--set %s: value %q: %w", key, val, err)
+	}
+	var value *yaml.Node
+	if len(v.Content) == 1 {
+		value = v.Content[0]
+	} else {
+		value = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: val}
+	}
+	parts := strings.Split(key, ".")
+	n := doc
+	for i, p := range parts {
+		if n.Kind != yaml.MappingNode {
+			return fmt.Errorf("--set %s: %s is not a mapping", key, strings.Join(parts[:i], "."))
+		}
+		var next *yaml.Node
+		for j := 0; j+1 < len(n.Content); j += 2 {
+			if n.Content[j].Value == p {
+				next = n.Content[j+1]
+				if i == len(parts)-1 {
+					n.Content[j+1] = value
+				}
+				break
+			}
+		}
+		if i == len(parts)-1 {
+			if next == nil {
+				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: p}, value)
+			}
+			return nil
+		}
+		if next == nil {
+			next = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: p}, next)
+		}
+		n = next
+	}
+	return nil
+}
+
+// YAML renders the config, for `agemem-train config`.
+func (c Config) YAML() string {
+	out, err := yaml.Marshal(c)
+	if err != nil {
+		return err.Error()
+	}
+	return string(out)
+}

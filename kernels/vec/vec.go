@@ -1,0 +1,52 @@
+// Package vec holds float32 vector primitives that the index, the embedders
+// and the CPU kernels share. On amd64 with AVX2 and FMA they run in
+// assembly; elsewhere they fall back to the plain Go loops below, which are
+// also the reference the tests compare against.
+package vec
+
+// Dot returns sum(a[i]*b[i]) over len(a); b must be at least as long.
+func Dot(a, b []float32) float32 {
+	if len(a) == 0 {
+		return 0
+	}
+	_ = b[len(a)-1]
+	return dot(a, b)
+}
+
+// Sum returns sum(a[i]).
+func Sum(a []float32) float32 {
+	if len(a) == 0 {
+		return 0
+	}
+	return sum(a)
+}
+
+func dotGeneric(a, b []float32) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func sumGeneric(a []float32) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i]
+		s1 += a[i+1]
+		s2 += a[i+2]
+		s3 += a[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}

@@ -1,0 +1,44 @@
+package vec
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestDotAndSumMatchFloat64(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 3, 7, 8, 9, 31, 32, 33, 63, 64, 100, 384, 1000, 4097} {
+		a := make([]float32, n)
+		b := make([]float32, n)
+		var want, wantSum float64
+		for i := range a {
+			a[i] = float32(r.NormFloat64())
+			b[i] = float32(r.NormFloat64())
+			want += float64(a[i]) * float64(b[i])
+			wantSum += float64(a[i])
+		}
+		tol := 1e-5 * math.Sqrt(float64(n)) * 4
+		if got := Dot(a, b); math.Abs(float64(got)-want) > tol {
+			t.Errorf("Dot n=%d: got %g want %g", n, got, want)
+		}
+		if got := dotGeneric(a, b); math.Abs(float64(got)-want) > tol {
+			t.Errorf("dotGeneric n=%d: got %g want %g", n, got, want)
+		}
+		if got := Sum(a); math.Abs(float64(got)-wantSum) > tol {
+			t.Errorf("Sum n=%d: got %g want %g", n, got, wantSum)
+		}
+	}
+	if Dot(nil, nil) != 0 || Sum(nil) != 0 {
+		t.Error("empty input must give 0")
+	}
+}
+
+func TestDotPanicsWhenBShorter(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("Dot with a shorter b must panic, not read past it")
+		}
+	}()
+	Dot(make([]float32, 8), make([]float32, 4))
+}

@@ -1,0 +1,112 @@
+// Package ltm is AgeMem's long-term memory M: entries with content, an
+// embedding, metadata and a type, and cosine top-k retrieval (Eq. 8-13).
+package ltm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"time"
+)
+
+// Entry is one memory m_i = (c, enc(c), metadata) of Eq. 10. Stores keep the
+// embedding L2-normalised.
+type Entry struct {
+	ID         string         `json:"memory_id"`
+	Content    string         `json:"content"`
+	Embedding  []float32      `json:"embedding,omitempty"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+	MemoryType string         `json:"memory_type,omitempty"`
+	Created    time.Time      `json:"created"`
+	Updated    time.Time      `json:"updated"`
+}
+
+// Scored is a retrieved entry with its cosine similarity to the query.
+type Scored struct {
+	Entry
+	Score float64 `json:"score"`
+}
+
+// Store is one namespace of long-term memory.
+type Store interface {
+	// Add stores e under a new id (e.ID is ignored) and returns it as stored.
+	Add(ctx context.Context, e Entry) (Entry, error)
+	// Update replaces the content and embedding of id; a nil metadata keeps
+	// the old metadata (Eq. 12).
+	Update(ctx context.Context, id, content string, embedding []float32, metadata map[string]any) (Entry, error)
+	// Delete removes id (Eq. 13).
+	Delete(ctx context.Context, id string) error
+	Get(ctx context.Context, id string) (Entry, error)
+	// Retrieve returns the topK entries most similar to query (Eq. 8-9)
+	// among those whose metadata matches every key of filter exactly.
+	Retrieve(ctx context.Context, query []float32, topK int, filter map[string]any) ([]Scored, error)
+	// List returns every entry, oldest first.
+	List(ctx context.Context) ([]Entry, error)
+	Count(ctx context.Context) (int, error)
+}
+
+// ErrNotFound is returned for an id the store does not hold.
+var ErrNotFound = errors.New("memory not found")
+
+var idPattern = regexp.MustCompile(`^mem_[0-9a-f]{8}$`)
+
+// ValidID reports whether id has the form mem_ + 8 lower-case hex digits.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+func formatID(x uint32) string { return fmt.Sprintf("mem_%08x", x) }
+
+// normalizeMetadata round-trips metadata through JSON so that stored and
+// filter values compare as the same types (every number a float64).
+func normalizeMetadata(m map[string]any) (map[string]any, error) {
+	if m == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("metadata is not JSON: %w", err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Matches reports whether e satisfies filter: every key equals exactly. The
+// key "memory_type" also matches the entry's MemoryType field.
+func Matches(e Entry, filter map[string]any) bool {
+	if len(filter) == 0 {
+		return true
+	}
+	f, err := normalizeMetadata(filter)
+	if err != nil {
+		return false
+	}
+	return matchesNormalized(e, f)
+}
+
+func matchesNormalized(e Entry, f map[string]any) bool {
+	for k, want := range f {
+		got, ok := e.Metadata[k]
+		if !ok && k == "memory_type" {
+			got, ok = e.MemoryType, e.MemoryType != ""
+		}
+		if !ok || !reflect.DeepEqual(got, want) {
+			return false
+		}
+	}
+	return true
+}
+
+func checkEmbedding(v []float32, dim int) error {
+	if len(v) == 0 {
+		return errors.New("entry has no embedding")
+	}
+	if dim != 0 && len(v) != dim {
+		return fmt.Errorf("embedding has dimension %d, the store holds dimension %d", len(v), dim)
+	}
+	return nil
+}

@@ -1,0 +1,301 @@
+package ltm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agemem/agemem/embed"
+)
+
+var enc = embed.NewHashing(64, []int{3})
+
+func entry(content string, md map[string]any) Entry {
+	return Entry{Content: content, Embedding: enc.One(content), Metadata: md, MemoryType: "fact"}
+}
+
+// stores runs f on a fresh in-memory store and a fresh SQLite namespace.
+func stores(t *testing.T, f func(t *testing.T, s Store)) {
+	t.Run("memory", func(t *testing.T) { f(t, NewMemory(1)) })
+	t.Run("sqlite", func(t *testing.T) {
+		db, err := OpenSQLite(filepath.Join(t.TempDir(), "m.db"), SQLiteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		ns, err := db.Namespace("alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(t, ns)
+	})
+}
+
+func TestStoreCRUDAndRetrieve(t *testing.T) {
+	ctx := context.Background()
+	stores(t, func(t *testing.T, s Store) {
+		a, err := s.Add(ctx, entry("Marla Quenby was born in Oslo.", map[string]any{"type": "bio", "year": 1971}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ValidID(a.ID) {
+			t.Fatalf("id %q is not mem_ + 8 hex", a.ID)
+		}
+		b, _ := s.Add(ctx, entry("The Velden Bridge crosses the river Asca.", map[string]any{"type": "place"}))
+		c, _ := s.Add(ctx, entry("Oslo is the capital of Norway.", nil))
+		if n, _ := s.Count(ctx); n != 3 {
+			t.Fatalf("Count = %d", n)
+		}
+		hits, err := s.Retrieve(ctx, enc.One("Where was Marla Quenby born?"), 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) != 2 || hits[0].ID != a.ID || hits[0].Score < hits[1].Score {
+			t.Fatalf("retrieve order: %+v", hits)
+		}
+		// Metadata filter: exact match on every key; numbers compare as JSON.
+		hits, _ = s.Retrieve(ctx, enc.One("Oslo"), 5, map[string]any{"type": "place"})
+		if len(hits) != 1 || hits[0].ID != b.ID {
+			t.Fatalf("filter type=place: %+v", hits)
+		}
+		hits, _ = s.Retrieve(ctx, enc.One("Oslo"), 5, map[string]any{"type": "bio", "year": 1971.0})
+		if len(hits) != 1 || hits[0].ID != a.ID {
+			t.Fatalf("filter type+year: %+v", hits)
+		}
+		hits, _ = s.Retrieve(ctx, enc.One("Oslo"), 5, map[string]any{"memory_type": "fact"})
+		if len(hits) != 3 {
+			t.Fatalf("filter memory_type: %d hits", len(hits))
+		}
+		hits, _ = s.Retrieve(ctx, enc.One("Oslo"), 5, map[string]any{"type": "nope"})
+		if len(hits) != 0 {
+			t.Fatalf("filter with no match: %+v", hits)
+		}
+		// Update keeps metadata when none is given, and re-embeds.
+		u, err := s.Update(ctx, a.ID, "Marla Quenby was born in Bergen.", enc.One("Marla Quenby was born in Bergen."), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Metadata["type"] != "bio" || u.Content != "Marla Quenby was born in Bergen." {
+			t.Fatalf("update: %+v", u)
+		}
+		g, _ := s.Get(ctx, a.ID)
+		if g.Content != u.Content || g.Updated.Before(g.Created) {
+			t.Fatalf("get after update: %+v", g)
+		}
+		hits, _ = s.Retrieve(ctx, enc.One("born in Bergen"), 1, nil)
+		if hits[0].ID != a.ID {
+			t.Fatal("retrieval does not see the updated embedding")
+		}
+		if err := s.Delete(ctx, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, c.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get deleted: %v", err)
+		}
+		if err := s.Delete(ctx, c.ID); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("delete twice: %v", err)
+		}
+		if _, err := s.Update(ctx, "mem_00000000", "x", enc.One("x"), nil); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("update missing: %v", err)
+		}
+		list, _ := s.List(ctx)
+		if len(list) != 2 || list[0].ID != a.ID || list[1].ID != b.ID {
+			t.Fatalf("list order: %v", list)
+		}
+		// Bad input leaves the store as it was.
+		if _, err := s.Add(ctx, Entry{Content: "x", Embedding: []float32{1, 2}}); err == nil {
+			t.Error("add with a wrong dimension must fail")
+		}
+		if _, err := s.Add(ctx, Entry{Content: "x"}); err == nil {
+			t.Error("add without embedding must fail")
+		}
+		if _, err := s.Retrieve(ctx, []float32{1}, 3, nil); err == nil {
+			t.Error("retrieve with a wrong dimension must fail")
+		}
+		if n, _ := s.Count(ctx); n != 2 {
+			t.Fatalf("failed writes changed the store: Count = %d", n)
+		}
+	})
+}
+
+func TestSQLiteNamespacesAreIsolated(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "m.db")
+	db, err := OpenSQLite(path, SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := db.Namespace("alice")
+	bob, _ := db.Namespace("bob")
+	a, _ := alice.Add(ctx, entry("alice's secret is 42", nil))
+	if _, err := bob.Get(ctx, a.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("bob reads alice's entry: %v", err)
+	}
+	if err := bob.Delete(ctx, a.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("bob deletes alice's entry: %v", err)
+	}
+	if _, err := bob.Update(ctx, a.ID, "x", enc.One("x"), nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("bob updates alice's entry: %v", err)
+	}
+	if hits, _ := bob.Retrieve(ctx, enc.One("secret"), 5, nil); len(hits) != 0 {
+		t.Fatal("bob retrieves alice's entry")
+	}
+	if n, _ := bob.Count(ctx); n != 0 {
+		t.Fatal("bob counts alice's entry")
+	}
+	// A second handle (another process, say) writes; the first handle's
+	// cached index must notice.
+	if hits, _ := alice.Retrieve(ctx, enc.One("secret"), 5, nil); len(hits) != 1 {
+		t.Fatalf("before: %d hits", len(hits))
+	}
+	db2, err := OpenSQLite(path, SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice2, _ := db2.Namespace("alice")
+	b, _ := alice2.Add(ctx, entry("alice's second secret is 7", nil))
+	db2.Close()
+	if hits, _ := alice.Retrieve(ctx, enc.One("second secret"), 5, nil); len(hits) != 2 || hits[0].ID != b.ID {
+		t.Fatalf("write from another handle not seen: %+v", hits)
+	}
+	names, _ := db.Namespaces(ctx)
+	if strings.Join(names, ",") != "alice" {
+		t.Fatalf("namespaces: %v", names)
+	}
+	if _, err := db.Namespace(""); err == nil {
+		t.Error("empty namespace must be refused")
+	}
+	db.Close()
+	// Reopening finds the entry again.
+	db, err = OpenSQLite(path, SQLiteOptions{SyncFull: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	alice, _ = db.Namespace("alice")
+	if g, err := alice.Get(ctx, a.ID); err != nil || g.Content != a.Content {
+		t.Fatalf("after reopen: %v %+v", err, g)
+	}
+}
+
+func TestSQLiteRejectsBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.db")
+	os.WriteFile(garbage, []byte(strings.Repeat("not a database ", 100)), 0o644)
+	if _, err := OpenSQLite(garbage, SQLiteOptions{}); err == nil || !strings.Contains(err.Error(), garbage) {
+		t.Fatalf("garbage file: %v", err)
+	}
+	future := filepath.Join(dir, "future.db")
+	db, err := OpenSQLite(future, SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.db.Exec(fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion+1))
+	db.Close()
+	if _, err := OpenSQLite(future, SQLiteOptions{}); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("future schema: %v", err)
+	}
+}
+
+// TestSQLiteSurvivesKill9 starts a child process that adds entries and
+// prints each id after Add returns; the parent kills it with SIGKILL
+// mid-stream and checks that every acknowledged id is in the reopened file.
+func TestSQLiteSurvivesKill9(t *testing.T) {
+	if path := os.Getenv("AGEMEM_LTM_CHILD"); path != "" {
+		db, err := OpenSQLite(path, SQLiteOptions{})
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		ns, _ := db.Namespace("crash")
+		for i := 0; ; i++ {
+			e, err := ns.Add(context.Background(), entry(fmt.Sprintf("fact number %d", i), map[string]any{"i": i}))
+			if err != nil {
+				fmt.Println("ERR", err)
+				os.Exit(1)
+			}
+			fmt.Println(e.ID)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "crash.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSQLiteSurvivesKill9$")
+	cmd.Env = append(os.Environ(), "AGEMEM_LTM_CHILD="+path)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var acked []string
+	sc := bufio.NewScanner(out)
+	deadline := time.Now().Add(20 * time.Second)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "ERR") {
+			t.Fatal(line)
+		}
+		if ValidID(line) {
+			acked = append(acked, line)
+		}
+		if len(acked) >= 200 || time.Now().After(deadline) {
+			break
+		}
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if len(acked) < 10 {
+		t.Fatalf("child acknowledged only %d entries", len(acked))
+	}
+	db, err := OpenSQLite(path, SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ns, _ := db.Namespace("crash")
+	for _, id := range acked {
+		if _, err := ns.Get(context.Background(), id); err != nil {
+			t.Fatalf("acknowledged entry %s lost after kill -9: %v", id, err)
+		}
+	}
+	t.Logf("%d acknowledged entries all survived SIGKILL", len(acked))
+}
+
+func BenchmarkSQLiteAdd(b *testing.B) {
+	db, _ := OpenSQLite(filepath.Join(b.TempDir(), "b.db"), SQLiteOptions{})
+	defer db.Close()
+	ns, _ := db.Namespace("bench")
+	e := entry("a memory about the Velden Bridge and the river Asca", nil)
+	e.Embedding = embed.NewHashing(384, []int{3}).One(e.Content)
+	for b.Loop() {
+		if _, err := ns.Add(context.Background(), e); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "adds/s")
+}
+
+// BenchmarkSQLiteRetrieve retrieves top-3 from a namespace of 1,000 entries
+// of dimension 384, a large personal memory.
+func BenchmarkSQLiteRetrieve(b *testing.B) {
+	db, _ := OpenSQLite(filepath.Join(b.TempDir(), "b.db"), SQLiteOptions{})
+	defer db.Close()
+	ns, _ := db.Namespace("bench")
+	h := embed.NewHashing(384, []int{3})
+	for i := range 1000 {
+		c := fmt.Sprintf("memory %d about topic %d", i, i%37)
+		ns.Add(context.Background(), Entry{Content: c, Embedding: h.One(c)})
+	}
+	q := h.One("topic 5")
+	for b.Loop() {
+		if _, err := ns.Retrieve(context.Background(), q, 3, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "retrieves/s")
+}
