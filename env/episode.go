@@ -1,0 +1,195 @@
+package env
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+)
+
+// Stage numbers, as in Section 3.3.
+const (
+	Stage1 = 1 // LTM construction
+	Stage2 = 2 // STM control under distractors
+	Stage3 = 3 // integrated reasoning
+)
+
+// Episode is a task laid out as the user turns of the three stages.
+type Episode struct {
+	Stage1 []string // one piece of I_q per user turn
+	Stage2 []string // one distractor per user turn
+	Query  string   // the Stage 3 user message
+}
+
+// EpisodeConfig shapes an episode (config sections "episode" and "agent").
+type EpisodeConfig struct {
+	Stage1MaxTurns int
+	Stage2MaxTurns int
+	AutoRetrieveK  int // k of Algorithm 3, line 4; 0 turns it off
+	Limits         memtools.Limits
+}
+
+// casual phrasings for Stage 1 turns: I_q arrives as conversation, not as a
+// list of facts to memorise.
+var casual = []string{
+	"By the way, %s",
+	"Something I read today: %s",
+	"A friend mentioned this: %s",
+	"Here is a note from my reading: %s",
+}
+
+// BuildEpisode lays a task out as turns. When I_q has more pieces than
+// Stage 1 has turns, the pieces are shared out over the turns in order.
+func BuildEpisode(t Task, cfg EpisodeConfig) Episode {
+	var ep Episode
+	turns := min(len(t.Context), max(cfg.Stage1MaxTurns, 1))
+	for i := range turns {
+		lo, hi := i*len(t.Context)/turns, (i+1)*len(t.Context)/turns
+		ep.Stage1 = append(ep.Stage1, fmt.Sprintf(casual[i%len(casual)], strings.Join(t.Context[lo:hi], " ")))
+	}
+	for i, d := range t.Distractors {
+		if i >= cfg.Stage2MaxTurns {
+			break
+		}
+		ep.Stage2 = append(ep.Stage2, d)
+	}
+	ep.Query = "Question: " + t.Question + "\nAnswer with the answer alone."
+	return ep
+}
+
+// memoriesTag wraps the memories that Stage 1 retrieves automatically for
+// each turn (Algorithm 3: M_ret = RETRIEVE(M, m_t, k) ∪ m_t).
+const memoriesTag = "\n\n<memories>\n"
+
+// SplitTurn separates a user turn into its text and the automatically
+// retrieved memories appended to it.
+func SplitTurn(content string) (text, memories string) {
+	text, memories, _ = strings.Cut(content, memoriesTag)
+	return text, strings.TrimSuffix(memories, "\n</memories>")
+}
+
+// Turn is one user message and the agent loop it started.
+type Turn struct {
+	User  string         `json:"user"`
+	Trace memtools.Trace `json:"trace"`
+}
+
+// Result is a whole three-stage episode.
+type Result struct {
+	TaskID    string         `json:"task_id"`
+	Stages    [3][]Turn      `json:"stages"`
+	LTM       [3][]ltm.Entry `json:"ltm_after_stage"`
+	Answer    string         `json:"answer"`
+	HasAnswer bool           `json:"has_answer"`
+	Gold      string         `json:"gold"`
+	EM        float64        `json:"em"`
+	F1        float64        `json:"f1"`
+	// ContextTokens is T_used when the answer was given (Eq. 19).
+	ContextTokens int `json:"context_tokens"`
+	// Final is the STM when the episode ended.
+	Final []stm.Message `json:"final_context"`
+}
+
+// ToolCalls counts successful tool calls over the episode by name.
+func (r Result) ToolCalls() map[string]int {
+	n := map[string]int{}
+	for _, st := range r.Stages {
+		for _, t := range st {
+			for k, v := range t.Trace.ToolCalls() {
+				n[k] += v
+			}
+		}
+	}
+	return n
+}
+
+// FormatErrors counts malformed responses over the episode.
+func (r Result) FormatErrors() int {
+	n := 0
+	for _, st := range r.Stages {
+		for _, t := range st {
+			n += t.Trace.FormatErrors
+		}
+	}
+	return n
+}
+
+// RunEpisode plays the three stages of Algorithms 3-5 with one policy on a
+// runtime whose Store is the episode's LTM M. The STM is reset (system
+// prompt kept) between Stages 1 and 2; M persists; Stage 3 continues the
+// Stage 2 context.
+func RunEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t Task, cfg EpisodeConfig) (Result, error) {
+	ep := BuildEpisode(t, cfg)
+	res := Result{TaskID: t.ID, Gold: t.Answer}
+	rt.Context.Remove(func(int, stm.Message) bool { return true })
+	rt.Context.Append(stm.Message{Role: stm.System, Content: memtools.SystemPrompt()})
+	turn := func(stage int, user string) (memtools.Trace, error) {
+		rt.Context.Append(stm.Message{Role: stm.User, Content: user})
+		tr, err := memtools.Run(ctx, p, rt, cfg.Limits)
+		res.Stages[stage-1] = append(res.Stages[stage-1], Turn{User: user, Trace: tr})
+		if err != nil {
+			return tr, fmt.Errorf("task %s, stage %d: %w", t.ID, stage, err)
+		}
+		return tr, nil
+	}
+	snapshot := func(stage int) error {
+		all, err := rt.Store.List(ctx)
+		for i := range all {
+			all[i].Embedding = nil
+		}
+		res.LTM[stage-1] = all
+		return err
+	}
+	// Stage 1: casual turns, each with automatic retrieval.
+	for _, m := range ep.Stage1 {
+		user := m
+		if cfg.AutoRetrieveK > 0 {
+			if n, _ := rt.Store.Count(ctx); n > 0 {
+				v, err := rt.Embedder.Embed(ctx, []string{m})
+				if err != nil {
+					return res, err
+				}
+				hits, err := rt.Store.Retrieve(ctx, v[0], cfg.AutoRetrieveK, nil)
+				if err != nil {
+					return res, err
+				}
+				user += memoriesTag + memtools.RetrievedJSON(hits) + "\n</memories>"
+			}
+		}
+		if _, err := turn(Stage1, user); err != nil {
+			return res, err
+		}
+	}
+	if err := snapshot(Stage1); err != nil {
+		return res, err
+	}
+	// Reset the STM; M persists (Algorithm 1, line 11).
+	rt.Context.Reset()
+	for _, d := range ep.Stage2 {
+		if _, err := turn(Stage2, d); err != nil {
+			return res, err
+		}
+	}
+	if err := snapshot(Stage2); err != nil {
+		return res, err
+	}
+	tr, err := turn(Stage3, ep.Query)
+	if err != nil {
+		return res, err
+	}
+	if err := snapshot(Stage3); err != nil {
+		return res, err
+	}
+	res.Answer, res.HasAnswer = tr.Answer, tr.HasAnswer
+	if len(tr.Steps) > 0 {
+		res.ContextTokens = tr.Steps[len(tr.Steps)-1].PromptTokens
+	}
+	if res.HasAnswer {
+		res.EM, res.F1 = ExactMatch(res.Answer, t.Answer), F1(res.Answer, t.Answer)
+	}
+	res.Final = rt.Context.Messages()
+	return res, nil
+}

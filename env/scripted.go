@@ -1,0 +1,186 @@
+package env
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/stm"
+)
+
+// Scripted is a policy that needs no model. As the oracle (UseMemory) it
+// knows its task's supporting facts: in Stage 1 it stores each fact it is
+// shown, in Stage 2 it filters each distractor, in Stage 3 it retrieves and
+// answers. Without memory it never calls a tool. Either way it answers the
+// gold answer only when every supporting fact is visible in its context,
+// and otherwise guesses as a model would, so its score measures what memory
+// made available. Error rates make the oracle imperfect, so that a policy
+// trained on its episodes leaves RL room to improve.
+type Scripted struct {
+	Task      Task
+	UseMemory bool
+	// ForgetRate is the chance of not storing a fact it is shown.
+	ForgetRate float64
+	// KeepDistractorRate is the chance of not filtering a distractor.
+	KeepDistractorRate float64
+	rng                *rand.Rand
+}
+
+// NewOracle returns the memory-using scripted policy for t.
+func NewOracle(t Task, forgetRate, keepDistractorRate float64, seed uint64) *Scripted {
+	return &Scripted{Task: t, UseMemory: true, ForgetRate: forgetRate, KeepDistractorRate: keepDistractorRate, rng: taskRand(t, seed)}
+}
+
+// NewNoMemory returns the scripted policy that never calls tools.
+func NewNoMemory(t Task) *Scripted { return &Scripted{Task: t, rng: taskRand(t, 0)} }
+
+func taskRand(t Task, seed uint64) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(t.ID))
+	return rand.New(rand.NewPCG(h.Sum64(), seed))
+}
+
+// Complete implements memtools.Policy.
+func (s *Scripted) Complete(_ context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	text := s.respond(msgs)
+	return memtools.Completion{Text: text}, nil
+}
+
+func (s *Scripted) respond(msgs []stm.Message) string {
+	if len(msgs) == 0 {
+		return answer("There is nothing to respond to.", "Hello.")
+	}
+	last := msgs[len(msgs)-1]
+	if last.Role != stm.User {
+		// A tool result came back: finish the turn.
+		if s.isQueryTurn(msgs) {
+			return s.answerQuery(msgs)
+		}
+		return answer("The memory operation is done; acknowledge the user.", "Noted.")
+	}
+	text, _ := SplitTurn(last.Content)
+	switch {
+	case strings.Contains(text, s.Task.Question):
+		if s.UseMemory {
+			k := max(3, len(s.Task.SupportingFacts))
+			return call("The answer depends on facts from earlier conversations; retrieve them from long-term memory.",
+				memtools.ToolRetrieve, map[string]any{"query": s.Task.Question, "top_k": k})
+		}
+		return s.answerQuery(msgs)
+	case s.UseMemory && s.factsIn(text) != nil:
+		var calls []map[string]any
+		for _, f := range s.factsIn(text) {
+			if s.rng.Float64() < s.ForgetRate {
+				continue
+			}
+			calls = append(calls, map[string]any{"name": memtools.ToolAdd, "arguments": map[string]any{"content": f, "memory_type": "fact"}})
+		}
+		if len(calls) == 0 {
+			return answer("Nothing here needs storing.", "Noted.")
+		}
+		return callMany("This is a concrete fact that may be needed later; store it in long-term memory.", calls)
+	case s.UseMemory && s.isDistractor(text):
+		if s.rng.Float64() < s.KeepDistractorRate {
+			return answer("This does not concern anything I need.", "Noted.")
+		}
+		return call("This message is unrelated to what I need; filter it out of the context.",
+			memtools.ToolFilter, map[string]any{"criteria": text})
+	}
+	return answer("No memory operation is needed.", "Noted.")
+}
+
+func (s *Scripted) factsIn(text string) []string {
+	var out []string
+	for _, f := range s.Task.SupportingFacts {
+		if strings.Contains(text, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (s *Scripted) isDistractor(text string) bool {
+	for _, d := range s.Task.Distractors {
+		if strings.TrimSpace(text) == d {
+			return true
+		}
+	}
+	return false
+}
+
+// isQueryTurn reports whether the latest user message is the Stage 3 query.
+func (s *Scripted) isQueryTurn(msgs []stm.Message) bool {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == stm.User {
+			return strings.Contains(msgs[i].Content, s.Task.Question)
+		}
+	}
+	return false
+}
+
+func (s *Scripted) answerQuery(msgs []stm.Message) string {
+	if FactsVisible(msgs, s.Task.SupportingFacts) {
+		return answer("The supporting facts are in my context, so I can answer.", s.Task.Answer)
+	}
+	return answer("I do not have the facts needed; I can only guess.", Guess(s.Task.Question))
+}
+
+// FactsVisible reports whether every fact appears, after HotpotQA
+// normalisation, in the messages (tool results included).
+func FactsVisible(msgs []stm.Message, facts []string) bool {
+	var all strings.Builder
+	for _, m := range msgs {
+		c := m.Content
+		if m.Role == stm.Tool {
+			// Tool results are JSON; undo its escaping.
+			var v any
+			if json.Unmarshal([]byte(c), &v) == nil {
+				c = fmt.Sprint(v)
+			}
+		}
+		all.WriteString(NormalizeAnswer(c))
+		all.WriteString(" | ")
+	}
+	text := all.String()
+	for _, f := range facts {
+		if !strings.Contains(text, NormalizeAnswer(f)) {
+			return false
+		}
+	}
+	return true
+}
+
+var optionsRe = regexp.MustCompile(`,\s*(.+?)\s+or\s+(.+?)\?$`)
+
+// Guess is what an agent without the facts answers: the first option of an
+// "X or Y?" question, "yes" to a yes/no question, otherwise that it does not
+// know.
+func Guess(q string) string {
+	if m := optionsRe.FindStringSubmatch(q); m != nil {
+		return m[1]
+	}
+	for _, w := range []string{"Are ", "Is ", "Was ", "Were ", "Did ", "Do ", "Does "} {
+		if strings.HasPrefix(q, w) {
+			return "yes"
+		}
+	}
+	return "I don't know"
+}
+
+func answer(think, ans string) string {
+	return "<think>" + think + "</think>\n<answer>" + ans + "</answer>"
+}
+
+func call(think, name string, args map[string]any) string {
+	return callMany(think, []map[string]any{{"name": name, "arguments": args}})
+}
+
+func callMany(think string, calls []map[string]any) string {
+	b, _ := json.Marshal(calls)
+	return "<think>" + think + "</think>\n<tool_call>" + string(b) + "</tool_call>"
+}
