@@ -243,7 +243,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
 			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 				return nil
 			}
-			return fmt.Errorf("config %s:%d: %s must be a mapping", file, n.Line, keyName(prefix))
+			return fmt.Errorf("config %s: %s must be a mapping", where(file, n), keyName(prefix))
 		}
 		fields := yamlFields(t)
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -259,7 +259,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
 					names = append(names, name)
 				}
 				sort.Strings(names)
-				msg := fmt.Sprintf("config %s:%d: unknown key %s", file, k.Line, path)
+				msg := fmt.Sprintf("config %s: unknown key %s", where(file, k), path)
 				if s := closest(k.Value, names); s != "" {
 					msg += fmt.Sprintf(" (did you mean %s?)", s)
 				}
@@ -271,7 +271,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			return fmt.Errorf("config %s:%d: %s must be a list", file, n.Line, keyName(prefix))
+			return fmt.Errorf("config %s: %s must be a list", where(file, n), keyName(prefix))
 		}
 		for i, e := range n.Content {
 			if err := checkKeys(e, t.Elem(), fmt.Sprintf("%s[%d]", prefix, i), file); err != nil {
@@ -280,11 +280,22 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
 		}
 	default:
 		// A leaf: decode it alone so a type error names its key.
+		if n.Kind != yaml.ScalarNode {
+			return fmt.Errorf("config %s: %s must be a single %s value", where(file, n), keyName(prefix), t.Kind())
+		}
 		if err := n.Decode(reflect.New(t).Interface()); err != nil {
-			return fmt.Errorf("config %s:%d: %s: %q is not a valid %s", file, n.Line, keyName(prefix), n.Value, t.Kind())
+			return fmt.Errorf("config %s: %s: %q is not a valid %s", where(file, n), keyName(prefix), n.Value, t.Kind())
 		}
 	}
 	return nil
+}
+
+// where names a node's place: file:line, or --set for a node an override made.
+func where(file string, n *yaml.Node) string {
+	if n.Line == 0 {
+		return "--set"
+	}
+	return fmt.Sprintf("%s:%d", file, n.Line)
 }
 
 func keyName(p string) string {

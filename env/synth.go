@@ -49,9 +49,18 @@ func (g *Synth) word(syl int) string {
 	return title(b.String())
 }
 
-// fresh returns a name not used before in this generator's output.
+// fresh returns a name not used before in this generator's output. A
+// family of look-alike names can run out (a town stem has eight suffixes),
+// so after a few tries a name is drawn from fallback instead.
 func (g *Synth) fresh(make func() string) string {
-	for {
+	return g.freshOr(make, nil)
+}
+
+func (g *Synth) freshOr(make, fallback func() string) string {
+	for try := 0; ; try++ {
+		if try == 32 && fallback != nil {
+			make = fallback
+		}
 		if s := make(); !g.used[s] {
 			g.used[s] = true
 			return s
@@ -66,23 +75,23 @@ func (g *Synth) person() string {
 // personLike shares the first or the last name of p.
 func (g *Synth) personLike(p string) string {
 	first, last, _ := strings.Cut(p, " ")
-	return g.fresh(func() string {
+	return g.freshOr(func() string {
 		if g.r.IntN(2) == 0 {
 			return first + " " + g.word(2)
 		}
 		return g.word(2) + " " + last
-	})
+	}, func() string { return g.word(2) + " " + g.word(2) })
 }
 
 func (g *Synth) city() string {
-	return g.fresh(func() string { return g.word(1+g.r.IntN(2)) + g.pick(citySfx)[0:] })
+	return g.fresh(func() string { return g.word(1+g.r.IntN(2)) + g.pick(citySfx) })
 }
 
 // cityLike shares the stem of c with another suffix.
 func (g *Synth) cityLike(c string) string {
 	for _, s := range citySfx {
 		if stem, ok := strings.CutSuffix(c, s); ok {
-			return g.fresh(func() string { return stem + g.pick(citySfx) })
+			return g.freshOr(func() string { return stem + g.pick(citySfx) }, func() string { return g.word(2) + g.pick(citySfx) })
 		}
 	}
 	return g.city()
@@ -215,9 +224,6 @@ func (g *Synth) Next(id int) HotpotRecord {
 			a = c2
 		}
 		dis = []paragraph{g.foundedYear(g.company(), g.year()), g.foundedYear(g.company(), g.year()), g.founded(c1, g.person()), g.founded(c2, g.person())}
-		// The last two reuse the gold titles; give them their own.
-		dis[2].title += " (history)"
-		dis[3].title += " (history)"
 	default: // comparison, yes/no: same country?
 		c1, c2, land := g.city(), g.city(), g.country()
 		land2 := land
@@ -231,6 +237,15 @@ func (g *Synth) Next(id int) HotpotRecord {
 			a = "yes"
 		}
 		dis = []paragraph{g.cityIn(g.cityLike(c1), g.country()), g.cityIn(g.cityLike(c2), land), g.cityRiver(g.cityLike(c1), g.river()), g.cityRiver(g.cityLike(c2), g.river())}
+	}
+	// A distractor about a gold entity needs its own title: titles key the
+	// supporting facts.
+	titles := map[string]bool{gold[0].title: true, gold[1].title: true}
+	for i := range dis {
+		for titles[dis[i].title] {
+			dis[i].title += " (other)"
+		}
+		titles[dis[i].title] = true
 	}
 	all := append([]paragraph{gold[0], gold[1]}, dis...)
 	g.r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+)
+
+// policyFor builds a model-free policy for one task.
+func policyFor(name string, t env.Task, cfg config.Config) (memtools.Policy, error) {
+	switch name {
+	case "oracle":
+		return env.NewOracle(t, 0, 0, uint64(cfg.Seed)), nil
+	case "no-memory":
+		return env.NewNoMemory(t), nil
+	}
+	return nil, fmt.Errorf("--policy %q: want oracle or no-memory", name)
+}
+
+// newRuntime builds a fresh runtime (in-memory LTM, empty STM) from config.
+func newRuntime(cfg config.Config, seed uint64) *memtools.Runtime {
+	tok := stm.Words{}
+	return &memtools.Runtime{
+		Store:      ltm.NewMemory(seed),
+		Context:    stm.New(tok),
+		Embedder:   embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams),
+		Summarizer: memtools.Extractive{MaxTokens: cfg.Tools.SummaryMaxTokens, Tokenizer: tok},
+		Options: memtools.Options{
+			TopK: cfg.Tools.RetrieveTopK, MaxTopK: cfg.Tools.MaxTopK, FilterThreshold: cfg.Tools.FilterThreshold,
+		},
+	}
+}
+
+func episodeConfig(cfg config.Config) env.EpisodeConfig {
+	return env.EpisodeConfig{
+		Stage1MaxTurns: cfg.Episode.Stage1MaxTurns,
+		Stage2MaxTurns: cfg.Episode.Stage2MaxTurns,
+		AutoRetrieveK:  cfg.Episode.AutoRetrieveK,
+		Limits:         memtools.Limits{MaxSteps: cfg.Agent.MaxSteps, ContextBudget: cfg.Agent.ContextBudget},
+	}
+}
+
+func episodeCmd(g *globals) *cobra.Command {
+	var data, taskID, policy string
+	var first int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "episode",
+		Short: "Play the three AgeMem stages on tasks and print the trace",
+		Long: `Plays Stage 1 (facts arrive in casual turns; the policy may store them),
+resets the short-term context, plays Stage 2 (distractors; the policy may
+filter or summarise) and Stage 3 (the question; the policy may retrieve and
+answers). With --task it prints the trace of one task and the long-term
+memory after each stage; with --first N it prints a summary over N tasks.
+Policies: oracle (knows the supporting facts, uses the tools) and no-memory
+(never calls a tool).`,
+		Example: `  agemem-train episode --data data/synth.json --task synth-000001 --policy oracle
+  agemem-train episode --data data/synth.json --first 50 --policy no-memory,oracle
+  agemem-train episode --data data/synth.json --first 50 --policy oracle --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if data == "" {
+				data = cfg.Data.Train
+			}
+			if (taskID == "") == (first == 0) {
+				return fmt.Errorf("give exactly one of --task ID or --first N")
+			}
+			policies := strings.Split(policy, ",")
+			if taskID != "" && len(policies) > 1 {
+				return fmt.Errorf("--task plays one policy; name one in --policy")
+			}
+			for _, p := range policies {
+				if _, err := policyFor(p, env.Task{}, cfg); err != nil {
+					return err
+				}
+			}
+			var tasks []env.Task
+			err = env.StreamHotpotFile(data, func(t env.Task) error {
+				if (taskID != "" && t.ID == taskID) || (first > 0 && len(tasks) < first) {
+					tasks = append(tasks, t)
+				}
+				if first > 0 && len(tasks) == first {
+					return errStop
+				}
+				return nil
+			})
+			if err != nil && !errors.Is(err, errStop) {
+				return err
+			}
+			if len(tasks) == 0 {
+				return fmt.Errorf("task %q is not in %s", taskID, data)
+			}
+			var sums []summary
+			var results []env.Result
+			for _, name := range policies {
+				results = results[:0]
+				for i, t := range tasks {
+					p, _ := policyFor(name, t, cfg)
+					res, err := env.RunEpisode(context.Background(), p, newRuntime(cfg, uint64(cfg.Seed)+uint64(i)), t, episodeConfig(cfg))
+					if err != nil {
+						return err
+					}
+					results = append(results, res)
+				}
+				sums = append(sums, summarize(name, results))
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case asJSON && taskID != "":
+				return writeJSON(out, results[0])
+			case asJSON:
+				return writeJSON(out, sums)
+			case taskID != "":
+				printTrace(out, tasks[0], results[0])
+			default:
+				printSummary(out, sums)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "HotpotQA-format task file (default: data.train from the config)")
+	cmd.Flags().StringVar(&taskID, "task", "", "task id to play")
+	cmd.Flags().IntVar(&first, "first", 0, "play the first N tasks and print a summary")
+	cmd.Flags().StringVar(&policy, "policy", "oracle", "oracle or no-memory; with --first, a comma-separated list compares them")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")
+	return cmd
+}
+
+var errStop = errors.New("stop")
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+type summary struct {
+	Policy        string             `json:"policy"`
+	Tasks         int                `json:"tasks"`
+	EM            float64            `json:"em"`
+	F1            float64            `json:"f1"`
+	Answered      float64            `json:"answered"`
+	ContextTokens float64            `json:"avg_context_tokens"`
+	ToolCalls     map[string]float64 `json:"avg_tool_calls"`
+	FormatErrors  int                `json:"format_errors"`
+}
+
+func summarize(policy string, rs []env.Result) summary {
+	s := summary{Policy: policy, Tasks: len(rs), ToolCalls: map[string]float64{}}
+	for _, r := range rs {
+		s.EM += r.EM
+		s.F1 += r.F1
+		if r.HasAnswer {
+			s.Answered++
+		}
+		s.ContextTokens += float64(r.ContextTokens)
+		for k, v := range r.ToolCalls() {
+			s.ToolCalls[k] += float64(v)
+		}
+		s.FormatErrors += r.FormatErrors()
+	}
+	n := float64(max(len(rs), 1))
+	s.EM, s.F1, s.Answered, s.ContextTokens = s.EM/n, s.F1/n, s.Answered/n, s.ContextTokens/n
+	for k := range s.ToolCalls {
+		s.ToolCalls[k] /= n
+	}
+	return s
+}
+
+func printSummary(w io.Writer, ss []summary) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "policy\ttasks\tEM\tF1\tanswered\tavg prompt tokens\tadd\tupdate\tdelete\tretrieve\tsummary\tfilter\tformat errors")
+	for _, s := range ss {
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.2f\t%.0f", s.Policy, s.Tasks, s.EM, s.F1, s.Answered, s.ContextTokens)
+		for _, t := range []string{memtools.ToolAdd, memtools.ToolUpdate, memtools.ToolDelete, memtools.ToolRetrieve, memtools.ToolSummary, memtools.ToolFilter} {
+			fmt.Fprintf(tw, "\t%.2f", s.ToolCalls[t])
+		}
+		fmt.Fprintf(tw, "\t%d\n", s.FormatErrors)
+	}
+	tw.Flush()
+}
+
+func printTrace(w io.Writer, t env.Task, r env.Result) {
+	fmt.Fprintf(w, "task %s (%s, %s)\nquestion: %s\ngold answer: %s\n", t.ID, t.Type, t.Level, t.Question, t.Answer)
+	names := []string{"Stage 1: LTM construction", "Stage 2: STM control under distractors", "Stage 3: integrated reasoning"}
+	for i, turns := range r.Stages {
+		fmt.Fprintf(w, "\n=== %s\n", names[i])
+		for _, turn := range turns {
+			fmt.Fprintf(w, "\n[user] %s\n", indent(turn.User))
+			for _, st := range turn.Trace.Steps {
+				fmt.Fprintf(w, "[assistant, %d prompt tokens] %s\n", st.PromptTokens, indent(st.Completion.Text))
+				for _, res := range st.Results {
+					fmt.Fprintf(w, "[tool %s] %s\n", res.Name, indent(res.Content))
+				}
+				if len(st.Parsed.Errors) > 0 {
+					fmt.Fprintf(w, "[format error] %s\n", strings.Join(st.Parsed.Errors, "; "))
+				}
+			}
+		}
+		fmt.Fprintf(w, "\n--- long-term memory after stage %d: %d entries\n", i+1, len(r.LTM[i]))
+		entries := append([]ltm.Entry(nil), r.LTM[i]...)
+		sort.SliceStable(entries, func(a, b int) bool { return entries[a].ID < entries[b].ID })
+		for _, e := range entries {
+			fmt.Fprintf(w, "  %s  %s\n", e.ID, e.Content)
+		}
+	}
+	fmt.Fprintf(w, "\nanswer: %q  (EM %.0f, F1 %.2f; %d prompt tokens at answer time)\n", r.Answer, r.EM, r.F1, r.ContextTokens)
+}
+
+func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }

@@ -1,0 +1,63 @@
+// Command agemem-train generates data, runs AgeMem episodes and (as the
+// toolkit grows) trains and evaluates memory-managing policies.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agemem/agemem/config"
+)
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	configPath string
+	sets       []string
+}
+
+func (g *globals) load() (config.Config, error) {
+	return config.Load(g.configPath, g.sets)
+}
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "agemem-train:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "agemem-train",
+		Short: "Train and evaluate LLM agents that manage their own memory (AgeMem)",
+		Long: `agemem-train generates HotpotQA-format task data, plays AgeMem's three-stage
+episodes (LTM construction, STM control under distractors, integrated
+reasoning) with a policy, and reports how well the policy used its memory.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.configPath, "config", "", "YAML config file (default: built-in defaults, see configs/tiny.yaml)")
+	root.PersistentFlags().StringArrayVar(&g.sets, "set", nil, "override a config key, e.g. --set tools.filter_threshold=0.5 (repeatable)")
+	root.AddCommand(dataCmd(g), episodeCmd(g), configCmd(g))
+	return root
+}
+
+func configCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "config",
+		Short:   "Print the effective config after the file and --set overrides",
+		Example: "  agemem-train config --config configs/tiny.yaml --set agent.max_steps=6",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(cmd.OutOrStdout(), cfg.YAML())
+			return nil
+		},
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestCLIDataAndEpisodes(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth.json")
+	if _, err := run(t, "data", "synth", "--n", "20", "--seed", "5", "--out", data); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "episode", "--data", data, "--first", "20", "--policy", "no-memory,oracle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[2], "oracle     20     1.000") {
+		t.Fatalf("summary table:\n%s", out)
+	}
+	out, err = run(t, "episode", "--data", data, "--task", "synth-000004", "--policy", "oracle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"=== Stage 1", "=== Stage 2", "=== Stage 3", "long-term memory after stage 1: 2 entries", "[tool Retrieve_memory]", "EM 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q", want)
+		}
+	}
+	out, err = run(t, "episode", "--data", data, "--task", "synth-000004", "--policy", "oracle", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		TaskID string  `json:"task_id"`
+		EM     float64 `json:"em"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.TaskID != "synth-000004" || res.EM != 1 {
+		t.Fatalf("json: %v %+v", err, res)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth.json")
+	run(t, "data", "synth", "--n", "3", "--out", data)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("agent:\n  max_stepz: 2\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"episode", "--data", data, "--task", "nope"}, `task "nope" is not in`},
+		{[]string{"episode", "--data", data, "--first", "2", "--policy", "gpt"}, `--policy "gpt"`},
+		{[]string{"episode", "--data", data}, "exactly one of --task"},
+		{[]string{"episode", "--data", filepath.Join(dir, "missing.json"), "--first", "1"}, "no such file"},
+		{[]string{"--config", bad, "episode", "--data", data, "--first", "1"}, "unknown key agent.max_stepz"},
+		{[]string{"--set", "tools.filter_threshold=2", "config"}, "tools.filter_threshold"},
+		{[]string{"data", "synth", "--n", "0", "--out", filepath.Join(dir, "x.json")}, "--n must be at least 1"},
+	} {
+		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(p, []byte(body), 0o644)
+	return p
+}
+
+// TestShippedDefaultsMatchCode keeps configs/tiny.yaml, where the defaults
+// are documented, equal to Default().
+func TestShippedDefaultsMatchCode(t *testing.T) {
+	cfg, err := Load("../configs/tiny.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, Default()) {
+		t.Fatalf("configs/tiny.yaml drifted from Default():\n%s\nvs\n%s", cfg.YAML(), Default().YAML())
+	}
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		sets       []string
+		want       []string
+	}{
+		{"misspelt key", "tools:\n  filter_threshhold: 0.5\n", nil, []string{":2:", "unknown key tools.filter_threshhold", "did you mean filter_threshold"}},
+		{"unknown section", "tool:\n  x: 1\n", nil, []string{"unknown key tool", "did you mean tools"}},
+		{"wrong type", "agent:\n  max_steps: many\n", nil, []string{":2:", "agent.max_steps", `"many"`}},
+		{"out of range", "tools:\n  filter_threshold: 1.5\n", nil, []string{"tools.filter_threshold", "outside (0, 1]"}},
+		{"bad enum", "memory:\n  store: postgres\n", nil, []string{"memory.store", `"postgres" is not one of sqlite, memory`}},
+		{"section not a mapping", "agent: 5\n", nil, []string{"agent must be a mapping"}},
+		{"list element", "embed:\n  char_ngrams: [3, 12]\n", nil, []string{"embed.char_ngrams[1]"}},
+		{"bad yaml", "agent: [\n", nil, []string{"c.yaml"}},
+		{"bad set key", "", []string{"agent.max_stepz=3"}, []string{"unknown key agent.max_stepz"}},
+		{"set without value", "", []string{"agent.max_steps"}, []string{"want key.path=value"}},
+		{"set into scalar", "", []string{"seed.x=1"}, []string{"--set", "seed must be a single int64 value"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(write(t, tc.body), tc.sets)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestOverridesAndPartialFiles(t *testing.T) {
+	p := write(t, "agent:\n  max_steps: 6\n")
+	cfg, err := Load(p, []string{"tools.filter_threshold=0.75", "embed.char_ngrams=[2,3,5]", "memory.store=memory", "agent.max_steps=7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Agent.MaxSteps != 7 || cfg.Tools.FilterThreshold != 0.75 || !reflect.DeepEqual(cfg.Embed.CharNgrams, []int{2, 3, 5}) || cfg.Memory.Store != "memory" {
+		t.Fatalf("overrides not applied: %+v", cfg)
+	}
+	// Keys the file does not name keep their defaults.
+	if cfg.Agent.ContextBudget != 8192 || cfg.Tools.RetrieveTopK != 3 {
+		t.Fatalf("defaults lost: %+v", cfg)
+	}
+	cfg, err = Load("", []string{"seed=42"})
+	if err != nil || cfg.Seed != 42 {
+		t.Fatalf("defaults + set: %v %d", err, cfg.Seed)
+	}
+}
