@@ -1,0 +1,294 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtools/ltm"
+)
+
+// session is an open namespace of the configured SQLite store.
+type session struct {
+	db  *ltm.SQLite
+	ns  ltm.Store
+	enc embed.Embedder
+	cfg config.Config
+}
+
+func open(g *globals) (*session, error) {
+	cfg, err := g.load()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Memory.Store != "sqlite" {
+		return nil, fmt.Errorf("memory.store is %q: the memory commands administer a sqlite store", cfg.Memory.Store)
+	}
+	db, err := ltm.OpenSQLite(cfg.Memory.Path, ltm.SQLiteOptions{SyncFull: cfg.Memory.Sync == "full"})
+	if err != nil {
+		return nil, err
+	}
+	ns, err := db.Namespace(cfg.Memory.Namespace)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &session{db: db, ns: ns, enc: embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams), cfg: cfg}, nil
+}
+
+func (s *session) embed(text string) ([]float32, error) {
+	v, err := s.enc.Embed(context.Background(), []string{text})
+	if err != nil {
+		return nil, err
+	}
+	return v[0], nil
+}
+
+func parseMetadata(s string) (map[string]any, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("--metadata must be a JSON object: %w", err)
+	}
+	return m, nil
+}
+
+// exported is one line of an export: an entry without its embedding, which
+// import recomputes with the configured embedder.
+type exported struct {
+	ID         string         `json:"memory_id"`
+	Content    string         `json:"content"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+	MemoryType string         `json:"memory_type,omitempty"`
+	Created    string         `json:"created"`
+	Updated    string         `json:"updated"`
+}
+
+func memoryCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "memory",
+		Short: "List, search, add, update, delete, export and import a user's long-term memories",
+		Long: `Administers one namespace (one user) of the SQLite long-term store named by
+memory.path. --namespace picks the user (default: memory.namespace).`,
+	}
+	cmd.PersistentFlags().StringVar(&g.namespace, "namespace", "", "the user's namespace")
+	var asJSON bool
+	var metadata, memType string
+	var topK int
+	with := func(f func(cmd *cobra.Command, s *session, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			s, err := open(g)
+			if err != nil {
+				return err
+			}
+			defer s.db.Close()
+			return f(cmd, s, args)
+		}
+	}
+	list := &cobra.Command{
+		Use: "list", Short: "List every memory, oldest first", Args: cobra.NoArgs,
+		Example: "  serve memory list --namespace alice --set memory.path=data/memory.db",
+		RunE: with(func(cmd *cobra.Command, s *session, _ []string) error {
+			all, err := s.ns.List(context.Background())
+			if err != nil {
+				return err
+			}
+			return printEntries(cmd.OutOrStdout(), all, nil, asJSON)
+		}),
+	}
+	search := &cobra.Command{
+		Use: "search QUERY", Short: "Retrieve the memories most similar to QUERY", Args: cobra.ExactArgs(1),
+		Example: `  serve memory search "where was Marla born" --top-k 3 --metadata '{"type":"bio"}'`,
+		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+			md, err := parseMetadata(metadata)
+			if err != nil {
+				return err
+			}
+			v, err := s.embed(args[0])
+			if err != nil {
+				return err
+			}
+			hits, err := s.ns.Retrieve(context.Background(), v, topK, md)
+			if err != nil {
+				return err
+			}
+			entries := make([]ltm.Entry, len(hits))
+			scores := make([]float64, len(hits))
+			for i, h := range hits {
+				entries[i], scores[i] = h.Entry, h.Score
+			}
+			return printEntries(cmd.OutOrStdout(), entries, scores, asJSON)
+		}),
+	}
+	get := &cobra.Command{
+		Use: "get ID", Short: "Print one memory", Args: cobra.ExactArgs(1),
+		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+			e, err := s.ns.Get(context.Background(), args[0])
+			if err != nil {
+				return err
+			}
+			return printEntries(cmd.OutOrStdout(), []ltm.Entry{e}, nil, asJSON)
+		}),
+	}
+	add := &cobra.Command{
+		Use: "add CONTENT", Short: "Store a memory and print its id", Args: cobra.ExactArgs(1),
+		Example: `  serve memory add "Alice's cat is called Tabby" --type fact --metadata '{"topic":"pets"}'`,
+		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+			md, err := parseMetadata(metadata)
+			if err != nil {
+				return err
+			}
+			v, err := s.embed(args[0])
+			if err != nil {
+				return err
+			}
+			e, err := s.ns.Add(context.Background(), ltm.Entry{Content: args[0], Embedding: v, Metadata: md, MemoryType: memType})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), e.ID)
+			return nil
+		}),
+	}
+	update := &cobra.Command{
+		Use: "update ID CONTENT", Short: "Replace a memory's content (and metadata, if given)", Args: cobra.ExactArgs(2),
+		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+			md, err := parseMetadata(metadata)
+			if err != nil {
+				return err
+			}
+			v, err := s.embed(args[1])
+			if err != nil {
+				return err
+			}
+			_, err = s.ns.Update(context.Background(), args[0], args[1], v, md)
+			return err
+		}),
+	}
+	del := &cobra.Command{
+		Use: "delete ID", Short: "Delete a memory", Args: cobra.ExactArgs(1),
+		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+			return s.ns.Delete(context.Background(), args[0])
+		}),
+	}
+	export := &cobra.Command{
+		Use: "export", Short: "Write the namespace as JSONL on stdout", Args: cobra.NoArgs,
+		Example: "  serve memory export --namespace alice > alice.jsonl",
+		RunE: with(func(cmd *cobra.Command, s *session, _ []string) error {
+			all, err := s.ns.List(context.Background())
+			if err != nil {
+				return err
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			enc := json.NewEncoder(w)
+			for _, e := range all {
+				enc.Encode(exported{e.ID, e.Content, e.Metadata, e.MemoryType, e.Created.Format("2006-01-02T15:04:05.999999999Z"), e.Updated.Format("2006-01-02T15:04:05.999999999Z")})
+			}
+			return w.Flush()
+		}),
+	}
+	imp := &cobra.Command{
+		Use:   "import FILE",
+		Short: "Add the memories of a JSONL export (- for stdin); ids are assigned anew",
+		Long: `Reads a JSONL file as written by export and adds each line as a new memory,
+embedded with the configured embedder. Every line is checked before anything
+is written, so a malformed file changes nothing.`,
+		Args:    cobra.ExactArgs(1),
+		Example: "  serve memory import --namespace bob alice.jsonl",
+		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+			var r io.Reader = os.Stdin
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				r = f
+			}
+			var lines []exported
+			sc := bufio.NewScanner(r)
+			sc.Buffer(make([]byte, 1<<20), 64<<20)
+			for n := 1; sc.Scan(); n++ {
+				if strings.TrimSpace(sc.Text()) == "" {
+					continue
+				}
+				var e exported
+				dec := json.NewDecoder(strings.NewReader(sc.Text()))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&e); err != nil {
+					return fmt.Errorf("%s:%d: %w", args[0], n, err)
+				}
+				if strings.TrimSpace(e.Content) == "" {
+					return fmt.Errorf("%s:%d: empty content", args[0], n)
+				}
+				lines = append(lines, e)
+			}
+			if err := sc.Err(); err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			for _, e := range lines {
+				v, err := s.embed(e.Content)
+				if err != nil {
+					return err
+				}
+				if _, err := s.ns.Add(context.Background(), ltm.Entry{Content: e.Content, Embedding: v, Metadata: e.Metadata, MemoryType: e.MemoryType}); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "imported %d memories into namespace %q\n", len(lines), s.cfg.Memory.Namespace)
+			return nil
+		}),
+	}
+	for _, c := range []*cobra.Command{list, search, get} {
+		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	}
+	search.Flags().IntVar(&topK, "top-k", 3, "how many memories")
+	search.Flags().StringVar(&metadata, "metadata", "", "metadata filter, a JSON object matched key by key")
+	add.Flags().StringVar(&metadata, "metadata", "", "metadata, a JSON object")
+	add.Flags().StringVar(&memType, "type", "", "memory type")
+	update.Flags().StringVar(&metadata, "metadata", "", "new metadata, a JSON object (default: keep)")
+	cmd.AddCommand(list, search, get, add, update, del, export, imp)
+	return cmd
+}
+
+func printEntries(w io.Writer, es []ltm.Entry, scores []float64, asJSON bool) error {
+	if asJSON {
+		for i := range es {
+			es[i].Embedding = nil
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if scores != nil {
+			out := make([]ltm.Scored, len(es))
+			for i := range es {
+				out[i] = ltm.Scored{Entry: es[i], Score: scores[i]}
+			}
+			return enc.Encode(out)
+		}
+		return enc.Encode(es)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for i, e := range es {
+		md, _ := json.Marshal(e.Metadata)
+		if e.Metadata == nil {
+			md = []byte("{}")
+		}
+		if scores != nil {
+			fmt.Fprintf(tw, "%s\t%.3f\t%s\t%s\t%s\n", e.ID, scores[i], e.MemoryType, md, e.Content)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.ID, e.MemoryType, md, e.Content)
+		}
+	}
+	return tw.Flush()
+}
