@@ -12,14 +12,9 @@ import (
 )
 
 // globals are the flags every subcommand shares.
-type globals struct {
-	configPath string
-	sets       []string
-}
+type globals struct{ config.Flags }
 
-func (g *globals) load() (config.Config, error) {
-	return config.Load(g.configPath, g.sets)
-}
+func (g *globals) load() (config.Config, error) { return g.Load() }
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
@@ -39,8 +34,7 @@ reasoning) with a policy, and reports how well the policy used its memory.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.configPath, "config", "", "YAML config file (default: built-in defaults, see configs/tiny.yaml)")
-	root.PersistentFlags().StringArrayVar(&g.sets, "set", nil, "override a config key, e.g. --set tools.filter_threshold=0.5 (repeatable)")
+	g.Register(root.PersistentFlags())
 	root.AddCommand(dataCmd(g), episodeCmd(g), configCmd(g))
 	return root
 }

@@ -13,13 +13,12 @@ import (
 )
 
 type globals struct {
-	configPath string
-	sets       []string
-	namespace  string
+	config.Flags
+	namespace string
 }
 
 func (g *globals) load() (config.Config, error) {
-	cfg, err := config.Load(g.configPath, g.sets)
+	cfg, err := g.Load()
 	if err != nil {
 		return cfg, err
 	}
@@ -44,8 +43,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&g.configPath, "config", "", "YAML config file (memory.path names the SQLite store)")
-	root.PersistentFlags().StringArrayVar(&g.sets, "set", nil, "override a config key, e.g. --set memory.path=users.db (repeatable)")
+	g.Register(root.PersistentFlags())
 	root.AddCommand(memoryCmd(g))
 	return root
 }
