@@ -346,3 +346,20 @@ func TestWordsTokenizer(t *testing.T) {
 		t.Fatalf("count = %d", n)
 	}
 }
+
+func TestPolicySummarizerUsesThePapersPrompt(t *testing.T) {
+	p := &scripted{replies: []string{"<think>short</think><answer>Marla was born in Oslo in 1971.</answer>"}}
+	got, err := PolicySummarizer{Policy: p}.Summarize(context.Background(), []stm.Message{
+		{Role: stm.User, Content: "Marla Quenby was born in Oslo in 1971, you know."},
+	})
+	if err != nil || got != "Marla was born in Oslo in 1971." {
+		t.Fatalf("summary %q, %v", got, err)
+	}
+	sys := p.seen[0][0].Content
+	if !strings.HasPrefix(sys, "You are a conversation summarization assistant.") || !strings.Contains(sys, "user: Marla Quenby was born in Oslo") {
+		t.Fatalf("prompt sent: %q", sys)
+	}
+	if _, err := (PolicySummarizer{Policy: &scripted{replies: []string{"  "}}}).Summarize(context.Background(), nil); err == nil {
+		t.Fatal("an empty summary must be an error, not a silent loss of context")
+	}
+}

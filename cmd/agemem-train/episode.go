@@ -32,6 +32,8 @@ func policyFor(name string, t env.Task, cfg config.Config) (memtools.Policy, err
 }
 
 // newRuntime builds a fresh runtime (in-memory LTM, empty STM) from config.
+// The episode policies are scripted, so the summariser is the extractive one
+// (the command refuses tools.summarizer=policy).
 func newRuntime(cfg config.Config, seed uint64) *memtools.Runtime {
 	tok := stm.Words{}
 	return &memtools.Runtime{
@@ -82,6 +84,9 @@ Policies: oracle (knows the supporting facts, uses the tools) and no-memory
 			}
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")
+			}
+			if cfg.Tools.Summarizer == "policy" {
+				return fmt.Errorf("tools.summarizer=policy needs a model policy to summarise with; the episode command's policies are scripted, so use extractive")
 			}
 			policies := strings.Split(policy, ",")
 			if taskID != "" && len(policies) > 1 {

@@ -299,3 +299,12 @@ func BenchmarkSQLiteRetrieve(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "retrieves/s")
 }
+
+// BenchmarkNewMemory is the cost of a rollout's fresh LTM with one entry.
+func BenchmarkNewMemory(b *testing.B) {
+	e := entry("a fact", nil)
+	for b.Loop() {
+		m := NewMemory(1)
+		m.Add(context.Background(), e)
+	}
+}
