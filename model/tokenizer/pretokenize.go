@@ -1,0 +1,108 @@
+package tokenizer
+
+import (
+	"unicode"
+)
+
+// PreTokenize cuts text as Qwen's pre-tokenizer regex does:
+//
+//	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//
+// Go's regexp has no lookahead, so the alternation is walked by hand, first
+// alternative that matches wins, each as greedy as the regex. \s follows
+// JavaScript's definition, as the reference implementation does.
+func PreTokenize(text string) []string {
+	var out []string
+	rs := []rune(text)
+	for i := 0; i < len(rs); {
+		n := matchAt(rs, i)
+		out = append(out, string(rs[i:i+n]))
+		i += n
+	}
+	return out
+}
+
+func isSpace(r rune) bool {
+	switch r {
+	case '\t', '\n', '\v', '\f', '\r', ' ', 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF:
+		return true
+	}
+	return r >= 0x2000 && r <= 0x200A
+}
+
+func isLetter(r rune) bool { return unicode.IsLetter(r) }
+func isNumber(r rune) bool { return unicode.IsNumber(r) }
+func isNL(r rune) bool     { return r == '\r' || r == '\n' }
+
+// matchAt returns the length in runes of the pre-token starting at i (>= 1).
+func matchAt(rs []rune, i int) int {
+	n := len(rs)
+	// 1. contractions, case-insensitive
+	if rs[i] == '\'' && i+1 < n {
+		c := unicode.ToLower(rs[i+1])
+		if c == 's' || c == 't' || c == 'm' || c == 'd' {
+			return 2
+		}
+		if i+2 < n {
+			c2 := unicode.ToLower(rs[i+2])
+			if (c == 'r' && c2 == 'e') || (c == 'v' && c2 == 'e') || (c == 'l' && c2 == 'l') {
+				return 3
+			}
+		}
+	}
+	// 2. [^\r\n\p{L}\p{N}]?\p{L}+
+	j := i
+	if !isNL(rs[j]) && !isLetter(rs[j]) && !isNumber(rs[j]) && j+1 < n && isLetter(rs[j+1]) {
+		j++
+	}
+	if isLetter(rs[j]) {
+		for j < n && isLetter(rs[j]) {
+			j++
+		}
+		return j - i
+	}
+	// 3. \p{N}
+	if isNumber(rs[i]) {
+		return 1
+	}
+	// 4.  ?[^\s\p{L}\p{N}]+[\r\n]*
+	j = i
+	if rs[j] == ' ' {
+		j++
+	}
+	k := j
+	for k < n && !isSpace(rs[k]) && !isLetter(rs[k]) && !isNumber(rs[k]) {
+		k++
+	}
+	if k > j {
+		for k < n && isNL(rs[k]) {
+			k++
+		}
+		return k - i
+	}
+	// Whitespace alternatives: W is the maximal run of spaces at i.
+	w := i
+	for w < n && isSpace(rs[w]) {
+		w++
+	}
+	if w == i {
+		// Unreachable for valid input (every rune is a letter, number,
+		// space or other); keep the walk moving.
+		return 1
+	}
+	// 5. \s*[\r\n]+ : up to and including the last newline in W.
+	for k := w - 1; k >= i; k-- {
+		if isNL(rs[k]) {
+			return k + 1 - i
+		}
+	}
+	// 6. \s+(?!\S) : all of W at the end of text, else W less its last rune.
+	if w == n {
+		return w - i
+	}
+	if w-i >= 2 {
+		return w - 1 - i
+	}
+	// 7. \s+
+	return w - i
+}
