@@ -1,0 +1,191 @@
+// Package cpu holds the forward kernels of the Qwen engine on float32 slices,
+// parallel over cores. Each function names its shapes; row-major throughout.
+// These are the readable reference the CUDA kernels are checked against.
+package cpu
+
+import (
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/agemem/agemem/kernels/vec"
+)
+
+// parallelFor runs f over [0, n) in chunks, one goroutine per core, when
+// the work (n × cost) is large enough to pay for the goroutines.
+func parallelFor(n, cost int, f func(lo, hi int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if workers == 1 || n*cost < 1<<15 || n == 1 {
+		f(0, n)
+		return
+	}
+	workers = min(workers, n)
+	chunk := (n + workers - 1) / workers
+	var wg sync.WaitGroup
+	for lo := 0; lo < n; lo += chunk {
+		wg.Go(func() { f(lo, min(lo+chunk, n)) })
+	}
+	wg.Wait()
+}
+
+// MatMulT computes y[m,n] = sum_k x[m,k] * w[n,k] (+ bias[n]): a Linear
+// layer with PyTorch's weight layout w[out, in]. bias may be nil.
+func MatMulT(y, x, w, bias []float32, m, k, n int) {
+	parallelFor(n, m*k, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			wr := w[j*k : (j+1)*k]
+			var b float32
+			if bias != nil {
+				b = bias[j]
+			}
+			for i := range m {
+				y[i*n+j] = vec.Dot(x[i*k:(i+1)*k], wr) + b
+			}
+		}
+	})
+}
+
+// RMSNorm computes y[r,:] = x[r,:] / sqrt(mean(x[r,:]^2) + eps) * w, for
+// rows of length d.
+func RMSNorm(y, x, w []float32, d int, eps float32) {
+	for r := 0; r < len(x)/d; r++ {
+		row := x[r*d : (r+1)*d]
+		ss := vec.Dot(row, row)
+		inv := float32(1 / math.Sqrt(float64(ss/float32(d)+eps)))
+		out := y[r*d : (r+1)*d]
+		for i, v := range row {
+			out[i] = v * inv * w[i]
+		}
+	}
+}
+
+// RopeTables returns cos and sin of shape [maxPos, headDim/2] for base theta:
+// angle(p, i) = p * theta^(-2i/headDim).
+func RopeTables(maxPos, headDim int, theta float64) (cos, sin []float32) {
+	half := headDim / 2
+	cos = make([]float32, maxPos*half)
+	sin = make([]float32, maxPos*half)
+	for p := range maxPos {
+		for i := range half {
+			a := float64(p) * math.Pow(theta, -2*float64(i)/float64(headDim))
+			cos[p*half+i] = float32(math.Cos(a))
+			sin[p*half+i] = float32(math.Sin(a))
+		}
+	}
+	return cos, sin
+}
+
+// Rope rotates x[t, heads, headDim] in place as Qwen (and HF's rotate_half)
+// does: the first and second halves of each head form the pairs.
+// pos[t] is token t's position.
+func Rope(x []float32, pos []int, heads, headDim int, cos, sin []float32) {
+	half := headDim / 2
+	for t, p := range pos {
+		c, s := cos[p*half:(p+1)*half], sin[p*half:(p+1)*half]
+		for h := range heads {
+			v := x[(t*heads+h)*headDim : (t*heads+h+1)*headDim]
+			for i := range half {
+				a, b := v[i], v[i+half]
+				v[i] = a*c[i] - b*s[i]
+				v[i+half] = b*c[i] + a*s[i]
+			}
+		}
+	}
+}
+
+// SiLUMul computes out = silu(gate) * up elementwise (SwiGLU).
+func SiLUMul(out, gate, up []float32) {
+	for i, g := range gate {
+		out[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+	}
+}
+
+// Add computes y += x.
+func Add(y, x []float32) {
+	for i, v := range x {
+		y[i] += v
+	}
+}
+
+// Softmax normalises x in place (max-subtracted).
+func Softmax(x []float32) {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		m = max(m, v)
+	}
+	var s float32
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		x[i] = e
+		s += e
+	}
+	for i := range x {
+		x[i] /= s
+	}
+}
+
+// LogSoftmax writes log(softmax(x)) into y.
+func LogSoftmax(y, x []float32) {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = math.Max(m, float64(v))
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - m)
+	}
+	lse := m + math.Log(s)
+	for i, v := range x {
+		y[i] = float32(float64(v) - lse)
+	}
+}
+
+// Attention is causal grouped-query attention for one sequence.
+// q[t, heads, d] holds the new tokens at positions start..start+t-1;
+// kc and vc [maxT, kvHeads, d] hold keys and values of positions 0..start+t-1
+// (the cache, new tokens already written). valid, if not nil, masks cache
+// positions (false = padding) on top of causality. out[t, heads, d].
+func Attention(out, q, kc, vc []float32, valid []bool, t, start, heads, kvHeads, d int) {
+	group := heads / kvHeads
+	scale := float32(1 / math.Sqrt(float64(d)))
+	total := start + t
+	parallelFor(t*heads, total*d, func(lo, hi int) {
+		scores := make([]float32, total)
+		for th := lo; th < hi; th++ {
+			i, h := th/heads, th%heads
+			kvh := h / group
+			qv := q[(i*heads+h)*d : (i*heads+h+1)*d]
+			n := start + i + 1 // causal: keys 0..start+i
+			m := float32(math.Inf(-1))
+			for j := range n {
+				if valid != nil && !valid[j] {
+					scores[j] = float32(math.Inf(-1))
+					continue
+				}
+				scores[j] = vec.Dot(qv, kc[(j*kvHeads+kvh)*d:(j*kvHeads+kvh+1)*d]) * scale
+				m = max(m, scores[j])
+			}
+			o := out[(i*heads+h)*d : (i*heads+h+1)*d]
+			clear(o)
+			if math.IsInf(float64(m), -1) {
+				continue // every key masked: output zeros, not NaN
+			}
+			var s float32
+			for j := range n {
+				e := float32(math.Exp(float64(scores[j] - m)))
+				scores[j] = e
+				s += e
+			}
+			for j := range n {
+				p := scores[j] / s
+				if p == 0 {
+					continue
+				}
+				vv := vc[(j*kvHeads+kvh)*d : (j*kvHeads+kvh+1)*d]
+				for x := range d {
+					o[x] += p * vv[x]
+				}
+			}
+		}
+	})
+}

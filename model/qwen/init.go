@@ -1,0 +1,97 @@
+package qwen
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/agemem/agemem/model/safetensors"
+)
+
+// Presets are model shapes for tests and benchmarks.
+var Presets = map[string]Config{
+	"tiny-qwen2": {ModelType: "qwen2", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: true, VocabSize: 512, MaxPositions: 2048},
+	"tiny-qwen3": {ModelType: "qwen3", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
+		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: false, VocabSize: 512, MaxPositions: 2048},
+	"qwen2.5-0.5b-shape": {ModelType: "qwen2", HiddenSize: 896, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64,
+		Intermediate: 4864, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: true, VocabSize: 151936, MaxPositions: 32768},
+}
+
+// InitRandom writes a random-weight model in the Hugging Face layout
+// (config.json, model.safetensors) to dir: projections ~ N(0, 0.02²)
+// (biases too, so they are exercised), norm weights 1 + N(0, 0.1²).
+func InitRandom(dir string, cfg Config, dtype safetensors.DType, seed uint64) error {
+	if cfg.HeadDim == 0 {
+		cfg.HeadDim = cfg.HiddenSize / cfg.Heads
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	r := rand.New(rand.NewPCG(seed, 0x7177656e))
+	var ts []safetensors.Tensor
+	add := func(name string, std, mean float64, shape ...int) {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(mean + std*r.NormFloat64())
+		}
+		ts = append(ts, safetensors.FromFloat32(name, dtype, shape, v))
+	}
+	h, hd := cfg.HiddenSize, cfg.HeadDim
+	add("model.embed_tokens.weight", 0.02, 0, cfg.VocabSize, h)
+	add("model.norm.weight", 0.1, 1, h)
+	if !cfg.TieEmbeddings {
+		add("lm_head.weight", 0.02, 0, cfg.VocabSize, h)
+	}
+	for i := range cfg.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		add(p+"input_layernorm.weight", 0.1, 1, h)
+		add(p+"post_attention_layernorm.weight", 0.1, 1, h)
+		add(p+"self_attn.q_proj.weight", 0.02, 0, cfg.Heads*hd, h)
+		add(p+"self_attn.k_proj.weight", 0.02, 0, cfg.KVHeads*hd, h)
+		add(p+"self_attn.v_proj.weight", 0.02, 0, cfg.KVHeads*hd, h)
+		add(p+"self_attn.o_proj.weight", 0.02, 0, h, cfg.Heads*hd)
+		if cfg.QKVBias() {
+			add(p+"self_attn.q_proj.bias", 0.02, 0, cfg.Heads*hd)
+			add(p+"self_attn.k_proj.bias", 0.02, 0, cfg.KVHeads*hd)
+			add(p+"self_attn.v_proj.bias", 0.02, 0, cfg.KVHeads*hd)
+		}
+		if cfg.QKNorm() {
+			add(p+"self_attn.q_norm.weight", 0.1, 1, hd)
+			add(p+"self_attn.k_norm.weight", 0.1, 1, hd)
+		}
+		add(p+"mlp.gate_proj.weight", 0.02, 0, cfg.Intermediate, h)
+		add(p+"mlp.up_proj.weight", 0.02, 0, cfg.Intermediate, h)
+		add(p+"mlp.down_proj.weight", 0.02, 0, h, cfg.Intermediate)
+	}
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
+		return err
+	}
+	return writeConfig(dir, cfg, dtype)
+}
+
+// writeConfig writes a config.json that transformers loads too.
+func writeConfig(dir string, cfg Config, dtype safetensors.DType) error {
+	arch := map[string]string{"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[cfg.ModelType]
+	cfg.Architectures = []string{arch}
+	cfg.TorchDType = map[safetensors.DType]string{safetensors.F32: "float32", safetensors.F16: "float16", safetensors.BF16: "bfloat16"}[dtype]
+	cfg.HiddenAct = "silu"
+	if cfg.ModelType == "qwen3" && cfg.AttentionBias == nil {
+		f := false
+		cfg.AttentionBias = &f
+	}
+	raw, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644)
+}

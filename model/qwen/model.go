@@ -1,0 +1,219 @@
+package qwen
+
+import (
+	"fmt"
+
+	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/model/safetensors"
+)
+
+// Linear is y = x W^T + b with W[out, in] as PyTorch stores it.
+type Linear struct {
+	W       []float32
+	B       []float32 // nil without bias
+	In, Out int
+}
+
+// Forward maps x[t, In] to y[t, Out].
+func (l *Linear) Forward(y, x []float32, t int) { cpu.MatMulT(y, x, l.W, l.B, t, l.In, l.Out) }
+
+// Attention is grouped-query self-attention with rotary positions.
+type Attention struct {
+	Q, K, V, O   Linear
+	QNorm, KNorm []float32 // Qwen3 only
+}
+
+// MLP is the SwiGLU feed-forward block.
+type MLP struct{ Gate, Up, Down Linear }
+
+// Layer is one decoder block.
+type Layer struct {
+	AttnNorm []float32
+	Attn     Attention
+	MLPNorm  []float32
+	MLP      MLP
+}
+
+// Model is a Qwen decoder.
+type Model struct {
+	Config
+	Embed  []float32 // [vocab, hidden]
+	Layers []Layer
+	Norm   []float32
+	LMHead []float32 // [vocab, hidden]; the embedding when tied
+	cos    []float32
+	sin    []float32
+}
+
+// Load builds the model from a Hugging Face directory (config.json and
+// safetensors, sharded or not). Weights are widened to float32.
+func Load(dir string) (*Model, error) {
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return FromTensors(cfg, st)
+}
+
+// TensorSource is where weights come from (a safetensors.Dir).
+type TensorSource interface {
+	Tensor(name string) (safetensors.Tensor, bool)
+}
+
+// FromTensors builds the model from named tensors, checking every shape.
+func FromTensors(cfg Config, src TensorSource) (*Model, error) {
+	m := &Model{Config: cfg}
+	h, hd := cfg.HiddenSize, cfg.HeadDim
+	get := func(name string, shape ...int) ([]float32, error) {
+		t, ok := src.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("tensor %q is missing", name)
+		}
+		if fmt.Sprint(t.Shape) != fmt.Sprint(shape) {
+			return nil, fmt.Errorf("tensor %q has shape %v, config.json implies %v", name, t.Shape, shape)
+		}
+		return t.Float32(), nil
+	}
+	linear := func(name string, in, out int, bias bool) (Linear, error) {
+		l := Linear{In: in, Out: out}
+		var err error
+		if l.W, err = get(name+".weight", out, in); err != nil {
+			return l, err
+		}
+		if bias {
+			l.B, err = get(name+".bias", out)
+		}
+		return l, err
+	}
+	var err error
+	if m.Embed, err = get("model.embed_tokens.weight", cfg.VocabSize, h); err != nil {
+		return nil, err
+	}
+	if m.Norm, err = get("model.norm.weight", h); err != nil {
+		return nil, err
+	}
+	if cfg.TieEmbeddings {
+		m.LMHead = m.Embed
+	} else if m.LMHead, err = get("lm_head.weight", cfg.VocabSize, h); err != nil {
+		return nil, err
+	}
+	bias := cfg.QKVBias()
+	for i := range cfg.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		var l Layer
+		steps := []func() error{
+			func() (e error) { l.AttnNorm, e = get(p+"input_layernorm.weight", h); return },
+			func() (e error) { l.MLPNorm, e = get(p+"post_attention_layernorm.weight", h); return },
+			func() (e error) { l.Attn.Q, e = linear(p+"self_attn.q_proj", h, cfg.Heads*hd, bias); return },
+			func() (e error) { l.Attn.K, e = linear(p+"self_attn.k_proj", h, cfg.KVHeads*hd, bias); return },
+			func() (e error) { l.Attn.V, e = linear(p+"self_attn.v_proj", h, cfg.KVHeads*hd, bias); return },
+			func() (e error) { l.Attn.O, e = linear(p+"self_attn.o_proj", cfg.Heads*hd, h, false); return },
+			func() (e error) { l.MLP.Gate, e = linear(p+"mlp.gate_proj", h, cfg.Intermediate, false); return },
+			func() (e error) { l.MLP.Up, e = linear(p+"mlp.up_proj", h, cfg.Intermediate, false); return },
+			func() (e error) { l.MLP.Down, e = linear(p+"mlp.down_proj", cfg.Intermediate, h, false); return },
+		}
+		if cfg.QKNorm() {
+			steps = append(steps,
+				func() (e error) { l.Attn.QNorm, e = get(p+"self_attn.q_norm.weight", hd); return },
+				func() (e error) { l.Attn.KNorm, e = get(p+"self_attn.k_norm.weight", hd); return })
+		}
+		for _, s := range steps {
+			if err := s(); err != nil {
+				return nil, err
+			}
+		}
+		m.Layers = append(m.Layers, l)
+	}
+	return m, nil
+}
+
+// Cache is the key/value cache of one sequence: per layer [maxT, kvHeads,
+// headDim].
+type Cache struct {
+	K, V [][]float32
+	Len  int // positions filled
+	Max  int
+}
+
+// NewCache allocates a cache for up to maxT positions.
+func (m *Model) NewCache(maxT int) *Cache {
+	c := &Cache{Max: maxT}
+	n := maxT * m.KVHeads * m.HeadDim
+	for range m.Layers {
+		c.K = append(c.K, make([]float32, n))
+		c.V = append(c.V, make([]float32, n))
+	}
+	return c
+}
+
+func (m *Model) rope(maxPos int) {
+	if len(m.cos) < maxPos*m.HeadDim/2 {
+		m.cos, m.sin = cpu.RopeTables(max(maxPos, 2*len(m.cos)/max(m.HeadDim, 1)), m.HeadDim, m.RopeTheta)
+	}
+}
+
+// Forward runs tokens (positions cache.Len onwards) through the decoder,
+// appends their keys and values to the cache and returns logits[t, vocab].
+func (m *Model) Forward(tokens []int, cache *Cache) ([]float32, error) {
+	t := len(tokens)
+	if cache.Len+t > cache.Max {
+		return nil, fmt.Errorf("sequence of %d tokens exceeds the cache of %d", cache.Len+t, cache.Max)
+	}
+	h, hd := m.HiddenSize, m.HeadDim
+	m.rope(cache.Len + t)
+	x := make([]float32, t*h)
+	for i, id := range tokens {
+		if id < 0 || id >= m.VocabSize {
+			return nil, fmt.Errorf("token id %d is outside the vocabulary of %d", id, m.VocabSize)
+		}
+		copy(x[i*h:(i+1)*h], m.Embed[id*h:(id+1)*h])
+	}
+	pos := make([]int, t)
+	for i := range pos {
+		pos[i] = cache.Len + i
+	}
+	eps := float32(m.RMSNormEps)
+	xn := make([]float32, t*h)
+	q := make([]float32, t*m.Heads*hd)
+	attn := make([]float32, t*m.Heads*hd)
+	proj := make([]float32, t*h)
+	gate := make([]float32, t*m.Intermediate)
+	up := make([]float32, t*m.Intermediate)
+	for li := range m.Layers {
+		l := &m.Layers[li]
+		kvw := m.KVHeads * hd
+		k := cache.K[li][cache.Len*kvw : (cache.Len+t)*kvw]
+		v := cache.V[li][cache.Len*kvw : (cache.Len+t)*kvw]
+		// Attention block: x += O(attn(rope(norm(Q xn)), rope(norm(K xn)), V xn))
+		cpu.RMSNorm(xn, x, l.AttnNorm, h, eps)
+		l.Attn.Q.Forward(q, xn, t)
+		l.Attn.K.Forward(k, xn, t)
+		l.Attn.V.Forward(v, xn, t)
+		if l.Attn.QNorm != nil {
+			cpu.RMSNorm(q, q, l.Attn.QNorm, hd, eps)
+			cpu.RMSNorm(k, k, l.Attn.KNorm, hd, eps)
+		}
+		cpu.Rope(q, pos, m.Heads, hd, m.cos, m.sin)
+		cpu.Rope(k, pos, m.KVHeads, hd, m.cos, m.sin)
+		cpu.Attention(attn, q, cache.K[li], cache.V[li], nil, t, cache.Len, m.Heads, m.KVHeads, hd)
+		l.Attn.O.Forward(proj, attn, t)
+		cpu.Add(x, proj)
+		// MLP block: x += Down(silu(Gate xn) * Up xn)
+		cpu.RMSNorm(xn, x, l.MLPNorm, h, eps)
+		l.MLP.Gate.Forward(gate, xn, t)
+		l.MLP.Up.Forward(up, xn, t)
+		cpu.SiLUMul(gate, gate, up)
+		l.MLP.Down.Forward(proj, gate, t)
+		cpu.Add(x, proj)
+	}
+	cache.Len += t
+	cpu.RMSNorm(xn, x, m.Norm, h, eps)
+	logits := make([]float32, t*m.VocabSize)
+	cpu.MatMulT(logits, xn, m.LMHead, nil, t, h, m.VocabSize)
+	return logits, nil
+}
