@@ -157,38 +157,71 @@ func (m *Model) rope(maxPos int) {
 	}
 }
 
+// Clone copies the cache, for sequences that share a prompt prefix.
+func (c *Cache) Clone() *Cache {
+	n := &Cache{Len: c.Len, Max: c.Max}
+	for i := range c.K {
+		n.K = append(n.K, append([]float32(nil), c.K[i]...))
+		n.V = append(n.V, append([]float32(nil), c.V[i]...))
+	}
+	return n
+}
+
 // Forward runs tokens (positions cache.Len onwards) through the decoder,
 // appends their keys and values to the cache and returns logits[t, vocab].
 func (m *Model) Forward(tokens []int, cache *Cache) ([]float32, error) {
-	t := len(tokens)
-	if cache.Len+t > cache.Max {
-		return nil, fmt.Errorf("sequence of %d tokens exceeds the cache of %d", cache.Len+t, cache.Max)
+	out, err := m.ForwardBatch([][]int{tokens}, []*Cache{cache})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// ForwardBatch runs several sequences at once: their new tokens are stacked
+// into one matrix so every projection reads its weights once per step (what
+// makes batched decoding cheaper than one sequence at a time); attention
+// runs per sequence against its own cache. It returns logits[t_i, vocab]
+// for each sequence.
+func (m *Model) ForwardBatch(tokens [][]int, caches []*Cache) ([][]float32, error) {
+	if len(tokens) != len(caches) {
+		return nil, fmt.Errorf("%d token lists for %d caches", len(tokens), len(caches))
 	}
 	h, hd := m.HiddenSize, m.HeadDim
-	m.rope(cache.Len + t)
-	x := make([]float32, t*h)
-	for i, id := range tokens {
-		if id < 0 || id >= m.VocabSize {
-			return nil, fmt.Errorf("token id %d is outside the vocabulary of %d", id, m.VocabSize)
+	total, maxPos := 0, 0
+	for s, toks := range tokens {
+		if caches[s].Len+len(toks) > caches[s].Max {
+			return nil, fmt.Errorf("sequence %d: %d tokens exceed the cache of %d", s, caches[s].Len+len(toks), caches[s].Max)
 		}
-		copy(x[i*h:(i+1)*h], m.Embed[id*h:(id+1)*h])
+		total += len(toks)
+		maxPos = max(maxPos, caches[s].Len+len(toks))
 	}
-	pos := make([]int, t)
-	for i := range pos {
-		pos[i] = cache.Len + i
+	m.rope(maxPos)
+	x := make([]float32, total*h)
+	pos := make([]int, 0, total)
+	row := 0
+	for s, toks := range tokens {
+		for i, id := range toks {
+			if id < 0 || id >= m.VocabSize {
+				return nil, fmt.Errorf("sequence %d: token id %d is outside the vocabulary of %d", s, id, m.VocabSize)
+			}
+			copy(x[row*h:(row+1)*h], m.Embed[id*h:(id+1)*h])
+			pos = append(pos, caches[s].Len+i)
+			row++
+		}
 	}
+	t := total
 	eps := float32(m.RMSNormEps)
+	kvw := m.KVHeads * hd
 	xn := make([]float32, t*h)
 	q := make([]float32, t*m.Heads*hd)
+	k := make([]float32, t*kvw)
+	v := make([]float32, t*kvw)
 	attn := make([]float32, t*m.Heads*hd)
 	proj := make([]float32, t*h)
 	gate := make([]float32, t*m.Intermediate)
 	up := make([]float32, t*m.Intermediate)
 	for li := range m.Layers {
 		l := &m.Layers[li]
-		kvw := m.KVHeads * hd
-		k := cache.K[li][cache.Len*kvw : (cache.Len+t)*kvw]
-		v := cache.V[li][cache.Len*kvw : (cache.Len+t)*kvw]
 		// Attention block: x += O(attn(rope(norm(Q xn)), rope(norm(K xn)), V xn))
 		cpu.RMSNorm(xn, x, l.AttnNorm, h, eps)
 		l.Attn.Q.Forward(q, xn, t)
@@ -200,7 +233,15 @@ func (m *Model) Forward(tokens []int, cache *Cache) ([]float32, error) {
 		}
 		cpu.Rope(q, pos, m.Heads, hd, m.cos, m.sin)
 		cpu.Rope(k, pos, m.KVHeads, hd, m.cos, m.sin)
-		cpu.Attention(attn, q, cache.K[li], cache.V[li], nil, t, cache.Len, m.Heads, m.KVHeads, hd)
+		row := 0
+		for s, toks := range tokens {
+			c, n := caches[s], len(toks)
+			copy(c.K[li][c.Len*kvw:], k[row*kvw:(row+n)*kvw])
+			copy(c.V[li][c.Len*kvw:], v[row*kvw:(row+n)*kvw])
+			qs := m.Heads * hd
+			cpu.Attention(attn[row*qs:(row+n)*qs], q[row*qs:(row+n)*qs], c.K[li], c.V[li], nil, n, c.Len, m.Heads, m.KVHeads, hd)
+			row += n
+		}
 		l.Attn.O.Forward(proj, attn, t)
 		cpu.Add(x, proj)
 		// MLP block: x += Down(silu(Gate xn) * Up xn)
@@ -211,9 +252,15 @@ func (m *Model) Forward(tokens []int, cache *Cache) ([]float32, error) {
 		l.MLP.Down.Forward(proj, gate, t)
 		cpu.Add(x, proj)
 	}
-	cache.Len += t
 	cpu.RMSNorm(xn, x, m.Norm, h, eps)
 	logits := make([]float32, t*m.VocabSize)
 	cpu.MatMulT(logits, xn, m.LMHead, nil, t, h, m.VocabSize)
-	return logits, nil
+	out := make([][]float32, len(tokens))
+	row = 0
+	for s, toks := range tokens {
+		caches[s].Len += len(toks)
+		out[s] = logits[row*m.VocabSize : (row+len(toks))*m.VocabSize]
+		row += len(toks)
+	}
+	return out, nil
 }

@@ -1,0 +1,222 @@
+package qwen
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/agemem/agemem/kernels/cpu"
+)
+
+// Sampling controls generation. Temperature 0 is greedy decoding.
+type Sampling struct {
+	Temperature float64
+	TopP        float64 // nucleus mass in (0, 1]; 0 or 1 keeps everything
+	TopK        int     // 0 keeps everything
+	Seed        uint64
+	MaxTokens   int
+	StopIDs     []int    // e.g. <|im_end|>, <|endoftext|>
+	Stop        []string // stop strings, matched on the decoded text
+}
+
+// Decoder turns ids into text; a tokenizer provides it. Generation needs it
+// only for stop strings.
+type Decoder interface {
+	Decode(ids []int, skipSpecial bool) string
+}
+
+// Generation is one sequence's output. LogProbs[i] is log pi(token i) under
+// the model's own distribution (temperature 1, no truncation): the number
+// GRPO's ratio needs, and what Score returns for the same tokens.
+type Generation struct {
+	Tokens       []int
+	LogProbs     []float32
+	FinishReason string // "stop" (a stop id or string), "length"
+}
+
+// Generate continues each prompt. Prompts that share a leading run of tokens
+// (the system prompt of a group's rollouts) are prefilled once and the
+// cache is copied. All live sequences advance together, one batched forward
+// per step. Sequence i samples from its own generator seeded with
+// (Seed, i), so a run is reproducible.
+func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec Decoder) ([]Generation, error) {
+	if len(prompts) == 0 {
+		return nil, nil
+	}
+	if s.MaxTokens <= 0 {
+		return nil, fmt.Errorf("max tokens must be positive, got %d", s.MaxTokens)
+	}
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("prompt %d is empty", i)
+		}
+	}
+	maxLen := 0
+	for _, p := range prompts {
+		maxLen = max(maxLen, len(p)+s.MaxTokens)
+	}
+	if m.MaxPositions > 0 && maxLen > m.MaxPositions {
+		return nil, fmt.Errorf("prompt plus max tokens (%d) exceeds the model's %d positions", maxLen, m.MaxPositions)
+	}
+	// Shared prefix: the longest run common to all prompts, leaving each at
+	// least one token of its own to produce first logits from.
+	prefix := len(prompts[0]) - 1
+	for _, p := range prompts[1:] {
+		n := 0
+		for n < prefix && n < len(p)-1 && p[n] == prompts[0][n] {
+			n++
+		}
+		prefix = n
+	}
+	base := m.NewCache(maxLen)
+	if prefix > 0 {
+		if _, err := m.Forward(prompts[0][:prefix], base); err != nil {
+			return nil, err
+		}
+	}
+	n := len(prompts)
+	caches := make([]*Cache, n)
+	next := make([][]int, n)
+	rngs := make([]*rand.Rand, n)
+	out := make([]Generation, n)
+	for i, p := range prompts {
+		if i == n-1 {
+			caches[i] = base
+		} else {
+			caches[i] = base.Clone()
+		}
+		next[i] = p[prefix:]
+		rngs[i] = rand.New(rand.NewPCG(s.Seed, uint64(i)))
+	}
+	live := make([]int, n)
+	for i := range live {
+		live[i] = i
+	}
+	logp := make([]float32, m.VocabSize)
+	for len(live) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		toks := make([][]int, len(live))
+		cs := make([]*Cache, len(live))
+		for j, i := range live {
+			toks[j], cs[j] = next[i], caches[i]
+		}
+		logits, err := m.ForwardBatch(toks, cs)
+		if err != nil {
+			return nil, err
+		}
+		var still []int
+		for j, i := range live {
+			row := logits[j][(len(toks[j])-1)*m.VocabSize:]
+			tok := sample(row, s, rngs[i])
+			cpu.LogSoftmax(logp, row)
+			g := &out[i]
+			g.Tokens = append(g.Tokens, tok)
+			g.LogProbs = append(g.LogProbs, logp[tok])
+			switch {
+			case slices.Contains(s.StopIDs, tok):
+				g.FinishReason = "stop"
+			case len(s.Stop) > 0 && dec != nil && hasStop(dec.Decode(g.Tokens, false), s.Stop):
+				g.FinishReason = "stop"
+			case len(g.Tokens) >= s.MaxTokens:
+				g.FinishReason = "length"
+			default:
+				next[i] = []int{tok}
+				still = append(still, i)
+			}
+		}
+		live = still
+	}
+	return out, nil
+}
+
+func hasStop(text string, stops []string) bool {
+	for _, s := range stops {
+		if s != "" && strings.Contains(text, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// sample draws a token from logits with temperature, top-k and top-p.
+func sample(logits []float32, s Sampling, r *rand.Rand) int {
+	if s.Temperature <= 0 {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	type cand struct {
+		id int
+		p  float64
+	}
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	cs := make([]cand, len(logits))
+	for i, v := range logits {
+		cs[i] = cand{i, math.Exp((float64(v) - mx) / s.Temperature)}
+	}
+	sort.Slice(cs, func(a, b int) bool { return cs[a].p > cs[b].p || (cs[a].p == cs[b].p && cs[a].id < cs[b].id) })
+	if s.TopK > 0 && s.TopK < len(cs) {
+		cs = cs[:s.TopK]
+	}
+	var z float64
+	for _, c := range cs {
+		z += c.p
+	}
+	if s.TopP > 0 && s.TopP < 1 {
+		acc := 0.0
+		for k, c := range cs {
+			acc += c.p / z
+			if acc >= s.TopP {
+				cs = cs[:k+1]
+				break
+			}
+		}
+		z = 0
+		for _, c := range cs {
+			z += c.p
+		}
+	}
+	u := r.Float64() * z
+	for _, c := range cs {
+		u -= c.p
+		if u <= 0 {
+			return c.id
+		}
+	}
+	return cs[len(cs)-1].id
+}
+
+// Score returns log pi(continuation[i] | prompt, continuation[:i]) for each
+// continuation token: one forward pass over prompt and continuation (the
+// old- and reference-policy log-probabilities of GRPO).
+func (m *Model) Score(prompt, continuation []int) ([]float32, error) {
+	if len(prompt) == 0 || len(continuation) == 0 {
+		return nil, fmt.Errorf("score needs a non-empty prompt and continuation")
+	}
+	all := append(slices.Clone(prompt), continuation...)
+	logits, err := m.Forward(all, m.NewCache(len(all)))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(continuation))
+	logp := make([]float32, m.VocabSize)
+	for i, tok := range continuation {
+		row := logits[(len(prompt)-1+i)*m.VocabSize : (len(prompt)+i)*m.VocabSize]
+		cpu.LogSoftmax(logp, row)
+		out[i] = logp[tok]
+	}
+	return out, nil
+}
