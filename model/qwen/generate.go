@@ -74,7 +74,7 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec D
 	}
 	base := m.NewCache(maxLen)
 	if prefix > 0 {
-		if _, err := m.Forward(prompts[0][:prefix], base); err != nil {
+		if _, err := m.forward([][]int{prompts[0][:prefix]}, []*Cache{base}, true); err != nil {
 			return nil, err
 		}
 	}
@@ -106,13 +106,13 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec D
 		for j, i := range live {
 			toks[j], cs[j] = next[i], caches[i]
 		}
-		logits, err := m.ForwardBatch(toks, cs)
+		logits, err := m.forward(toks, cs, true)
 		if err != nil {
 			return nil, err
 		}
 		var still []int
 		for j, i := range live {
-			row := logits[j][(len(toks[j])-1)*m.VocabSize:]
+			row := logits[j]
 			tok := sample(row, s, rngs[i])
 			cpu.LogSoftmax(logp, row)
 			g := &out[i]
@@ -206,15 +206,23 @@ func (m *Model) Score(prompt, continuation []int) ([]float32, error) {
 	if len(prompt) == 0 || len(continuation) == 0 {
 		return nil, fmt.Errorf("score needs a non-empty prompt and continuation")
 	}
-	all := append(slices.Clone(prompt), continuation...)
-	logits, err := m.Forward(all, m.NewCache(len(all)))
+	// The prompt but its last token goes through the cache without logits;
+	// only the positions that predict the continuation are projected.
+	cache := m.NewCache(len(prompt) + len(continuation))
+	if len(prompt) > 1 {
+		if _, err := m.forward([][]int{prompt[:len(prompt)-1]}, []*Cache{cache}, true); err != nil {
+			return nil, err
+		}
+	}
+	tail := append([]int{prompt[len(prompt)-1]}, continuation...)
+	logits, err := m.Forward(tail, cache)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]float32, len(continuation))
 	logp := make([]float32, m.VocabSize)
 	for i, tok := range continuation {
-		row := logits[(len(prompt)-1+i)*m.VocabSize : (len(prompt)+i)*m.VocabSize]
+		row := logits[i*m.VocabSize : (i+1)*m.VocabSize]
 		cpu.LogSoftmax(logp, row)
 		out[i] = logp[tok]
 	}

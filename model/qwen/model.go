@@ -183,6 +183,13 @@ func (m *Model) Forward(tokens []int, cache *Cache) ([]float32, error) {
 // runs per sequence against its own cache. It returns logits[t_i, vocab]
 // for each sequence.
 func (m *Model) ForwardBatch(tokens [][]int, caches []*Cache) ([][]float32, error) {
+	return m.forward(tokens, caches, false)
+}
+
+// forward is ForwardBatch; with lastOnly it computes the logits of each
+// sequence's last token only (generation needs no others, and the vocabulary
+// projection of a whole prompt would cost more than the prompt itself).
+func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]float32, error) {
 	if len(tokens) != len(caches) {
 		return nil, fmt.Errorf("%d token lists for %d caches", len(tokens), len(caches))
 	}
@@ -253,14 +260,30 @@ func (m *Model) ForwardBatch(tokens [][]int, caches []*Cache) ([][]float32, erro
 		cpu.Add(x, proj)
 	}
 	cpu.RMSNorm(xn, x, m.Norm, h, eps)
+	for s, toks := range tokens {
+		caches[s].Len += len(toks)
+	}
+	if lastOnly {
+		// Gather each sequence's last row, then project only those.
+		last := make([]float32, len(tokens)*h)
+		row := 0
+		for s, toks := range tokens {
+			row += len(toks)
+			copy(last[s*h:(s+1)*h], xn[(row-1)*h:row*h])
+		}
+		xn, t = last, len(tokens)
+	}
 	logits := make([]float32, t*m.VocabSize)
 	cpu.MatMulT(logits, xn, m.LMHead, nil, t, h, m.VocabSize)
 	out := make([][]float32, len(tokens))
 	row = 0
 	for s, toks := range tokens {
-		caches[s].Len += len(toks)
-		out[s] = logits[row*m.VocabSize : (row+len(toks))*m.VocabSize]
-		row += len(toks)
+		n := len(toks)
+		if lastOnly {
+			n = 1
+		}
+		out[s] = logits[row*m.VocabSize : (row+n)*m.VocabSize]
+		row += n
 	}
 	return out, nil
 }

