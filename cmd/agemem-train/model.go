@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tokenizer"
+)
+
+func initModelCmd() *cobra.Command {
+	var preset, out, dtype, tokPath string
+	var seed uint64
+	names := make([]string, 0, len(qwen.Presets))
+	for n := range qwen.Presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	cmd := &cobra.Command{
+		Use:   "init-model",
+		Short: "Write a random-weight Qwen model in the Hugging Face layout",
+		Long: `Writes config.json and model.safetensors with random weights for tests and
+benchmarks. With --tokenizer, the tokenizer.json is copied beside them and the
+vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") + ".",
+		Example: `  agemem-train init-model --preset tiny-qwen3 --out runs/tiny
+  agemem-train init-model --preset qwen2.5-0.5b-shape --dtype bf16 --tokenizer tokenizer.json --out runs/q05`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, ok := qwen.Presets[preset]
+			if !ok {
+				return fmt.Errorf("--preset %q: want one of %s", preset, strings.Join(names, ", "))
+			}
+			dt := map[string]safetensors.DType{"f32": safetensors.F32, "f16": safetensors.F16, "bf16": safetensors.BF16}[dtype]
+			if dt == "" {
+				return fmt.Errorf("--dtype %q: want f32, f16 or bf16", dtype)
+			}
+			if out == "" {
+				return fmt.Errorf("--out is required")
+			}
+			if tokPath != "" {
+				tok, err := tokenizer.Load(tokPath)
+				if err != nil {
+					return err
+				}
+				cfg.VocabSize = tok.VocabSize()
+				raw, _ := os.ReadFile(tokPath)
+				if err := os.MkdirAll(out, 0o755); err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(out, "tokenizer.json"), raw, 0o644); err != nil {
+					return err
+				}
+			}
+			if err := qwen.InitRandom(out, cfg, dt, seed); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s, %d layers, hidden %d, vocab %d, %s)\n", out, cfg.ModelType, cfg.Layers, cfg.HiddenSize, cfg.VocabSize, dtype)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&preset, "preset", "tiny-qwen3", "model shape")
+	cmd.Flags().StringVar(&out, "out", "", "output directory")
+	cmd.Flags().StringVar(&dtype, "dtype", "bf16", "weight type: f32, f16 or bf16")
+	cmd.Flags().StringVar(&tokPath, "tokenizer", "", "tokenizer.json to copy (sets the vocabulary size)")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed")
+	return cmd
+}
+
+func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
+	return tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+}
+
+func tokenizeCmd() *cobra.Command {
+	var dir string
+	var decode bool
+	cmd := &cobra.Command{
+		Use:   "tokenize",
+		Short: "Print the token ids of stdin as a JSON array (--decode: the reverse)",
+		Example: `  echo -n "Hello, world" | agemem-train tokenize --model runs/tiny
+  echo "[9707, 11, 1879]" | agemem-train tokenize --model runs/tiny --decode`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tok, err := loadTokenizer(dir)
+			if err != nil {
+				return err
+			}
+			in, err := io.ReadAll(cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			if decode {
+				var ids []int
+				if err := json.Unmarshal(in, &ids); err != nil {
+					return fmt.Errorf("stdin must be a JSON array of token ids: %w", err)
+				}
+				for _, id := range ids {
+					if id < 0 || id >= tok.VocabSize() {
+						return fmt.Errorf("token id %d is outside the vocabulary of %d", id, tok.VocabSize())
+					}
+				}
+				fmt.Fprint(cmd.OutOrStdout(), tok.Decode(ids, false))
+				return nil
+			}
+			ids := tok.Encode(string(in))
+			if ids == nil {
+				ids = []int{}
+			}
+			b, _ := json.Marshal(ids)
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "model", "", "model directory holding tokenizer.json")
+	cmd.Flags().BoolVar(&decode, "decode", false, "read ids, print text")
+	cmd.MarkFlagRequired("model")
+	return cmd
+}
+
+func generateCmd() *cobra.Command {
+	var dir, system string
+	var s qwen.Sampling
+	cmd := &cobra.Command{
+		Use:   "generate",
+		Short: "Chat with a model from the terminal, streaming its replies",
+		Long: `Reads one user message per line from stdin and streams the assistant's reply,
+keeping the conversation. An empty line or end of input stops.`,
+		Example: `  agemem-train generate --model runs/tiny --temperature 0.7 --max-tokens 128`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tok, err := loadTokenizer(dir)
+			if err != nil {
+				return err
+			}
+			m, err := qwen.Load(dir)
+			if err != nil {
+				return err
+			}
+			if m.VocabSize < tok.VocabSize() {
+				return fmt.Errorf("%s: the tokenizer has %d ids but the model only %d", dir, tok.VocabSize(), m.VocabSize)
+			}
+			for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
+				if id, ok := tok.TokenID(name); ok {
+					s.StopIDs = append(s.StopIDs, id)
+				}
+			}
+			var msgs []qwen.Message
+			if system != "" {
+				msgs = append(msgs, qwen.Message{Role: "system", Content: system})
+			}
+			out := cmd.OutOrStdout()
+			in := bufio.NewScanner(cmd.InOrStdin())
+			in.Buffer(make([]byte, 1<<20), 1<<24)
+			for {
+				fmt.Fprint(cmd.ErrOrStderr(), "> ")
+				if !in.Scan() || strings.TrimSpace(in.Text()) == "" {
+					return in.Err()
+				}
+				msgs = append(msgs, qwen.Message{Role: "user", Content: in.Text()})
+				text, err := qwen.RenderChat(msgs, qwen.ChatOptions{AddGenerationPrompt: true})
+				if err != nil {
+					return err
+				}
+				dec := tok.NewDecoder(true)
+				var reply strings.Builder
+				stream := func(id int) {
+					piece := dec.Add(id)
+					reply.WriteString(piece)
+					fmt.Fprint(out, piece)
+				}
+				_, err = m.GenerateStream(context.Background(), tok.Encode(text), s, tok, stream)
+				if err != nil {
+					return err
+				}
+				rest := dec.Flush()
+				reply.WriteString(rest)
+				fmt.Fprintln(out, rest)
+				msgs = append(msgs, qwen.Message{Role: "assistant", Content: reply.String()})
+			}
+		},
+	}
+	cmd.Flags().StringVar(&dir, "model", "", "model directory (config.json, tokenizer.json, safetensors)")
+	cmd.Flags().StringVar(&system, "system", "", "system prompt")
+	cmd.Flags().Float64Var(&s.Temperature, "temperature", 0.7, "sampling temperature (0: greedy)")
+	cmd.Flags().Float64Var(&s.TopP, "top-p", 0.9, "nucleus mass")
+	cmd.Flags().IntVar(&s.TopK, "top-k", 0, "keep the k likeliest tokens (0: all)")
+	cmd.Flags().IntVar(&s.MaxTokens, "max-tokens", 256, "reply length limit")
+	cmd.Flags().Uint64Var(&s.Seed, "seed", 1, "sampling seed")
+	cmd.MarkFlagRequired("model")
+	return cmd
+}
