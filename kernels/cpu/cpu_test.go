@@ -1,0 +1,126 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func randVec(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+// TestAttentionMatchesReference checks causal GQA attention with a padding
+// mask against a float64 loop written from the definition.
+func TestAttentionMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	const tNew, start, heads, kvHeads, d = 3, 4, 4, 2, 8
+	total := start + tNew
+	q := randVec(r, tNew*heads*d)
+	kc := randVec(r, total*kvHeads*d)
+	vc := randVec(r, total*kvHeads*d)
+	valid := []bool{false, true, true, false, true, true, true} // two padded cache slots
+	out := make([]float32, tNew*heads*d)
+	Attention(out, q, kc, vc, valid, tNew, start, heads, kvHeads, d)
+	for i := range tNew {
+		for h := range heads {
+			kvh := h / (heads / kvHeads)
+			var sc []float64
+			var idx []int
+			for j := 0; j <= start+i; j++ {
+				if !valid[j] {
+					continue
+				}
+				s := 0.0
+				for x := range d {
+					s += float64(q[(i*heads+h)*d+x]) * float64(kc[(j*kvHeads+kvh)*d+x])
+				}
+				sc = append(sc, s/math.Sqrt(d))
+				idx = append(idx, j)
+			}
+			mx := math.Inf(-1)
+			for _, s := range sc {
+				mx = math.Max(mx, s)
+			}
+			z := 0.0
+			for k := range sc {
+				sc[k] = math.Exp(sc[k] - mx)
+				z += sc[k]
+			}
+			for x := range d {
+				want := 0.0
+				for k, j := range idx {
+					want += sc[k] / z * float64(vc[(j*kvHeads+kvh)*d+x])
+				}
+				if got := out[(i*heads+h)*d+x]; math.Abs(float64(got)-want) > 1e-5 {
+					t.Fatalf("t%d h%d x%d: %g want %g", i, h, x, got, want)
+				}
+			}
+		}
+	}
+	// A query whose every key is masked yields zeros, not NaN.
+	Attention(out[:heads*d], q[:heads*d], kc, vc, []bool{false, false, false, false, false}, 1, 0, heads, kvHeads, d)
+	for _, v := range out[:heads*d] {
+		if v != 0 {
+			t.Fatalf("fully masked query gave %g", v)
+		}
+	}
+}
+
+func TestLogSoftmaxAndRope(t *testing.T) {
+	x := []float32{1000, 1001, 999} // large: must not overflow
+	y := make([]float32, 3)
+	LogSoftmax(y, x)
+	s := 0.0
+	for _, v := range y {
+		s += math.Exp(float64(v))
+	}
+	if math.Abs(s-1) > 1e-6 || math.IsNaN(float64(y[0])) {
+		t.Fatalf("log-softmax: %v (sum of exp %g)", y, s)
+	}
+	// Rotation keeps each pair's norm and composes: pos 2 = pos 1 twice.
+	cos, sin := RopeTables(4, 8, 10000)
+	r := rand.New(rand.NewPCG(2, 2))
+	a := randVec(r, 8)
+	b := append([]float32(nil), a...)
+	Rope(a, []int{2}, 1, 8, cos, sin)
+	Rope(b, []int{1}, 1, 8, cos, sin)
+	Rope(b, []int{1}, 1, 8, cos, sin)
+	for i := range a {
+		if math.Abs(float64(a[i]-b[i])) > 1e-5 {
+			t.Fatalf("rope(2) != rope(1)∘rope(1): %v vs %v", a, b)
+		}
+	}
+}
+
+func TestMatMulTAndRMSNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	const m, k, n = 5, 37, 300 // n*m*k large enough for the parallel path
+	x, w, b := randVec(r, m*k), randVec(r, n*k), randVec(r, n)
+	y := make([]float32, m*n)
+	MatMulT(y, x, w, b, m, k, n)
+	for i := range m {
+		for j := range n {
+			want := float64(b[j])
+			for c := range k {
+				want += float64(x[i*k+c]) * float64(w[j*k+c])
+			}
+			if math.Abs(float64(y[i*n+j])-want) > 1e-4 {
+				t.Fatalf("y[%d,%d] = %g want %g", i, j, y[i*n+j], want)
+			}
+		}
+	}
+	g := []float32{1, 2, 0.5, 1}
+	out := make([]float32, 4)
+	RMSNorm(out, []float32{1, 2, 3, 4}, g, 4, 0)
+	rms := math.Sqrt((1 + 4 + 9 + 16) / 4.0)
+	for i, v := range []float64{1, 2, 3, 4} {
+		if want := v / rms * float64(g[i]); math.Abs(float64(out[i])-want) > 1e-6 {
+			t.Fatalf("rmsnorm[%d] = %g want %g", i, out[i], want)
+		}
+	}
+}
