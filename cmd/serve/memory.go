@@ -53,6 +53,17 @@ func (s *session) embed(text string) ([]float32, error) {
 	return v[0], nil
 }
 
+// prepare parses a --metadata flag and embeds text, the two inputs of every
+// write and search.
+func (s *session) prepare(metadata, text string) (map[string]any, []float32, error) {
+	md, err := parseMetadata(metadata)
+	if err != nil {
+		return nil, nil, err
+	}
+	v, err := s.embed(text)
+	return md, v, err
+}
+
 func parseMetadata(s string) (map[string]any, error) {
 	if s == "" {
 		return nil, nil
@@ -111,11 +122,7 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 		Use: "search QUERY", Short: "Retrieve the memories most similar to QUERY", Args: cobra.ExactArgs(1),
 		Example: `  serve memory search "where was Marla born" --top-k 3 --metadata '{"type":"bio"}'`,
 		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
-			md, err := parseMetadata(metadata)
-			if err != nil {
-				return err
-			}
-			v, err := s.embed(args[0])
+			md, v, err := s.prepare(metadata, args[0])
 			if err != nil {
 				return err
 			}
@@ -145,11 +152,7 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 		Use: "add CONTENT", Short: "Store a memory and print its id", Args: cobra.ExactArgs(1),
 		Example: `  serve memory add "Alice's cat is called Tabby" --type fact --metadata '{"topic":"pets"}'`,
 		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
-			md, err := parseMetadata(metadata)
-			if err != nil {
-				return err
-			}
-			v, err := s.embed(args[0])
+			md, v, err := s.prepare(metadata, args[0])
 			if err != nil {
 				return err
 			}
@@ -164,11 +167,7 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 	update := &cobra.Command{
 		Use: "update ID CONTENT", Short: "Replace a memory's content (and metadata, if given)", Args: cobra.ExactArgs(2),
 		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
-			md, err := parseMetadata(metadata)
-			if err != nil {
-				return err
-			}
-			v, err := s.embed(args[1])
+			md, v, err := s.prepare(metadata, args[1])
 			if err != nil {
 				return err
 			}
