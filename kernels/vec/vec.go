@@ -4,6 +4,8 @@
 // also the reference the tests compare against.
 package vec
 
+import "math"
+
 // Dot returns sum(a[i]*b[i]) over len(a); b must be at least as long.
 func Dot(a, b []float32) float32 {
 	if len(a) == 0 {
@@ -47,6 +49,31 @@ func sumGeneric(a []float32) float32 {
 	}
 	for ; i < len(a); i++ {
 		s0 += a[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// DotBF16 returns sum(x[i] * bf16(w[i])) over len(x): a row of bfloat16
+// weights against float32 activations, widened on the fly.
+func DotBF16(x []float32, w []uint16) float32 {
+	if len(x) == 0 {
+		return 0
+	}
+	_ = w[len(x)-1]
+	return dotBF16(x, w)
+}
+
+func dotBF16Generic(x []float32, w []uint16) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * math.Float32frombits(uint32(w[i])<<16)
+		s1 += x[i+1] * math.Float32frombits(uint32(w[i+1])<<16)
+		s2 += x[i+2] * math.Float32frombits(uint32(w[i+2])<<16)
+		s3 += x[i+3] * math.Float32frombits(uint32(w[i+3])<<16)
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * math.Float32frombits(uint32(w[i])<<16)
 	}
 	return (s0 + s1) + (s2 + s3)
 }

@@ -24,3 +24,13 @@ func sum(a []float32) float32 {
 	}
 	return sumGeneric(a)
 }
+
+//go:noescape
+func dotBF16AVX2(x *float32, w *uint16, n int) float32
+
+func dotBF16(x []float32, w []uint16) float32 {
+	if HasSIMD {
+		return dotBF16AVX2(&x[0], &w[0], len(x))
+	}
+	return dotBF16Generic(x, w)
+}

@@ -42,3 +42,24 @@ func TestDotPanicsWhenBShorter(t *testing.T) {
 	}()
 	Dot(make([]float32, 8), make([]float32, 4))
 }
+
+func TestDotBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 7, 8, 9, 31, 32, 33, 100, 896, 4864} {
+		x := make([]float32, n)
+		w := make([]uint16, n)
+		var want float64
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+			w[i] = uint16(math.Float32bits(float32(r.NormFloat64())) >> 16)
+			want += float64(x[i]) * float64(math.Float32frombits(uint32(w[i])<<16))
+		}
+		tol := 1e-5 * math.Sqrt(float64(n)) * 4
+		if got := DotBF16(x, w); math.Abs(float64(got)-want) > tol {
+			t.Errorf("DotBF16 n=%d: got %g want %g", n, got, want)
+		}
+		if got := dotBF16Generic(x, w); math.Abs(float64(got)-want) > tol {
+			t.Errorf("generic n=%d: got %g want %g", n, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package qwen
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/safetensors"
@@ -9,13 +10,12 @@ import (
 
 // Linear is y = x W^T + b with W[out, in] as PyTorch stores it.
 type Linear struct {
-	W       []float32
-	B       []float32 // nil without bias
-	In, Out int
+	W cpu.Matrix
+	B []float32 // nil without bias
 }
 
-// Forward maps x[t, In] to y[t, Out].
-func (l *Linear) Forward(y, x []float32, t int) { cpu.MatMulT(y, x, l.W, l.B, t, l.In, l.Out) }
+// Forward maps x[t, in] to y[t, out].
+func (l *Linear) Forward(y, x []float32, t int) { cpu.MatMul(y, x, l.W, l.B, t) }
 
 // Attention is grouped-query self-attention with rotary positions.
 type Attention struct {
@@ -37,16 +37,46 @@ type Layer struct {
 // Model is a Qwen decoder.
 type Model struct {
 	Config
-	Embed  []float32 // [vocab, hidden]
+	Embed  cpu.Matrix // [vocab, hidden]
 	Layers []Layer
 	Norm   []float32
-	LMHead []float32 // [vocab, hidden]; the embedding when tied
+	LMHead cpu.Matrix // [vocab, hidden]; the embedding when tied
 	cos    []float32
 	sin    []float32
+	closer io.Closer // the mapped checkpoint BF16 weights point into
+}
+
+// Close releases the memory-mapped checkpoint. The model must not be used
+// afterwards.
+func (m *Model) Close() error {
+	if m.closer == nil {
+		return nil
+	}
+	err := m.closer.Close()
+	m.closer = nil
+	return err
+}
+
+// WeightBytes is the size of the weights as held (bf16 views count 2 bytes
+// per parameter): the bytes a decoding step reads.
+func (m *Model) WeightBytes() int {
+	n := m.Embed.Bytes() + 4*len(m.Norm)
+	if !m.TieEmbeddings {
+		n += m.LMHead.Bytes()
+	}
+	for _, l := range m.Layers {
+		for _, lin := range []Linear{l.Attn.Q, l.Attn.K, l.Attn.V, l.Attn.O, l.MLP.Gate, l.MLP.Up, l.MLP.Down} {
+			n += lin.W.Bytes() + 4*len(lin.B)
+		}
+		n += 4 * (len(l.AttnNorm) + len(l.MLPNorm) + len(l.Attn.QNorm) + len(l.Attn.KNorm))
+	}
+	return n
 }
 
 // Load builds the model from a Hugging Face directory (config.json and
-// safetensors, sharded or not). Weights are widened to float32.
+// safetensors, sharded or not). BF16 matrices stay in the memory-mapped
+// file (pages load as they are first read); F32 and F16 ones are read into
+// float32. Close releases the mapping.
 func Load(dir string) (*Model, error) {
 	cfg, err := LoadConfig(dir)
 	if err != nil {
@@ -56,8 +86,13 @@ func Load(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
-	return FromTensors(cfg, st)
+	m, err := FromTensors(cfg, st)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	m.closer = st
+	return m, nil
 }
 
 // TensorSource is where weights come from (a safetensors.Dir).
@@ -69,20 +104,40 @@ type TensorSource interface {
 func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 	m := &Model{Config: cfg}
 	h, hd := cfg.HiddenSize, cfg.HeadDim
-	get := func(name string, shape ...int) ([]float32, error) {
+	tensor := func(name string, shape ...int) (safetensors.Tensor, error) {
 		t, ok := src.Tensor(name)
 		if !ok {
-			return nil, fmt.Errorf("tensor %q is missing", name)
+			return t, fmt.Errorf("tensor %q is missing", name)
 		}
 		if fmt.Sprint(t.Shape) != fmt.Sprint(shape) {
-			return nil, fmt.Errorf("tensor %q has shape %v, config.json implies %v", name, t.Shape, shape)
+			return t, fmt.Errorf("tensor %q has shape %v, config.json implies %v", name, t.Shape, shape)
+		}
+		return t, nil
+	}
+	get := func(name string, shape ...int) ([]float32, error) {
+		t, err := tensor(name, shape...)
+		if err != nil {
+			return nil, err
 		}
 		return t.Float32(), nil
 	}
+	matrix := func(name string, rows, cols int) (cpu.Matrix, error) {
+		t, err := tensor(name, rows, cols)
+		if err != nil {
+			return cpu.Matrix{}, err
+		}
+		w := cpu.Matrix{Rows: rows, Cols: cols}
+		if t.DType == safetensors.BF16 {
+			w.BF16 = t.Uint16()
+		} else {
+			w.F32 = t.Float32()
+		}
+		return w, nil
+	}
 	linear := func(name string, in, out int, bias bool) (Linear, error) {
-		l := Linear{In: in, Out: out}
+		var l Linear
 		var err error
-		if l.W, err = get(name+".weight", out, in); err != nil {
+		if l.W, err = matrix(name+".weight", out, in); err != nil {
 			return l, err
 		}
 		if bias {
@@ -91,7 +146,7 @@ func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 		return l, err
 	}
 	var err error
-	if m.Embed, err = get("model.embed_tokens.weight", cfg.VocabSize, h); err != nil {
+	if m.Embed, err = matrix("model.embed_tokens.weight", cfg.VocabSize, h); err != nil {
 		return nil, err
 	}
 	if m.Norm, err = get("model.norm.weight", h); err != nil {
@@ -99,7 +154,7 @@ func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 	}
 	if cfg.TieEmbeddings {
 		m.LMHead = m.Embed
-	} else if m.LMHead, err = get("lm_head.weight", cfg.VocabSize, h); err != nil {
+	} else if m.LMHead, err = matrix("lm_head.weight", cfg.VocabSize, h); err != nil {
 		return nil, err
 	}
 	bias := cfg.QKVBias()
@@ -211,7 +266,7 @@ func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]flo
 			if id < 0 || id >= m.VocabSize {
 				return nil, fmt.Errorf("sequence %d: token id %d is outside the vocabulary of %d", s, id, m.VocabSize)
 			}
-			copy(x[row*h:(row+1)*h], m.Embed[id*h:(id+1)*h])
+			m.Embed.RowTo(x[row*h:(row+1)*h], id)
 			pos = append(pos, caches[s].Len+i)
 			row++
 		}
@@ -274,7 +329,7 @@ func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]flo
 		xn, t = last, len(tokens)
 	}
 	logits := make([]float32, t*m.VocabSize)
-	cpu.MatMulT(logits, xn, m.LMHead, nil, t, h, m.VocabSize)
+	cpu.MatMul(logits, xn, m.LMHead, nil, t)
 	out := make([][]float32, len(tokens))
 	row = 0
 	for s, toks := range tokens {

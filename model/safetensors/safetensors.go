@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"unsafe"
 
 	"github.com/agemem/agemem/kernels/half"
 )
@@ -272,3 +273,27 @@ func FromFloat32(name string, dtype DType, shape []int, values []float32) Tensor
 	}
 	return t
 }
+
+// Uint16 returns a BF16 or F16 tensor's elements as a view of the mapped
+// bytes (no copy) when they are 2-byte aligned, else as a copy. The view is
+// valid until the file is closed.
+func (t Tensor) Uint16() []uint16 {
+	n := len(t.Data) / 2
+	if n == 0 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(&t.Data[0]))%2 == 0 && littleEndian {
+		return unsafe.Slice((*uint16)(unsafe.Pointer(&t.Data[0])), n)
+	}
+	out := make([]uint16, n)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint16(t.Data[2*i:])
+	}
+	return out
+}
+
+// littleEndian is true on hosts whose memory order matches the file's.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
