@@ -27,6 +27,7 @@ test: deps
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./embed/ ./kernels/...
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./memtools/...
+	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
 
 # The embedded default end to end: synthetic data, then the three-stage
 # episodes for the model-free baselines. (Training joins when the model and
