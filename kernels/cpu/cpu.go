@@ -30,16 +30,67 @@ func parallelFor(n, cost int, f func(lo, hi int)) {
 
 // MatMulT computes y[m,n] = sum_k x[m,k] * w[n,k] (+ bias[n]): a Linear
 // layer with PyTorch's weight layout w[out, in]. bias may be nil.
+//
+// Tiled so that a block of x rows and a block of w rows, both cut to a k
+// chunk, stay in L2 while every pair among them is dotted: without the
+// tiling a long k (MLP down-projection, k = 4864) streams x from memory
+// once per output column.
 func MatMulT(y, x, w, bias []float32, m, k, n int) {
-	parallelFor(n, m*k, func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			wr := w[j*k : (j+1)*k]
-			var b float32
-			if bias != nil {
-				b = bias[j]
-			}
+	matMulTiled(y, x, bias, m, k, n, func(j0, j1, k0, k1 int, _ []float32) ([]float32, int) {
+		return w[j0*k+k0:], k
+	})
+}
+
+// matMulTiled is the tiled product; rows(j0, j1, k0, k1, buf) returns W's
+// rows j0..j1-1 cut to columns k0..k1-1 as a slice with its row stride,
+// either a view of float32 weights or bf16 ones widened into buf.
+func matMulTiled(y, x, bias []float32, m, k, n int, rows func(j0, j1, k0, k1 int, buf []float32) ([]float32, int)) {
+	const tileM, tileN, tileK = 16, 16, 1024
+	nTiles := (n + tileN - 1) / tileN
+	parallelFor(nTiles, m*k*tileN, func(lo, hi int) {
+		buf := make([]float32, tileN*tileK)
+		var acc [8]float32
+		for jt := lo; jt < hi; jt++ {
+			j0, j1 := jt*tileN, min((jt+1)*tileN, n)
 			for i := range m {
-				y[i*n+j] = vec.Dot(x[i*k:(i+1)*k], wr) + b
+				for j := j0; j < j1; j++ {
+					if bias != nil {
+						y[i*n+j] = bias[j]
+					} else {
+						y[i*n+j] = 0
+					}
+				}
+			}
+			for k0 := 0; k0 < k; k0 += tileK {
+				kc := min(k0+tileK, k) - k0
+				wt, ld := rows(j0, j1, k0, k0+kc, buf) // wt[(j-j0)*ld + c]
+				for i0 := 0; i0 < m; i0 += tileM {
+					i1 := min(i0+tileM, m)
+					// 2×4 register tiles, then the ragged edges one dot at a time.
+					j := j0
+					for ; j+4 <= j1; j += 4 {
+						wj := wt[(j-j0)*ld:]
+						i := i0
+						for ; i+2 <= i1; i += 2 {
+							vec.Dot2x4(x[i*k+k0:], k, wj, ld, kc, &acc)
+							for a := range 2 {
+								for b := range 4 {
+									y[(i+a)*n+j+b] += acc[a*4+b]
+								}
+							}
+						}
+						for ; i < i1; i++ {
+							for b := range 4 {
+								y[i*n+j+b] += vec.Dot(x[i*k+k0:i*k+k0+kc], wj[b*ld:])
+							}
+						}
+					}
+					for ; j < j1; j++ {
+						for i := i0; i < i1; i++ {
+							y[i*n+j] += vec.Dot(x[i*k+k0:i*k+k0+kc], wt[(j-j0)*ld:])
+						}
+					}
+				}
 			}
 		}
 	})

@@ -124,3 +124,33 @@ func TestMatMulTAndRMSNorm(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulBF16 checks both bf16 paths (decode rows, prefill tiles) against
+// float64 on the widened weights, with ragged tile edges.
+func TestMatMulBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	for _, m := range []int{1, 3, 5, 33} {
+		const k, n = 1030, 37
+		x := randVec(r, m*k)
+		w := Matrix{Rows: n, Cols: k, BF16: make([]uint16, n*k)}
+		for i := range w.BF16 {
+			w.BF16[i] = uint16(math.Float32bits(float32(r.NormFloat64())) >> 16)
+		}
+		b := randVec(r, n)
+		y := make([]float32, m*n)
+		MatMul(y, x, w, b, m)
+		row := make([]float32, k)
+		for j := range n {
+			w.RowTo(row, j)
+			for i := range m {
+				want := float64(b[j])
+				for c := range k {
+					want += float64(x[i*k+c]) * float64(row[c])
+				}
+				if math.Abs(float64(y[i*n+j])-want) > 1e-3 {
+					t.Fatalf("m=%d y[%d,%d] = %g want %g", m, i, j, y[i*n+j], want)
+				}
+			}
+		}
+	}
+}

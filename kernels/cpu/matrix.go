@@ -38,6 +38,21 @@ func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 		MatMulT(y, x, w.F32, bias, m, k, n)
 		return
 	}
+	if m >= 4 {
+		// Prefill: widen each bf16 tile once and reuse it across all rows.
+		matMulTiled(y, x, bias, m, k, n, func(j0, j1, k0, k1 int, buf []float32) ([]float32, int) {
+			kc := k1 - k0
+			for j := j0; j < j1; j++ {
+				dst := buf[(j-j0)*kc : (j-j0+1)*kc]
+				for c, b := range w.BF16[j*k+k0 : j*k+k1] {
+					dst[c] = math.Float32frombits(uint32(b) << 16)
+				}
+			}
+			return buf, kc
+		})
+		return
+	}
+	// Decode: each weight is used once per row, so stream it as bf16.
 	parallelFor(n, m*k, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			wr := w.BF16[j*k : (j+1)*k]

@@ -34,3 +34,27 @@ func dotBF16(x []float32, w []uint16) float32 {
 	}
 	return dotBF16Generic(x, w)
 }
+
+//go:noescape
+func dot2x4AVX2(x *float32, ldx int, w *float32, ldw int, k int, out *float32)
+
+// Dot2x4 sets out[i*4+j] = Dot(x[i*ldx:][:k], w[j*ldw:][:k]) for two rows
+// of x and four rows of w: a register tile for matrix products.
+func Dot2x4(x []float32, ldx int, w []float32, ldw int, k int, out *[8]float32) {
+	_ = x[ldx+k-1]
+	_ = w[3*ldw+k-1]
+	k8 := k &^ 7
+	if HasSIMD && k8 > 0 {
+		dot2x4AVX2(&x[0], ldx, &w[0], ldw, k8, &out[0])
+	} else {
+		k8 = 0
+		*out = [8]float32{}
+	}
+	if k8 < k {
+		for i := range 2 {
+			for j := range 4 {
+				out[i*4+j] += dotGeneric(x[i*ldx+k8:i*ldx+k], w[j*ldw+k8:j*ldw+k])
+			}
+		}
+	}
+}

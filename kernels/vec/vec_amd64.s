@@ -178,3 +178,65 @@ bfdone:
 	VZEROUPPER
 	MOVSS X0, ret+24(FP)
 	RET
+
+// func dot2x4AVX2(x *float32, ldx int, w *float32, ldw int, k int, out *float32)
+// out[i*4+j] = dot(x row i, w row j) for i < 2, j < 4 over k (a multiple of
+// 8): a register tile, so each loaded vector feeds two or four FMAs.
+TEXT ·dot2x4AVX2(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ ldx+8(FP), R8
+	SHLQ $2, R8
+	MOVQ w+16(FP), DI
+	MOVQ ldw+24(FP), R9
+	SHLQ $2, R9
+	MOVQ k+32(FP), CX
+	MOVQ out+40(FP), DX
+	LEAQ (R9)(R9*2), R10
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+t8:
+	CMPQ CX, $8
+	JL   tdone
+	VMOVUPS (SI), Y8
+	VMOVUPS (SI)(R8*1), Y9
+	VMOVUPS (DI), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y10, Y4
+	VMOVUPS (DI)(R9*1), Y11
+	VFMADD231PS Y8, Y11, Y1
+	VFMADD231PS Y9, Y11, Y5
+	VMOVUPS (DI)(R9*2), Y12
+	VFMADD231PS Y8, Y12, Y2
+	VFMADD231PS Y9, Y12, Y6
+	VMOVUPS (DI)(R10*1), Y13
+	VFMADD231PS Y8, Y13, Y3
+	VFMADD231PS Y9, Y13, Y7
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  t8
+
+tdone:
+	// Reduce pairs of accumulators together to halve the horizontal work:
+	// hadd(a, b) interleaves partial sums of a and b.
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVUPS X0, (DX)
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS X5, X4, X4
+	VMOVUPS X4, 16(DX)
+	VZEROUPPER
+	RET

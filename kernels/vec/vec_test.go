@@ -63,3 +63,31 @@ func TestDotBF16(t *testing.T) {
 		}
 	}
 }
+
+func TestDot2x4(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, k := range []int{1, 7, 8, 13, 64, 1000} {
+		ldx, ldw := k+3, k+5
+		x := make([]float32, 2*ldx)
+		w := make([]float32, 4*ldw)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		var out [8]float32
+		Dot2x4(x, ldx, w, ldw, k, &out)
+		for i := range 2 {
+			for j := range 4 {
+				var want float64
+				for c := range k {
+					want += float64(x[i*ldx+c]) * float64(w[j*ldw+c])
+				}
+				if math.Abs(float64(out[i*4+j])-want) > 1e-4*math.Sqrt(float64(k)) {
+					t.Fatalf("k=%d out[%d][%d] = %g want %g", k, i, j, out[i*4+j], want)
+				}
+			}
+		}
+	}
+}
