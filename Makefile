@@ -24,10 +24,13 @@ test: deps
 	$(GO) test -count=1 ./...
 
 # Benchmarks print each figure beside its anchor measured in the same run.
-bench:
+# The matmul anchor is OpenBLAS (apt-get install libopenblas0); without it
+# that benchmark skips.
+bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./embed/ ./kernels/...
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./memtools/...
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
 
 # The embedded default end to end: synthetic data, then the three-stage
 # episodes for the model-free baselines. (Training joins when the model and
