@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -137,22 +138,12 @@ keeping the conversation. An empty line or end of input stops.`,
 		Example: `  agemem-train generate --model runs/tiny --temperature 0.7 --max-tokens 128`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tok, err := loadTokenizer(dir)
+			p, err := policy.Load(dir, s)
 			if err != nil {
 				return err
 			}
-			m, err := qwen.Load(dir)
-			if err != nil {
-				return err
-			}
-			if m.VocabSize < tok.VocabSize() {
-				return fmt.Errorf("%s: the tokenizer has %d ids but the model only %d", dir, tok.VocabSize(), m.VocabSize)
-			}
-			for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
-				if id, ok := tok.TokenID(name); ok {
-					s.StopIDs = append(s.StopIDs, id)
-				}
-			}
+			defer p.Model.Close()
+			m, tok, s := p.Model, p.Tokenizer, p.Sampling
 			var msgs []qwen.Message
 			if system != "" {
 				msgs = append(msgs, qwen.Message{Role: "system", Content: system})
@@ -166,7 +157,7 @@ keeping the conversation. An empty line or end of input stops.`,
 					return in.Err()
 				}
 				msgs = append(msgs, qwen.Message{Role: "user", Content: in.Text()})
-				text, err := qwen.RenderChat(msgs, qwen.ChatOptions{AddGenerationPrompt: true})
+				text, err := qwen.RenderChat(msgs, qwen.ChatOptions{Template: p.Template, AddGenerationPrompt: true})
 				if err != nil {
 					return err
 				}

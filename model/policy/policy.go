@@ -7,6 +7,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
@@ -19,6 +20,8 @@ type Native struct {
 	Model     *qwen.Model
 	Tokenizer *tokenizer.Tokenizer
 	Sampling  qwen.Sampling
+	// Template is the chat template family the model was trained with.
+	Template qwen.Template
 	// MaxPromptTokens refuses prompts longer than this (0: the model's
 	// positions less the response budget).
 	MaxPromptTokens int
@@ -34,13 +37,38 @@ func New(m *qwen.Model, tok *tokenizer.Tokenizer, s qwen.Sampling) *Native {
 	return &Native{Model: m, Tokenizer: tok, Sampling: s}
 }
 
+// Load opens a model directory (config.json, tokenizer.json, safetensors,
+// tokenizer_config.json for the chat template) as a policy.
+func Load(dir string, s qwen.Sampling) (*Native, error) {
+	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	m, err := qwen.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if m.VocabSize < tok.VocabSize() {
+		m.Close()
+		return nil, fmt.Errorf("%s: the tokenizer has %d ids but the model only %d", dir, tok.VocabSize(), m.VocabSize)
+	}
+	tmpl, err := qwen.DetectTemplate(dir, m.Config)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	p := New(m, tok, s)
+	p.Template = tmpl
+	return p, nil
+}
+
 // Prompt renders a conversation with the generation prompt and encodes it.
 func (p *Native) Prompt(msgs []stm.Message) ([]int, error) {
 	qm := make([]qwen.Message, len(msgs))
 	for i, m := range msgs {
 		qm[i] = qwen.Message{Role: m.Role, Content: m.Content}
 	}
-	text, err := qwen.RenderChat(qm, qwen.ChatOptions{AddGenerationPrompt: true})
+	text, err := qwen.RenderChat(qm, qwen.ChatOptions{Template: p.Template, AddGenerationPrompt: true})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -23,8 +25,56 @@ type ToolCall struct {
 	} `json:"function"`
 }
 
+// Template names a Qwen chat template family.
+type Template int
+
+const (
+	// TemplateQwen3 is Qwen3's: reasoning blocks, no default system prompt.
+	TemplateQwen3 Template = iota
+	// TemplateQwen25 is Qwen2 / Qwen2.5's: a default system prompt, tool
+	// arguments always as JSON.
+	TemplateQwen25
+)
+
+// qwen25DefaultSystem is what Qwen2.5's template says when no system
+// message is given.
+const qwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+// DetectTemplate picks the template family of a model directory from the
+// chat_template in its tokenizer_config.json; without one, from the model
+// type. An unknown template is an error rather than a silent mismatch.
+func DetectTemplate(dir string, cfg Config) (Template, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if os.IsNotExist(err) {
+		if cfg.ModelType == "qwen2" {
+			return TemplateQwen25, nil
+		}
+		return TemplateQwen3, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var tc struct {
+		ChatTemplate any `json:"chat_template"`
+	}
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		return 0, fmt.Errorf("%s/tokenizer_config.json: %w", dir, err)
+	}
+	t, _ := tc.ChatTemplate.(string)
+	switch {
+	case strings.Contains(t, "reasoning_content") || strings.Contains(t, "</think>"):
+		return TemplateQwen3, nil
+	case strings.Contains(t, qwen25DefaultSystem):
+		return TemplateQwen25, nil
+	case t == "":
+		return 0, fmt.Errorf("%s/tokenizer_config.json has no chat_template string", dir)
+	}
+	return 0, fmt.Errorf("%s/tokenizer_config.json: the chat_template is neither Qwen3's nor Qwen2.5's, the two rendered natively", dir)
+}
+
 // ChatOptions are the template's switches.
 type ChatOptions struct {
+	Template            Template
 	Tools               []json.RawMessage // function definitions, rendered with tojson
 	AddGenerationPrompt bool
 	// EnableThinking false adds the empty think block after the generation
@@ -36,6 +86,9 @@ type ChatOptions struct {
 // tokenizer_config.json does (checked against the template itself in
 // tests), written out natively so that no template engine runs per request.
 func RenderChat(msgs []Message, o ChatOptions) (string, error) {
+	if o.Template == TemplateQwen25 {
+		return renderQwen25(msgs, o)
+	}
 	var b strings.Builder
 	if len(msgs) == 0 && len(o.Tools) == 0 {
 		if o.AddGenerationPrompt {
@@ -222,4 +275,68 @@ func pyString(b *strings.Builder, s string) {
 		}
 	}
 	b.WriteByte('"')
+}
+
+// renderQwen25 renders as Qwen2.5's chat_template does.
+func renderQwen25(msgs []Message, o ChatOptions) (string, error) {
+	var b strings.Builder
+	first := ""
+	hasSystem := len(msgs) > 0 && msgs[0].Role == "system"
+	if hasSystem {
+		first = msgs[0].Content
+	}
+	if len(o.Tools) > 0 {
+		b.WriteString("<|im_start|>system\n")
+		if hasSystem {
+			b.WriteString(first)
+		} else {
+			b.WriteString(qwen25DefaultSystem)
+		}
+		b.WriteString("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+		for i, t := range o.Tools {
+			js, err := PyJSON(t)
+			if err != nil {
+				return "", fmt.Errorf("tool %d: %w", i, err)
+			}
+			b.WriteString("\n" + js)
+		}
+		b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
+	} else if hasSystem {
+		b.WriteString("<|im_start|>system\n" + first + "<|im_end|>\n")
+	} else {
+		b.WriteString("<|im_start|>system\n" + qwen25DefaultSystem + "<|im_end|>\n")
+	}
+	for i, m := range msgs {
+		switch {
+		case m.Role == "user" || (m.Role == "system" && i > 0) || (m.Role == "assistant" && len(m.ToolCalls) == 0):
+			b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+		case m.Role == "assistant":
+			b.WriteString("<|im_start|>" + m.Role)
+			if m.Content != "" {
+				b.WriteString("\n" + m.Content)
+			}
+			for _, tc := range m.ToolCalls {
+				// tojson of the arguments as given: a string stays a
+				// JSON string, an object is re-encoded.
+				js, err := PyJSON(bytes.TrimSpace(tc.Function.Arguments))
+				if err != nil {
+					return "", fmt.Errorf("message %d: tool call arguments: %w", i, err)
+				}
+				b.WriteString("\n<tool_call>\n{\"name\": \"" + tc.Function.Name + "\", \"arguments\": " + js + "}\n</tool_call>")
+			}
+			b.WriteString("<|im_end|>\n")
+		case m.Role == "tool":
+			if i == 0 || msgs[i-1].Role != "tool" {
+				b.WriteString("<|im_start|>user")
+			}
+			b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
+			if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
+				b.WriteString("<|im_end|>\n")
+			}
+		}
+	}
+	if o.AddGenerationPrompt {
+		b.WriteString("<|im_start|>assistant\n")
+	}
+	return b.String(), nil
 }

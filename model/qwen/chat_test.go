@@ -65,11 +65,25 @@ func TestChatTemplateMatchesJinja(t *testing.T) {
 		{Messages: []Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "<think>kept? no</think>b"}, {Role: "user", Content: "c"}, {Role: "assistant", Content: "<think>\n\nlast\n\n</think>\n\nd"}}},
 		{Messages: []Message{{Role: "system", Content: "s"}, {Role: "system", Content: "second system"}, {Role: "user", Content: "x"}}, AddGenerationPrompt: true},
 	}
+	for _, tmpl := range []struct {
+		name string
+		t    Template
+		file string
+	}{{"qwen3", TemplateQwen3, ""}, {"qwen2.5", TemplateQwen25, "testdata/qwen2.5_chat_template.jinja"}} {
+		t.Run(tmpl.name, func(t *testing.T) { compareWithJinja(t, cases, tmpl.t, tmpl.file) })
+	}
+}
+
+func compareWithJinja(t *testing.T, cases []chatCase, tmpl Template, file string) {
 	dir := t.TempDir()
 	raw, _ := json.Marshal(cases)
 	in := filepath.Join(dir, "cases.json")
 	os.WriteFile(in, raw, 0o644)
-	out, err := exec.Command("node", filepath.Join("testdata", "chat_reference.cjs"), npmPrefix(t), in).Output()
+	args := []string{filepath.Join("testdata", "chat_reference.cjs"), npmPrefix(t), in}
+	if file != "" {
+		args = append(args, file)
+	}
+	out, err := exec.Command("node", args...).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			msg := string(ee.Stderr)
@@ -82,12 +96,32 @@ func TestChatTemplateMatchesJinja(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range cases {
-		got, err := RenderChat(c.Messages, ChatOptions{Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking})
+		got, err := RenderChat(c.Messages, ChatOptions{Template: tmpl, Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got != want[i] {
 			t.Errorf("case %d differs from the Jinja template:\n--- ours\n%s\n--- jinja\n%s", i, got, want[i])
+		}
+	}
+}
+
+func TestDetectTemplate(t *testing.T) {
+	dir := t.TempDir()
+	if tm, _ := DetectTemplate(dir, Config{ModelType: "qwen2"}); tm != TemplateQwen25 {
+		t.Fatal("a qwen2 directory without tokenizer_config.json should use Qwen2.5's template")
+	}
+	q25, _ := os.ReadFile("testdata/qwen2.5_chat_template.jinja")
+	for _, c := range []struct {
+		tmpl string
+		want Template
+		err  bool
+	}{{string(q25), TemplateQwen25, false}, {"{{ messages }} </think>", TemplateQwen3, false}, {"{{ llama }}", 0, true}} {
+		raw, _ := json.Marshal(map[string]string{"chat_template": c.tmpl})
+		os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644)
+		got, err := DetectTemplate(dir, Config{ModelType: "qwen3"})
+		if (err != nil) != c.err || got != c.want {
+			t.Errorf("template %.20q: got %v, %v", c.tmpl, got, err)
 		}
 	}
 }
