@@ -179,11 +179,26 @@ func TestBadTokenizerFiles(t *testing.T) {
 	}
 }
 
+// BenchmarkEncode reports our encode speed beside the reference
+// tokenizer's (node, transformers.js port) on the same text in the same run.
 func BenchmarkEncode(b *testing.B) {
-	tok, _ := qwen3(b)
+	tok, prefix := qwen3(b)
 	text := strings.Repeat(strings.Join(corpus()[:20], " "), 20)
 	b.SetBytes(int64(len(text)))
 	for b.Loop() {
 		tok.Encode(text)
 	}
+	ours := float64(len(text)) * float64(b.N) / b.Elapsed().Seconds() / 1e6
+	f := filepath.Join(b.TempDir(), "text.txt")
+	os.WriteFile(f, []byte(text), 0o644)
+	out, err := exec.Command("node", filepath.Join("testdata", "reference_speed.cjs"), prefix, f).Output()
+	if err != nil {
+		b.Logf("reference speed not measured: %v", err)
+		return
+	}
+	var ref float64
+	fmt.Sscan(string(out), &ref)
+	b.ReportMetric(ours, "ours_MB/s")
+	b.ReportMetric(ref, "reference_MB/s")
+	b.ReportMetric(ours/ref, "ratio")
 }
