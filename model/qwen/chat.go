@@ -101,15 +101,9 @@ func RenderChat(msgs []Message, o ChatOptions) (string, error) {
 		if len(msgs) > 0 && msgs[0].Role == "system" {
 			b.WriteString(msgs[0].Content + "\n\n")
 		}
-		b.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
-		for i, t := range o.Tools {
-			js, err := PyJSON(t)
-			if err != nil {
-				return "", fmt.Errorf("tool %d: %w", i, err)
-			}
-			b.WriteString("\n" + js)
+		if err := writeTools(&b, o.Tools); err != nil {
+			return "", err
 		}
-		b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
 	} else if msgs[0].Role == "system" {
 		b.WriteString("<|im_start|>system\n" + msgs[0].Content + "<|im_end|>\n")
 	}
@@ -165,19 +159,39 @@ func RenderChat(msgs []Message, o ChatOptions) (string, error) {
 			}
 			b.WriteString("<|im_end|>\n")
 		case m.Role == "tool":
-			if i == 0 || msgs[i-1].Role != "tool" {
-				b.WriteString("<|im_start|>user")
-			}
-			b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
-			if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
-				b.WriteString("<|im_end|>\n")
-			}
+			writeToolResponse(&b, msgs, i)
 		}
 	}
 	if o.AddGenerationPrompt {
 		writeGenPrompt(&b, o)
 	}
 	return b.String(), nil
+}
+
+// writeTools writes the tools section both Qwen templates share.
+func writeTools(b *strings.Builder, tools []json.RawMessage) error {
+	b.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+	for i, t := range tools {
+		js, err := PyJSON(t)
+		if err != nil {
+			return fmt.Errorf("tool %d: %w", i, err)
+		}
+		b.WriteString("\n" + js)
+	}
+	b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
+	return nil
+}
+
+// writeToolResponse writes tool message i; consecutive tool messages share
+// one user turn.
+func writeToolResponse(b *strings.Builder, msgs []Message, i int) {
+	if i == 0 || msgs[i-1].Role != "tool" {
+		b.WriteString("<|im_start|>user")
+	}
+	b.WriteString("\n<tool_response>\n" + msgs[i].Content + "\n</tool_response>")
+	if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
+		b.WriteString("<|im_end|>\n")
+	}
 }
 
 func writeGenPrompt(b *strings.Builder, o ChatOptions) {
@@ -292,15 +306,10 @@ func renderQwen25(msgs []Message, o ChatOptions) (string, error) {
 		} else {
 			b.WriteString(qwen25DefaultSystem)
 		}
-		b.WriteString("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
-		for i, t := range o.Tools {
-			js, err := PyJSON(t)
-			if err != nil {
-				return "", fmt.Errorf("tool %d: %w", i, err)
-			}
-			b.WriteString("\n" + js)
+		b.WriteString("\n\n")
+		if err := writeTools(&b, o.Tools); err != nil {
+			return "", err
 		}
-		b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
 	} else if hasSystem {
 		b.WriteString("<|im_start|>system\n" + first + "<|im_end|>\n")
 	} else {
@@ -326,13 +335,7 @@ func renderQwen25(msgs []Message, o ChatOptions) (string, error) {
 			}
 			b.WriteString("<|im_end|>\n")
 		case m.Role == "tool":
-			if i == 0 || msgs[i-1].Role != "tool" {
-				b.WriteString("<|im_start|>user")
-			}
-			b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
-			if i == len(msgs)-1 || msgs[i+1].Role != "tool" {
-				b.WriteString("<|im_end|>\n")
-			}
+			writeToolResponse(&b, msgs, i)
 		}
 	}
 	if o.AddGenerationPrompt {
