@@ -3,17 +3,15 @@ package cpu
 import (
 	"math"
 
+	"github.com/agemem/agemem/kernels"
+
 	"github.com/agemem/agemem/kernels/vec"
 )
 
 // Matrix is a [Rows, Cols] weight matrix held as float32 or as bfloat16
 // (then usually a view into a memory-mapped checkpoint). Decoding reads every
 // weight once per token, so bf16 halves the bytes that bound its speed.
-type Matrix struct {
-	Rows, Cols int
-	F32        []float32
-	BF16       []uint16
-}
+type Matrix kernels.Weight
 
 // Bytes is the storage size.
 func (w Matrix) Bytes() int { return 4*len(w.F32) + 2*len(w.BF16) }

@@ -10,8 +10,10 @@ import (
 	"github.com/agemem/agemem/model/safetensors"
 )
 
-// Presets are model shapes for tests and benchmarks.
+// Presets are model shapes for tests and benchmarks ("tiny" is tiny-qwen3).
 var Presets = map[string]Config{
+	"tiny": {ModelType: "qwen3", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
+		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: false, VocabSize: 512, MaxPositions: 2048},
 	"tiny-qwen2": {ModelType: "qwen2", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
 		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: true, VocabSize: 512, MaxPositions: 2048},
 	"tiny-qwen3": {ModelType: "qwen3", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,

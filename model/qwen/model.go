@@ -4,23 +4,24 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/safetensors"
 )
 
-// Linear is y = x W^T + b with W[out, in] as PyTorch stores it.
+// Linear is y = x Wᵀ + b with W[out, in] as PyTorch stores it.
 type Linear struct {
-	W cpu.Matrix
-	B []float32 // nil without bias
+	W kernels.Tensor
+	B kernels.Tensor // nil without bias
 }
 
 // Forward maps x[t, in] to y[t, out].
-func (l *Linear) Forward(y, x []float32, t int) { cpu.MatMul(y, x, l.W, l.B, t) }
+func (l *Linear) Forward(be kernels.Backend, y, x kernels.Tensor) { be.MatMul(y, x, l.W, l.B) }
 
 // Attention is grouped-query self-attention with rotary positions.
 type Attention struct {
 	Q, K, V, O   Linear
-	QNorm, KNorm []float32 // Qwen3 only
+	QNorm, KNorm kernels.Tensor // Qwen3 only
 }
 
 // MLP is the SwiGLU feed-forward block.
@@ -28,22 +29,22 @@ type MLP struct{ Gate, Up, Down Linear }
 
 // Layer is one decoder block.
 type Layer struct {
-	AttnNorm []float32
+	AttnNorm kernels.Tensor
 	Attn     Attention
-	MLPNorm  []float32
+	MLPNorm  kernels.Tensor
 	MLP      MLP
 }
 
-// Model is a Qwen decoder.
+// Model is a Qwen decoder on a compute backend.
 type Model struct {
 	Config
-	Embed  cpu.Matrix // [vocab, hidden]
-	Layers []Layer
-	Norm   []float32
-	LMHead cpu.Matrix // [vocab, hidden]; the embedding when tied
-	cos    []float32
-	sin    []float32
-	closer io.Closer // the mapped checkpoint BF16 weights point into
+	B       kernels.Backend
+	Embed   kernels.Tensor // [vocab, hidden]
+	Layers  []Layer
+	Norm    kernels.Tensor
+	LMHead  kernels.Tensor // [vocab, hidden]; the embedding when tied
+	weights int            // bytes of the weights as held
+	closer  io.Closer      // the mapped checkpoint BF16 weights point into
 }
 
 // Close releases the memory-mapped checkpoint. The model must not be used
@@ -57,27 +58,18 @@ func (m *Model) Close() error {
 	return err
 }
 
-// WeightBytes is the size of the weights as held (bf16 views count 2 bytes
-// per parameter): the bytes a decoding step reads.
-func (m *Model) WeightBytes() int {
-	n := m.Embed.Bytes() + 4*len(m.Norm)
-	if !m.TieEmbeddings {
-		n += m.LMHead.Bytes()
-	}
-	for _, l := range m.Layers {
-		for _, lin := range []Linear{l.Attn.Q, l.Attn.K, l.Attn.V, l.Attn.O, l.MLP.Gate, l.MLP.Up, l.MLP.Down} {
-			n += lin.W.Bytes() + 4*len(lin.B)
-		}
-		n += 4 * (len(l.AttnNorm) + len(l.MLPNorm) + len(l.Attn.QNorm) + len(l.Attn.KNorm))
-	}
-	return n
-}
+// WeightBytes is the size of the weights as held (bf16 counts 2 bytes per
+// parameter): the bytes a decoding step reads.
+func (m *Model) WeightBytes() int { return m.weights }
 
-// Load builds the model from a Hugging Face directory (config.json and
-// safetensors, sharded or not). BF16 matrices stay in the memory-mapped
-// file (pages load as they are first read); F32 and F16 ones are read into
-// float32. Close releases the mapping.
-func Load(dir string) (*Model, error) {
+// Load builds the model on the CPU backend from a Hugging Face directory
+// (config.json and safetensors, sharded or not). BF16 matrices stay in the
+// memory-mapped file (pages load as they are first read); F32 and F16 ones
+// are read into float32. Close releases the mapping.
+func Load(dir string) (*Model, error) { return LoadOn(cpu.New(), dir) }
+
+// LoadOn builds the model on the given backend.
+func LoadOn(be kernels.Backend, dir string) (*Model, error) {
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -86,7 +78,7 @@ func Load(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := FromTensors(cfg, st)
+	m, err := FromTensors(be, cfg, st)
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("%s: %w", dir, err)
@@ -101,8 +93,8 @@ type TensorSource interface {
 }
 
 // FromTensors builds the model from named tensors, checking every shape.
-func FromTensors(cfg Config, src TensorSource) (*Model, error) {
-	m := &Model{Config: cfg}
+func FromTensors(be kernels.Backend, cfg Config, src TensorSource) (*Model, error) {
+	m := &Model{Config: cfg, B: be}
 	h, hd := cfg.HiddenSize, cfg.HeadDim
 	tensor := func(name string, shape ...int) (safetensors.Tensor, error) {
 		t, ok := src.Tensor(name)
@@ -114,25 +106,28 @@ func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 		}
 		return t, nil
 	}
-	get := func(name string, shape ...int) ([]float32, error) {
-		t, err := tensor(name, shape...)
+	vector := func(name string, n int) (kernels.Tensor, error) {
+		t, err := tensor(name, n)
 		if err != nil {
 			return nil, err
 		}
-		return t.Float32(), nil
+		m.weights += 4 * n
+		return be.FromHost(t.Float32(), n), nil
 	}
-	matrix := func(name string, rows, cols int) (cpu.Matrix, error) {
+	matrix := func(name string, rows, cols int) (kernels.Tensor, error) {
 		t, err := tensor(name, rows, cols)
 		if err != nil {
-			return cpu.Matrix{}, err
+			return nil, err
 		}
-		w := cpu.Matrix{Rows: rows, Cols: cols}
+		w := kernels.Weight{Rows: rows, Cols: cols}
 		if t.DType == safetensors.BF16 {
 			w.BF16 = t.Uint16()
+			m.weights += 2 * rows * cols
 		} else {
 			w.F32 = t.Float32()
+			m.weights += 4 * rows * cols
 		}
-		return w, nil
+		return be.Upload(w), nil
 	}
 	linear := func(name string, in, out int, bias bool) (Linear, error) {
 		var l Linear
@@ -141,7 +136,7 @@ func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 			return l, err
 		}
 		if bias {
-			l.B, err = get(name+".bias", out)
+			l.B, err = vector(name+".bias", out)
 		}
 		return l, err
 	}
@@ -149,7 +144,7 @@ func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 	if m.Embed, err = matrix("model.embed_tokens.weight", cfg.VocabSize, h); err != nil {
 		return nil, err
 	}
-	if m.Norm, err = get("model.norm.weight", h); err != nil {
+	if m.Norm, err = vector("model.norm.weight", h); err != nil {
 		return nil, err
 	}
 	if cfg.TieEmbeddings {
@@ -162,8 +157,8 @@ func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		var l Layer
 		steps := []func() error{
-			func() (e error) { l.AttnNorm, e = get(p+"input_layernorm.weight", h); return },
-			func() (e error) { l.MLPNorm, e = get(p+"post_attention_layernorm.weight", h); return },
+			func() (e error) { l.AttnNorm, e = vector(p+"input_layernorm.weight", h); return },
+			func() (e error) { l.MLPNorm, e = vector(p+"post_attention_layernorm.weight", h); return },
 			func() (e error) { l.Attn.Q, e = linear(p+"self_attn.q_proj", h, cfg.Heads*hd, bias); return },
 			func() (e error) { l.Attn.K, e = linear(p+"self_attn.k_proj", h, cfg.KVHeads*hd, bias); return },
 			func() (e error) { l.Attn.V, e = linear(p+"self_attn.v_proj", h, cfg.KVHeads*hd, bias); return },
@@ -174,8 +169,8 @@ func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 		}
 		if cfg.QKNorm() {
 			steps = append(steps,
-				func() (e error) { l.Attn.QNorm, e = get(p+"self_attn.q_norm.weight", hd); return },
-				func() (e error) { l.Attn.KNorm, e = get(p+"self_attn.k_norm.weight", hd); return })
+				func() (e error) { l.Attn.QNorm, e = vector(p+"self_attn.q_norm.weight", hd); return },
+				func() (e error) { l.Attn.KNorm, e = vector(p+"self_attn.k_norm.weight", hd); return })
 		}
 		for _, s := range steps {
 			if err := s(); err != nil {
@@ -187,37 +182,33 @@ func FromTensors(cfg Config, src TensorSource) (*Model, error) {
 	return m, nil
 }
 
-// Cache is the key/value cache of one sequence: per layer [maxT, kvHeads,
-// headDim].
+// Cache is the key/value cache of one sequence: per layer [maxT,
+// kvHeads·headDim] on the model's backend.
 type Cache struct {
-	K, V [][]float32
+	K, V []kernels.Tensor
 	Len  int // positions filled
 	Max  int
+	be   kernels.Backend
 }
 
 // NewCache allocates a cache for up to maxT positions.
 func (m *Model) NewCache(maxT int) *Cache {
-	c := &Cache{Max: maxT}
-	n := maxT * m.KVHeads * m.HeadDim
+	c := &Cache{Max: maxT, be: m.B}
 	for range m.Layers {
-		c.K = append(c.K, make([]float32, n))
-		c.V = append(c.V, make([]float32, n))
+		c.K = append(c.K, m.B.Zeros(maxT, m.KVHeads*m.HeadDim))
+		c.V = append(c.V, m.B.Zeros(maxT, m.KVHeads*m.HeadDim))
 	}
 	return c
 }
 
-func (m *Model) rope(maxPos int) {
-	if len(m.cos) < maxPos*m.HeadDim/2 {
-		m.cos, m.sin = cpu.RopeTables(max(maxPos, 2*len(m.cos)/max(m.HeadDim, 1)), m.HeadDim, m.RopeTheta)
-	}
-}
-
 // Clone copies the cache, for sequences that share a prompt prefix.
 func (c *Cache) Clone() *Cache {
-	n := &Cache{Len: c.Len, Max: c.Max}
+	n := &Cache{Len: c.Len, Max: c.Max, be: c.be}
 	for i := range c.K {
-		n.K = append(n.K, append([]float32(nil), c.K[i]...))
-		n.V = append(n.V, append([]float32(nil), c.V[i]...))
+		k, v := c.be.Zeros(c.K[i].Shape()...), c.be.Zeros(c.V[i].Shape()...)
+		c.be.CopyRows(k, 0, c.K[i], 0, c.Len)
+		c.be.CopyRows(v, 0, c.V[i], 0, c.Len)
+		n.K, n.V = append(n.K, k), append(n.V, v)
 	}
 	return n
 }
@@ -248,96 +239,89 @@ func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]flo
 	if len(tokens) != len(caches) {
 		return nil, fmt.Errorf("%d token lists for %d caches", len(tokens), len(caches))
 	}
-	h, hd := m.HiddenSize, m.HeadDim
-	total, maxPos := 0, 0
+	be, h, hd := m.B, m.HiddenSize, m.HeadDim
+	total := 0
+	var ids, pos []int
 	for s, toks := range tokens {
 		if caches[s].Len+len(toks) > caches[s].Max {
 			return nil, fmt.Errorf("sequence %d: %d tokens exceed the cache of %d", s, caches[s].Len+len(toks), caches[s].Max)
 		}
-		total += len(toks)
-		maxPos = max(maxPos, caches[s].Len+len(toks))
-	}
-	m.rope(maxPos)
-	x := make([]float32, total*h)
-	pos := make([]int, 0, total)
-	row := 0
-	for s, toks := range tokens {
 		for i, id := range toks {
 			if id < 0 || id >= m.VocabSize {
 				return nil, fmt.Errorf("sequence %d: token id %d is outside the vocabulary of %d", s, id, m.VocabSize)
 			}
-			m.Embed.RowTo(x[row*h:(row+1)*h], id)
+			ids = append(ids, id)
 			pos = append(pos, caches[s].Len+i)
-			row++
 		}
+		total += len(toks)
 	}
 	t := total
 	eps := float32(m.RMSNormEps)
-	kvw := m.KVHeads * hd
-	xn := make([]float32, t*h)
-	q := make([]float32, t*m.Heads*hd)
-	k := make([]float32, t*kvw)
-	v := make([]float32, t*kvw)
-	attn := make([]float32, t*m.Heads*hd)
-	proj := make([]float32, t*h)
-	gate := make([]float32, t*m.Intermediate)
-	up := make([]float32, t*m.Intermediate)
+	qw, kvw := m.Heads*hd, m.KVHeads*hd
+	x := be.Zeros(t, h)
+	be.Embedding(x, m.Embed, ids)
+	xn, proj := be.Zeros(t, h), be.Zeros(t, h)
+	q, attn := be.Zeros(t, qw), be.Zeros(t, qw)
+	k, v := be.Zeros(t, kvw), be.Zeros(t, kvw)
+	gate, up := be.Zeros(t, m.Intermediate), be.Zeros(t, m.Intermediate)
 	for li := range m.Layers {
 		l := &m.Layers[li]
 		// Attention block: x += O(attn(rope(norm(Q xn)), rope(norm(K xn)), V xn))
-		cpu.RMSNorm(xn, x, l.AttnNorm, h, eps)
-		l.Attn.Q.Forward(q, xn, t)
-		l.Attn.K.Forward(k, xn, t)
-		l.Attn.V.Forward(v, xn, t)
+		be.RMSNorm(xn, x, l.AttnNorm, eps)
+		l.Attn.Q.Forward(be, q, xn)
+		l.Attn.K.Forward(be, k, xn)
+		l.Attn.V.Forward(be, v, xn)
 		if l.Attn.QNorm != nil {
-			cpu.RMSNorm(q, q, l.Attn.QNorm, hd, eps)
-			cpu.RMSNorm(k, k, l.Attn.KNorm, hd, eps)
+			be.RMSNorm(q, q, l.Attn.QNorm, eps)
+			be.RMSNorm(k, k, l.Attn.KNorm, eps)
 		}
-		cpu.Rope(q, pos, m.Heads, hd, m.cos, m.sin)
-		cpu.Rope(k, pos, m.KVHeads, hd, m.cos, m.sin)
+		be.Rope(q, pos, m.Heads, hd, m.RopeTheta)
+		be.Rope(k, pos, m.KVHeads, hd, m.RopeTheta)
 		row := 0
 		for s, toks := range tokens {
 			c, n := caches[s], len(toks)
-			copy(c.K[li][c.Len*kvw:], k[row*kvw:(row+n)*kvw])
-			copy(c.V[li][c.Len*kvw:], v[row*kvw:(row+n)*kvw])
-			qs := m.Heads * hd
-			cpu.Attention(attn[row*qs:(row+n)*qs], q[row*qs:(row+n)*qs], c.K[li], c.V[li], nil, n, c.Len, m.Heads, m.KVHeads, hd)
+			be.CopyRows(c.K[li], c.Len, k, row, n)
+			be.CopyRows(c.V[li], c.Len, v, row, n)
+			be.Attention(be.Rows(attn, row, row+n), be.Rows(q, row, row+n), c.K[li], c.V[li], nil, c.Len, m.Heads, m.KVHeads, hd)
 			row += n
 		}
-		l.Attn.O.Forward(proj, attn, t)
-		cpu.Add(x, proj)
+		l.Attn.O.Forward(be, proj, attn)
+		be.Add(x, proj)
 		// MLP block: x += Down(silu(Gate xn) * Up xn)
-		cpu.RMSNorm(xn, x, l.MLPNorm, h, eps)
-		l.MLP.Gate.Forward(gate, xn, t)
-		l.MLP.Up.Forward(up, xn, t)
-		cpu.SiLUMul(gate, gate, up)
-		l.MLP.Down.Forward(proj, gate, t)
-		cpu.Add(x, proj)
+		be.RMSNorm(xn, x, l.MLPNorm, eps)
+		l.MLP.Gate.Forward(be, gate, xn)
+		l.MLP.Up.Forward(be, up, xn)
+		be.SiLUMul(gate, gate, up)
+		l.MLP.Down.Forward(be, proj, gate)
+		be.Add(x, proj)
 	}
-	cpu.RMSNorm(xn, x, m.Norm, h, eps)
+	be.RMSNorm(xn, x, m.Norm, eps)
 	for s, toks := range tokens {
 		caches[s].Len += len(toks)
 	}
 	if lastOnly {
-		// Gather each sequence's last row, then project only those.
-		last := make([]float32, len(tokens)*h)
+		// Gather each sequence's last row, then project only those: the
+		// vocabulary projection of a whole prompt would cost more than the
+		// prompt itself.
+		last := be.Zeros(len(tokens), h)
 		row := 0
 		for s, toks := range tokens {
 			row += len(toks)
-			copy(last[s*h:(s+1)*h], xn[(row-1)*h:row*h])
+			be.CopyRows(last, s, xn, row-1, 1)
 		}
 		xn, t = last, len(tokens)
 	}
-	logits := make([]float32, t*m.VocabSize)
-	cpu.MatMul(logits, xn, m.LMHead, nil, t)
+	logits := be.Zeros(t, m.VocabSize)
+	be.MatMul(logits, xn, m.LMHead, nil)
+	flat := be.ToHost(logits)
 	out := make([][]float32, len(tokens))
-	row = 0
+	row := 0
 	for s, toks := range tokens {
 		n := len(toks)
 		if lastOnly {
 			n = 1
 		}
-		out[s] = logits[row*m.VocabSize : (row+n)*m.VocabSize]
+		out[s] = flat[row*m.VocabSize : (row+n)*m.VocabSize]
 		row += n
 	}
 	return out, nil

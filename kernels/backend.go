@@ -1,0 +1,62 @@
+// Package kernels defines the compute backend the model code runs on: a
+// device that holds tensors and runs the engine's ops on them. The CPU
+// backend (kernels/cpu) is the readable reference; a CUDA backend implements
+// the same interface, so model code never changes with the device.
+package kernels
+
+// Tensor is a row-major float32 tensor on a backend's device. Model code
+// never sees its storage: host memory on the CPU, device memory on a GPU.
+type Tensor interface {
+	Shape() []int
+	Len() int
+}
+
+// Weight is a [rows, cols] weight matrix as a checkpoint stores it: float32
+// values or bfloat16 bits (then usually a view into a memory-mapped file).
+type Weight struct {
+	Rows, Cols int
+	F32        []float32
+	BF16       []uint16
+}
+
+// Backend is a compute device. Shapes are in each method's comment; t is a
+// number of tokens (rows), d a row width.
+type Backend interface {
+	Name() string
+
+	// Zeros allocates a zeroed tensor.
+	Zeros(shape ...int) Tensor
+	// FromHost copies host data into a new tensor.
+	FromHost(data []float32, shape ...int) Tensor
+	// ToHost copies a tensor out.
+	ToHost(t Tensor) []float32
+	// Upload makes a weight resident on the device (a view where it can).
+	Upload(w Weight) Tensor
+	// Rows is a view of rows [lo, hi) of a tensor's first dimension.
+	Rows(t Tensor, lo, hi int) Tensor
+	// CopyRows copies n rows of src from srcRow into dst at dstRow.
+	CopyRows(dst Tensor, dstRow int, src Tensor, srcRow, n int)
+
+	// Embedding: out[i, :] = table[ids[i], :].
+	Embedding(out, table Tensor, ids []int)
+	// MatMul: y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]); bias may be nil.
+	MatMul(y, x, w, bias Tensor)
+	// RMSNorm: y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w, rows of len(w).
+	RMSNorm(y, x, w Tensor, eps float32)
+	// Rope rotates x[t, heads·headDim] in place, token i at position pos[i]
+	// (rotate-half pairs, angle pos·theta^(-2j/headDim)).
+	Rope(x Tensor, pos []int, heads, headDim int, theta float64)
+	// Attention is causal grouped-query attention of q[t, heads·hd] (the
+	// tokens at positions start..start+t-1) over the caches kc, vc
+	// [maxT, kvHeads·hd] that already hold them; valid masks cache
+	// positions (nil: all valid). out[t, heads·hd].
+	Attention(out, q, kc, vc Tensor, valid []bool, start, heads, kvHeads, hd int)
+	// SiLUMul: out = silu(gate) · up, elementwise.
+	SiLUMul(out, gate, up Tensor)
+	// Add: y += x.
+	Add(y, x Tensor)
+	// Softmax over the last dimension.
+	Softmax(y, x Tensor)
+	// LogSoftmax over the last dimension: y = x - logsumexp(x).
+	LogSoftmax(y, x Tensor)
+}

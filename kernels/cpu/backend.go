@@ -1,0 +1,203 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/agemem/agemem/kernels"
+)
+
+// Tensor is a CPU tensor: a host slice, or a weight held as f32 or bf16.
+type Tensor struct {
+	shape []int
+	Data  []float32
+	w     *Matrix // set for uploaded weights
+}
+
+// Shape implements kernels.Tensor.
+func (t *Tensor) Shape() []int { return t.shape }
+
+// Len implements kernels.Tensor.
+func (t *Tensor) Len() int {
+	n := 1
+	for _, d := range t.shape {
+		n *= d
+	}
+	return n
+}
+
+// Backend is the pure-Go CPU backend.
+type Backend struct {
+	mu    sync.Mutex
+	ropes map[ropeKey]*ropeTable
+}
+
+type ropeKey struct {
+	headDim int
+	theta   float64
+}
+
+type ropeTable struct {
+	maxPos   int
+	cos, sin []float32
+}
+
+// New returns the CPU backend.
+func New() *Backend { return &Backend{ropes: map[ropeKey]*ropeTable{}} }
+
+var _ kernels.Backend = (*Backend)(nil)
+
+// Name implements kernels.Backend.
+func (*Backend) Name() string { return "cpu" }
+
+func host(t kernels.Tensor) *Tensor {
+	ct, ok := t.(*Tensor)
+	if !ok {
+		panic(fmt.Sprintf("cpu backend: tensor of type %T belongs to another backend", t))
+	}
+	return ct
+}
+
+func data(t kernels.Tensor) []float32 {
+	if t == nil {
+		return nil
+	}
+	ct := host(t)
+	if ct.w != nil {
+		panic("cpu backend: a weight tensor used as an activation")
+	}
+	return ct.Data
+}
+
+// Zeros implements kernels.Backend.
+func (*Backend) Zeros(shape ...int) kernels.Tensor {
+	t := &Tensor{shape: shape}
+	t.Data = make([]float32, t.Len())
+	return t
+}
+
+// FromHost implements kernels.Backend.
+func (*Backend) FromHost(d []float32, shape ...int) kernels.Tensor {
+	t := &Tensor{shape: shape}
+	if t.Len() != len(d) {
+		panic(fmt.Sprintf("cpu backend: %d values for shape %v", len(d), shape))
+	}
+	t.Data = append([]float32(nil), d...)
+	return t
+}
+
+// ToHost implements kernels.Backend.
+func (*Backend) ToHost(t kernels.Tensor) []float32 { return append([]float32(nil), data(t)...) }
+
+// Upload implements kernels.Backend: weights stay where they are (bf16 in
+// the mapped file).
+func (*Backend) Upload(w kernels.Weight) kernels.Tensor {
+	m := Matrix(w)
+	return &Tensor{shape: []int{w.Rows, w.Cols}, w: &m}
+}
+
+// Rows implements kernels.Backend.
+func (*Backend) Rows(t kernels.Tensor, lo, hi int) kernels.Tensor {
+	ct := host(t)
+	width := ct.Len() / ct.shape[0]
+	shape := append([]int{hi - lo}, ct.shape[1:]...)
+	return &Tensor{shape: shape, Data: ct.Data[lo*width : hi*width]}
+}
+
+// CopyRows implements kernels.Backend.
+func (*Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, srcRow, n int) {
+	d, s := host(dst), host(src)
+	width := d.Len() / d.shape[0]
+	copy(d.Data[dstRow*width:(dstRow+n)*width], s.Data[srcRow*width:(srcRow+n)*width])
+}
+
+// Embedding implements kernels.Backend.
+func (*Backend) Embedding(out, table kernels.Tensor, ids []int) {
+	o, w := data(out), host(table).w
+	for i, id := range ids {
+		w.RowTo(o[i*w.Cols:(i+1)*w.Cols], id)
+	}
+}
+
+// MatMul implements kernels.Backend.
+func (*Backend) MatMul(y, x, w, bias kernels.Tensor) {
+	wt := host(w)
+	yd, xd := data(y), data(x)
+	var b []float32
+	if bias != nil {
+		b = data(bias)
+	}
+	if wt.w != nil {
+		MatMul(yd, xd, *wt.w, b, len(xd)/wt.w.Cols)
+		return
+	}
+	n, k := wt.shape[0], wt.shape[1]
+	MatMulT(yd, xd, wt.Data, b, len(xd)/k, k, n)
+}
+
+// RMSNorm implements kernels.Backend.
+func (*Backend) RMSNorm(y, x, w kernels.Tensor, eps float32) {
+	wd := data(w)
+	RMSNorm(data(y), data(x), wd, len(wd), eps)
+}
+
+// Rope implements kernels.Backend; tables are built once per head size and
+// base, and grown as positions grow.
+func (b *Backend) Rope(x kernels.Tensor, pos []int, heads, headDim int, theta float64) {
+	maxPos := 0
+	for _, p := range pos {
+		maxPos = max(maxPos, p+1)
+	}
+	b.mu.Lock()
+	tab := b.ropes[ropeKey{headDim, theta}]
+	if tab == nil || tab.maxPos < maxPos {
+		n := max(maxPos, 2*tabMax(tab), 256)
+		cos, sin := RopeTables(n, headDim, theta)
+		tab = &ropeTable{n, cos, sin}
+		b.ropes[ropeKey{headDim, theta}] = tab
+	}
+	b.mu.Unlock()
+	Rope(data(x), pos, heads, headDim, tab.cos, tab.sin)
+}
+
+func tabMax(t *ropeTable) int {
+	if t == nil {
+		return 0
+	}
+	return t.maxPos
+}
+
+// Attention implements kernels.Backend.
+func (*Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, heads, kvHeads, hd int) {
+	qd := data(q)
+	Attention(data(out), qd, data(kc), data(vc), valid, len(qd)/(heads*hd), start, heads, kvHeads, hd)
+}
+
+// SiLUMul implements kernels.Backend.
+func (*Backend) SiLUMul(out, gate, up kernels.Tensor) { SiLUMul(data(out), data(gate), data(up)) }
+
+// Add implements kernels.Backend.
+func (*Backend) Add(y, x kernels.Tensor) { Add(data(y), data(x)) }
+
+// LogSoftmax implements kernels.Backend.
+func (*Backend) LogSoftmax(y, x kernels.Tensor) {
+	lastDim(y, x, LogSoftmax)
+}
+
+// Softmax implements kernels.Backend.
+func (*Backend) Softmax(y, x kernels.Tensor) {
+	lastDim(y, x, func(yr, xr []float32) {
+		copy(yr, xr)
+		Softmax(yr)
+	})
+}
+
+// lastDim applies f to each row of the last dimension.
+func lastDim(y, x kernels.Tensor, f func(yr, xr []float32)) {
+	xt := host(x)
+	d := xt.shape[len(xt.shape)-1]
+	yd, xd := data(y), xt.Data
+	for r := 0; r < len(xd)/d; r++ {
+		f(yd[r*d:(r+1)*d], xd[r*d:(r+1)*d])
+	}
+}
