@@ -1,0 +1,417 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/agemem/agemem/kernels"
+)
+
+//go:embed kernels.cu
+var source string
+
+// Tensor is device memory with a shape; a Rows view shares its parent's
+// allocation.
+type Tensor struct {
+	ptr   uint64
+	shape []int
+	base  *alloc
+}
+
+type alloc struct{ ptr uint64 }
+
+// Shape implements kernels.Tensor.
+func (t *Tensor) Shape() []int { return t.shape }
+
+// Len implements kernels.Tensor.
+func (t *Tensor) Len() int {
+	n := 1
+	for _, d := range t.shape {
+		n *= d
+	}
+	return n
+}
+
+// Backend runs the engine's ops on one GPU.
+type Backend struct {
+	dev    int32
+	ctx    uintptr
+	blas   uintptr
+	fns    map[string]uintptr
+	name   string
+	arch   string
+	mu     sync.Mutex
+	freeMu sync.Mutex
+	free   []uint64 // allocations whose tensors were collected
+}
+
+// New opens GPU ordinal dev: loads the libraries, retains the primary
+// context, compiles the kernels with NVRTC (cached on disk by source hash,
+// architecture and NVRTC version) and creates a cuBLAS handle.
+func New(dev int) (*Backend, error) {
+	if err := loadLibs(); err != nil {
+		return nil, err
+	}
+	cu := &libs.cu
+	if err := cu.Init(0).err("cuInit"); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoDevice, err)
+	}
+	var n int32
+	if err := cu.DeviceGetCount(&n).err("cuDeviceGetCount"); err != nil || int(n) <= dev {
+		return nil, fmt.Errorf("%w: device %d of %d", ErrNoDevice, dev, n)
+	}
+	b := &Backend{fns: map[string]uintptr{}}
+	if err := cu.DeviceGet(&b.dev, int32(dev)).err("cuDeviceGet"); err != nil {
+		return nil, err
+	}
+	var major, minor int32
+	cu.DeviceGetAttribute(&major, 75, b.dev) // COMPUTE_CAPABILITY_MAJOR
+	cu.DeviceGetAttribute(&minor, 76, b.dev)
+	b.arch = fmt.Sprintf("%d%d", major, minor)
+	name := make([]byte, 256)
+	cu.DeviceGetName(&name[0], 256, b.dev)
+	b.name = goString(&name[0])
+	if err := cu.DevicePrimaryCtxRetain(&b.ctx, b.dev).err("cuDevicePrimaryCtxRetain"); err != nil {
+		return nil, err
+	}
+	b.bind()
+	ptx, err := b.compile()
+	if err != nil {
+		return nil, err
+	}
+	var mod uintptr
+	if err := cu.ModuleLoadData(&mod, unsafe.Pointer(&ptx[0])).err("cuModuleLoadData"); err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"fill_zero", "rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows"} {
+		var f uintptr
+		if err := cu.ModuleGetFunction(&f, mod, cstr(k)).err("cuModuleGetFunction " + k); err != nil {
+			return nil, err
+		}
+		b.fns[k] = f
+	}
+	if st := libs.blas.Create(&b.blas); st != 0 {
+		return nil, fmt.Errorf("cublasCreate: status %d", st)
+	}
+	return b, nil
+}
+
+// Device describes the GPU.
+func (b *Backend) Device() string { return fmt.Sprintf("%s (sm_%s)", b.name, b.arch) }
+
+// Name implements kernels.Backend.
+func (b *Backend) Name() string { return "cuda" }
+
+// bind makes the context current on this thread (goroutines move between
+// threads) and frees allocations whose tensors were garbage-collected.
+func (b *Backend) bind() {
+	libs.cu.CtxSetCurrent(b.ctx)
+	b.freeMu.Lock()
+	free := b.free
+	b.free = nil
+	b.freeMu.Unlock()
+	for _, p := range free {
+		libs.cu.MemFree(p)
+	}
+}
+
+// Compile compiles the embedded kernels for arch (e.g. "90") and returns the
+// PTX; CI uses it without a GPU to check that every kernel compiles.
+func Compile(arch string) ([]byte, error) {
+	if err := loadNVRTC(); err != nil {
+		return nil, err
+	}
+	return compileSource(arch)
+}
+
+func compileSource(arch string) ([]byte, error) {
+	nv := &libs.nvrtc
+	var prog uintptr
+	if r := nv.CreateProgram(&prog, cstr(source), cstr("agemem.cu"), 0, nil, nil); r != 0 {
+		return nil, fmt.Errorf("nvrtcCreateProgram: %d", r)
+	}
+	defer nv.DestroyProgram(&prog)
+	opts := []*byte{cstr("--gpu-architecture=compute_" + arch), cstr("--std=c++14")}
+	r := nv.CompileProgram(prog, int32(len(opts)), &opts[0])
+	var logSize uint64
+	nv.GetProgramLogSize(prog, &logSize)
+	log := ""
+	if logSize > 1 {
+		buf := make([]byte, logSize)
+		nv.GetProgramLog(prog, &buf[0])
+		log = string(buf[:logSize-1])
+	}
+	if r != 0 {
+		return nil, fmt.Errorf("NVRTC could not compile the kernels for compute_%s:\n%s", arch, log)
+	}
+	var n uint64
+	nv.GetPTXSize(prog, &n)
+	ptx := make([]byte, n)
+	nv.GetPTX(prog, &ptx[0])
+	return ptx, nil
+}
+
+func (b *Backend) compile() ([]byte, error) {
+	var maj, min int32
+	libs.nvrtc.Version(&maj, &min)
+	h := sha256.Sum256([]byte(fmt.Sprintf("%s|sm_%s|nvrtc %d.%d", source, b.arch, maj, min)))
+	dir, err := os.UserCacheDir()
+	if err == nil {
+		dir = filepath.Join(dir, "agemem", "cuda")
+	}
+	path := filepath.Join(dir, hex.EncodeToString(h[:8])+".ptx")
+	if ptx, err := os.ReadFile(path); err == nil && len(ptx) > 0 {
+		return ptx, nil
+	}
+	ptx, err := compileSource(b.arch)
+	if err != nil {
+		return nil, err
+	}
+	if dir != "" && os.MkdirAll(dir, 0o755) == nil {
+		os.WriteFile(path, ptx, 0o644)
+	}
+	return ptx, nil
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+func (b *Backend) alloc(n int, shape []int) *Tensor {
+	b.bind()
+	var p uint64
+	size := uint64(max(n, 1) * 4)
+	must(libs.cu.MemAlloc(&p, size).err(fmt.Sprintf("cuMemAlloc %d bytes", size)))
+	a := &alloc{p}
+	runtime.SetFinalizer(a, func(a *alloc) {
+		b.freeMu.Lock()
+		b.free = append(b.free, a.ptr)
+		b.freeMu.Unlock()
+	})
+	return &Tensor{ptr: p, shape: shape, base: a}
+}
+
+func dev(t kernels.Tensor) *Tensor {
+	ct, ok := t.(*Tensor)
+	if !ok {
+		panic(fmt.Sprintf("cuda backend: tensor of type %T belongs to another backend", t))
+	}
+	return ct
+}
+
+func ptr(t kernels.Tensor) uint64 {
+	if t == nil {
+		return 0
+	}
+	return dev(t).ptr
+}
+
+// launch runs kernel k with the given grid, block and dynamic shared memory.
+func (b *Backend) launch(k string, grid, block, shared int, args ...any) {
+	b.bind()
+	params := make([]unsafe.Pointer, len(args))
+	keep := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case uint64:
+			x := v
+			keep[i], params[i] = &x, unsafe.Pointer(&x)
+		case int32:
+			x := v
+			keep[i], params[i] = &x, unsafe.Pointer(&x)
+		case int64:
+			x := v
+			keep[i], params[i] = &x, unsafe.Pointer(&x)
+		case float32:
+			x := v
+			keep[i], params[i] = &x, unsafe.Pointer(&x)
+		case float64:
+			x := v
+			keep[i], params[i] = &x, unsafe.Pointer(&x)
+		default:
+			panic(fmt.Sprintf("cuda: kernel argument of type %T", a))
+		}
+	}
+	must(libs.cu.LaunchKernel(b.fns[k], uint32(max(grid, 1)), 1, 1, uint32(block), 1, 1, uint32(shared), 0, &params[0], nil).err("launch " + k))
+	runtime.KeepAlive(keep)
+}
+
+func blocks(n, per int) int { return (n + per - 1) / per }
+
+// Zeros implements kernels.Backend.
+func (b *Backend) Zeros(shape ...int) kernels.Tensor {
+	t := &Tensor{shape: shape}
+	n := t.Len()
+	t = b.alloc(n, shape)
+	must(libs.cu.MemsetD8(t.ptr, 0, uint64(n*4)).err("cuMemsetD8"))
+	return t
+}
+
+// FromHost implements kernels.Backend.
+func (b *Backend) FromHost(d []float32, shape ...int) kernels.Tensor {
+	t := b.alloc(len(d), shape)
+	if len(d) > 0 {
+		must(libs.cu.MemcpyHtoD(t.ptr, unsafe.Pointer(&d[0]), uint64(4*len(d))).err("cuMemcpyHtoD"))
+	}
+	return t
+}
+
+func (b *Backend) ints(v []int) *Tensor {
+	x := make([]int32, len(v))
+	for i, e := range v {
+		x[i] = int32(e)
+	}
+	t := b.alloc(len(x), []int{len(x)})
+	if len(x) > 0 {
+		must(libs.cu.MemcpyHtoD(t.ptr, unsafe.Pointer(&x[0]), uint64(4*len(x))).err("cuMemcpyHtoD"))
+	}
+	return t
+}
+
+// ToHost implements kernels.Backend.
+func (b *Backend) ToHost(t kernels.Tensor) []float32 {
+	b.bind()
+	ct := dev(t)
+	out := make([]float32, ct.Len())
+	if len(out) > 0 {
+		must(libs.cu.MemcpyDtoH(unsafe.Pointer(&out[0]), ct.ptr, uint64(4*len(out))).err("cuMemcpyDtoH"))
+	}
+	return out
+}
+
+// Upload implements kernels.Backend. BF16 weights are widened to float32 on
+// the device (cuBLAS runs f32 GEMMs here; bf16 tensor-core GEMMs are the
+// next step).
+func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
+	n := w.Rows * w.Cols
+	if w.BF16 == nil {
+		return b.FromHost(w.F32, w.Rows, w.Cols)
+	}
+	raw := b.alloc((n+1)/2, []int{n})
+	must(libs.cu.MemcpyHtoD(raw.ptr, unsafe.Pointer(&w.BF16[0]), uint64(2*n)).err("cuMemcpyHtoD"))
+	t := b.alloc(n, []int{w.Rows, w.Cols})
+	b.launch("widen_bf16", blocks(n, 256), 256, 0, t.ptr, raw.ptr, int64(n))
+	runtime.KeepAlive(raw)
+	return t
+}
+
+// Rows implements kernels.Backend.
+func (b *Backend) Rows(t kernels.Tensor, lo, hi int) kernels.Tensor {
+	ct := dev(t)
+	width := ct.Len() / ct.shape[0]
+	return &Tensor{ptr: ct.ptr + uint64(4*lo*width), shape: append([]int{hi - lo}, ct.shape[1:]...), base: ct.base}
+}
+
+// CopyRows implements kernels.Backend.
+func (b *Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, srcRow, n int) {
+	b.bind()
+	d, s := dev(dst), dev(src)
+	width := d.Len() / d.shape[0]
+	if n == 0 {
+		return
+	}
+	must(libs.cu.MemcpyDtoD(d.ptr+uint64(4*dstRow*width), s.ptr+uint64(4*srcRow*width), uint64(4*n*width)).err("cuMemcpyDtoD"))
+}
+
+// Embedding implements kernels.Backend.
+func (b *Backend) Embedding(out, table kernels.Tensor, ids []int) {
+	d := dev(table).shape[1]
+	idt := b.ints(ids)
+	b.launch("embedding_f32", len(ids), 256, 0, ptr(out), ptr(table), idt.ptr, int32(d))
+	runtime.KeepAlive(idt)
+}
+
+// MatMul implements kernels.Backend: y[m,n] = x[m,k] · w[n,k]ᵀ. In cuBLAS's
+// column-major terms that is yᵀ = w · xᵀ, i.e. C(n×m) = Aᵀ(n×k) B(k×m)
+// with A = w stored k×n.
+func (b *Backend) MatMul(y, x, w, bias kernels.Tensor) {
+	b.bind()
+	wt := dev(w)
+	n, k := wt.shape[0], wt.shape[1]
+	m := dev(x).Len() / k
+	alpha, beta := float32(1), float32(0)
+	if st := libs.blas.Sgemm(b.blas, 1, 0, int32(n), int32(m), int32(k), &alpha, wt.ptr, int32(k), ptr(x), int32(k), &beta, ptr(y), int32(n)); st != 0 {
+		panic(fmt.Sprintf("cublasSgemm: status %d", st))
+	}
+	if bias != nil {
+		b.launch("bias_add", blocks(m*n, 256), 256, 0, ptr(y), ptr(bias), int64(m*n), int32(n))
+	}
+}
+
+// RMSNorm implements kernels.Backend.
+func (b *Backend) RMSNorm(y, x, w kernels.Tensor, eps float32) {
+	d := dev(w).Len()
+	rows := dev(x).Len() / d
+	b.launch("rmsnorm", rows, 256, 0, ptr(y), ptr(x), ptr(w), int32(d), eps)
+}
+
+// Rope implements kernels.Backend.
+func (b *Backend) Rope(x kernels.Tensor, pos []int, heads, headDim int, theta float64) {
+	pt := b.ints(pos)
+	n := len(pos) * heads * headDim / 2
+	b.launch("rope", blocks(n, 256), 256, 0, ptr(x), pt.ptr, int32(len(pos)), int32(heads), int32(headDim), theta)
+	runtime.KeepAlive(pt)
+}
+
+// Attention implements kernels.Backend.
+func (b *Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, heads, kvHeads, hd int) {
+	t := dev(q).Len() / (heads * hd)
+	var vt *Tensor
+	var vp uint64
+	if valid != nil {
+		v := make([]int, len(valid))
+		for i, ok := range valid {
+			if ok {
+				v[i] = 1
+			}
+		}
+		vt = b.ints(v)
+		vp = vt.ptr
+	}
+	const threads = 128
+	shared := (start + t + threads) * 4
+	b.launch("attention", t*heads, threads, shared, ptr(out), ptr(q), ptr(kc), ptr(vc), vp, int32(start), int32(heads), int32(kvHeads), int32(hd))
+	runtime.KeepAlive(vt)
+}
+
+// SiLUMul implements kernels.Backend.
+func (b *Backend) SiLUMul(out, gate, up kernels.Tensor) {
+	n := dev(out).Len()
+	b.launch("silu_mul", blocks(n, 256), 256, 0, ptr(out), ptr(gate), ptr(up), int64(n))
+}
+
+// Add implements kernels.Backend.
+func (b *Backend) Add(y, x kernels.Tensor) {
+	n := dev(y).Len()
+	b.launch("add", blocks(n, 256), 256, 0, ptr(y), ptr(x), int64(n))
+}
+
+func (b *Backend) softmax(y, x kernels.Tensor, logp int32) {
+	xt := dev(x)
+	d := xt.shape[len(xt.shape)-1]
+	b.launch("softmax_rows", xt.Len()/d, 256, 0, ptr(y), ptr(x), int32(d), logp)
+}
+
+// Softmax implements kernels.Backend.
+func (b *Backend) Softmax(y, x kernels.Tensor) { b.softmax(y, x, 0) }
+
+// LogSoftmax implements kernels.Backend.
+func (b *Backend) LogSoftmax(y, x kernels.Tensor) { b.softmax(y, x, 1) }
+
+// MemInfo reports free and total device memory in bytes.
+func (b *Backend) MemInfo() (free, total uint64) {
+	b.bind()
+	libs.cu.MemGetInfo(&free, &total)
+	return
+}
+
+var _ kernels.Backend = (*Backend)(nil)

@@ -1,0 +1,141 @@
+package cuda
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
+)
+
+// TestKernelsCompile compiles every kernel with NVRTC for sm_80 and sm_90.
+// It needs only libnvrtc, not a GPU.
+func TestKernelsCompile(t *testing.T) {
+	for _, arch := range []string{"80", "90"} {
+		ptx, err := Compile(arch)
+		if err != nil && libs.nvrtc.CompileProgram == nil {
+			t.Skipf("NVRTC not found, kernels not compiled: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ptx) < 1000 {
+			t.Fatalf("sm_%s: PTX of %d bytes", arch, len(ptx))
+		}
+	}
+}
+
+func gpu(t *testing.T) *Backend {
+	b, err := New(0)
+	if errors.Is(err, ErrNoDevice) {
+		t.Skipf("GPU test skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("device: %s", b.Device())
+	return b
+}
+
+func rnd(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+func close(t *testing.T, name string, got, want []float32, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
+	}
+	worst := 0.0
+	for i := range want {
+		d := math.Abs(float64(got[i]-want[i])) / math.Max(1, math.Abs(float64(want[i])))
+		worst = math.Max(worst, d)
+	}
+	if worst > tol || math.IsNaN(worst) {
+		t.Fatalf("%s: max relative error %.3g > %.3g", name, worst, tol)
+	}
+	t.Logf("%-12s max relative error %.2e", name, worst)
+}
+
+// TestOpsMatchCPU runs every op on both backends with the same inputs.
+func TestOpsMatchCPU(t *testing.T) {
+	g := gpu(t)
+	c := cpu.New()
+	r := rand.New(rand.NewPCG(1, 2))
+	both := func(f func(be kernels.Backend) kernels.Tensor) ([]float32, []float32) {
+		return g.ToHost(f(g)), c.ToHost(f(c))
+	}
+	const m, k, n = 37, 300, 129
+	x, w, bias := rnd(r, m*k), rnd(r, n*k), rnd(r, n)
+	wb := make([]uint16, n*k)
+	for i := range wb {
+		wb[i] = uint16(math.Float32bits(w[i]) >> 16)
+	}
+	for _, wt := range []kernels.Weight{{Rows: n, Cols: k, F32: w}, {Rows: n, Cols: k, BF16: wb}} {
+		got, want := both(func(be kernels.Backend) kernels.Tensor {
+			y := be.Zeros(m, n)
+			be.MatMul(y, be.FromHost(x, m, k), be.Upload(wt), be.FromHost(bias, n))
+			return y
+		})
+		close(t, "matmul", got, want, 1e-4)
+	}
+	got, want := both(func(be kernels.Backend) kernels.Tensor {
+		d := 64
+		y := be.Zeros(m*k/d, d)
+		be.RMSNorm(y, be.FromHost(x[:m*k/d*d], m*k/d, d), be.FromHost(w[:d], d), 1e-6)
+		return y
+	})
+	close(t, "rmsnorm", got, want, 1e-5)
+	const tt, heads, kvh, hd, start = 5, 4, 2, 32, 7
+	pos := []int{7, 8, 9, 10, 11}
+	q := rnd(r, tt*heads*hd)
+	got, want = both(func(be kernels.Backend) kernels.Tensor {
+		y := be.FromHost(q, tt, heads*hd)
+		be.Rope(y, pos, heads, hd, 1e6)
+		return y
+	})
+	close(t, "rope", got, want, 1e-5)
+	kc, vc := rnd(r, 16*kvh*hd), rnd(r, 16*kvh*hd)
+	for _, valid := range [][]bool{nil, {true, false, true, true, false, true, true, true, true, true, false, true, true, true, true, true}} {
+		got, want = both(func(be kernels.Backend) kernels.Tensor {
+			out := be.Zeros(tt, heads*hd)
+			be.Attention(out, be.FromHost(q, tt, heads*hd), be.FromHost(kc, 16, kvh*hd), be.FromHost(vc, 16, kvh*hd), valid, start, heads, kvh, hd)
+			return out
+		})
+		close(t, "attention", got, want, 1e-5)
+	}
+	a, b2 := rnd(r, 1000), rnd(r, 1000)
+	got, want = both(func(be kernels.Backend) kernels.Tensor {
+		y := be.Zeros(1000)
+		be.SiLUMul(y, be.FromHost(a, 1000), be.FromHost(b2, 1000))
+		be.Add(y, be.FromHost(a, 1000))
+		return y
+	})
+	close(t, "silu+add", got, want, 1e-5)
+	got, want = both(func(be kernels.Backend) kernels.Tensor {
+		y := be.Zeros(10, 100)
+		be.LogSoftmax(y, be.FromHost(a, 10, 100))
+		return y
+	})
+	close(t, "logsoftmax", got, want, 1e-5)
+	got, want = both(func(be kernels.Backend) kernels.Tensor {
+		y := be.Zeros(10, 100)
+		be.Softmax(y, be.FromHost(a, 10, 100))
+		return y
+	})
+	close(t, "softmax", got, want, 1e-5)
+	got, want = both(func(be kernels.Backend) kernels.Tensor {
+		y := be.Zeros(3, k)
+		be.Embedding(y, be.Upload(kernels.Weight{Rows: n, Cols: k, BF16: wb}), []int{5, 0, 128})
+		dst := be.Zeros(6, k)
+		be.CopyRows(dst, 2, be.Rows(y, 1, 3), 0, 2)
+		return dst
+	})
+	close(t, "embed+copy", got, want, 0)
+}

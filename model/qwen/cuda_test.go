@@ -1,0 +1,66 @@
+package qwen
+
+import (
+	"context"
+	"errors"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/agemem/agemem/kernels/cuda"
+	"github.com/agemem/agemem/model/safetensors"
+)
+
+// TestCUDAMatchesCPU loads tiny Qwen2 and Qwen3 checkpoints on the GPU and
+// on the CPU: logits must agree and greedy generation must pick the same
+// tokens. Skipped without a GPU (make test-gpu runs it).
+func TestCUDAMatchesCPU(t *testing.T) {
+	g, err := cuda.New(0)
+	if errors.Is(err, cuda.ErrNoDevice) {
+		t.Skipf("GPU test skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := []int{1, 17, 300, 42, 42, 7, 511, 0, 99, 256, 3}
+	for _, preset := range []string{"tiny-qwen2", "tiny-qwen3"} {
+		dir := filepath.Join(t.TempDir(), preset)
+		if err := InitRandom(dir, Presets[preset], safetensors.BF16, 7); err != nil {
+			t.Fatal(err)
+		}
+		cm, err := Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gm, err := LoadOn(g, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := cm.Forward(tokens, cm.NewCache(64))
+		got, err := gm.Forward(tokens, gm.NewCache(64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst := 0.0
+		for i := range want {
+			worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+		}
+		if worst > 1e-4 {
+			t.Fatalf("%s: max |logit diff| %.3g", preset, worst)
+		}
+		s := Sampling{MaxTokens: 12}
+		prompts := [][]int{tokens, tokens[:5]}
+		cg, _ := cm.Generate(context.Background(), prompts, s, nil)
+		gg, err := gm.Generate(context.Background(), prompts, s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cg {
+			if !slices.Equal(cg[i].Tokens, gg[i].Tokens) {
+				t.Fatalf("%s: greedy tokens differ: cpu %v gpu %v", preset, cg[i].Tokens, gg[i].Tokens)
+			}
+		}
+		t.Logf("%s: max |logit diff| GPU vs CPU %.2e; greedy generation identical", preset, worst)
+	}
+}
