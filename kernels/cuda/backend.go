@@ -81,7 +81,7 @@ func New(dev int) (*Backend, error) {
 	if err := cu.DevicePrimaryCtxRetain(&b.ctx, b.dev).err("cuDevicePrimaryCtxRetain"); err != nil {
 		return nil, err
 	}
-	b.bind()
+	defer b.enter()()
 	ptx, err := b.compile()
 	if err != nil {
 		return nil, err
@@ -109,8 +109,16 @@ func (b *Backend) Device() string { return fmt.Sprintf("%s (sm_%s)", b.name, b.a
 // Name implements kernels.Backend.
 func (b *Backend) Name() string { return "cuda" }
 
-// bind makes the context current on this thread (goroutines move between
-// threads) and frees allocations whose tensors were garbage-collected.
+// enter pins the goroutine to its OS thread and makes the context current
+// there (a CUDA context is per thread, and goroutines move between threads),
+// and frees allocations whose tensors were garbage-collected. Every entry
+// point runs `defer b.enter()()`.
+func (b *Backend) enter() func() {
+	runtime.LockOSThread()
+	b.bind()
+	return runtime.UnlockOSThread
+}
+
 func (b *Backend) bind() {
 	libs.cu.CtxSetCurrent(b.ctx)
 	b.freeMu.Lock()
@@ -187,7 +195,7 @@ func must(err error) {
 }
 
 func (b *Backend) alloc(n int, shape []int) *Tensor {
-	b.bind()
+	defer b.enter()()
 	var p uint64
 	size := uint64(max(n, 1) * 4)
 	must(libs.cu.MemAlloc(&p, size).err(fmt.Sprintf("cuMemAlloc %d bytes", size)))
@@ -217,7 +225,7 @@ func ptr(t kernels.Tensor) uint64 {
 
 // launch runs kernel k with the given grid, block and dynamic shared memory.
 func (b *Backend) launch(k string, grid, block, shared int, args ...any) {
-	b.bind()
+	defer b.enter()()
 	params := make([]unsafe.Pointer, len(args))
 	keep := make([]any, len(args))
 	for i, a := range args {
@@ -249,6 +257,7 @@ func blocks(n, per int) int { return (n + per - 1) / per }
 
 // Zeros implements kernels.Backend.
 func (b *Backend) Zeros(shape ...int) kernels.Tensor {
+	defer b.enter()()
 	t := &Tensor{shape: shape}
 	n := t.Len()
 	t = b.alloc(n, shape)
@@ -258,6 +267,7 @@ func (b *Backend) Zeros(shape ...int) kernels.Tensor {
 
 // FromHost implements kernels.Backend.
 func (b *Backend) FromHost(d []float32, shape ...int) kernels.Tensor {
+	defer b.enter()()
 	t := b.alloc(len(d), shape)
 	if len(d) > 0 {
 		must(libs.cu.MemcpyHtoD(t.ptr, unsafe.Pointer(&d[0]), uint64(4*len(d))).err("cuMemcpyHtoD"))
@@ -266,6 +276,7 @@ func (b *Backend) FromHost(d []float32, shape ...int) kernels.Tensor {
 }
 
 func (b *Backend) ints(v []int) *Tensor {
+	defer b.enter()()
 	x := make([]int32, len(v))
 	for i, e := range v {
 		x[i] = int32(e)
@@ -279,7 +290,7 @@ func (b *Backend) ints(v []int) *Tensor {
 
 // ToHost implements kernels.Backend.
 func (b *Backend) ToHost(t kernels.Tensor) []float32 {
-	b.bind()
+	defer b.enter()()
 	ct := dev(t)
 	out := make([]float32, ct.Len())
 	if len(out) > 0 {
@@ -292,6 +303,7 @@ func (b *Backend) ToHost(t kernels.Tensor) []float32 {
 // the device (cuBLAS runs f32 GEMMs here; bf16 tensor-core GEMMs are the
 // next step).
 func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
+	defer b.enter()()
 	n := w.Rows * w.Cols
 	if w.BF16 == nil {
 		return b.FromHost(w.F32, w.Rows, w.Cols)
@@ -313,7 +325,7 @@ func (b *Backend) Rows(t kernels.Tensor, lo, hi int) kernels.Tensor {
 
 // CopyRows implements kernels.Backend.
 func (b *Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, srcRow, n int) {
-	b.bind()
+	defer b.enter()()
 	d, s := dev(dst), dev(src)
 	width := d.Len() / d.shape[0]
 	if n == 0 {
@@ -334,7 +346,7 @@ func (b *Backend) Embedding(out, table kernels.Tensor, ids []int) {
 // column-major terms that is yᵀ = w · xᵀ, i.e. C(n×m) = Aᵀ(n×k) B(k×m)
 // with A = w stored k×n.
 func (b *Backend) MatMul(y, x, w, bias kernels.Tensor) {
-	b.bind()
+	defer b.enter()()
 	wt := dev(w)
 	n, k := wt.shape[0], wt.shape[1]
 	m := dev(x).Len() / k
@@ -407,9 +419,15 @@ func (b *Backend) Softmax(y, x kernels.Tensor) { b.softmax(y, x, 0) }
 // LogSoftmax implements kernels.Backend.
 func (b *Backend) LogSoftmax(y, x kernels.Tensor) { b.softmax(y, x, 1) }
 
+// Sync waits for the device to finish queued work (for timing).
+func (b *Backend) Sync() {
+	defer b.enter()()
+	must(libs.cu.CtxSynchronize().err("cuCtxSynchronize"))
+}
+
 // MemInfo reports free and total device memory in bytes.
 func (b *Backend) MemInfo() (free, total uint64) {
-	b.bind()
+	defer b.enter()()
 	libs.cu.MemGetInfo(&free, &total)
 	return
 }

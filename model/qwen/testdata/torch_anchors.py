@@ -1,0 +1,42 @@
+"""PyTorch anchors for the CUDA benchmarks, on the same machine and model.
+
+Usage: python3 torch_anchors.py DIR   (DIR/q05 written by BenchmarkCUDA)
+Prints torch.matmul TFLOP/s (f32 with TF32 off, and bf16) at 4096^3 and the
+prefill and greedy-decode tokens/s of transformers on the same checkpoint
+(bf16, SDPA attention, KV cache).
+"""
+import sys
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+torch.backends.cuda.matmul.allow_tf32 = False
+n = 4096
+for dtype in (torch.float32, torch.bfloat16):
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    a @ b
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    torch.cuda.synchronize()
+    print(f"torch.matmul {dtype}: {2 * n**3 * 10 / (time.perf_counter() - t) / 1e12:.1f} TFLOP/s")
+
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1] + "/q05", dtype=torch.bfloat16).cuda().eval()
+ids = torch.tensor([[(i * 7919) % model.config.vocab_size for i in range(128)]], device="cuda")
+with torch.no_grad():
+    model(ids)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    model(ids)
+    torch.cuda.synchronize()
+    print(f"transformers prefill: {128 / (time.perf_counter() - t):.0f} tok/s")
+    model.generate(ids, max_new_tokens=8, do_sample=False, min_new_tokens=8)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    out = model.generate(ids, max_new_tokens=64, do_sample=False, min_new_tokens=64)
+    torch.cuda.synchronize()
+    n_new = out.shape[1] - ids.shape[1]
+    print(f"transformers generate (greedy, KV cache): {n_new / (time.perf_counter() - t):.0f} tok/s")
