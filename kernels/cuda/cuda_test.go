@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/agemem/agemem/kernels"
@@ -16,6 +17,9 @@ func TestKernelsCompile(t *testing.T) {
 	for _, arch := range []string{"80", "90"} {
 		ptx, err := Compile(arch)
 		if err != nil && libs.nvrtc.CompileProgram == nil {
+			if os.Getenv("AGEMEM_REQUIRE_NVRTC") != "" {
+				t.Fatalf("NVRTC is required here (AGEMEM_REQUIRE_NVRTC) but: %v", err)
+			}
 			t.Skipf("NVRTC not found, kernels not compiled: %v", err)
 		}
 		if err != nil {
