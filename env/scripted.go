@@ -88,8 +88,11 @@ func (s *Scripted) respond(msgs []stm.Message) string {
 		if s.rng.Float64() < s.KeepDistractorRate {
 			return answer("This does not concern anything I need.", "Noted.")
 		}
+		// The first sentence names the distractor's subject; it is short,
+		// so the call itself does not re-add what it removes, and it
+		// clears theta against the whole message.
 		return call("This message is unrelated to what I need; filter it out of the context.",
-			memtools.ToolFilter, map[string]any{"criteria": text})
+			memtools.ToolFilter, map[string]any{"criteria": firstSentence(text)})
 	}
 	return answer("No memory operation is needed.", "Noted.")
 }
@@ -183,4 +186,11 @@ func call(think, name string, args map[string]any) string {
 func callMany(think string, calls []map[string]any) string {
 	b, _ := json.Marshal(calls)
 	return "<think>" + think + "</think>\n<tool_call>" + string(b) + "</tool_call>"
+}
+
+func firstSentence(s string) string {
+	if i := strings.Index(s, ". "); i >= 0 {
+		return s[:i+1]
+	}
+	return s
 }
