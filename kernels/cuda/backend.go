@@ -23,6 +23,7 @@ type Tensor struct {
 	ptr   uint64
 	shape []int
 	base  *alloc
+	bf16  bool // a weight held as bfloat16 (BF16 mode)
 }
 
 type alloc struct{ ptr uint64 }
@@ -41,6 +42,12 @@ func (t *Tensor) Len() int {
 
 // Backend runs the engine's ops on one GPU.
 type Backend struct {
+	// BF16 selects tensor-core GEMMs: weights uploaded afterwards stay
+	// bfloat16 on the device (half the memory), each product rounds its
+	// activations to bf16 and accumulates in f32. Off, GEMMs are f32 and
+	// match the CPU backend to float32 rounding.
+	BF16 bool
+
 	dev    int32
 	ctx    uintptr
 	blas   uintptr
@@ -90,7 +97,7 @@ func New(dev int) (*Backend, error) {
 	if err := cu.ModuleLoadData(&mod, unsafe.Pointer(&ptx[0])).err("cuModuleLoadData"); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"fill_zero", "rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows"} {
+	for _, k := range []string{"fill_zero", "rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16"} {
 		var f uintptr
 		if err := cu.ModuleGetFunction(&f, mod, cstr(k)).err("cuModuleGetFunction " + k); err != nil {
 			return nil, err
@@ -299,12 +306,23 @@ func (b *Backend) ToHost(t kernels.Tensor) []float32 {
 	return out
 }
 
-// Upload implements kernels.Backend. BF16 weights are widened to float32 on
-// the device (cuBLAS runs f32 GEMMs here; bf16 tensor-core GEMMs are the
-// next step).
+// Upload implements kernels.Backend. In BF16 mode weights stay (or become)
+// bfloat16 on the device; otherwise bf16 weights are widened to float32.
 func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
 	defer b.enter()()
 	n := w.Rows * w.Cols
+	if b.BF16 {
+		t := b.alloc((n+1)/2, []int{w.Rows, w.Cols})
+		t.bf16 = true
+		if w.BF16 != nil {
+			must(libs.cu.MemcpyHtoD(t.ptr, unsafe.Pointer(&w.BF16[0]), uint64(2*n)).err("cuMemcpyHtoD"))
+		} else {
+			f := b.FromHost(w.F32, n)
+			b.launch("narrow_bf16", blocks(n, 256), 256, 0, t.ptr, ptr(f), int64(n))
+			runtime.KeepAlive(f)
+		}
+		return t
+	}
 	if w.BF16 == nil {
 		return b.FromHost(w.F32, w.Rows, w.Cols)
 	}
@@ -336,9 +354,14 @@ func (b *Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, s
 
 // Embedding implements kernels.Backend.
 func (b *Backend) Embedding(out, table kernels.Tensor, ids []int) {
-	d := dev(table).shape[1]
+	tt := dev(table)
+	d := tt.shape[1]
 	idt := b.ints(ids)
-	b.launch("embedding_f32", len(ids), 256, 0, ptr(out), ptr(table), idt.ptr, int32(d))
+	k := "embedding_f32"
+	if tt.bf16 {
+		k = "embedding_bf16"
+	}
+	b.launch(k, len(ids), 256, 0, ptr(out), tt.ptr, idt.ptr, int32(d))
 	runtime.KeepAlive(idt)
 }
 
@@ -351,7 +374,17 @@ func (b *Backend) MatMul(y, x, w, bias kernels.Tensor) {
 	n, k := wt.shape[0], wt.shape[1]
 	m := dev(x).Len() / k
 	alpha, beta := float32(1), float32(0)
-	if st := libs.blas.Sgemm(b.blas, 1, 0, int32(n), int32(m), int32(k), &alpha, wt.ptr, int32(k), ptr(x), int32(k), &beta, ptr(y), int32(n)); st != 0 {
+	if wt.bf16 {
+		// Round the activations to bf16, then a tensor-core GEMM with f32
+		// accumulation and output (CUDA_R_16BF = 14, CUDA_R_32F = 0,
+		// CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT = -1).
+		xb := b.alloc((m*k+1)/2, []int{m * k})
+		b.launch("narrow_bf16", blocks(m*k, 256), 256, 0, xb.ptr, ptr(x), int64(m*k))
+		if st := libs.blas.GemmEx(b.blas, 1, 0, int32(n), int32(m), int32(k), unsafe.Pointer(&alpha), wt.ptr, 14, int32(k), xb.ptr, 14, int32(k), unsafe.Pointer(&beta), ptr(y), 0, int32(n), 68, -1); st != 0 {
+			panic(fmt.Sprintf("cublasGemmEx: status %d", st))
+		}
+		runtime.KeepAlive(xb)
+	} else if st := libs.blas.Sgemm(b.blas, 1, 0, int32(n), int32(m), int32(k), &alpha, wt.ptr, int32(k), ptr(x), int32(k), &beta, ptr(y), int32(n)); st != 0 {
 		panic(fmt.Sprintf("cublasSgemm: status %d", st))
 	}
 	if bias != nil {

@@ -89,6 +89,19 @@ func TestOpsMatchCPU(t *testing.T) {
 		})
 		close(t, "matmul", got, want, 1e-4)
 	}
+	// BF16 mode: tensor-core GEMM on bf16 weights and bf16-rounded
+	// activations equals the CPU product of the same rounded values.
+	g.BF16 = true
+	yg := g.Zeros(m, n)
+	g.MatMul(yg, g.FromHost(x, m, k), g.Upload(kernels.Weight{Rows: n, Cols: k, BF16: wb}), g.FromHost(bias, n))
+	g.BF16 = false
+	xb := make([]float32, len(x))
+	for i, v := range x {
+		xb[i] = bf16Round(v)
+	}
+	yc := c.Zeros(m, n)
+	c.MatMul(yc, c.FromHost(xb, m, k), c.Upload(kernels.Weight{Rows: n, Cols: k, BF16: wb}), c.FromHost(bias, n))
+	close(t, "matmul bf16", g.ToHost(yg), c.ToHost(yc), 1e-4)
 	got, want := both(func(be kernels.Backend) kernels.Tensor {
 		d := 64
 		y := be.Zeros(m*k/d, d)
@@ -142,4 +155,11 @@ func TestOpsMatchCPU(t *testing.T) {
 		return dst
 	})
 	close(t, "embed+copy", got, want, 0)
+}
+
+// bf16Round rounds to the nearest bfloat16, ties to even, as the device does.
+func bf16Round(f float32) float32 {
+	u := math.Float32bits(f)
+	u += 0x7fff + (u>>16)&1
+	return math.Float32frombits(u &^ 0xffff)
 }

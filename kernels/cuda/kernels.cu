@@ -151,3 +151,20 @@ extern "C" __global__ void softmax_rows(float* y, const float* x, int d, int log
     float lz = m + logf(z);
     for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = logp ? xr[i] - lz : expf(xr[i] - lz);
 }
+
+// narrow_bf16: out[i] = bf16(in[i]), round to nearest even (NaN stays NaN).
+extern "C" __global__ void narrow_bf16(unsigned short* out, const float* in, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned int u = __float_as_uint(in[i]);
+    if ((u & 0x7fffffff) > 0x7f800000) { out[i] = (unsigned short)((u >> 16) | 0x40); return; }
+    u += 0x7fff + ((u >> 16) & 1);
+    out[i] = (unsigned short)(u >> 16);
+}
+
+// embedding_bf16: out[i, :] = float(table[ids[i], :]) for a bf16 table.
+extern "C" __global__ void embedding_bf16(float* out, const unsigned short* table, const int* ids, int d) {
+    const unsigned short* row = table + (long)ids[blockIdx.x] * d;
+    for (int c = threadIdx.x; c < d; c += blockDim.x)
+        out[(long)blockIdx.x * d + c] = __int_as_float(((unsigned int)row[c]) << 16);
+}

@@ -58,6 +58,8 @@ type nvrtcLib struct {
 type cublasLib struct {
 	Create func(h *uintptr) int32
 	Sgemm  func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a uint64, lda int32, b uint64, ldb int32, beta *float32, c uint64, ldc int32) int32
+	// GemmEx runs mixed-type GEMMs: bf16 inputs, f32 output and accumulation.
+	GemmEx func(h uintptr, ta, tb int32, m, n, k int32, alpha unsafe.Pointer, a uint64, atype, lda int32, b uint64, btype, ldb int32, beta unsafe.Pointer, c uint64, ctype, ldc int32, compute, algo int32) int32
 }
 
 func open(names []string) (uintptr, string, error) {
@@ -132,7 +134,12 @@ func loadLibs() error {
 			libs.loadErr = err
 			return
 		}
-		if err := bind(bl, &libs.blas, func(f string) string { return "cublas" + f + "_v2" }); err != nil {
+		if err := bind(bl, &libs.blas, func(f string) string {
+			if f == "GemmEx" {
+				return "cublasGemmEx"
+			}
+			return "cublas" + f + "_v2"
+		}); err != nil {
 			libs.loadErr = err
 			return
 		}

@@ -37,6 +37,20 @@ func BenchmarkCUDA(b *testing.B) {
 	}
 	g.Sync()
 	tflops := 2 * float64(n) * n * n * reps / time.Since(start).Seconds() / 1e12
+	// bf16 tensor-core GEMM at 8192³.
+	const nb = 8192
+	g.BF16 = true
+	xb, wb, yb := g.Zeros(nb, nb), g.Upload(kernels.Weight{Rows: nb, Cols: nb, F32: make([]float32, nb*nb)}), g.Zeros(nb, nb)
+	g.MatMul(yb, xb, wb, nil)
+	g.Sync()
+	start = time.Now()
+	for range reps {
+		g.MatMul(yb, xb, wb, nil)
+	}
+	g.Sync()
+	bf16tflops := 2 * float64(nb) * nb * nb * reps / time.Since(start).Seconds() / 1e12
+	xb, wb, yb = nil, nil, nil
+	g.BF16 = os.Getenv("AGEMEM_BENCH_BF16") != ""
 
 	dir := os.Getenv("AGEMEM_BENCH_DIR")
 	if dir == "" {
@@ -76,6 +90,7 @@ func BenchmarkCUDA(b *testing.B) {
 		decode += time.Since(t0)
 	}
 	b.ReportMetric(tflops, "f32gemm_TFLOP/s")
+	b.ReportMetric(bf16tflops, "bf16gemm_TFLOP/s")
 	b.ReportMetric(float64(len(prompt)*b.N)/prefill.Seconds(), "prefill_tok/s")
 	b.ReportMetric(float64(steps*b.N)/decode.Seconds(), "decode_tok/s")
 }

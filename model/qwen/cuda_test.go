@@ -62,5 +62,42 @@ func TestCUDAMatchesCPU(t *testing.T) {
 			}
 		}
 		t.Logf("%s: max |logit diff| GPU vs CPU %.2e; greedy generation identical", preset, worst)
+
+		// BF16 mode: activations rounded to bf16 in every product, so
+		// logits move by about bf16's precision relative to their scale.
+		g.BF16 = true
+		bm, err := LoadOn(g, dir)
+		g.BF16 = false
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err = bm.Forward(tokens, bm.NewCache(64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst, scale, agree := 0.0, 0.0, 0
+		for i := range want {
+			worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+			scale = math.Max(scale, math.Abs(float64(want[i])))
+		}
+		for r := range tokens {
+			if argmax(got[r*bm.VocabSize:(r+1)*bm.VocabSize]) == argmax(want[r*bm.VocabSize:(r+1)*bm.VocabSize]) {
+				agree++
+			}
+		}
+		if worst/scale > 2e-2 || agree < len(tokens)*8/10 {
+			t.Fatalf("%s bf16: max |diff| %.3g of scale %.3g, argmax agrees on %d/%d", preset, worst, scale, agree, len(tokens))
+		}
+		t.Logf("%s bf16 GEMMs: max |logit diff| %.2e (scale %.2e), argmax agrees on %d/%d", preset, worst, scale, agree, len(tokens))
 	}
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
 }

@@ -12,8 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 torch.backends.cuda.matmul.allow_tf32 = False
-n = 4096
-for dtype in (torch.float32, torch.bfloat16):
+for dtype, n in ((torch.float32, 4096), (torch.bfloat16, 8192)):
     a = torch.randn(n, n, device="cuda", dtype=dtype)
     b = torch.randn(n, n, device="cuda", dtype=dtype)
     a @ b
@@ -22,7 +21,7 @@ for dtype in (torch.float32, torch.bfloat16):
     for _ in range(10):
         a @ b
     torch.cuda.synchronize()
-    print(f"torch.matmul {dtype}: {2 * n**3 * 10 / (time.perf_counter() - t) / 1e12:.1f} TFLOP/s")
+    print(f"torch.matmul {dtype} {n}^3: {2 * n**3 * 10 / (time.perf_counter() - t) / 1e12:.1f} TFLOP/s")
 
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1] + "/q05", dtype=torch.bfloat16).cuda().eval()
 ids = torch.tensor([[(i * 7919) % model.config.vocab_size for i in range(128)]], device="cuda")
