@@ -1,0 +1,246 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// Finite-difference checks of every backward kernel in float64. Each op's
+// forward is written plainly here in float64; the loss is L = Σ r∘y for a
+// fixed random r, so dL/dy = r, and every input element is perturbed by ±h.
+
+func r64(r *rand.Rand, n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = r.NormFloat64()
+	}
+	return v
+}
+
+func dotLoss(r, y []float64) float64 {
+	s := 0.0
+	for i := range y {
+		s += r[i] * y[i]
+	}
+	return s
+}
+
+// checkFD compares analytic with central differences of loss over x.
+func checkFD(t *testing.T, name string, x []float64, analytic []float64, loss func() float64) {
+	t.Helper()
+	const h = 1e-6
+	worst := 0.0
+	for i := range x {
+		orig := x[i]
+		x[i] = orig + h
+		up := loss()
+		x[i] = orig - h
+		down := loss()
+		x[i] = orig
+		num := (up - down) / (2 * h)
+		err := math.Abs(num-analytic[i]) / math.Max(1, math.Abs(num))
+		worst = math.Max(worst, err)
+	}
+	if worst > 1e-6 {
+		t.Fatalf("%s: finite differences disagree, max relative error %.2e", name, worst)
+	}
+}
+
+func matmul64(x, w, b []float64, m, k, n int) []float64 {
+	y := make([]float64, m*n)
+	for i := range m {
+		for j := range n {
+			s := 0.0
+			if b != nil {
+				s = b[j]
+			}
+			for c := range k {
+				s += x[i*k+c] * w[j*k+c]
+			}
+			y[i*n+j] = s
+		}
+	}
+	return y
+}
+
+func TestMatMulTBackwardFD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	const m, k, n = 3, 5, 4
+	x, w, b, r := r64(rng, m*k), r64(rng, n*k), r64(rng, n), r64(rng, m*n)
+	dx, dw, db := make([]float64, m*k), make([]float64, n*k), make([]float64, n)
+	MatMulTBackward(dx, dw, db, r, x, w, m, k, n)
+	loss := func() float64 { return dotLoss(r, matmul64(x, w, b, m, k, n)) }
+	checkFD(t, "matmul dx", x, dx, loss)
+	checkFD(t, "matmul dw", w, dw, loss)
+	checkFD(t, "matmul db", b, db, loss)
+}
+
+func rmsnorm64(x, w []float64, d int, eps float64) []float64 {
+	y := make([]float64, len(x))
+	for r := 0; r < len(x)/d; r++ {
+		ss := 0.0
+		for _, v := range x[r*d : (r+1)*d] {
+			ss += v * v
+		}
+		inv := 1 / math.Sqrt(ss/float64(d)+eps)
+		for i := range d {
+			y[r*d+i] = x[r*d+i] * inv * w[i]
+		}
+	}
+	return y
+}
+
+func TestRMSNormBackwardFD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	const rows, d = 3, 6
+	x, w, r := r64(rng, rows*d), r64(rng, d), r64(rng, rows*d)
+	dx, dw := make([]float64, rows*d), make([]float64, d)
+	RMSNormBackward(dx, dw, r, x, w, d, 1e-6)
+	loss := func() float64 { return dotLoss(r, rmsnorm64(x, w, d, 1e-6)) }
+	checkFD(t, "rmsnorm dx", x, dx, loss)
+	checkFD(t, "rmsnorm dw", w, dw, loss)
+}
+
+func rope64(x []float64, pos []int, heads, hd int, theta float64) []float64 {
+	y := append([]float64(nil), x...)
+	half := hd / 2
+	for ti, p := range pos {
+		for h := range heads {
+			v := y[(ti*heads+h)*hd : (ti*heads+h+1)*hd]
+			for i := range half {
+				a := float64(p) * math.Pow(theta, -2*float64(i)/float64(hd))
+				x0, x1 := v[i], v[i+half]
+				v[i] = x0*math.Cos(a) - x1*math.Sin(a)
+				v[i+half] = x1*math.Cos(a) + x0*math.Sin(a)
+			}
+		}
+	}
+	return y
+}
+
+func TestRopeBackwardFD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	pos := []int{0, 3, 17}
+	const heads, hd = 2, 8
+	x, r := r64(rng, len(pos)*heads*hd), r64(rng, len(pos)*heads*hd)
+	dx := append([]float64(nil), r...)
+	RopeBackward(dx, pos, heads, hd, 10000)
+	checkFD(t, "rope dx", x, dx, func() float64 { return dotLoss(r, rope64(x, pos, heads, hd, 10000)) })
+}
+
+func TestSiLUMulBackwardFD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	g, u, r := r64(rng, 20), r64(rng, 20), r64(rng, 20)
+	dg, du := make([]float64, 20), make([]float64, 20)
+	SiLUMulBackward(dg, du, r, g, u)
+	loss := func() float64 {
+		s := 0.0
+		for i := range g {
+			s += r[i] * g[i] / (1 + math.Exp(-g[i])) * u[i]
+		}
+		return s
+	}
+	checkFD(t, "silu dg", g, dg, loss)
+	checkFD(t, "silu du", u, du, loss)
+}
+
+func TestEmbeddingAndLogProbBackwardFD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	const vocab, d = 7, 4
+	table := r64(rng, vocab*d)
+	ids := []int{3, 1, 3, 6} // a repeated id must accumulate
+	r := r64(rng, len(ids)*d)
+	dt := make([]float64, vocab*d)
+	EmbeddingBackward(dt, r, ids, d)
+	checkFD(t, "embedding", table, dt, func() float64 {
+		s := 0.0
+		for i, id := range ids {
+			for c := range d {
+				s += r[i*d+c] * table[id*d+c]
+			}
+		}
+		return s
+	})
+	logits := r64(rng, 3*vocab)
+	targets := []int{2, -1, 6}
+	rw := r64(rng, 3)
+	dl := make([]float64, 3*vocab)
+	LogProbGatherBackward(dl, rw, logits, targets, vocab)
+	checkFD(t, "log-prob gather", logits, dl, func() float64 { return dotLoss(rw, LogProbGather(logits, targets, vocab)) })
+}
+
+func attention64(q, kc, vc []float64, valid []bool, tn, start, heads, kvh, d int) []float64 {
+	out := make([]float64, tn*heads*d)
+	for i := range tn {
+		for h := range heads {
+			g := h / (heads / kvh)
+			n := start + i + 1
+			sc := make([]float64, n)
+			m := math.Inf(-1)
+			for j := range n {
+				sc[j] = math.Inf(-1)
+				if valid != nil && !valid[j] {
+					continue
+				}
+				s := 0.0
+				for x := range d {
+					s += q[(i*heads+h)*d+x] * kc[(j*kvh+g)*d+x]
+				}
+				sc[j] = s / math.Sqrt(float64(d))
+				m = math.Max(m, sc[j])
+			}
+			z := 0.0
+			for j := range sc {
+				sc[j] = math.Exp(sc[j] - m)
+				z += sc[j]
+			}
+			for j := range sc {
+				for x := range d {
+					out[(i*heads+h)*d+x] += sc[j] / z * vc[(j*kvh+g)*d+x]
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestAttentionBackwardFD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	const tn, start, heads, kvh, d = 3, 2, 4, 2, 4
+	total := start + tn
+	for _, valid := range [][]bool{nil, {true, false, true, true, true}} {
+		q, kc, vc := r64(rng, tn*heads*d), r64(rng, total*kvh*d), r64(rng, total*kvh*d)
+		r := r64(rng, tn*heads*d)
+		dq, dk, dv := make([]float64, len(q)), make([]float64, len(kc)), make([]float64, len(vc))
+		AttentionBackward(dq, dk, dv, r, q, kc, vc, valid, tn, start, heads, kvh, d)
+		loss := func() float64 { return dotLoss(r, attention64(q, kc, vc, valid, tn, start, heads, kvh, d)) }
+		checkFD(t, "attention dq", q, dq, loss)
+		checkFD(t, "attention dk", kc, dk, loss)
+		checkFD(t, "attention dv", vc, dv, loss)
+	}
+}
+
+// TestBackwardFloat32MatchesFloat64 runs the float32 instantiation the
+// trainer uses against the float64 one.
+func TestBackwardFloat32MatchesFloat64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	const m, k, n = 4, 33, 5
+	x, w, r := r64(rng, m*k), r64(rng, n*k), r64(rng, m*n)
+	dx64 := make([]float64, m*k)
+	MatMulTBackward(dx64, nil, nil, r, x, w, m, k, n)
+	f := func(v []float64) []float32 {
+		o := make([]float32, len(v))
+		for i := range v {
+			o[i] = float32(v[i])
+		}
+		return o
+	}
+	dx32 := make([]float32, m*k)
+	MatMulTBackward(dx32, nil, nil, f(r), f(x), f(w), m, k, n)
+	for i := range dx64 {
+		if math.Abs(float64(dx32[i])-dx64[i]) > 1e-4 {
+			t.Fatalf("float32 dx[%d] = %g, float64 %g", i, dx32[i], dx64[i])
+		}
+	}
+}
