@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -38,9 +37,6 @@ func loadOpenBLAS(b *testing.B) {
 // beside OpenBLAS sgemm on the same shapes in the same run: 1024³ and the
 // projections of Qwen2.5-0.5B for a 128-token prefill.
 func BenchmarkMatMul(b *testing.B) {
-	if os.Getenv("CI") != "" && testing.Short() {
-		b.Skip()
-	}
 	loadOpenBLAS(b)
 	for _, s := range []struct {
 		name    string
