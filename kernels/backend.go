@@ -60,3 +60,18 @@ type Backend interface {
 	// LogSoftmax over the last dimension: y = x - logsumexp(x).
 	LogSoftmax(y, x Tensor)
 }
+
+// Dims is a tensor shape; backends embed it in their tensor types.
+type Dims []int
+
+// Shape implements Tensor.
+func (d Dims) Shape() []int { return d }
+
+// Len implements Tensor: the number of elements.
+func (d Dims) Len() int {
+	n := 1
+	for _, x := range d {
+		n *= x
+	}
+	return n
+}

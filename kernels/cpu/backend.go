@@ -9,21 +9,9 @@ import (
 
 // Tensor is a CPU tensor: a host slice, or a weight held as f32 or bf16.
 type Tensor struct {
-	shape []int
-	Data  []float32
-	w     *Matrix // set for uploaded weights
-}
-
-// Shape implements kernels.Tensor.
-func (t *Tensor) Shape() []int { return t.shape }
-
-// Len implements kernels.Tensor.
-func (t *Tensor) Len() int {
-	n := 1
-	for _, d := range t.shape {
-		n *= d
-	}
-	return n
+	kernels.Dims
+	Data []float32
+	w    *Matrix // set for uploaded weights
 }
 
 // Backend is the pure-Go CPU backend.
@@ -71,14 +59,14 @@ func data(t kernels.Tensor) []float32 {
 
 // Zeros implements kernels.Backend.
 func (*Backend) Zeros(shape ...int) kernels.Tensor {
-	t := &Tensor{shape: shape}
+	t := &Tensor{Dims: shape}
 	t.Data = make([]float32, t.Len())
 	return t
 }
 
 // FromHost implements kernels.Backend.
 func (*Backend) FromHost(d []float32, shape ...int) kernels.Tensor {
-	t := &Tensor{shape: shape}
+	t := &Tensor{Dims: shape}
 	if t.Len() != len(d) {
 		panic(fmt.Sprintf("cpu backend: %d values for shape %v", len(d), shape))
 	}
@@ -93,21 +81,21 @@ func (*Backend) ToHost(t kernels.Tensor) []float32 { return append([]float32(nil
 // the mapped file).
 func (*Backend) Upload(w kernels.Weight) kernels.Tensor {
 	m := Matrix(w)
-	return &Tensor{shape: []int{w.Rows, w.Cols}, w: &m}
+	return &Tensor{Dims: []int{w.Rows, w.Cols}, w: &m}
 }
 
 // Rows implements kernels.Backend.
 func (*Backend) Rows(t kernels.Tensor, lo, hi int) kernels.Tensor {
 	ct := host(t)
-	width := ct.Len() / ct.shape[0]
-	shape := append([]int{hi - lo}, ct.shape[1:]...)
-	return &Tensor{shape: shape, Data: ct.Data[lo*width : hi*width]}
+	width := ct.Len() / ct.Dims[0]
+	shape := append([]int{hi - lo}, ct.Dims[1:]...)
+	return &Tensor{Dims: shape, Data: ct.Data[lo*width : hi*width]}
 }
 
 // CopyRows implements kernels.Backend.
 func (*Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, srcRow, n int) {
 	d, s := host(dst), host(src)
-	width := d.Len() / d.shape[0]
+	width := d.Len() / d.Dims[0]
 	copy(d.Data[dstRow*width:(dstRow+n)*width], s.Data[srcRow*width:(srcRow+n)*width])
 }
 
@@ -131,7 +119,7 @@ func (*Backend) MatMul(y, x, w, bias kernels.Tensor) {
 		MatMul(yd, xd, *wt.w, b, len(xd)/wt.w.Cols)
 		return
 	}
-	n, k := wt.shape[0], wt.shape[1]
+	n, k := wt.Dims[0], wt.Dims[1]
 	MatMulT(yd, xd, wt.Data, b, len(xd)/k, k, n)
 }
 
@@ -195,7 +183,7 @@ func (*Backend) Softmax(y, x kernels.Tensor) {
 // lastDim applies f to each row of the last dimension.
 func lastDim(y, x kernels.Tensor, f func(yr, xr []float32)) {
 	xt := host(x)
-	d := xt.shape[len(xt.shape)-1]
+	d := xt.Dims[len(xt.Dims)-1]
 	yd, xd := data(y), xt.Data
 	for r := 0; r < len(xd)/d; r++ {
 		f(yd[r*d:(r+1)*d], xd[r*d:(r+1)*d])

@@ -20,25 +20,13 @@ var source string
 // Tensor is device memory with a shape; a Rows view shares its parent's
 // allocation.
 type Tensor struct {
-	ptr   uint64
-	shape []int
-	base  *alloc
-	bf16  bool // a weight held as bfloat16 (BF16 mode)
+	ptr uint64
+	kernels.Dims
+	base *alloc
+	bf16 bool // a weight held as bfloat16 (BF16 mode)
 }
 
 type alloc struct{ ptr uint64 }
-
-// Shape implements kernels.Tensor.
-func (t *Tensor) Shape() []int { return t.shape }
-
-// Len implements kernels.Tensor.
-func (t *Tensor) Len() int {
-	n := 1
-	for _, d := range t.shape {
-		n *= d
-	}
-	return n
-}
 
 // Backend runs the engine's ops on one GPU.
 type Backend struct {
@@ -212,7 +200,7 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 		b.free = append(b.free, a.ptr)
 		b.freeMu.Unlock()
 	})
-	return &Tensor{ptr: p, shape: shape, base: a}
+	return &Tensor{ptr: p, Dims: shape, base: a}
 }
 
 func dev(t kernels.Tensor) *Tensor {
@@ -265,7 +253,7 @@ func blocks(n, per int) int { return (n + per - 1) / per }
 // Zeros implements kernels.Backend.
 func (b *Backend) Zeros(shape ...int) kernels.Tensor {
 	defer b.enter()()
-	t := &Tensor{shape: shape}
+	t := &Tensor{Dims: shape}
 	n := t.Len()
 	t = b.alloc(n, shape)
 	must(libs.cu.MemsetD8(t.ptr, 0, uint64(n*4)).err("cuMemsetD8"))
@@ -337,15 +325,15 @@ func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
 // Rows implements kernels.Backend.
 func (b *Backend) Rows(t kernels.Tensor, lo, hi int) kernels.Tensor {
 	ct := dev(t)
-	width := ct.Len() / ct.shape[0]
-	return &Tensor{ptr: ct.ptr + uint64(4*lo*width), shape: append([]int{hi - lo}, ct.shape[1:]...), base: ct.base}
+	width := ct.Len() / ct.Dims[0]
+	return &Tensor{ptr: ct.ptr + uint64(4*lo*width), Dims: append([]int{hi - lo}, ct.Dims[1:]...), base: ct.base}
 }
 
 // CopyRows implements kernels.Backend.
 func (b *Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, srcRow, n int) {
 	defer b.enter()()
 	d, s := dev(dst), dev(src)
-	width := d.Len() / d.shape[0]
+	width := d.Len() / d.Dims[0]
 	if n == 0 {
 		return
 	}
@@ -355,7 +343,7 @@ func (b *Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, s
 // Embedding implements kernels.Backend.
 func (b *Backend) Embedding(out, table kernels.Tensor, ids []int) {
 	tt := dev(table)
-	d := tt.shape[1]
+	d := tt.Dims[1]
 	idt := b.ints(ids)
 	k := "embedding_f32"
 	if tt.bf16 {
@@ -371,7 +359,7 @@ func (b *Backend) Embedding(out, table kernels.Tensor, ids []int) {
 func (b *Backend) MatMul(y, x, w, bias kernels.Tensor) {
 	defer b.enter()()
 	wt := dev(w)
-	n, k := wt.shape[0], wt.shape[1]
+	n, k := wt.Dims[0], wt.Dims[1]
 	m := dev(x).Len() / k
 	alpha, beta := float32(1), float32(0)
 	if wt.bf16 {
@@ -442,7 +430,7 @@ func (b *Backend) Add(y, x kernels.Tensor) {
 
 func (b *Backend) softmax(y, x kernels.Tensor, logp int32) {
 	xt := dev(x)
-	d := xt.shape[len(xt.shape)-1]
+	d := xt.Dims[len(xt.Dims)-1]
 	b.launch("softmax_rows", xt.Len()/d, 256, 0, ptr(y), ptr(x), int32(d), logp)
 }
 
