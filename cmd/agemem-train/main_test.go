@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agemem/agemem/model/tokenizer"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -150,5 +152,46 @@ func TestCLINativeEpisode(t *testing.T) {
 	}
 	if _, err := run(t, "episode", "--data", data, "--first", "1", "--policy", "native"); err == nil || !strings.Contains(err.Error(), "--model") {
 		t.Fatalf("native without --model: %v", err)
+	}
+}
+
+func TestCLITokenizerTrain(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth.json")
+	run(t, "data", "synth", "--n", "40", "--out", data)
+	out := filepath.Join(dir, "tok")
+	if _, err := run(t, "tokenizer", "train", "--data", data, "--vocab-size", "800", "--episodes", "10", "--out", out); err != nil {
+		t.Fatal(err)
+	}
+	// The trained tokenizer drives a model directory end to end.
+	model := filepath.Join(dir, "m")
+	if _, err := run(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(out, "tokenizer.json"), "--out", model); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(out, "tokenizer_config.json"))
+	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), raw, 0o644)
+	root := newRoot()
+	var buf bytes.Buffer
+	root.SetOut(&buf)
+	root.SetIn(strings.NewReader("<think>Store it.</think>"))
+	root.SetArgs([]string{"tokenize", "--model", model})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int
+	if err := json.Unmarshal(buf.Bytes(), &ids); err != nil || len(ids) < 3 {
+		t.Fatalf("tokenize with the trained tokenizer: %s %v", buf.String(), err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(out, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, _ := tok.TokenID("<think>")
+	closing, _ := tok.TokenID("</think>")
+	if ids[0] != open || ids[len(ids)-1] != closing {
+		t.Fatalf("the AgeMem tags are not single added tokens: %v", ids)
+	}
+	if _, err := run(t, "tokenizer", "train", "--data", data, "--vocab-size", "10", "--out", out); err == nil {
+		t.Fatal("a vocabulary below 256 must be refused")
 	}
 }

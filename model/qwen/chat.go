@@ -2,6 +2,7 @@ package qwen
 
 import (
 	"bytes"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -24,6 +25,14 @@ type ToolCall struct {
 		Arguments json.RawMessage `json:"arguments"` // an object, or a string holding JSON
 	} `json:"function"`
 }
+
+// The template texts, for tokenizer_config.json files the toolkit writes.
+var (
+	//go:embed templates/qwen3.jinja
+	Qwen3TemplateText string
+	//go:embed templates/qwen2.5.jinja
+	Qwen25TemplateText string
+)
 
 // Template names a Qwen chat template family.
 type Template int

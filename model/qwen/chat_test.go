@@ -69,7 +69,7 @@ func TestChatTemplateMatchesJinja(t *testing.T) {
 		name string
 		t    Template
 		file string
-	}{{"qwen3", TemplateQwen3, ""}, {"qwen2.5", TemplateQwen25, "testdata/qwen2.5_chat_template.jinja"}} {
+	}{{"qwen3", TemplateQwen3, "templates/qwen3.jinja"}, {"qwen2.5", TemplateQwen25, "templates/qwen2.5.jinja"}} {
 		t.Run(tmpl.name, func(t *testing.T) { compareWithJinja(t, cases, tmpl.t, tmpl.file) })
 	}
 }
@@ -111,7 +111,7 @@ func TestDetectTemplate(t *testing.T) {
 	if tm, _ := DetectTemplate(dir, Config{ModelType: "qwen2"}); tm != TemplateQwen25 {
 		t.Fatal("a qwen2 directory without tokenizer_config.json should use Qwen2.5's template")
 	}
-	q25, _ := os.ReadFile("testdata/qwen2.5_chat_template.jinja")
+	q25 := []byte(Qwen25TemplateText)
 	for _, c := range []struct {
 		tmpl string
 		want Template

