@@ -1,0 +1,139 @@
+// Package optim holds the optimiser side of training: AdamW with decoupled
+// weight decay, clipping by global norm and learning-rate schedules, as
+// pure functions over parameter and gradient slices (float32 master
+// weights).
+package optim
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Param is one trainable tensor with its gradient.
+type Param struct {
+	Name  string
+	W     []float32 // master weights
+	G     []float32 // gradient, same length
+	Decay bool      // weight decay applies (not to norms and biases)
+}
+
+// DecayFor reports whether weight decay should apply to a parameter of
+// this name: not to normalisation weights or biases, the usual choice.
+func DecayFor(name string) bool {
+	return !strings.Contains(name, "norm") && !strings.HasSuffix(name, ".bias")
+}
+
+// AdamWConfig are the optimiser's hyperparameters.
+type AdamWConfig struct {
+	Beta1, Beta2 float64 // 0.9, 0.999
+	Eps          float64 // 1e-8
+	WeightDecay  float64 // decoupled, e.g. 0.01
+}
+
+// AdamW is Loshchilov & Hutter's AdamW as PyTorch implements it:
+//
+//	w ← w − lr·wd·w                       (decoupled decay, if Decay)
+//	m ← β1·m + (1−β1)·g,  v ← β2·v + (1−β2)·g²
+//	w ← w − lr · (m / (1−β1ᵗ)) / (sqrt(v / (1−β2ᵗ)) + ε)
+type AdamW struct {
+	Config AdamWConfig
+	StepN  int                  // steps taken
+	M, V   map[string][]float32 // moments by parameter name
+}
+
+// NewAdamW returns an optimiser with empty moments.
+func NewAdamW(c AdamWConfig) *AdamW {
+	return &AdamW{Config: c, M: map[string][]float32{}, V: map[string][]float32{}}
+}
+
+// Step applies one update with learning rate lr.
+func (a *AdamW) Step(params []Param, lr float64) error {
+	a.StepN++
+	c := a.Config
+	bc1 := 1 - math.Pow(c.Beta1, float64(a.StepN))
+	bc2 := 1 - math.Pow(c.Beta2, float64(a.StepN))
+	for _, p := range params {
+		if len(p.W) != len(p.G) {
+			return fmt.Errorf("parameter %s: %d weights, %d gradients", p.Name, len(p.W), len(p.G))
+		}
+		m, v := a.M[p.Name], a.V[p.Name]
+		if m == nil {
+			m, v = make([]float32, len(p.W)), make([]float32, len(p.W))
+			a.M[p.Name], a.V[p.Name] = m, v
+		}
+		decay := 1.0
+		if p.Decay {
+			decay = 1 - lr*c.WeightDecay
+		}
+		for i, g := range p.G {
+			gf := float64(g)
+			mi := c.Beta1*float64(m[i]) + (1-c.Beta1)*gf
+			vi := c.Beta2*float64(v[i]) + (1-c.Beta2)*gf*gf
+			m[i], v[i] = float32(mi), float32(vi)
+			w := float64(p.W[i]) * decay
+			w -= lr * (mi / bc1) / (math.Sqrt(vi/bc2) + c.Eps)
+			p.W[i] = float32(w)
+		}
+	}
+	return nil
+}
+
+// GlobalNorm is the L2 norm of all gradients together.
+func GlobalNorm(params []Param) float64 {
+	var s float64
+	for _, p := range params {
+		for _, g := range p.G {
+			s += float64(g) * float64(g)
+		}
+	}
+	return math.Sqrt(s)
+}
+
+// ClipGlobalNorm scales every gradient by maxNorm/norm when the global norm
+// exceeds maxNorm, and returns the norm before clipping.
+func ClipGlobalNorm(params []Param, maxNorm float64) float64 {
+	n := GlobalNorm(params)
+	if maxNorm > 0 && n > maxNorm {
+		Scale(params, maxNorm/(n+1e-6))
+	}
+	return n
+}
+
+// Scale multiplies every gradient by f (1/k after accumulating k
+// micro-batches).
+func Scale(params []Param, f float64) {
+	for _, p := range params {
+		for i := range p.G {
+			p.G[i] = float32(float64(p.G[i]) * f)
+		}
+	}
+}
+
+// ZeroGrad clears the gradients.
+func ZeroGrad(params []Param) {
+	for _, p := range params {
+		clear(p.G)
+	}
+}
+
+// Schedule is linear warmup, then constant or cosine decay to MinRatio of
+// the base rate at Total steps.
+type Schedule struct {
+	Warmup   int
+	Total    int
+	Cosine   bool
+	MinRatio float64
+}
+
+// LR returns the learning rate at step (0-based).
+func (s Schedule) LR(base float64, step int) float64 {
+	if s.Warmup > 0 && step < s.Warmup {
+		return base * float64(step+1) / float64(s.Warmup)
+	}
+	if !s.Cosine || s.Total <= s.Warmup {
+		return base
+	}
+	progress := math.Min(1, float64(step-s.Warmup)/float64(s.Total-s.Warmup))
+	return base * (s.MinRatio + (1-s.MinRatio)*0.5*(1+math.Cos(math.Pi*progress)))
+}
