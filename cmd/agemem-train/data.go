@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -54,6 +58,86 @@ the same file.`,
 	synth.Flags().IntVar(&n, "n", 1000, "number of questions")
 	synth.Flags().Int64Var(&seed, "seed", 1, "random seed")
 	synth.Flags().StringVar(&out, "out", "data/synth.json", "output file")
-	cmd.AddCommand(synth)
+	cmd.AddCommand(synth, sftDataCmd(g))
+	return cmd
+}
+
+func sftDataCmd(g *globals) *cobra.Command {
+	var data, out, policyName string
+	var forget, keep float64
+	var n int
+	cmd := &cobra.Command{
+		Use:   "sft",
+		Short: "Turn oracle episodes into supervised chat data (JSONL) in the AgeMem format",
+		Long: `Plays the oracle on tasks and writes one JSON line per policy call: the
+messages the policy saw (OpenAI chat format: system, user, assistant, tool)
+followed by the oracle's reply, which is what SFT learns. Error rates make the
+oracle imperfect, so the tuned policy leaves RL room to improve.`,
+		Example: "  agemem-train data sft --policy oracle --data data/synth.json --out data/sft.jsonl --forget-rate 0.1 --keep-distractor-rate 0.2",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if policyName != "oracle" {
+				return fmt.Errorf("--policy %q: only the oracle makes SFT data", policyName)
+			}
+			if forget < 0 || forget > 1 || keep < 0 || keep > 1 {
+				return fmt.Errorf("--forget-rate and --keep-distractor-rate must lie in [0, 1]")
+			}
+			if data == "" {
+				data = cfg.Data.Train
+			}
+			if dir := filepath.Dir(out); dir != "." {
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					return err
+				}
+			}
+			f, err := os.Create(out)
+			if err != nil {
+				return err
+			}
+			w := bufio.NewWriter(f)
+			enc := json.NewEncoder(w)
+			tasks, records := 0, 0
+			err = env.StreamHotpotFile(data, func(t env.Task) error {
+				if n > 0 && tasks >= n {
+					return errStop
+				}
+				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)), newRuntime(cfg, uint64(cfg.Seed)+uint64(tasks)), t, episodeConfig(cfg))
+				if err != nil {
+					return err
+				}
+				for _, r := range env.SFTRecords(res) {
+					if err := enc.Encode(r); err != nil {
+						return err
+					}
+					records++
+				}
+				tasks++
+				return nil
+			})
+			if err != nil && !errors.Is(err, errStop) {
+				f.Close()
+				return err
+			}
+			if err := w.Flush(); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d examples from %d tasks to %s\n", records, tasks, out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "HotpotQA-format task file (default: data.train)")
+	cmd.Flags().StringVar(&out, "out", "data/sft.jsonl", "output JSONL file")
+	cmd.Flags().StringVar(&policyName, "policy", "oracle", "the policy whose episodes are written (oracle)")
+	cmd.Flags().Float64Var(&forget, "forget-rate", 0, "chance the oracle does not store a fact it is shown")
+	cmd.Flags().Float64Var(&keep, "keep-distractor-rate", 0, "chance the oracle does not filter a distractor")
+	cmd.Flags().IntVar(&n, "n", 0, "tasks to use (0: all)")
 	return cmd
 }

@@ -195,3 +195,42 @@ func TestCLITokenizerTrain(t *testing.T) {
 		t.Fatal("a vocabulary below 256 must be refused")
 	}
 }
+
+func TestCLISFTData(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth.json")
+	run(t, "data", "synth", "--n", "10", "--out", data)
+	out := filepath.Join(dir, "sft.jsonl")
+	if _, err := run(t, "data", "sft", "--data", data, "--out", out, "--forget-rate", "0.3", "--n", "5"); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(out)
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	if len(lines) < 5*6 {
+		t.Fatalf("%d examples from 5 tasks", len(lines))
+	}
+	stages := map[int]bool{}
+	for _, l := range lines {
+		var r struct {
+			Stage    int `json:"stage"`
+			Messages []struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		stages[r.Stage] = true
+		last := r.Messages[len(r.Messages)-1]
+		if r.Messages[0].Role != "system" || last.Role != "assistant" || !strings.HasPrefix(last.Content, "<think>") {
+			t.Fatalf("example shape: first %s, last %s %q", r.Messages[0].Role, last.Role, last.Content)
+		}
+	}
+	if len(stages) != 3 {
+		t.Fatalf("stages covered: %v", stages)
+	}
+	if _, err := run(t, "data", "sft", "--data", data, "--out", out, "--forget-rate", "2"); err == nil {
+		t.Fatal("a rate above 1 must be refused")
+	}
+}
