@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tokenizer"
 )
 
@@ -232,5 +234,29 @@ func TestCLISFTData(t *testing.T) {
 	}
 	if _, err := run(t, "data", "sft", "--data", data, "--out", out, "--forget-rate", "2"); err == nil {
 		t.Fatal("a rate above 1 must be refused")
+	}
+}
+
+func TestCLIMerge(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	run(t, "init-model", "--preset", "tiny-qwen2", "--out", base, "--dtype", "f32")
+	cfg := qwen.Presets["tiny-qwen2"]
+	names, shape := cfg.Linears()
+	a, err := lora.New(lora.Config{R: 2, Alpha: 4, TargetModules: []string{"o_proj"}}, names, shape, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad := filepath.Join(dir, "adapter")
+	a.Save(ad)
+	out := filepath.Join(dir, "merged")
+	if _, err := run(t, "merge", "--base", base, "--adapter", ad, "--out", out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qwen.Load(out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "merge", "--base", base, "--adapter", filepath.Join(dir, "missing"), "--out", out); err == nil {
+		t.Fatal("a missing adapter must be an error")
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -187,5 +188,32 @@ keeping the conversation. An empty line or end of input stops.`,
 	cmd.Flags().IntVar(&s.MaxTokens, "max-tokens", 256, "reply length limit")
 	cmd.Flags().Uint64Var(&s.Seed, "seed", 1, "sampling seed")
 	cmd.MarkFlagRequired("model")
+	return cmd
+}
+
+func mergeCmd() *cobra.Command {
+	var base, adapter, out string
+	cmd := &cobra.Command{
+		Use:   "merge",
+		Short: "Fold a LoRA adapter (PEFT layout) into its base model and write a full Hugging Face directory",
+		Long: `Every weight the adapter targets becomes W + (lora_alpha/r)·B·A in the base's
+dtype; the other tensors, config.json and the tokenizer files are copied. The
+result loads in agemem, transformers, vLLM, and exports to GGUF.`,
+		Example: "  agemem-train merge --base runs/tiny --adapter checkpoints/step-500/adapter --out runs/merged",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if base == "" || adapter == "" || out == "" {
+				return fmt.Errorf("--base, --adapter and --out are required")
+			}
+			if err := lora.Merge(base, adapter, out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&base, "base", "", "base model directory")
+	cmd.Flags().StringVar(&adapter, "adapter", "", "adapter directory (adapter_config.json, adapter_model.safetensors)")
+	cmd.Flags().StringVar(&out, "out", "", "output directory")
 	return cmd
 }
