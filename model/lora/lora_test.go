@@ -1,4 +1,4 @@
-package lora
+package lora_test
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -21,9 +22,9 @@ func tinyBase(t *testing.T, dtype safetensors.DType) (string, qwen.Config) {
 	return dir, cfg
 }
 
-func newAdapter(t *testing.T, cfg qwen.Config) *Adapter {
+func newAdapter(t *testing.T, cfg qwen.Config) *lora.Adapter {
 	names, shape := cfg.Linears()
-	a, err := New(Config{R: 4, Alpha: 8, Dropout: 0.05, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, names, shape, 1, true)
+	a, err := lora.New(lora.Config{R: 4, Alpha: 8, Dropout: 0.05, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, names, shape, 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,14 +55,14 @@ func TestSaveLoadPEFTLayout(t *testing.T) {
 	if cj["peft_type"] != "LORA" || cj["r"] != 4.0 || cj["lora_alpha"] != 8.0 || cj["task_type"] != "CAUSAL_LM" {
 		t.Fatalf("adapter_config.json: %v", cj)
 	}
-	b, err := Load(dir)
+	b, err := lora.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(b.Modules) != len(a.Modules) || b.Config.Scale() != 2 {
 		t.Fatalf("loaded %d modules, scale %v", len(b.Modules), b.Config.Scale())
 	}
-	loaded := map[string]Module{}
+	loaded := map[string]lora.Module{}
 	for _, m := range b.Modules {
 		loaded[m.Name] = m
 	}
@@ -87,7 +88,7 @@ func TestMergeFoldsBA(t *testing.T) {
 		ad := filepath.Join(t.TempDir(), "adapter")
 		a.Save(ad)
 		out := filepath.Join(t.TempDir(), "merged")
-		if err := Merge(base, ad, out); err != nil {
+		if err := lora.Merge(base, ad, out); err != nil {
 			t.Fatal(err)
 		}
 		bf, _ := safetensors.OpenDir(base)
@@ -140,7 +141,7 @@ func TestBadAdapters(t *testing.T) {
 	// A config whose rank disagrees with the tensors.
 	raw, _ := os.ReadFile(filepath.Join(dir, "adapter_config.json"))
 	os.WriteFile(filepath.Join(dir, "adapter_config.json"), []byte(strings.Replace(string(raw), `"r": 4`, `"r": 8`, 1)), 0o644)
-	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "needs lora_A [r=8") {
+	if _, err := lora.Load(dir); err == nil || !strings.Contains(err.Error(), "needs lora_A [r=8") {
 		t.Fatalf("rank mismatch: %v", err)
 	}
 	os.WriteFile(filepath.Join(dir, "adapter_config.json"), raw, 0o644)
@@ -148,13 +149,13 @@ func TestBadAdapters(t *testing.T) {
 	big := cfg
 	big.HiddenSize = 128
 	names, shape := big.Linears()
-	b, _ := New(Config{R: 2, Alpha: 2, TargetModules: []string{"q_proj"}}, names, shape, 1, true)
+	b, _ := lora.New(lora.Config{R: 2, Alpha: 2, TargetModules: []string{"q_proj"}}, names, shape, 1, true)
 	bd := filepath.Join(t.TempDir(), "b")
 	b.Save(bd)
-	if err := Merge(base, bd, t.TempDir()); err == nil || !strings.Contains(err.Error(), "has shape") {
+	if err := lora.Merge(base, bd, t.TempDir()); err == nil || !strings.Contains(err.Error(), "has shape") {
 		t.Fatalf("shape mismatch: %v", err)
 	}
-	if _, err := New(Config{R: 2, TargetModules: []string{"nope"}}, names, shape, 1, false); err == nil {
+	if _, err := lora.New(lora.Config{R: 2, TargetModules: []string{"nope"}}, names, shape, 1, false); err == nil {
 		t.Fatal("no matching module must be an error")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tokenizer"
 )
@@ -38,8 +39,9 @@ func New(m *qwen.Model, tok *tokenizer.Tokenizer, s qwen.Sampling) *Native {
 }
 
 // Load opens a model directory (config.json, tokenizer.json, safetensors,
-// tokenizer_config.json for the chat template) as a policy.
-func Load(dir string, s qwen.Sampling) (*Native, error) {
+// tokenizer_config.json for the chat template) as a policy; a non-empty
+// adapter names a LoRA adapter directory (PEFT layout) applied on top.
+func Load(dir, adapter string, s qwen.Sampling) (*Native, error) {
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, err
@@ -51,6 +53,16 @@ func Load(dir string, s qwen.Sampling) (*Native, error) {
 	if m.VocabSize < tok.VocabSize() {
 		m.Close()
 		return nil, fmt.Errorf("%s: the tokenizer has %d ids but the model only %d", dir, tok.VocabSize(), m.VocabSize)
+	}
+	if adapter != "" {
+		a, err := lora.Load(adapter)
+		if err == nil {
+			err = m.ApplyAdapter(a)
+		}
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("adapter %s: %w", adapter, err)
+		}
 	}
 	tmpl, err := qwen.DetectTemplate(dir, m.Config)
 	if err != nil {

@@ -9,14 +9,27 @@ import (
 	"github.com/agemem/agemem/model/safetensors"
 )
 
-// Linear is y = x Wᵀ + b with W[out, in] as PyTorch stores it.
+// Linear is y = x Wᵀ + b with W[out, in] as PyTorch stores it, plus a
+// LoRA path s·(x Aᵀ) Bᵀ when an adapter is applied (s folded into LoraB).
 type Linear struct {
 	W kernels.Tensor
 	B kernels.Tensor // nil without bias
+
+	LoraA, LoraB kernels.Tensor // [r, in], [out, r]; nil without an adapter
 }
 
 // Forward maps x[t, in] to y[t, out].
-func (l *Linear) Forward(be kernels.Backend, y, x kernels.Tensor) { be.MatMul(y, x, l.W, l.B) }
+func (l *Linear) Forward(be kernels.Backend, y, x kernels.Tensor) {
+	be.MatMul(y, x, l.W, l.B)
+	if l.LoraA != nil {
+		t := x.Shape()[0]
+		h := be.Zeros(t, l.LoraA.Shape()[0])
+		be.MatMul(h, x, l.LoraA, nil)
+		d := be.Zeros(y.Shape()...)
+		be.MatMul(d, h, l.LoraB, nil)
+		be.Add(y, d)
+	}
+}
 
 // Attention is grouped-query self-attention with rotary positions.
 type Attention struct {
