@@ -26,7 +26,10 @@ type Tensor struct {
 	bf16 bool // a weight held as bfloat16 (BF16 mode)
 }
 
-type alloc struct{ ptr uint64 }
+type alloc struct {
+	ptr  uint64
+	size uint64 // the size class it was allocated with
+}
 
 // Backend runs the engine's ops on one GPU.
 type Backend struct {
@@ -44,7 +47,33 @@ type Backend struct {
 	arch   string
 	mu     sync.Mutex
 	freeMu sync.Mutex
-	free   []uint64 // allocations whose tensors were collected
+	free   []alloc // allocations whose tensors were collected
+
+	// The caching allocator: freed blocks wait in per-size-class lists for
+	// reuse instead of going back to the driver (cuMemAlloc and cuMemFree
+	// synchronise and cost tens of microseconds). Device memory is only
+	// known to be free once Go collects the tensor that owned it, so after
+	// gcEvery bytes of new allocations a collection is forced.
+	cache       map[uint64][]uint64
+	cachedBytes uint64
+	sinceGC     uint64
+	liveBytes   uint64
+}
+
+// Allocator limits.
+const (
+	maxCachedBytes = 4 << 30   // beyond this, freed blocks go back to the driver
+	gcEvery        = 512 << 20 // bytes allocated between forced collections
+)
+
+// sizeClass rounds a request up to a power of two (at least 512 bytes), so
+// blocks are reusable across nearby sizes.
+func sizeClass(n uint64) uint64 {
+	c := uint64(512)
+	for c < n {
+		c <<= 1
+	}
+	return c
 }
 
 // New opens GPU ordinal dev: loads the libraries, retains the primary
@@ -62,7 +91,7 @@ func New(dev int) (*Backend, error) {
 	if err := cu.DeviceGetCount(&n).err("cuDeviceGetCount"); err != nil || int(n) <= dev {
 		return nil, fmt.Errorf("%w: device %d of %d", ErrNoDevice, dev, n)
 	}
-	b := &Backend{fns: map[string]uintptr{}}
+	b := &Backend{fns: map[string]uintptr{}, cache: map[uint64][]uint64{}}
 	if err := cu.DeviceGet(&b.dev, int32(dev)).err("cuDeviceGet"); err != nil {
 		return nil, err
 	}
@@ -120,9 +149,24 @@ func (b *Backend) bind() {
 	free := b.free
 	b.free = nil
 	b.freeMu.Unlock()
-	for _, p := range free {
-		libs.cu.MemFree(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, a := range free {
+		b.liveBytes -= a.size
+		if b.cachedBytes+a.size > maxCachedBytes {
+			libs.cu.MemFree(a.ptr)
+			continue
+		}
+		b.cache[a.size] = append(b.cache[a.size], a.ptr)
+		b.cachedBytes += a.size
 	}
+}
+
+// MemStats reports the bytes held by live tensors and by the cache.
+func (b *Backend) MemStats() (live, cached uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.liveBytes, b.cachedBytes
 }
 
 // Compile compiles the embedded kernels for arch (e.g. "90") and returns the
@@ -191,16 +235,57 @@ func must(err error) {
 
 func (b *Backend) alloc(n int, shape []int) *Tensor {
 	defer b.enter()()
+	size := sizeClass(uint64(max(n, 1) * 4))
+	b.mu.Lock()
+	b.sinceGC += size
+	collect := b.sinceGC > gcEvery
+	if collect {
+		b.sinceGC = 0
+	}
+	b.mu.Unlock()
+	if collect {
+		// Let Go find the tensors nobody holds, then take their blocks.
+		runtime.GC()
+		b.bind()
+	}
+	b.mu.Lock()
 	var p uint64
-	size := uint64(max(n, 1) * 4)
-	must(libs.cu.MemAlloc(&p, size).err(fmt.Sprintf("cuMemAlloc %d bytes", size)))
-	a := &alloc{p}
+	if list := b.cache[size]; len(list) > 0 {
+		p = list[len(list)-1]
+		b.cache[size] = list[:len(list)-1]
+		b.cachedBytes -= size
+	}
+	b.liveBytes += size
+	b.mu.Unlock()
+	if p == 0 {
+		r := libs.cu.MemAlloc(&p, size)
+		if r != 0 {
+			// Out of memory: return every cached block and try once more.
+			b.releaseCache()
+			r = libs.cu.MemAlloc(&p, size)
+		}
+		must(r.err(fmt.Sprintf("cuMemAlloc %d bytes", size)))
+	}
+	a := &alloc{p, size}
 	runtime.SetFinalizer(a, func(a *alloc) {
 		b.freeMu.Lock()
-		b.free = append(b.free, a.ptr)
+		b.free = append(b.free, *a)
 		b.freeMu.Unlock()
 	})
 	return &Tensor{ptr: p, Dims: shape, base: a}
+}
+
+// releaseCache gives every cached block back to the driver.
+func (b *Backend) releaseCache() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for size, list := range b.cache {
+		for _, p := range list {
+			libs.cu.MemFree(p)
+		}
+		delete(b.cache, size)
+	}
+	b.cachedBytes = 0
 }
 
 func dev(t kernels.Tensor) *Tensor {

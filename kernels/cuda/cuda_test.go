@@ -163,3 +163,24 @@ func bf16Round(f float32) float32 {
 	u += 0x7fff + (u>>16)&1
 	return math.Float32frombits(u &^ 0xffff)
 }
+
+// TestAllocatorBoundsMemory allocates 3 GiB of short-lived tensors: the
+// caching allocator must reuse blocks (forcing collections as needed) so
+// the device never holds much more than the collection interval.
+func TestAllocatorBoundsMemory(t *testing.T) {
+	g := gpu(t)
+	free0, total := g.MemInfo()
+	for i := range 3072 {
+		x := g.Zeros(256, 1024) // 1 MiB
+		if i%512 == 0 {
+			g.Add(x, x)
+		}
+	}
+	free1, _ := g.MemInfo()
+	used := int64(free0) - int64(free1)
+	live, cached := g.MemStats()
+	t.Logf("3 GiB allocated in 1 MiB tensors: device memory grew by %d MiB (live %d MiB, cached %d MiB, total %d GiB)", used>>20, live>>20, cached>>20, total>>30)
+	if used > 1<<30+gcEvery {
+		t.Fatalf("device memory grew by %d MiB: blocks are not reused", used>>20)
+	}
+}
