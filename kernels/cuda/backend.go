@@ -114,7 +114,7 @@ func New(dev int) (*Backend, error) {
 	if err := cu.ModuleLoadData(&mod, unsafe.Pointer(&ptx[0])).err("cuModuleLoadData"); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"fill_zero", "rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16"} {
+	for _, k := range []string{"fill_zero", "rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16", "topk_rows"} {
 		var f uintptr
 		if err := cu.ModuleGetFunction(&f, mod, cstr(k)).err("cuModuleGetFunction " + k); err != nil {
 			return nil, err
@@ -524,6 +524,43 @@ func (b *Backend) Softmax(y, x kernels.Tensor) { b.softmax(y, x, 0) }
 
 // LogSoftmax implements kernels.Backend.
 func (b *Backend) LogSoftmax(y, x kernels.Tensor) { b.softmax(y, x, 1) }
+
+// MaxTopK is the largest k TopK selects.
+const MaxTopK = 64
+
+// TopK returns, for each row of queries [q, d], the k rows of index [n, d]
+// with the largest dot product, best first (ties: lower row), and their
+// scores. With L2-normalised rows that is cosine top-k (Eq. 8-9): one GEMM
+// for all the scores, then one selection block per query.
+func (b *Backend) TopK(index, queries kernels.Tensor, k int) ([][]int, [][]float32, error) {
+	defer b.enter()()
+	it, qt := dev(index), dev(queries)
+	n, d := it.Dims[0], it.Dims[1]
+	q := qt.Len() / d
+	if k < 1 || k > MaxTopK {
+		return nil, nil, fmt.Errorf("top-k: k = %d is outside [1, %d]", k, MaxTopK)
+	}
+	if qt.Dims[len(qt.Dims)-1] != d {
+		return nil, nil, fmt.Errorf("top-k: queries have dimension %d, the index %d", qt.Dims[len(qt.Dims)-1], d)
+	}
+	scores := b.Zeros(q, n)
+	b.MatMul(scores, queries, index, nil)
+	idx, val := b.alloc(q*k, []int{q, k}), b.alloc(q*k, []int{q, k})
+	const threads = 256
+	b.launch("topk_rows", q, threads, threads*k*8, ptr(scores), int64(n), int32(k), idx.ptr, val.ptr)
+	rawIdx := make([]int32, q*k)
+	must(libs.cu.MemcpyDtoH(unsafe.Pointer(&rawIdx[0]), idx.ptr, uint64(4*q*k)).err("cuMemcpyDtoH"))
+	vals := b.ToHost(val)
+	rows, scs := make([][]int, q), make([][]float32, q)
+	for i := range q {
+		for j := range min(k, n) {
+			rows[i] = append(rows[i], int(rawIdx[i*k+j]))
+			scs[i] = append(scs[i], vals[i*k+j])
+		}
+	}
+	runtime.KeepAlive(scores)
+	return rows, scs, nil
+}
 
 // Sync waits for the device to finish queued work (for timing).
 func (b *Backend) Sync() {

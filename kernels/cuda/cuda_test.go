@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 )
@@ -183,4 +184,57 @@ func TestAllocatorBoundsMemory(t *testing.T) {
 	if used > 1<<30+gcEvery {
 		t.Fatalf("device memory grew by %d MiB: blocks are not reused", used>>20)
 	}
+}
+
+// TestTopKMatchesCPUIndex compares GPU cosine top-k with the CPU index.
+func TestTopKMatchesCPUIndex(t *testing.T) {
+	g := gpu(t)
+	r := rand.New(rand.NewPCG(9, 9))
+	const n, d, q, k = 50000, 64, 5, 10
+	data := rnd(r, n*d)
+	idx := embed.NewIndex(d)
+	for i := range n {
+		embed.Normalize(data[i*d : (i+1)*d])
+		idx.Add(data[i*d : (i+1)*d])
+	}
+	qs := rnd(r, q*d)
+	for i := range q {
+		embed.Normalize(qs[i*d : (i+1)*d])
+	}
+	rows, scores, err := g.TopK(g.FromHost(data, n, d), g.FromHost(qs, q, d), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range q {
+		want, _ := idx.Search(qs[i*d:(i+1)*d], k, nil)
+		for j := range k {
+			if rows[i][j] != want[j].Row || math.Abs(float64(scores[i][j]-want[j].Score)) > 1e-4 {
+				t.Fatalf("query %d rank %d: GPU row %d (%.5f), CPU row %d (%.5f)", i, j, rows[i][j], scores[i][j], want[j].Row, want[j].Score)
+			}
+		}
+	}
+	if _, _, err := g.TopK(g.FromHost(data, n, d), g.FromHost(qs, q, d), 65); err == nil {
+		t.Fatal("k above MaxTopK must be refused")
+	}
+}
+
+// BenchmarkTopK1Mx768 reports GPU top-10 queries/s over 1,000,000 × 768
+// vectors in batches of 32 queries (compare with torch.topk on the same
+// machine: model/qwen/testdata/torch_anchors.py prints it).
+func BenchmarkTopK1Mx768(b *testing.B) {
+	g, err := New(0)
+	if err != nil {
+		b.Skip(err)
+	}
+	const n, d, q = 1_000_000, 768, 32
+	index := g.Zeros(n, d)
+	queries := g.Zeros(q, d)
+	g.TopK(index, queries, 10)
+	g.Sync()
+	for b.Loop() {
+		if _, _, err := g.TopK(index, queries, 10); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(q*b.N)/b.Elapsed().Seconds(), "queries/s")
 }

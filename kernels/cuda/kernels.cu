@@ -168,3 +168,46 @@ extern "C" __global__ void embedding_bf16(float* out, const unsigned short* tabl
     for (int c = threadIdx.x; c < d; c += blockDim.x)
         out[(long)blockIdx.x * d + c] = __int_as_float(((unsigned int)row[c]) << 16);
 }
+
+// topk_rows: for each row of scores [q, n], the k largest values and their
+// column indices, best first (ties: lower index). One block per row; each
+// thread keeps a sorted local top-k of a strided slice, then thread 0 merges
+// the block's candidates. k <= 64.
+#define MAXK 64
+__device__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+
+extern "C" __global__ void topk_rows(const float* scores, long n, int k, int* out_idx, float* out_val) {
+    extern __shared__ float smem[];
+    float* cv = smem;                          // [blockDim.x * k] values
+    int* ci = (int*)(smem + blockDim.x * k);   // [blockDim.x * k] indices
+    const float* row = scores + blockIdx.x * n;
+    float lv[MAXK];
+    int li[MAXK];
+    int cnt = 0;
+    for (long j = threadIdx.x; j < n; j += blockDim.x) {
+        float v = row[j];
+        if (cnt == k && !better(v, (int)j, lv[k - 1], li[k - 1])) continue;
+        int p = cnt < k ? cnt++ : k - 1;
+        while (p > 0 && better(v, (int)j, lv[p - 1], li[p - 1])) { lv[p] = lv[p - 1]; li[p] = li[p - 1]; p--; }
+        lv[p] = v; li[p] = (int)j;
+    }
+    for (int i = 0; i < k; i++) {
+        cv[threadIdx.x * k + i] = i < cnt ? lv[i] : NEG_INF;
+        ci[threadIdx.x * k + i] = i < cnt ? li[i] : 0x7fffffff;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    cnt = 0;
+    for (int c = 0; c < blockDim.x * k; c++) {
+        float v = cv[c]; int j = ci[c];
+        if (j == 0x7fffffff) continue;
+        if (cnt == k && !better(v, j, lv[k - 1], li[k - 1])) continue;
+        int p = cnt < k ? cnt++ : k - 1;
+        while (p > 0 && better(v, j, lv[p - 1], li[p - 1])) { lv[p] = lv[p - 1]; li[p] = li[p - 1]; p--; }
+        lv[p] = v; li[p] = j;
+    }
+    for (int i = 0; i < k; i++) {
+        out_idx[blockIdx.x * k + i] = i < cnt ? li[i] : -1;
+        out_val[blockIdx.x * k + i] = i < cnt ? lv[i] : NEG_INF;
+    }
+}
