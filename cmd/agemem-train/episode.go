@@ -15,6 +15,7 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
@@ -65,7 +66,7 @@ func episodeConfig(cfg config.Config) env.EpisodeConfig {
 }
 
 func episodeCmd(g *globals) *cobra.Command {
-	var data, taskID, policyNames, modelDir, adapterDir string
+	var data, taskID, policyNames, modelDir, adapterDir, dev string
 	var sampling qwen.Sampling
 	var first int
 	var asJSON bool
@@ -99,7 +100,11 @@ model).`,
 			var native *policy.Native
 			if modelDir != "" {
 				sampling.MaxTokens = cfg.Agent.ResponseBudget
-				if native, err = policy.Load(modelDir, adapterDir, sampling); err != nil {
+				be, err := device.Open(dev, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				if native, err = policy.Load(be, modelDir, adapterDir, sampling); err != nil {
 					return err
 				}
 				defer native.Model.Close()
@@ -173,6 +178,7 @@ model).`,
 	cmd.Flags().StringVar(&policyNames, "policy", "oracle", "oracle, no-memory or native (--model); with --first, a comma-separated list compares them")
 	cmd.Flags().StringVar(&modelDir, "model", "", "Qwen checkpoint directory for --policy native (config.json, tokenizer.json, safetensors)")
 	cmd.Flags().StringVar(&adapterDir, "adapter", "", "LoRA adapter directory (PEFT layout) for the native policy")
+	cmd.Flags().StringVar(&dev, "device", "auto", "native policy device: auto (a GPU if found, else CPU), cpu, cuda or cuda:N")
 	cmd.Flags().Float64Var(&sampling.Temperature, "temperature", 0, "native policy sampling temperature (0: greedy)")
 	cmd.Flags().Uint64Var(&sampling.Seed, "sample-seed", 1, "native policy sampling seed")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
@@ -129,7 +130,7 @@ func tokenizeCmd() *cobra.Command {
 }
 
 func generateCmd() *cobra.Command {
-	var dir, system, adapter string
+	var dir, system, adapter, dev string
 	var s qwen.Sampling
 	cmd := &cobra.Command{
 		Use:   "generate",
@@ -139,7 +140,11 @@ keeping the conversation. An empty line or end of input stops.`,
 		Example: `  agemem-train generate --model runs/tiny --temperature 0.7 --max-tokens 128`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := policy.Load(dir, adapter, s)
+			be, err := device.Open(dev, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			p, err := policy.Load(be, dir, adapter, s)
 			if err != nil {
 				return err
 			}
@@ -183,6 +188,7 @@ keeping the conversation. An empty line or end of input stops.`,
 	cmd.Flags().StringVar(&dir, "model", "", "model directory (config.json, tokenizer.json, safetensors)")
 	cmd.Flags().StringVar(&system, "system", "", "system prompt")
 	cmd.Flags().StringVar(&adapter, "adapter", "", "LoRA adapter directory (PEFT layout) to apply")
+	cmd.Flags().StringVar(&dev, "device", "auto", "auto (a GPU if found, else CPU), cpu, cuda or cuda:N")
 	cmd.Flags().Float64Var(&s.Temperature, "temperature", 0.7, "sampling temperature (0: greedy)")
 	cmd.Flags().Float64Var(&s.TopP, "top-p", 0.9, "nucleus mass")
 	cmd.Flags().IntVar(&s.TopK, "top-k", 0, "keep the k likeliest tokens (0: all)")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/lora"
@@ -38,15 +39,15 @@ func New(m *qwen.Model, tok *tokenizer.Tokenizer, s qwen.Sampling) *Native {
 	return &Native{Model: m, Tokenizer: tok, Sampling: s}
 }
 
-// Load opens a model directory (config.json, tokenizer.json, safetensors,
+// Load opens a model directory on a backend (config.json, tokenizer.json, safetensors,
 // tokenizer_config.json for the chat template) as a policy; a non-empty
 // adapter names a LoRA adapter directory (PEFT layout) applied on top.
-func Load(dir, adapter string, s qwen.Sampling) (*Native, error) {
+func Load(be kernels.Backend, dir, adapter string, s qwen.Sampling) (*Native, error) {
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, err
 	}
-	m, err := qwen.Load(dir)
+	m, err := qwen.LoadOn(be, dir)
 	if err != nil {
 		return nil, err
 	}

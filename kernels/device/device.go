@@ -1,0 +1,62 @@
+// Package device opens the compute backend a user asks for: "cpu",
+// "cuda" / "cuda:N", or "auto" (the first GPU if one can be opened, else the
+// CPU, saying so once).
+package device
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels/cuda"
+)
+
+var fallbackOnce sync.Once
+
+// Open returns the backend for spec. Messages (the device chosen, or the
+// CPU fallback) go to log, which may be nil.
+func Open(spec string, log io.Writer) (kernels.Backend, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	switch {
+	case spec == "cpu":
+		return cpu.New(), nil
+	case spec == "auto" || spec == "":
+		g, err := cuda.New(0)
+		if err == nil {
+			describe(log, g)
+			return g, nil
+		}
+		if !errors.Is(err, cuda.ErrNoDevice) {
+			return nil, err
+		}
+		fallbackOnce.Do(func() { fmt.Fprintln(log, "no CUDA device found; using CPU") })
+		return cpu.New(), nil
+	case spec == "cuda" || strings.HasPrefix(spec, "cuda:"):
+		n := 0
+		if i, ok := strings.CutPrefix(spec, "cuda:"); ok {
+			var err error
+			if n, err = strconv.Atoi(i); err != nil || n < 0 {
+				return nil, fmt.Errorf("device %q: want cuda:N with N a GPU ordinal", spec)
+			}
+		}
+		g, err := cuda.New(n)
+		if err != nil {
+			return nil, fmt.Errorf("device %s: %w", spec, err)
+		}
+		describe(log, g)
+		return g, nil
+	}
+	return nil, fmt.Errorf("device %q: want auto, cpu, cuda or cuda:N", spec)
+}
+
+func describe(log io.Writer, g *cuda.Backend) {
+	free, total := g.MemInfo()
+	fmt.Fprintf(log, "using %s, %.1f of %.1f GiB free\n", g.Device(), float64(free)/(1<<30), float64(total)/(1<<30))
+}

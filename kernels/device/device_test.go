@@ -1,0 +1,35 @@
+package device
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/kernels/cuda"
+)
+
+func TestOpen(t *testing.T) {
+	if be, err := Open("cpu", nil); err != nil || be.Name() != "cpu" {
+		t.Fatalf("cpu: %v", err)
+	}
+	var log bytes.Buffer
+	be, err := Open("auto", &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, gpuErr := cuda.New(0); gpuErr != nil {
+		if be.Name() != "cpu" || !strings.Contains(log.String(), "no CUDA device found; using CPU") {
+			t.Fatalf("auto without a GPU: %s, log %q", be.Name(), log.String())
+		}
+		if _, err := Open("cuda:0", nil); err == nil {
+			t.Fatal("cuda:0 without a GPU must be an error")
+		}
+	} else if be.Name() != "cuda" || !strings.Contains(log.String(), "using ") {
+		t.Fatalf("auto with a GPU: %s, log %q", be.Name(), log.String())
+	}
+	for _, bad := range []string{"tpu", "cuda:x", "cuda:-1"} {
+		if _, err := Open(bad, nil); err == nil {
+			t.Errorf("%q must be refused", bad)
+		}
+	}
+}
