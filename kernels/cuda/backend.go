@@ -114,7 +114,7 @@ func New(dev int) (*Backend, error) {
 	if err := cu.ModuleLoadData(&mod, unsafe.Pointer(&ptx[0])).err("cuModuleLoadData"); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"fill_zero", "rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16", "topk_rows"} {
+	for _, k := range []string{"fill_zero", "rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16", "topk_select"} {
 		var f uintptr
 		if err := cu.ModuleGetFunction(&f, mod, cstr(k)).err("cuModuleGetFunction " + k); err != nil {
 			return nil, err
@@ -545,15 +545,28 @@ func (b *Backend) TopK(index, queries kernels.Tensor, k int) ([][]int, [][]float
 	}
 	scores := b.Zeros(q, n)
 	b.MatMul(scores, queries, index, nil)
+	// Pass 1: each row in chunks, a block each, so a few queries still fill
+	// the GPU; pass 2: the chunks' winners of each row.
+	// Candidate lists live in shared memory (8 bytes a slot): stay within
+	// the 48 KiB a block gets without opting in.
+	const chunkLen = 16384
+	threads := min(128, (48<<10)/(k*8)/32*32)
+	chunks := (n + chunkLen - 1) / chunkLen
+	pIdx, pVal := b.alloc(q*chunks*k, []int{q, chunks * k}), b.alloc(q*chunks*k, []int{q, chunks * k})
+	b.launch("topk_select", q*chunks, threads, threads*k*8, ptr(scores), uint64(0), int64(n), int64(chunkLen), int32(k), pIdx.ptr, pVal.ptr)
 	idx, val := b.alloc(q*k, []int{q, k}), b.alloc(q*k, []int{q, k})
-	const threads = 256
-	b.launch("topk_rows", q, threads, threads*k*8, ptr(scores), int64(n), int32(k), idx.ptr, val.ptr)
+	b.launch("topk_select", q, threads, threads*k*8, pVal.ptr, pIdx.ptr, int64(chunks*k), int64(chunks*k), int32(k), idx.ptr, val.ptr)
+	runtime.KeepAlive(pIdx)
+	runtime.KeepAlive(pVal)
 	rawIdx := make([]int32, q*k)
 	must(libs.cu.MemcpyDtoH(unsafe.Pointer(&rawIdx[0]), idx.ptr, uint64(4*q*k)).err("cuMemcpyDtoH"))
 	vals := b.ToHost(val)
 	rows, scs := make([][]int, q), make([][]float32, q)
 	for i := range q {
-		for j := range min(k, n) {
+		for j := range k {
+			if rawIdx[i*k+j] < 0 {
+				break // fewer than k rows in the index
+			}
 			rows[i] = append(rows[i], int(rawIdx[i*k+j]))
 			scs[i] = append(scs[i], vals[i*k+j])
 		}

@@ -213,6 +213,21 @@ func TestTopKMatchesCPUIndex(t *testing.T) {
 			}
 		}
 	}
+	// k = MaxTopK, and an index smaller than k.
+	rows, _, err = g.TopK(g.FromHost(data, n, d), g.FromHost(qs, q, d), MaxTopK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := idx.Search(qs[:d], MaxTopK, nil)
+	for j := range MaxTopK {
+		if rows[0][j] != want[j].Row {
+			t.Fatalf("k=64 rank %d: GPU row %d, CPU row %d", j, rows[0][j], want[j].Row)
+		}
+	}
+	rows, _, err = g.TopK(g.FromHost(data[:5*d], 5, d), g.FromHost(qs, q, d), 10)
+	if err != nil || len(rows[0]) != 5 {
+		t.Fatalf("index of 5 rows, k = 10: %v %v", rows, err)
+	}
 	if _, _, err := g.TopK(g.FromHost(data, n, d), g.FromHost(qs, q, d), 65); err == nil {
 		t.Fatal("k above MaxTopK must be refused")
 	}

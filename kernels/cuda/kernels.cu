@@ -169,45 +169,55 @@ extern "C" __global__ void embedding_bf16(float* out, const unsigned short* tabl
         out[(long)blockIdx.x * d + c] = __int_as_float(((unsigned int)row[c]) << 16);
 }
 
-// topk_rows: for each row of scores [q, n], the k largest values and their
-// column indices, best first (ties: lower index). One block per row; each
-// thread keeps a sorted local top-k of a strided slice, then thread 0 merges
-// the block's candidates. k <= 64.
+// topk_select: top-k of row slices. vals is [rows, rowLen]; each row is cut
+// into chunks of chunkLen, one block per (row, chunk), and each block writes
+// the k best (value, index) of its chunk, best first (ties: lower index), to
+// out[(row * chunks + chunk) * k]. idxs, if not null, gives each value's
+// original index (the second pass over first-pass winners). One thread per
+// strided slice keeps a sorted local top-k; thread 0 merges them. k <= 64.
 #define MAXK 64
 __device__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 
-extern "C" __global__ void topk_rows(const float* scores, long n, int k, int* out_idx, float* out_val) {
+extern "C" __global__ void topk_select(const float* vals, const int* idxs, long rowLen, long chunkLen, int k,
+                                       int* out_idx, float* out_val) {
     extern __shared__ float smem[];
     float* cv = smem;                          // [blockDim.x * k] values
     int* ci = (int*)(smem + blockDim.x * k);   // [blockDim.x * k] indices
-    const float* row = scores + blockIdx.x * n;
+    long chunks = (rowLen + chunkLen - 1) / chunkLen;
+    long row = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+    long lo = chunk * chunkLen, hi = min(rowLen, lo + chunkLen);
+    const float* v = vals + row * rowLen;
+    const int* ix = idxs ? idxs + row * rowLen : 0;
     float lv[MAXK];
     int li[MAXK];
     int cnt = 0;
-    for (long j = threadIdx.x; j < n; j += blockDim.x) {
-        float v = row[j];
-        if (cnt == k && !better(v, (int)j, lv[k - 1], li[k - 1])) continue;
+    for (long j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        float x = v[j];
+        int id = ix ? ix[j] : (int)j;
+        if (id < 0) continue;  // an empty slot from the first pass
+        if (cnt == k && !better(x, id, lv[k - 1], li[k - 1])) continue;
         int p = cnt < k ? cnt++ : k - 1;
-        while (p > 0 && better(v, (int)j, lv[p - 1], li[p - 1])) { lv[p] = lv[p - 1]; li[p] = li[p - 1]; p--; }
-        lv[p] = v; li[p] = (int)j;
+        while (p > 0 && better(x, id, lv[p - 1], li[p - 1])) { lv[p] = lv[p - 1]; li[p] = li[p - 1]; p--; }
+        lv[p] = x; li[p] = id;
     }
     for (int i = 0; i < k; i++) {
         cv[threadIdx.x * k + i] = i < cnt ? lv[i] : NEG_INF;
-        ci[threadIdx.x * k + i] = i < cnt ? li[i] : 0x7fffffff;
+        ci[threadIdx.x * k + i] = i < cnt ? li[i] : -1;
     }
     __syncthreads();
     if (threadIdx.x != 0) return;
     cnt = 0;
     for (int c = 0; c < blockDim.x * k; c++) {
-        float v = cv[c]; int j = ci[c];
-        if (j == 0x7fffffff) continue;
-        if (cnt == k && !better(v, j, lv[k - 1], li[k - 1])) continue;
+        float x = cv[c]; int id = ci[c];
+        if (id < 0) continue;
+        if (cnt == k && !better(x, id, lv[k - 1], li[k - 1])) continue;
         int p = cnt < k ? cnt++ : k - 1;
-        while (p > 0 && better(v, j, lv[p - 1], li[p - 1])) { lv[p] = lv[p - 1]; li[p] = li[p - 1]; p--; }
-        lv[p] = v; li[p] = j;
+        while (p > 0 && better(x, id, lv[p - 1], li[p - 1])) { lv[p] = lv[p - 1]; li[p] = li[p - 1]; p--; }
+        lv[p] = x; li[p] = id;
     }
+    long o = (row * chunks + chunk) * k;
     for (int i = 0; i < k; i++) {
-        out_idx[blockIdx.x * k + i] = i < cnt ? li[i] : -1;
-        out_val[blockIdx.x * k + i] = i < cnt ? lv[i] : NEG_INF;
+        out_idx[o + i] = i < cnt ? li[i] : -1;
+        out_val[o + i] = i < cnt ? lv[i] : NEG_INF;
     }
 }
