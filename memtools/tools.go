@@ -196,21 +196,28 @@ func (rt *Runtime) embedOne(ctx context.Context, text string) ([]float32, error)
 	return v[0], nil
 }
 
-// add is ADD (Eq. 10-11).
-func (rt *Runtime) add(ctx context.Context, a args) (Result, error) {
+// entryArgs reads the content and metadata that ADD and UPDATE share and
+// embeds the content.
+func (rt *Runtime) entryArgs(ctx context.Context, a args) (string, map[string]any, []float32, error) {
 	content, err := a.content("content")
 	if err != nil {
-		return Result{}, err
+		return "", nil, nil, err
 	}
 	md, err := a.object("metadata")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	v, err := rt.embedOne(ctx, content)
+	return content, md, v, err
+}
+
+// add is ADD (Eq. 10-11).
+func (rt *Runtime) add(ctx context.Context, a args) (Result, error) {
+	content, md, v, err := rt.entryArgs(ctx, a)
 	if err != nil {
 		return Result{}, err
 	}
 	typ, _, err := a.str("memory_type")
-	if err != nil {
-		return Result{}, err
-	}
-	v, err := rt.embedOne(ctx, content)
 	if err != nil {
 		return Result{}, err
 	}
@@ -227,15 +234,7 @@ func (rt *Runtime) update(ctx context.Context, a args) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	content, err := a.content("content")
-	if err != nil {
-		return Result{}, err
-	}
-	md, err := a.object("metadata")
-	if err != nil {
-		return Result{}, err
-	}
-	v, err := rt.embedOne(ctx, content)
+	content, md, v, err := rt.entryArgs(ctx, a)
 	if err != nil {
 		return Result{}, err
 	}
