@@ -203,7 +203,8 @@ func Load(path string, overrides []string) (Config, error) {
 	if err := checkKeys(doc, reflect.TypeOf(cfg), "", name); err != nil {
 		return Config{}, err
 	}
-	if err := decodeStrict(doc, &cfg); err != nil {
+	// checkKeys accepted every key and value above, so a plain decode is safe.
+	if err := doc.Decode(&cfg); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -221,11 +222,6 @@ func documentMapping(root *yaml.Node) *yaml.Node {
 	m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	*root = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{m}}
 	return m
-}
-
-// decodeStrict decodes a document whose keys checkKeys has already accepted.
-func decodeStrict(n *yaml.Node, out *Config) error {
-	return n.Decode(out)
 }
 
 // checkKeys walks the YAML mapping beside the Go type and reports the first

@@ -76,7 +76,7 @@ oracle imperfect, so the tuned policy leaves RL room to improve.`,
 		Example: "  agemem-train data sft --policy oracle --data data/synth.json --out data/sft.jsonl --forget-rate 0.1 --keep-distractor-rate 0.2",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := g.load()
+			cfg, err := g.loadData(&data)
 			if err != nil {
 				return err
 			}
@@ -85,9 +85,6 @@ oracle imperfect, so the tuned policy leaves RL room to improve.`,
 			}
 			if forget < 0 || forget > 1 || keep < 0 || keep > 1 {
 				return fmt.Errorf("--forget-rate and --keep-distractor-rate must lie in [0, 1]")
-			}
-			if data == "" {
-				data = cfg.Data.Train
 			}
 			if dir := filepath.Dir(out); dir != "." {
 				if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -87,12 +87,9 @@ model).`,
   agemem-train episode --data data/synth.json --first 50 --policy oracle --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := g.load()
+			cfg, err := g.loadData(&data)
 			if err != nil {
 				return err
-			}
-			if data == "" {
-				data = cfg.Data.Train
 			}
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")

@@ -16,6 +16,15 @@ type globals struct{ config.Flags }
 
 func (g *globals) load() (config.Config, error) { return g.Load() }
 
+// loadData loads the config and defaults *data to data.train.
+func (g *globals) loadData(data *string) (config.Config, error) {
+	cfg, err := g.Load()
+	if err == nil && *data == "" {
+		*data = cfg.Data.Train
+	}
+	return cfg, err
+}
+
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "agemem-train:", err)

@@ -29,12 +29,9 @@ tokenizer_config.json (Qwen3's chat template) in the Hugging Face format.`,
 		Example: "  agemem-train tokenizer train --data data/synth.json --vocab-size 4096 --out runs/tok",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := g.load()
+			cfg, err := g.loadData(&data)
 			if err != nil {
 				return err
-			}
-			if data == "" {
-				data = cfg.Data.Train
 			}
 			if out == "" {
 				return fmt.Errorf("--out is required")

@@ -3,11 +3,6 @@
 
 #define NEG_INF __int_as_float(0xff800000)
 
-extern "C" __global__ void fill_zero(float* x, long n) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n) x[i] = 0.f;
-}
-
 // Block reduction helpers over blockDim.x threads (a power of two <= 1024).
 __device__ float block_sum(float v, float* s) {
     s[threadIdx.x] = v;

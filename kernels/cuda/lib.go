@@ -92,11 +92,12 @@ func bind(lib uintptr, fns any, symbol func(field string) string) error {
 var (
 	loadOnce sync.Once
 	libs     struct {
-		cu      driver
-		nvrtc   nvrtcLib
-		blas    cublasLib
-		names   []string
-		loadErr error
+		cu        driver
+		nvrtc     nvrtcLib
+		blas      cublasLib
+		names     []string
+		nvrtcName string
+		loadErr   error
 	}
 )
 
@@ -120,12 +121,7 @@ func loadLibs() error {
 			libs.loadErr = err
 			return
 		}
-		nv, n2, err := open([]string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"})
-		if err != nil {
-			libs.loadErr = err
-			return
-		}
-		if err := bind(nv, &libs.nvrtc, func(f string) string { return "nvrtc" + f }); err != nil {
+		if err := loadNVRTC(); err != nil {
 			libs.loadErr = err
 			return
 		}
@@ -143,7 +139,7 @@ func loadLibs() error {
 			libs.loadErr = err
 			return
 		}
-		libs.names = []string{n1, n2, n3}
+		libs.names = []string{n1, libs.nvrtcName, n3}
 	})
 	return libs.loadErr
 }
@@ -181,9 +177,10 @@ func loadNVRTC() error {
 	if libs.nvrtc.CompileProgram != nil {
 		return nil
 	}
-	nv, _, err := open([]string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"})
+	nv, name, err := open([]string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"})
 	if err != nil {
 		return err
 	}
+	libs.nvrtcName = name
 	return bind(nv, &libs.nvrtc, func(f string) string { return "nvrtc" + f })
 }

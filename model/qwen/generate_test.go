@@ -2,10 +2,12 @@ package qwen
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/agemem/agemem/model/safetensors"
@@ -108,3 +110,29 @@ func TestSampleTopKTopP(t *testing.T) {
 }
 
 func newTestRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
+
+// digits decodes each id as its decimal text, enough to test stop strings.
+type digits struct{}
+
+func (digits) Decode(ids []int, _ bool) string {
+	var b strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&b, "%d,", id)
+	}
+	return b.String()
+}
+
+func TestGenerateStopsAtStopString(t *testing.T) {
+	m := tinyModel(t, "tiny-qwen2")
+	prompt := []int{4, 8, 15, 16}
+	full, _ := m.Generate(context.Background(), [][]int{prompt}, Sampling{MaxTokens: 8}, nil)
+	stop := fmt.Sprintf("%d,", full[0].Tokens[2])
+	got, err := m.Generate(context.Background(), [][]int{prompt}, Sampling{MaxTokens: 8, Stop: []string{stop}}, digits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Index(digits{}.Decode(full[0].Tokens, false), stop)
+	if got[0].FinishReason != "stop" || len(digits{}.Decode(got[0].Tokens, false)) != want+len(stop) {
+		t.Fatalf("stop string %q: got %v (%s), full %v", stop, got[0].Tokens, got[0].FinishReason, full[0].Tokens)
+	}
+}
