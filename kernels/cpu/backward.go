@@ -177,11 +177,21 @@ func AttentionBackward[T Float](dq, dkc, dvc, dout, q, kc, vc []T, valid []bool,
 	group := heads / kvHeads
 	scale := 1 / math.Sqrt(float64(d))
 	total := start + t
-	p := make([]float64, total)
-	dp := make([]float64, total)
+	// Parallel over key/value heads: each writes its own columns of dkc
+	// and dvc and its own query heads of dq.
+	parallelFor(kvHeads, t*total*d*group, func(lo, hi int) {
+		p := make([]float64, total)
+		dp := make([]float64, total)
+		for kvh := lo; kvh < hi; kvh++ {
+			attentionBackwardHead(dq, dkc, dvc, dout, q, kc, vc, valid, p, dp, t, start, heads, kvHeads, d, kvh, scale)
+		}
+	})
+}
+
+func attentionBackwardHead[T Float](dq, dkc, dvc, dout, q, kc, vc []T, valid []bool, p, dp []float64, t, start, heads, kvHeads, d, kvh int, scale float64) {
+	group := heads / kvHeads
 	for i := range t {
-		for h := range heads {
-			kvh := h / group
+		for h := kvh * group; h < (kvh+1)*group; h++ {
 			qv := q[(i*heads+h)*d : (i*heads+h+1)*d]
 			gv := dout[(i*heads+h)*d : (i*heads+h+1)*d]
 			n := start + i + 1

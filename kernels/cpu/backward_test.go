@@ -47,48 +47,16 @@ func checkFD(t *testing.T, name string, x []float64, analytic []float64, loss fu
 	}
 }
 
-func matmul64(x, w, b []float64, m, k, n int) []float64 {
-	y := make([]float64, m*n)
-	for i := range m {
-		for j := range n {
-			s := 0.0
-			if b != nil {
-				s = b[j]
-			}
-			for c := range k {
-				s += x[i*k+c] * w[j*k+c]
-			}
-			y[i*n+j] = s
-		}
-	}
-	return y
-}
-
 func TestMatMulTBackwardFD(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const m, k, n = 3, 5, 4
 	x, w, b, r := r64(rng, m*k), r64(rng, n*k), r64(rng, n), r64(rng, m*n)
 	dx, dw, db := make([]float64, m*k), make([]float64, n*k), make([]float64, n)
 	MatMulTBackward(dx, dw, db, r, x, w, m, k, n)
-	loss := func() float64 { return dotLoss(r, matmul64(x, w, b, m, k, n)) }
+	loss := func() float64 { return dotLoss(r, MatMulTRef(x, w, b, m, k, n)) }
 	checkFD(t, "matmul dx", x, dx, loss)
 	checkFD(t, "matmul dw", w, dw, loss)
 	checkFD(t, "matmul db", b, db, loss)
-}
-
-func rmsnorm64(x, w []float64, d int, eps float64) []float64 {
-	y := make([]float64, len(x))
-	for r := 0; r < len(x)/d; r++ {
-		ss := 0.0
-		for _, v := range x[r*d : (r+1)*d] {
-			ss += v * v
-		}
-		inv := 1 / math.Sqrt(ss/float64(d)+eps)
-		for i := range d {
-			y[r*d+i] = x[r*d+i] * inv * w[i]
-		}
-	}
-	return y
 }
 
 func TestRMSNormBackwardFD(t *testing.T) {
@@ -97,26 +65,9 @@ func TestRMSNormBackwardFD(t *testing.T) {
 	x, w, r := r64(rng, rows*d), r64(rng, d), r64(rng, rows*d)
 	dx, dw := make([]float64, rows*d), make([]float64, d)
 	RMSNormBackward(dx, dw, r, x, w, d, 1e-6)
-	loss := func() float64 { return dotLoss(r, rmsnorm64(x, w, d, 1e-6)) }
+	loss := func() float64 { return dotLoss(r, RMSNormRef(x, w, d, 1e-6)) }
 	checkFD(t, "rmsnorm dx", x, dx, loss)
 	checkFD(t, "rmsnorm dw", w, dw, loss)
-}
-
-func rope64(x []float64, pos []int, heads, hd int, theta float64) []float64 {
-	y := append([]float64(nil), x...)
-	half := hd / 2
-	for ti, p := range pos {
-		for h := range heads {
-			v := y[(ti*heads+h)*hd : (ti*heads+h+1)*hd]
-			for i := range half {
-				a := float64(p) * math.Pow(theta, -2*float64(i)/float64(hd))
-				x0, x1 := v[i], v[i+half]
-				v[i] = x0*math.Cos(a) - x1*math.Sin(a)
-				v[i+half] = x1*math.Cos(a) + x0*math.Sin(a)
-			}
-		}
-	}
-	return y
 }
 
 func TestRopeBackwardFD(t *testing.T) {
@@ -126,7 +77,7 @@ func TestRopeBackwardFD(t *testing.T) {
 	x, r := r64(rng, len(pos)*heads*hd), r64(rng, len(pos)*heads*hd)
 	dx := append([]float64(nil), r...)
 	RopeBackward(dx, pos, heads, hd, 10000)
-	checkFD(t, "rope dx", x, dx, func() float64 { return dotLoss(r, rope64(x, pos, heads, hd, 10000)) })
+	checkFD(t, "rope dx", x, dx, func() float64 { return dotLoss(r, RopeRef(x, pos, heads, hd, 10000)) })
 }
 
 func TestSiLUMulBackwardFD(t *testing.T) {
@@ -170,41 +121,6 @@ func TestEmbeddingAndLogProbBackwardFD(t *testing.T) {
 	checkFD(t, "log-prob gather", logits, dl, func() float64 { return dotLoss(rw, LogProbGather(logits, targets, vocab)) })
 }
 
-func attention64(q, kc, vc []float64, valid []bool, tn, start, heads, kvh, d int) []float64 {
-	out := make([]float64, tn*heads*d)
-	for i := range tn {
-		for h := range heads {
-			g := h / (heads / kvh)
-			n := start + i + 1
-			sc := make([]float64, n)
-			m := math.Inf(-1)
-			for j := range n {
-				sc[j] = math.Inf(-1)
-				if valid != nil && !valid[j] {
-					continue
-				}
-				s := 0.0
-				for x := range d {
-					s += q[(i*heads+h)*d+x] * kc[(j*kvh+g)*d+x]
-				}
-				sc[j] = s / math.Sqrt(float64(d))
-				m = math.Max(m, sc[j])
-			}
-			z := 0.0
-			for j := range sc {
-				sc[j] = math.Exp(sc[j] - m)
-				z += sc[j]
-			}
-			for j := range sc {
-				for x := range d {
-					out[(i*heads+h)*d+x] += sc[j] / z * vc[(j*kvh+g)*d+x]
-				}
-			}
-		}
-	}
-	return out
-}
-
 func TestAttentionBackwardFD(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 6))
 	const tn, start, heads, kvh, d = 3, 2, 4, 2, 4
@@ -214,7 +130,7 @@ func TestAttentionBackwardFD(t *testing.T) {
 		r := r64(rng, tn*heads*d)
 		dq, dk, dv := make([]float64, len(q)), make([]float64, len(kc)), make([]float64, len(vc))
 		AttentionBackward(dq, dk, dv, r, q, kc, vc, valid, tn, start, heads, kvh, d)
-		loss := func() float64 { return dotLoss(r, attention64(q, kc, vc, valid, tn, start, heads, kvh, d)) }
+		loss := func() float64 { return dotLoss(r, AttentionRef(q, kc, vc, valid, tn, start, heads, kvh, d)) }
 		checkFD(t, "attention dq", q, dq, loss)
 		checkFD(t, "attention dk", kc, dk, loss)
 		checkFD(t, "attention dv", vc, dv, loss)
