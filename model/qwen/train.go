@@ -1,0 +1,403 @@
+package qwen
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tape"
+)
+
+// Weights are the decoder's parameters as tape variables: the training
+// side of the model. The forward below is the same architecture as
+// Model.Forward, written on the tape so that backward comes from it.
+type Weights[T tape.Float] struct {
+	Config
+	Embed, Norm, LMHead *tape.Var[T] // LMHead is Embed when tied
+	Layers              []LayerWeights[T]
+	// Named lists every parameter with its Hugging Face name, in file order;
+	// LoRA parameters carry PEFT's names.
+	Named []NamedVar[T]
+	LoRA  *lora.Config // set once an adapter is attached
+}
+
+// NamedVar is a parameter and its checkpoint name.
+type NamedVar[T tape.Float] struct {
+	Name  string
+	Shape []int // as the checkpoint stores it (vectors are 1-D)
+	V     *tape.Var[T]
+}
+
+// LinearWeights is one projection, y = x Wᵀ + b, plus the LoRA path
+// Scale·(dropout(x) Aᵀ) Bᵀ once an adapter is attached.
+type LinearWeights[T tape.Float] struct {
+	Module  string // e.g. model.layers.0.self_attn.q_proj
+	W, B    *tape.Var[T]
+	A, LB   *tape.Var[T] // [r, in], [out, r]
+	Scale   float64
+	Dropout float64
+}
+
+// LayerWeights is one decoder block.
+type LayerWeights[T tape.Float] struct {
+	AttnNorm, MLPNorm, QNorm, KNorm *tape.Var[T]
+	Q, K, V, O, Gate, Up, Down      LinearWeights[T]
+}
+
+func (l *LayerWeights[T]) linears() []*LinearWeights[T] {
+	return []*LinearWeights[T]{&l.Q, &l.K, &l.V, &l.O, &l.Gate, &l.Up, &l.Down}
+}
+
+// convert returns src as []T: the same slice for float32, a copy otherwise.
+func convert[T tape.Float](src []float32) []T {
+	if s, ok := any(src).([]T); ok {
+		return s
+	}
+	out := make([]T, len(src))
+	for i, v := range src {
+		out[i] = T(v)
+	}
+	return out
+}
+
+// NewWeights reads every parameter from src (a checkpoint directory or
+// in-memory tensors) into T, all trainable: full fine-tuning. bf16 and f16
+// checkpoints get float32 master weights.
+func NewWeights[T tape.Float](cfg Config, src TensorSource) (*Weights[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	w := &Weights[T]{Config: cfg}
+	get := func(name string, shape ...int) (*tape.Var[T], error) {
+		t, ok := src.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("tensor %q is missing", name)
+		}
+		if !slices.Equal(t.Shape, shape) {
+			return nil, fmt.Errorf("tensor %q has shape %v, config.json implies %v", name, t.Shape, shape)
+		}
+		rows, cols := shape[0], 1
+		if len(shape) == 2 {
+			cols = shape[1]
+		} else {
+			rows, cols = 1, shape[0]
+		}
+		v := tape.Param(convert[T](t.Float32()), rows, cols, true)
+		w.Named = append(w.Named, NamedVar[T]{name, shape, v})
+		return v, nil
+	}
+	h, hd := cfg.HiddenSize, cfg.HeadDim
+	var err error
+	if w.Embed, err = get("model.embed_tokens.weight", cfg.VocabSize, h); err != nil {
+		return nil, err
+	}
+	for i := range cfg.Layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		var l LayerWeights[T]
+		lin := func(dst *LinearWeights[T], name string, out, in int, bias bool) func() error {
+			return func() (e error) {
+				dst.Module = p + name
+				if dst.W, e = get(p+name+".weight", out, in); e != nil || !bias {
+					return e
+				}
+				dst.B, e = get(p+name+".bias", out)
+				return e
+			}
+		}
+		bias := cfg.QKVBias()
+		steps := []func() error{
+			func() (e error) { l.AttnNorm, e = get(p+"input_layernorm.weight", h); return },
+			func() (e error) { l.MLPNorm, e = get(p+"post_attention_layernorm.weight", h); return },
+			lin(&l.Q, "self_attn.q_proj", cfg.Heads*hd, h, bias),
+			lin(&l.K, "self_attn.k_proj", cfg.KVHeads*hd, h, bias),
+			lin(&l.V, "self_attn.v_proj", cfg.KVHeads*hd, h, bias),
+			lin(&l.O, "self_attn.o_proj", h, cfg.Heads*hd, false),
+			lin(&l.Gate, "mlp.gate_proj", cfg.Intermediate, h, false),
+			lin(&l.Up, "mlp.up_proj", cfg.Intermediate, h, false),
+			lin(&l.Down, "mlp.down_proj", h, cfg.Intermediate, false),
+		}
+		if cfg.QKNorm() {
+			steps = append(steps,
+				func() (e error) { l.QNorm, e = get(p+"self_attn.q_norm.weight", hd); return },
+				func() (e error) { l.KNorm, e = get(p+"self_attn.k_norm.weight", hd); return })
+		}
+		for _, s := range steps {
+			if err := s(); err != nil {
+				return nil, err
+			}
+		}
+		w.Layers = append(w.Layers, l)
+	}
+	if w.Norm, err = get("model.norm.weight", h); err != nil {
+		return nil, err
+	}
+	if cfg.TieEmbeddings {
+		w.LMHead = w.Embed
+	} else if w.LMHead, err = get("lm_head.weight", cfg.VocabSize, h); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// AttachLoRA adds an adapter's A and B as the trainable parameters and
+// freezes every base weight (their gradients are neither computed nor
+// kept). With T = float32 the adapter's matrices are shared, so training
+// updates a.Modules in place and a.Save writes the trained adapter.
+func (w *Weights[T]) AttachLoRA(a *lora.Adapter) error {
+	byName := map[string]*LinearWeights[T]{}
+	for i := range w.Layers {
+		for _, l := range w.Layers[i].linears() {
+			byName[l.Module] = l
+		}
+	}
+	for _, nv := range w.Named {
+		nv.V.Requires, nv.V.Grad = false, nil
+	}
+	for _, m := range a.Modules {
+		l := byName[m.Name]
+		if l == nil {
+			return fmt.Errorf("adapter module %s is not a linear layer of this model", m.Name)
+		}
+		if m.A.Cols != l.W.Cols || m.B.Rows != l.W.Rows || m.A.Rows != m.B.Cols {
+			return fmt.Errorf("adapter module %s is [%d, %d] through rank %d, the layer is [%d, %d]", m.Name, m.B.Rows, m.A.Cols, m.A.Rows, l.W.Rows, l.W.Cols)
+		}
+		l.A = tape.Param(convert[T](m.A.Data), m.A.Rows, m.A.Cols, true)
+		l.LB = tape.Param(convert[T](m.B.Data), m.B.Rows, m.B.Cols, true)
+		l.Scale, l.Dropout = a.Config.Scale(), a.Config.Dropout
+		w.Named = append(w.Named,
+			NamedVar[T]{"base_model.model." + m.Name + ".lora_A.weight", []int{l.A.Rows, l.A.Cols}, l.A},
+			NamedVar[T]{"base_model.model." + m.Name + ".lora_B.weight", []int{l.LB.Rows, l.LB.Cols}, l.LB})
+	}
+	cfg := a.Config
+	w.LoRA = &cfg
+	return nil
+}
+
+// Trainable lists the parameters that receive gradients.
+func (w *Weights[T]) Trainable() []NamedVar[T] {
+	var out []NamedVar[T]
+	for _, nv := range w.Named {
+		if nv.V.Requires {
+			out = append(out, nv)
+		}
+	}
+	return out
+}
+
+// BaseTensors returns the base weights (no LoRA) as float32 safetensors
+// tensors in dtype, for a Hugging Face model directory.
+func (w *Weights[T]) BaseTensors(dtype safetensors.DType) []safetensors.Tensor {
+	var ts []safetensors.Tensor
+	for _, nv := range w.Named {
+		if strings.HasPrefix(nv.Name, "base_model.") {
+			continue
+		}
+		v := make([]float32, len(nv.V.Val))
+		for i, x := range nv.V.Val {
+			v[i] = float32(x)
+		}
+		ts = append(ts, safetensors.FromFloat32(nv.Name, dtype, nv.Shape, v))
+	}
+	return ts
+}
+
+// SaveHF writes the base weights as a Hugging Face directory (config.json
+// and model.safetensors) that transformers and this engine load.
+func (w *Weights[T]) SaveHF(dir string, dtype safetensors.DType) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), w.BaseTensors(dtype), map[string]string{"format": "pt"}); err != nil {
+		return err
+	}
+	return writeConfig(dir, w.Config, dtype)
+}
+
+// Adapter returns the attached LoRA adapter's current values in PEFT's
+// layout (nil without one).
+func (w *Weights[T]) Adapter() *lora.Adapter {
+	if w.LoRA == nil {
+		return nil
+	}
+	a := &lora.Adapter{Config: *w.LoRA}
+	for i := range w.Layers {
+		for _, l := range w.Layers[i].linears() {
+			if l.A == nil {
+				continue
+			}
+			f := func(v *tape.Var[T]) lora.Matrix {
+				d := make([]float32, len(v.Val))
+				for i, x := range v.Val {
+					d[i] = float32(x)
+				}
+				return lora.Matrix{Rows: v.Rows, Cols: v.Cols, Data: d}
+			}
+			a.Modules = append(a.Modules, lora.Module{Name: l.Module, A: f(l.A), B: f(l.LB)})
+		}
+	}
+	return a
+}
+
+// memSource serves tensors from memory (for Engine).
+type memSource map[string]safetensors.Tensor
+
+func (m memSource) Tensor(name string) (safetensors.Tensor, bool) {
+	t, ok := m[name]
+	return t, ok
+}
+
+// Engine builds an inference Model with the current weights (and adapter)
+// on a backend: rollouts generate with the policy being trained.
+func (w *Weights[T]) Engine(be kernels.Backend) (*Model, error) {
+	src := memSource{}
+	for _, t := range w.BaseTensors(safetensors.F32) {
+		src[t.Name] = t
+	}
+	m, err := FromTensors(be, w.Config, src)
+	if err != nil {
+		return nil, err
+	}
+	if a := w.Adapter(); a != nil {
+		if err := m.ApplyAdapter(a); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Batch is packed training sequences: their tokens stacked as rows, each
+// sequence a segment of attention, and the rows whose next token is learned.
+type Batch struct {
+	Tokens []int
+	Pos    []int
+	Segs   []tape.Segment
+	// LossRows are the rows whose prediction of Targets[i] is scored.
+	LossRows []int
+	Targets  []int
+	// Seq[i] is the sequence LossRows[i] belongs to.
+	Seq []int
+}
+
+// Sequence is one training sequence: token ids, and for each token whether
+// it is learned (predicted with a loss), e.g. the assistant's reply.
+type Sequence struct {
+	IDs  []int
+	Loss []bool
+}
+
+// Pack stacks sequences into one batch. The longest prefix they all share
+// and that carries no loss (a system prompt) is computed once, and every
+// sequence continues from it: the same loss as running each sequence whole.
+func Pack(seqs []Sequence) Batch {
+	shared := 0
+	if len(seqs) > 1 {
+		shared = len(seqs[0].IDs)
+		for _, s := range seqs[1:] {
+			n := 0
+			for n < min(shared, len(s.IDs)) && s.IDs[n] == seqs[0].IDs[n] {
+				n++
+			}
+			shared = n
+		}
+		// Row r predicts token r+1, so the prefix rows [0, P) need tokens
+		// up to P shared and no learned token among 1..P.
+		shared--
+		for _, s := range seqs {
+			for i := 1; i <= shared; i++ {
+				if s.Loss[i] {
+					shared = i - 1
+					break
+				}
+			}
+		}
+		shared = max(shared, 0)
+	}
+	var b Batch
+	add := func(ids []int, loss []bool, from, seq int) {
+		for i := from; i < len(ids); i++ {
+			row := len(b.Tokens)
+			b.Tokens = append(b.Tokens, ids[i])
+			b.Pos = append(b.Pos, i)
+			if i+1 < len(ids) && loss[i+1] {
+				b.LossRows = append(b.LossRows, row)
+				b.Targets = append(b.Targets, ids[i+1])
+				b.Seq = append(b.Seq, seq)
+			}
+		}
+	}
+	if shared > 0 {
+		add(seqs[0].IDs[:shared], seqs[0].Loss[:shared], 0, -1)
+		b.Segs = append(b.Segs, tape.Segment{Lo: 0, Hi: shared})
+	}
+	for s, seq := range seqs {
+		lo := len(b.Tokens)
+		add(seq.IDs, seq.Loss, shared, s)
+		if len(b.Tokens) > lo {
+			b.Segs = append(b.Segs, tape.Segment{Lo: lo, Hi: len(b.Tokens), Prefix: shared})
+		}
+	}
+	return b
+}
+
+// TrainOptions switch the training forward's memory and noise.
+type TrainOptions struct {
+	Recompute bool   // recompute each layer's activations in backward
+	Seed      uint64 // LoRA dropout masks
+	Dropout   bool   // apply LoRA dropout (training), not in evaluation
+}
+
+// LogProbs runs the batch through the decoder on the tape and returns the
+// log-probability of each learned token ([len(LossRows), 1]), the quantity
+// SFT's loss and GRPO's ratio are built from.
+func (w *Weights[T]) LogProbs(tp *tape.Tape[T], b Batch, o TrainOptions) *tape.Var[T] {
+	x := tp.Embedding(w.Embed, b.Tokens)
+	for li := range w.Layers {
+		l := &w.Layers[li]
+		block := func(tp *tape.Tape[T], x *tape.Var[T]) *tape.Var[T] {
+			return w.layer(tp, l, li, x, b, o)
+		}
+		if o.Recompute {
+			x = tp.Recompute(x, block)
+		} else {
+			x = block(tp, x)
+		}
+	}
+	x = tp.RMSNorm(tp.Gather(x, b.LossRows), w.Norm, w.RMSNormEps)
+	return tp.LogProbs(tp.Linear(x, w.LMHead, nil), b.Targets)
+}
+
+// layer is one decoder block:
+//
+//	x += O · attn(rope(norm(Q·norm(x))), rope(norm(K·norm(x))), V·norm(x))
+//	x += Down · (silu(Gate·norm(x)) ∘ Up·norm(x))
+func (w *Weights[T]) layer(tp *tape.Tape[T], l *LayerWeights[T], li int, x *tape.Var[T], b Batch, o TrainOptions) *tape.Var[T] {
+	eps := w.RMSNormEps
+	lin := func(p *LinearWeights[T], x *tape.Var[T], k int) *tape.Var[T] {
+		y := tp.Linear(x, p.W, p.B)
+		if p.A == nil {
+			return y
+		}
+		in := x
+		if o.Dropout {
+			in = tp.Dropout(x, p.Dropout, o.Seed^uint64(li*16+k+1)*0x9e3779b97f4a7c15)
+		}
+		return tp.Add(y, tp.Scale(tp.Linear(tp.Linear(in, p.A, nil), p.LB, nil), p.Scale))
+	}
+	xn := tp.RMSNorm(x, l.AttnNorm, eps)
+	q, k, v := lin(&l.Q, xn, 0), lin(&l.K, xn, 1), lin(&l.V, xn, 2)
+	if l.QNorm != nil {
+		q, k = tp.RMSNorm(q, l.QNorm, eps), tp.RMSNorm(k, l.KNorm, eps)
+	}
+	q = tp.Rope(q, b.Pos, w.Heads, w.HeadDim, w.RopeTheta)
+	k = tp.Rope(k, b.Pos, w.KVHeads, w.HeadDim, w.RopeTheta)
+	a := tp.Attention(q, k, v, b.Segs, w.Heads, w.KVHeads, w.HeadDim)
+	x = tp.Add(x, lin(&l.O, a, 3))
+	xn = tp.RMSNorm(x, l.MLPNorm, eps)
+	g := tp.SiLUMul(lin(&l.Gate, xn, 4), lin(&l.Up, xn, 5))
+	return tp.Add(x, lin(&l.Down, g, 6))
+}
