@@ -34,6 +34,87 @@ type Config struct {
 	Episode Episode `yaml:"episode"`
 	// Data names task files.
 	Data Data `yaml:"data"`
+	// Model is the policy: where it lives and the embedded default's shape.
+	Model Model `yaml:"model"`
+	// LoRA trains a low-rank adapter instead of every weight.
+	LoRA LoRA `yaml:"lora"`
+	// Optim holds AdamW's hyperparameters, shared by SFT and RL.
+	Optim Optim `yaml:"optim"`
+	// SFT is supervised fine-tuning on chat JSONL.
+	SFT SFT `yaml:"sft"`
+}
+
+// Model locates the policy.
+type Model struct {
+	// Path is the Hugging Face directory training starts from (config.json,
+	// tokenizer.json, tokenizer_config.json, safetensors).
+	Path string `yaml:"path"`
+	// Dtype is the dtype of saved full weights: f32 | bf16 (masters stay f32).
+	Dtype string `yaml:"dtype"`
+	// Init is the shape `agemem-train init-model --config` writes.
+	Init ModelInit `yaml:"init"`
+}
+
+// ModelInit is a Qwen shape (config.json's names).
+type ModelInit struct {
+	ModelType     string  `yaml:"model_type"`
+	HiddenSize    int     `yaml:"hidden_size"`
+	Layers        int     `yaml:"num_hidden_layers"`
+	Heads         int     `yaml:"num_attention_heads"`
+	KVHeads       int     `yaml:"num_key_value_heads"`
+	HeadDim       int     `yaml:"head_dim"`
+	Intermediate  int     `yaml:"intermediate_size"`
+	RopeTheta     float64 `yaml:"rope_theta"`
+	MaxPositions  int     `yaml:"max_position_embeddings"`
+	TieEmbeddings bool    `yaml:"tie_word_embeddings"`
+}
+
+// LoRA configures the adapter (PEFT's names).
+type LoRA struct {
+	Enabled       bool     `yaml:"enabled"`
+	R             int      `yaml:"r"`
+	Alpha         float64  `yaml:"alpha"`
+	Dropout       float64  `yaml:"dropout"`
+	TargetModules []string `yaml:"target_modules"`
+}
+
+// Optim configures AdamW and clipping.
+type Optim struct {
+	Beta1       float64 `yaml:"beta1"`
+	Beta2       float64 `yaml:"beta2"`
+	Eps         float64 `yaml:"eps"`
+	WeightDecay float64 `yaml:"weight_decay"`
+	ClipNorm    float64 `yaml:"clip_norm"`
+}
+
+// SFT configures supervised fine-tuning.
+type SFT struct {
+	// Data is chat JSONL: one {"messages": [...]} per line.
+	Data string `yaml:"data"`
+	// EvalFraction of the records is held out for the eval loss.
+	EvalFraction float64 `yaml:"eval_fraction"`
+	// Steps is the number of optimiser steps.
+	Steps int `yaml:"steps"`
+	// BatchTokens bounds the tokens of one micro-batch.
+	BatchTokens int `yaml:"batch_tokens"`
+	// GradAccum micro-batches make one optimiser step.
+	GradAccum int `yaml:"grad_accum"`
+	// LR is the peak learning rate; Schedule is constant | cosine after
+	// WarmupSteps of linear warmup; cosine decays to MinLRRatio·LR.
+	LR          float64 `yaml:"lr"`
+	Schedule    string  `yaml:"schedule"`
+	WarmupSteps int     `yaml:"warmup_steps"`
+	MinLRRatio  float64 `yaml:"min_lr_ratio"`
+	// LossOn is "last" (the final assistant message of each record: one
+	// policy call, as `data sft` writes) or "all" (every assistant message).
+	LossOn string `yaml:"loss_on"`
+	// EvalEvery and SaveEvery are in optimiser steps (0: only at the end).
+	EvalEvery int `yaml:"eval_every"`
+	SaveEvery int `yaml:"save_every"`
+	// Recompute trades a second forward per layer for activation memory.
+	Recompute bool `yaml:"recompute"`
+	// Out receives checkpoints, metrics.jsonl, loss.png and the final policy.
+	Out string `yaml:"out"`
 }
 
 // Embed configures the embedder.
@@ -118,6 +199,15 @@ func Default() Config {
 		Agent:   Agent{MaxSteps: 4, ContextBudget: 8192, ResponseBudget: 2048},
 		Episode: Episode{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3},
 		Data:    Data{Train: "data/synth.json", Eval: "data/synth-eval.json"},
+		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Init: ModelInit{
+			ModelType: "qwen3", HiddenSize: 96, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 24,
+			Intermediate: 256, RopeTheta: 10000, MaxPositions: 4096, TieEmbeddings: true}},
+		LoRA: LoRA{R: 8, Alpha: 16, Dropout: 0.05,
+			TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
+		Optim: Optim{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1},
+		SFT: SFT{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 8192, GradAccum: 1,
+			LR: 3e-3, Schedule: "cosine", WarmupSteps: 20, MinLRRatio: 0.1, LossOn: "last",
+			EvalEvery: 50, SaveEvery: 100, Out: "runs/tiny/sft"},
 	}
 }
 
@@ -171,6 +261,68 @@ func (c Config) Validate() error {
 	atLeast("episode.stage1_max_turns", c.Episode.Stage1MaxTurns, 1)
 	atLeast("episode.stage2_max_turns", c.Episode.Stage2MaxTurns, 0)
 	atLeast("episode.auto_retrieve_k", c.Episode.AutoRetrieveK, 0)
+	oneOf("model.dtype", c.Model.Dtype, "f32", "bf16")
+	mi := c.Model.Init
+	oneOf("model.init.model_type", mi.ModelType, "qwen2", "qwen3")
+	atLeast("model.init.hidden_size", mi.HiddenSize, 2)
+	atLeast("model.init.num_hidden_layers", mi.Layers, 1)
+	atLeast("model.init.num_attention_heads", mi.Heads, 1)
+	atLeast("model.init.num_key_value_heads", mi.KVHeads, 1)
+	if mi.KVHeads > 0 && mi.Heads%mi.KVHeads != 0 {
+		bad("model.init.num_key_value_heads", "%d does not divide num_attention_heads %d", mi.KVHeads, mi.Heads)
+	}
+	if mi.HeadDim < 2 || mi.HeadDim%2 != 0 {
+		bad("model.init.head_dim", "%d must be even and at least 2 (rotary pairs)", mi.HeadDim)
+	}
+	atLeast("model.init.intermediate_size", mi.Intermediate, 1)
+	if mi.RopeTheta <= 1 {
+		bad("model.init.rope_theta", "%g must be above 1", mi.RopeTheta)
+	}
+	atLeast("model.init.max_position_embeddings", mi.MaxPositions, 16)
+	atLeast("lora.r", c.LoRA.R, 1)
+	if c.LoRA.Alpha <= 0 {
+		bad("lora.alpha", "%g must be positive", c.LoRA.Alpha)
+	}
+	if c.LoRA.Dropout < 0 || c.LoRA.Dropout >= 1 {
+		bad("lora.dropout", "%g is outside [0, 1)", c.LoRA.Dropout)
+	}
+	if len(c.LoRA.TargetModules) == 0 {
+		bad("lora.target_modules", "must name at least one module")
+	}
+	for i, m := range c.LoRA.TargetModules {
+		oneOf(fmt.Sprintf("lora.target_modules[%d]", i), m, "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+	}
+	for key, v := range map[string]float64{"optim.beta1": c.Optim.Beta1, "optim.beta2": c.Optim.Beta2} {
+		if v < 0 || v >= 1 {
+			bad(key, "%g is outside [0, 1)", v)
+		}
+	}
+	if c.Optim.Eps <= 0 {
+		bad("optim.eps", "%g must be positive", c.Optim.Eps)
+	}
+	if c.Optim.WeightDecay < 0 {
+		bad("optim.weight_decay", "%g must not be negative", c.Optim.WeightDecay)
+	}
+	if c.Optim.ClipNorm < 0 {
+		bad("optim.clip_norm", "%g must not be negative (0 turns clipping off)", c.Optim.ClipNorm)
+	}
+	if c.SFT.EvalFraction < 0 || c.SFT.EvalFraction >= 1 {
+		bad("sft.eval_fraction", "%g is outside [0, 1)", c.SFT.EvalFraction)
+	}
+	atLeast("sft.steps", c.SFT.Steps, 1)
+	atLeast("sft.batch_tokens", c.SFT.BatchTokens, 16)
+	atLeast("sft.grad_accum", c.SFT.GradAccum, 1)
+	if c.SFT.LR <= 0 {
+		bad("sft.lr", "%g must be positive", c.SFT.LR)
+	}
+	oneOf("sft.schedule", c.SFT.Schedule, "constant", "cosine")
+	atLeast("sft.warmup_steps", c.SFT.WarmupSteps, 0)
+	if c.SFT.MinLRRatio < 0 || c.SFT.MinLRRatio > 1 {
+		bad("sft.min_lr_ratio", "%g is outside [0, 1]", c.SFT.MinLRRatio)
+	}
+	oneOf("sft.loss_on", c.SFT.LossOn, "last", "all")
+	atLeast("sft.eval_every", c.SFT.EvalEvery, 0)
+	atLeast("sft.save_every", c.SFT.SaveEvery, 0)
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid config:\n  %s", strings.Join(errs, "\n  "))
 	}

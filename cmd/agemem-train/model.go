@@ -21,7 +21,7 @@ import (
 	"github.com/agemem/agemem/model/tokenizer"
 )
 
-func initModelCmd() *cobra.Command {
+func initModelCmd(g *globals) *cobra.Command {
 	var preset, out, dtype, tokPath string
 	var seed uint64
 	names := make([]string, 0, len(qwen.Presets))
@@ -32,16 +32,37 @@ func initModelCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "init-model",
 		Short: "Write a random-weight Qwen model in the Hugging Face layout",
-		Long: `Writes config.json and model.safetensors with random weights for tests and
-benchmarks. With --tokenizer, the tokenizer.json is copied beside them and the
-vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") + ".",
-		Example: `  agemem-train init-model --preset tiny-qwen3 --out runs/tiny
+		Long: `Writes config.json and model.safetensors with random weights: the starting
+point of the embedded default (the shape in the config's model.init), or a
+preset for tests and benchmarks. With --tokenizer, tokenizer.json (and the
+tokenizer_config.json beside it, which holds the chat template) is copied
+along and the vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") + ".",
+		Example: `  agemem-train init-model --config configs/tiny.yaml --tokenizer runs/tiny/tok/tokenizer.json --dtype f32
+  agemem-train init-model --preset tiny-qwen3 --out runs/tiny
   agemem-train init-model --preset qwen2.5-0.5b-shape --dtype bf16 --tokenizer tokenizer.json --out runs/q05`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, ok := qwen.Presets[preset]
-			if !ok {
-				return fmt.Errorf("--preset %q: want one of %s", preset, strings.Join(names, ", "))
+			var cfg qwen.Config
+			if preset == "" {
+				c, err := g.load()
+				if err != nil {
+					return err
+				}
+				mi := c.Model.Init
+				cfg = qwen.Config{ModelType: mi.ModelType, HiddenSize: mi.HiddenSize, Layers: mi.Layers, Heads: mi.Heads,
+					KVHeads: mi.KVHeads, HeadDim: mi.HeadDim, Intermediate: mi.Intermediate, RMSNormEps: 1e-6,
+					RopeTheta: mi.RopeTheta, TieEmbeddings: mi.TieEmbeddings, MaxPositions: mi.MaxPositions}
+				if tokPath == "" {
+					return fmt.Errorf("--tokenizer is required with the config's model.init shape (it sets the vocabulary)")
+				}
+				if out == "" {
+					out = c.Model.Path
+				}
+			} else {
+				var ok bool
+				if cfg, ok = qwen.Presets[preset]; !ok {
+					return fmt.Errorf("--preset %q: want one of %s", preset, strings.Join(names, ", "))
+				}
 			}
 			dt := map[string]safetensors.DType{"f32": safetensors.F32, "f16": safetensors.F16, "bf16": safetensors.BF16}[dtype]
 			if dt == "" {
@@ -63,6 +84,12 @@ vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") + ".",
 				if err := os.WriteFile(filepath.Join(out, "tokenizer.json"), raw, 0o644); err != nil {
 					return err
 				}
+				// The chat template travels with the tokenizer when it sits beside it.
+				if tc, err := os.ReadFile(filepath.Join(filepath.Dir(tokPath), "tokenizer_config.json")); err == nil {
+					if err := os.WriteFile(filepath.Join(out, "tokenizer_config.json"), tc, 0o644); err != nil {
+						return err
+					}
+				}
 			}
 			if err := qwen.InitRandom(out, cfg, dt, seed); err != nil {
 				return err
@@ -71,8 +98,8 @@ vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") + ".",
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&preset, "preset", "tiny-qwen3", "model shape")
-	cmd.Flags().StringVar(&out, "out", "", "output directory")
+	cmd.Flags().StringVar(&preset, "preset", "", "model shape (default: the config's model.init)")
+	cmd.Flags().StringVar(&out, "out", "", "output directory (default: the config's model.path with model.init)")
 	cmd.Flags().StringVar(&dtype, "dtype", "bf16", "weight type: f32, f16 or bf16")
 	cmd.Flags().StringVar(&tokPath, "tokenizer", "", "tokenizer.json to copy (sets the vocabulary size)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed")
@@ -221,6 +248,6 @@ result loads in agemem, transformers, vLLM, and exports to GGUF.`,
 	}
 	cmd.Flags().StringVar(&base, "base", "", "base model directory")
 	cmd.Flags().StringVar(&adapter, "adapter", "", "adapter directory (adapter_config.json, adapter_model.safetensors)")
-	cmd.Flags().StringVar(&out, "out", "", "output directory")
+	cmd.Flags().StringVar(&out, "out", "", "output directory (default: the config's model.path with model.init)")
 	return cmd
 }

@@ -160,3 +160,70 @@ func TestBackwardFloat32MatchesFloat64(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionBackwardMatMul checks the matmul form against the plain
+// float64 kernel, with a cache offset and grouped heads.
+func TestAttentionBackwardMatMul(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	for _, c := range []struct{ tn, start, heads, kvh, d int }{{5, 0, 4, 2, 8}, {7, 9, 6, 2, 16}, {1, 3, 2, 1, 4}, {40, 33, 4, 4, 24}} {
+		total := c.start + c.tn
+		q, kc, vc := r64(rng, c.tn*c.heads*c.d), r64(rng, total*c.kvh*c.d), r64(rng, total*c.kvh*c.d)
+		r := r64(rng, c.tn*c.heads*c.d)
+		dq, dk, dv := make([]float64, len(q)), make([]float64, len(kc)), make([]float64, len(vc))
+		AttentionBackward(dq, dk, dv, r, q, kc, vc, nil, c.tn, c.start, c.heads, c.kvh, c.d)
+		f := func(v []float64) []float32 {
+			o := make([]float32, len(v))
+			for i := range v {
+				o[i] = float32(v[i])
+			}
+			return o
+		}
+		dq32, dk32, dv32 := make([]float32, len(q)), make([]float32, len(kc)), make([]float32, len(vc))
+		AttentionBackwardMatMul(dq32, dk32, dv32, f(r), f(q), f(kc), f(vc), c.tn, c.start, c.heads, c.kvh, c.d)
+		for name, pair := range map[string][2]any{"dq": {dq32, dq}, "dk": {dk32, dk}, "dv": {dv32, dv}} {
+			got, want := pair[0].([]float32), pair[1].([]float64)
+			for i := range want {
+				if math.Abs(float64(got[i])-want[i]) > 1e-4*math.Max(1, math.Abs(want[i])) {
+					t.Fatalf("%+v %s[%d]: matmul form %g, plain %g", c, name, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+func TestAttentionMatMulMatchesAttention(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	const tn, start, heads, kvh, d = 13, 6, 4, 2, 8
+	total := start + tn
+	f := func(n int) []float32 {
+		o := make([]float32, n)
+		for i := range o {
+			o[i] = float32(rng.NormFloat64())
+		}
+		return o
+	}
+	q, kc, vc := f(tn*heads*d), f(total*kvh*d), f(total*kvh*d)
+	want, got := make([]float32, len(q)), make([]float32, len(q))
+	Attention(want, q, kc, vc, nil, tn, start, heads, kvh, d)
+	AttentionMatMul(got, q, kc, vc, tn, start, heads, kvh, d)
+	for i := range want {
+		if math.Abs(float64(got[i]-want[i])) > 1e-5 {
+			t.Fatalf("out[%d]: matmul form %g, kernel %g", i, got[i], want[i])
+		}
+	}
+}
+
+func TestExp32(t *testing.T) {
+	worst := 0.0
+	for x := -87.0; x <= 10; x += 0.0137 {
+		want := math.Exp(float64(float32(x)))
+		got := float64(Exp32(float32(x)))
+		worst = math.Max(worst, math.Abs(got-want)/want)
+	}
+	if worst > 5e-7 {
+		t.Fatalf("Exp32 relative error %.2e", worst)
+	}
+	if Exp32(-100) != 0 || Exp32(0) != 1 {
+		t.Fatalf("Exp32(-100) = %g, Exp32(0) = %g", Exp32(-100), Exp32(0))
+	}
+}

@@ -357,7 +357,7 @@ func (t *Tape[T]) Attention(q, k, v *Var[T], segs []Segment, heads, kvHeads, hd 
 		qs, out := q.Val[s.Lo*qw:s.Hi*qw], y.Val[s.Lo*qw:s.Hi*qw]
 		kc, vc := keys(k.Val, s), keys(v.Val, s)
 		if f, ok := f32(out, qs, kc, vc); ok {
-			cpu.Attention(f[0], f[1], f[2], f[3], nil, n, s.Prefix, heads, kvHeads, hd)
+			cpu.AttentionMatMul(f[0], f[1], f[2], f[3], n, s.Prefix, heads, kvHeads, hd)
 		} else {
 			copy(out, cpu.AttentionRef(qs, kc, vc, nil, n, s.Prefix, heads, kvHeads, hd))
 		}
@@ -371,7 +371,12 @@ func (t *Tape[T]) Attention(q, k, v *Var[T], segs []Segment, heads, kvHeads, hd 
 			n := s.Hi - s.Lo
 			kc, vc := keys(k.Val, s), keys(v.Val, s)
 			dkc, dvc := make([]T, len(kc)), make([]T, len(vc))
-			cpu.AttentionBackward(dq[s.Lo*qw:s.Hi*qw], dkc, dvc, y.Grad[s.Lo*qw:s.Hi*qw], q.Val[s.Lo*qw:s.Hi*qw], kc, vc, nil, n, s.Prefix, heads, kvHeads, hd)
+			dqs, dys, qs := dq[s.Lo*qw:s.Hi*qw], y.Grad[s.Lo*qw:s.Hi*qw], q.Val[s.Lo*qw:s.Hi*qw]
+			if f, ok := f32(dqs, dkc, dvc, dys, qs, kc, vc); ok {
+				cpu.AttentionBackwardMatMul(f[0], f[1], f[2], f[3], f[4], f[5], f[6], n, s.Prefix, heads, kvHeads, hd)
+			} else {
+				cpu.AttentionBackward(dqs, dkc, dvc, dys, qs, kc, vc, nil, n, s.Prefix, heads, kvHeads, hd)
+			}
 			// Scatter the cache gradients back to the prefix rows and the
 			// segment's own rows.
 			p := s.Prefix * kw

@@ -1,0 +1,146 @@
+// Package sft is supervised fine-tuning of a Qwen policy on chat JSONL:
+// OpenAI-style records ({"messages": [...]}, with tool calls and tool
+// results), rendered with the model's chat template, the loss on the
+// assistant's tokens only.
+package sft
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/tokenizer"
+)
+
+// Example is one record ready to train on.
+type Example struct {
+	Line int // 1-based line in the JSONL file
+	Seq  qwen.Sequence
+	// Prompt is the conversation before the last assistant message, for
+	// generating from held-out records.
+	Prompt []qwen.Message
+}
+
+const (
+	turnStart = "<|im_start|>assistant\n"
+	turnEnd   = "<|im_end|>"
+)
+
+// Load reads chat JSONL and tokenizes each record. lossOn "last" learns the
+// final assistant message of each record (one policy call, as `agemem-train
+// data sft` writes), "all" every assistant message. Errors name the file,
+// the line and what is wrong.
+func Load(path string, tok *tokenizer.Tokenizer, tmpl qwen.Template, lossOn string, maxTokens int) ([]Example, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	var out []Example
+	for line := 1; sc.Scan(); line++ {
+		raw := strings.TrimSpace(sc.Text())
+		if raw == "" {
+			continue
+		}
+		ex, err := parse([]byte(raw), tok, tmpl, lossOn)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		if maxTokens > 0 && len(ex.Seq.IDs) > maxTokens {
+			return nil, fmt.Errorf("%s:%d: %d tokens exceed the model's %d positions", path, line, len(ex.Seq.IDs), maxTokens)
+		}
+		ex.Line = line
+		out = append(out, ex)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no records", path)
+	}
+	return out, nil
+}
+
+func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl qwen.Template, lossOn string) (Example, error) {
+	var rec struct {
+		Messages []qwen.Message `json:"messages"`
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return Example{}, fmt.Errorf("not a chat record: %w", err)
+	}
+	if len(rec.Messages) == 0 {
+		return Example{}, fmt.Errorf(`no "messages"`)
+	}
+	last := -1
+	for i, m := range rec.Messages {
+		switch m.Role {
+		case "system", "user", "tool":
+		case "assistant":
+			last = i
+		default:
+			return Example{}, fmt.Errorf("messages[%d]: role %q is not system, user, assistant or tool", i, m.Role)
+		}
+	}
+	if last < 0 {
+		return Example{}, fmt.Errorf("no assistant message to learn")
+	}
+	if lossOn == "last" && last != len(rec.Messages)-1 {
+		return Example{}, fmt.Errorf("messages[%d]: the record must end with the assistant message it teaches (sft.loss_on: last)", len(rec.Messages)-1)
+	}
+	text, err := qwen.RenderChat(rec.Messages, qwen.ChatOptions{Template: tmpl})
+	if err != nil {
+		return Example{}, err
+	}
+	// Assistant turns as the template rendered them: the loss covers their
+	// content and the end-of-turn token (the model must learn to stop), not
+	// the "<|im_start|>assistant\n" header, which the prompt supplies.
+	var spans [][2]int
+	for off := 0; ; {
+		i := strings.Index(text[off:], turnStart)
+		if i < 0 {
+			break
+		}
+		lo := off + i + len(turnStart)
+		j := strings.Index(text[lo:], turnEnd)
+		if j < 0 {
+			return Example{}, fmt.Errorf("an assistant turn without %s", turnEnd)
+		}
+		hi := lo + j + len(turnEnd)
+		spans = append(spans, [2]int{lo, hi})
+		off = hi
+	}
+	if lossOn == "last" {
+		spans = spans[len(spans)-1:]
+	}
+	var seq qwen.Sequence
+	add := func(s string, learn bool) {
+		for _, id := range tok.Encode(s) {
+			seq.IDs = append(seq.IDs, id)
+			seq.Loss = append(seq.Loss, learn)
+		}
+	}
+	prev := 0
+	for _, sp := range spans {
+		add(text[prev:sp[0]], false)
+		add(text[sp[0]:sp[1]], true)
+		prev = sp[1]
+	}
+	add(text[prev:], false)
+	return Example{Seq: seq, Prompt: rec.Messages[:last]}, nil
+}
+
+// Split holds out the last share of the records (after a seeded shuffle by
+// the caller) for evaluation; at least one record stays on each side when
+// there are two or more.
+func Split(ex []Example, fraction float64) (trainSet, evalSet []Example) {
+	n := int(float64(len(ex)) * fraction)
+	if fraction > 0 && n == 0 && len(ex) > 1 {
+		n = 1
+	}
+	return ex[:len(ex)-n], ex[len(ex)-n:]
+}

@@ -1,0 +1,197 @@
+package sft
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tokenizer"
+)
+
+var (
+	names = []string{"Ada", "Bram", "Cleo", "Dov", "Esme", "Finn", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea"}
+	jobs  = []string{"a baker", "a pilot", "a chemist", "a poet", "a judge", "a farmer"}
+)
+
+// records writes n chat records in both styles a user may bring: the
+// AgeMem format in content, and OpenAI tool_calls with tool results.
+func records(t *testing.T, path string, n int, seed uint64) []string {
+	r := rand.New(rand.NewPCG(seed, 1))
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var texts []string
+	for i := range n {
+		who, job := names[r.IntN(len(names))], jobs[r.IntN(len(jobs))]
+		fact := fmt.Sprintf("%s is %s.", who, job)
+		var msgs []map[string]any
+		sys := map[string]any{"role": "system", "content": "You keep facts in memory with tools."}
+		if i%2 == 0 {
+			call := fmt.Sprintf(`<think>A fact to keep.</think>
+<tool_call>[{"name":"Add_memory","arguments":{"content":%q}}]</tool_call>`, fact)
+			msgs = []map[string]any{sys, {"role": "user", "content": "Note: " + fact}, {"role": "assistant", "content": call}}
+		} else {
+			msgs = []map[string]any{sys, {"role": "user", "content": "Note: " + fact},
+				{"role": "assistant", "content": "", "tool_calls": []map[string]any{{"type": "function", "function": map[string]any{"name": "Add_memory", "arguments": map[string]any{"content": fact}}}}},
+				{"role": "tool", "content": `{"status":"success"}`, "tool_call_id": "c1"},
+				{"role": "assistant", "content": "<think>Stored.</think>\n<answer>Noted.</answer>"}}
+		}
+		raw, _ := json.Marshal(map[string]any{"messages": msgs})
+		f.Write(append(raw, '\n'))
+		texts = append(texts, string(raw))
+	}
+	return texts
+}
+
+// tinyPolicy trains a small tokenizer on the records and writes a random
+// tiny Qwen3 with it.
+func tinyPolicy(t *testing.T, texts []string) string {
+	dir := t.TempDir()
+	raw, err := tokenizer.Train(texts, tokenizer.TrainOptions{VocabSize: 420, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tokenizer.WriteConfig(dir, tok, qwen.Qwen3TemplateText, 512); err != nil {
+		t.Fatal(err)
+	}
+	cfg := qwen.Config{ModelType: "qwen3", HiddenSize: 48, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 12, Intermediate: 96,
+		RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: tok.VocabSize(), MaxPositions: 512}
+	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 1); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestLoadMasksAssistantTokens(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "sft.jsonl")
+	texts := records(t, data, 4, 1)
+	model := tinyPolicy(t, texts)
+	tok, err := tokenizer.Load(filepath.Join(model, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lossOn := range []string{"last", "all"} {
+		ex, err := Load(data, tok, qwen.TemplateQwen3, lossOn, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range ex {
+			var learned []int
+			for j, id := range e.Seq.IDs {
+				if e.Seq.Loss[j] {
+					learned = append(learned, id)
+				}
+			}
+			text := tok.Decode(learned, false)
+			if !strings.HasSuffix(text, "<|im_end|>") || strings.Contains(text, "Note:") || strings.Contains(text, "<|im_start|>") {
+				t.Fatalf("%s record %d learns %q", lossOn, i, text)
+			}
+			calls := strings.Count(text, "<tool_call>")
+			switch {
+			case i%2 == 0 && calls != 1:
+				t.Fatalf("%s record %d: the AgeMem tool call is not learned: %q", lossOn, i, text)
+			case i%2 == 1 && lossOn == "all" && (calls != 1 || !strings.Contains(text, "Noted.")):
+				t.Fatalf("all record %d: both assistant turns should be learned: %q", i, text)
+			case i%2 == 1 && lossOn == "last" && (calls != 0 || !strings.Contains(text, "Noted.")):
+				t.Fatalf("last record %d: only the final reply should be learned: %q", i, text)
+			}
+		}
+	}
+}
+
+func TestLoadNamesBadRecords(t *testing.T) {
+	tok, err := tokenizer.Parse(mustTrain(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ line, want string }{
+		{`{"messages": [{"role": "user", "content": "hi"}`, "sft.jsonl:2: not a chat record"},
+		{`{"messages": []}`, `sft.jsonl:2: no "messages"`},
+		{`{"messages": [{"role": "robot", "content": "hi"}]}`, `messages[0]: role "robot"`},
+		{`{"messages": [{"role": "user", "content": "hi"}]}`, "no assistant message"},
+		{`{"messages": [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]}`, "must end with the assistant message"},
+		{`{"messages": [{"role": "user", "content": [{"type": "text"}]}, {"role": "assistant", "content": "a"}]}`, "sft.jsonl:2"},
+	} {
+		path := filepath.Join(t.TempDir(), "sft.jsonl")
+		good := `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}`
+		os.WriteFile(path, []byte(good+"\n"+c.line+"\n"), 0o644)
+		_, err := Load(path, tok, qwen.TemplateQwen3, "last", 0)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.line, err, c.want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "sft.jsonl")
+	os.WriteFile(path, []byte(`{"messages": [{"role": "user", "content": "hi there, this is long"}, {"role": "assistant", "content": "yo"}]}`+"\n"), 0o644)
+	if _, err := Load(path, tok, qwen.TemplateQwen3, "last", 5); err == nil || !strings.Contains(err.Error(), "exceed the model's 5 positions") {
+		t.Errorf("over-long record: %v", err)
+	}
+}
+
+func mustTrain(t *testing.T) []byte {
+	raw, err := tokenizer.Train([]string{"hi there yo"}, tokenizer.TrainOptions{VocabSize: 300, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// TestSFTLearns runs the command's code end to end on a small corpus: the
+// held-out loss falls, checkpoints, metrics and the loss curve appear, and
+// the tuned policy writes responses the AgeMem parser accepts.
+func TestSFTLearns(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "sft.jsonl")
+	texts := records(t, data, 120, 2)
+	model := tinyPolicy(t, texts)
+	cfg := config.Default()
+	cfg.Model.Path = model
+	cfg.SFT.Data, cfg.SFT.Out = data, filepath.Join(dir, "out")
+	cfg.SFT.Steps, cfg.SFT.BatchTokens, cfg.SFT.LR, cfg.SFT.WarmupSteps = 60, 1024, 1e-2, 5
+	cfg.SFT.EvalFraction, cfg.SFT.EvalEvery, cfg.SFT.SaveEvery = 0.1, 20, 30
+	res, err := Run(context.Background(), Options{Config: cfg, YAML: cfg.YAML(), Log: io.Discard, GenEval: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(res.EvalLoss < 0.5*res.EvalLossStart) {
+		t.Fatalf("held-out loss %.3f -> %.3f: expected at least halved", res.EvalLossStart, res.EvalLoss)
+	}
+	if res.ParseOK < res.ParseN*3/4 {
+		t.Fatalf("%d of %d generated responses parse", res.ParseOK, res.ParseN)
+	}
+	for _, f := range []string{"metrics.jsonl", "loss.png", "checkpoint-30/trainer_state.json", "checkpoint-60/params.safetensors", "policy/model.safetensors", "policy/config.json", "policy/tokenizer.json", "policy/tokenizer_config.json"} {
+		if _, err := os.Stat(filepath.Join(cfg.SFT.Out, f)); err != nil {
+			t.Errorf("missing output: %v", err)
+		}
+	}
+	// Resuming from step 30 ends where the uninterrupted run ended.
+	cfg2 := cfg
+	cfg2.SFT.Out = filepath.Join(dir, "out2")
+	os.MkdirAll(cfg2.SFT.Out, 0o755)
+	res2, err := Run(context.Background(), Options{Config: cfg2, YAML: cfg2.YAML(), Log: io.Discard, Resume: filepath.Join(cfg.SFT.Out, "checkpoint-30")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.TrainEnd != res.TrainEnd || res2.EvalLoss != res.EvalLoss {
+		t.Fatalf("resumed run ends at train %v eval %v, uninterrupted %v %v", res2.TrainEnd, res2.EvalLoss, res.TrainEnd, res.EvalLoss)
+	}
+	t.Logf("held-out loss %.3f -> %.3f, %d/%d parse, %.0f tokens/s", res.EvalLossStart, res.EvalLoss, res.ParseOK, res.ParseN, res.TokensPerSec)
+}

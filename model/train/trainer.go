@@ -1,0 +1,199 @@
+// Package train is what SFT and RL share: a policy's trainable weights with
+// their AdamW state, one optimiser update (clip, schedule, step),
+// checkpoints that resume bit-for-bit, the policy's export in the
+// ecosystem's layout, and the run's metrics (JSONL, PNG curves, progress).
+package train
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/model/checkpoint"
+	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+)
+
+// Policy is a model directory opened for training: float32 master weights
+// (bf16 checkpoints are widened), with a fresh LoRA adapter when asked.
+type Policy struct {
+	Dir string // the base model directory
+	W   *qwen.Weights[float32]
+}
+
+// Open loads dir for training. With l.Enabled, the base is frozen and a new
+// adapter (B = 0, so training starts from the base exactly) is trained.
+func Open(dir string, l config.LoRA, seed uint64) (*Policy, error) {
+	cfg, err := qwen.LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	w, err := qwen.NewWeights[float32](cfg, st)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	if l.Enabled {
+		var modules []string
+		shapes := map[string][2]int{}
+		for _, nv := range w.Named {
+			if m, ok := cutSuffix(nv.Name, ".weight"); ok && len(nv.Shape) == 2 && nv.Name != "model.embed_tokens.weight" && nv.Name != "lm_head.weight" {
+				modules = append(modules, m)
+				shapes[m] = [2]int{nv.Shape[0], nv.Shape[1]}
+			}
+		}
+		abs, _ := filepath.Abs(dir)
+		a, err := lora.New(lora.Config{BaseModel: abs, R: l.R, Alpha: l.Alpha, Dropout: l.Dropout, TargetModules: l.TargetModules},
+			modules, func(m string) (int, int, bool) { s, ok := shapes[m]; return s[0], s[1], ok }, seed, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.AttachLoRA(a); err != nil {
+			return nil, err
+		}
+	}
+	return &Policy{Dir: dir, W: w}, nil
+}
+
+func cutSuffix(s, suffix string) (string, bool) {
+	if len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix {
+		return s[:len(s)-len(suffix)], true
+	}
+	return s, false
+}
+
+// Export writes the trained policy to dir: with LoRA, the adapter in PEFT's
+// layout (load it with --adapter on top of the base); otherwise a full
+// Hugging Face directory. The tokenizer files travel along either way.
+func (p *Policy) Export(dir string, dtype safetensors.DType) error {
+	if a := p.W.Adapter(); a != nil {
+		if err := a.Save(dir); err != nil {
+			return err
+		}
+	} else if err := p.W.SaveHF(dir, dtype); err != nil {
+		return err
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json"} {
+		if err := copyFile(filepath.Join(p.Dir, f), filepath.Join(dir, f)); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Trainer applies AdamW updates to a policy's trainable parameters and
+// saves and restores everything a resumed run needs.
+type Trainer struct {
+	P        *Policy
+	Opt      *optim.AdamW
+	Schedule optim.Schedule
+	LR       float64 // peak rate
+	ClipNorm float64
+	Step     int // optimiser steps taken
+	RNG      *rand.PCG
+	Config   string // the effective config, saved with checkpoints
+	params   []optim.Param
+}
+
+// NewTrainer prepares the optimiser for p's trainable parameters.
+func NewTrainer(p *Policy, o config.Optim, lr float64, s optim.Schedule, seed uint64, cfgYAML string) *Trainer {
+	t := &Trainer{P: p, Opt: optim.NewAdamW(optim.AdamWConfig{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}),
+		Schedule: s, LR: lr, ClipNorm: o.ClipNorm, RNG: rand.NewPCG(seed, 0x747261696e), Config: cfgYAML}
+	for _, nv := range p.W.Trainable() {
+		t.params = append(t.params, optim.Param{Name: nv.Name, W: nv.V.Val, G: nv.V.Grad, Decay: optim.DecayFor(nv.Name)})
+	}
+	return t
+}
+
+// Params are the trainable parameters with their gradients.
+func (t *Trainer) Params() []optim.Param { return t.params }
+
+// Update clips the accumulated gradients to the global norm, takes one
+// AdamW step at the scheduled rate and clears the gradients. It returns
+// the gradient norm before clipping and the rate used.
+func (t *Trainer) Update() (gradNorm, lr float64, err error) {
+	gradNorm = optim.ClipGlobalNorm(t.params, t.ClipNorm)
+	lr = t.Schedule.LR(t.LR, t.Step)
+	if err := t.Opt.Step(t.params, lr); err != nil {
+		return 0, 0, err
+	}
+	optim.ZeroGrad(t.params)
+	t.Step++
+	return gradNorm, lr, nil
+}
+
+// Save writes a checkpoint: trainable parameters, AdamW moments, step, RNG
+// and config, each file with its SHA-256.
+func (t *Trainer) Save(dir string) error {
+	rng, err := t.RNG.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	s := checkpoint.State{Step: t.Step, Config: t.Config, RNG: rng, Params: map[string][]float32{}, Shapes: map[string][]int{}, Optim: t.Opt}
+	for _, nv := range t.P.W.Trainable() {
+		s.Params[nv.Name], s.Shapes[nv.Name] = nv.V.Val, nv.Shape
+	}
+	return checkpoint.Save(dir, s)
+}
+
+// Resume restores a checkpoint written by Save for the same model and
+// trainable set; anything that does not match is named.
+func (t *Trainer) Resume(dir string) error {
+	s, err := checkpoint.Load(dir)
+	if err != nil {
+		return err
+	}
+	for _, nv := range t.P.W.Trainable() {
+		v, ok := s.Params[nv.Name]
+		if !ok {
+			return fmt.Errorf("checkpoint %s has no parameter %s (a LoRA checkpoint for full fine-tuning, or another model?)", dir, nv.Name)
+		}
+		if len(v) != len(nv.V.Val) || (s.Shapes[nv.Name] != nil && !slices.Equal(s.Shapes[nv.Name], nv.Shape)) {
+			return fmt.Errorf("checkpoint %s: parameter %s has shape %v, the model %v", dir, nv.Name, s.Shapes[nv.Name], nv.Shape)
+		}
+	}
+	if len(s.Params) != len(t.params) {
+		return fmt.Errorf("checkpoint %s holds %d parameters, this run trains %d", dir, len(s.Params), len(t.params))
+	}
+	rng := *t.RNG
+	if err := rng.UnmarshalBinary(s.RNG); err != nil {
+		return fmt.Errorf("checkpoint %s: random-generator state: %w", dir, err)
+	}
+	// Everything checked: only now change the trainer.
+	for _, nv := range t.P.W.Trainable() {
+		copy(nv.V.Val, s.Params[nv.Name])
+	}
+	*t.RNG = rng
+	if s.Optim != nil {
+		t.Opt = s.Optim
+	}
+	t.Step = s.Step
+	return nil
+}
