@@ -1,6 +1,10 @@
 package cpu
 
-import "math"
+import (
+	"math"
+
+	"github.com/agemem/agemem/kernels/vec"
+)
 
 // AttentionBackwardMatMul is AttentionBackward for float32 without a mask,
 // written as matrix products per head so that the tiled matmul does the
@@ -27,14 +31,18 @@ func AttentionBackwardMatMul(dq, dkc, dvc, dout, q, kc, vc []float32, t, start, 
 		}
 	}
 	s, dp := make([]float32, t*n), make([]float32, t*n)
-	dqh, dkh, dvh := make([]float32, t*d), make([]float32, n*d), make([]float32, n*d)
+	dqh, dkT, dvT := make([]float32, t*d), make([]float32, d*n), make([]float32, d*n)
 	for g := range kvHeads {
-		k, v := head(kc, n, kvHeads*d, g), head(vc, n, kvHeads*d, g)
-		kT := transposeF32(k, n, d)
+		kT := transposeF32(head(kc, n, kvHeads*d, g), n, d)
+		vT := transposeF32(head(vc, n, kvHeads*d, g), n, d)
+		clear(dkT)
+		clear(dvT)
 		for h := g * group; h < (g+1)*group; h++ {
 			qh, doh := head(q, t, heads*d, h), head(dout, t, heads*d, h)
-			MatMulT(s, qh, k, nil, t, d, n)
-			MatMulT(dp, doh, v, nil, t, d, n)
+			clear(s)
+			clear(dp)
+			MatMulNNAdd(s, qh, kT, t, d, n)
+			MatMulNNAdd(dp, doh, vT, t, d, n)
 			parallelFor(t, n, func(lo, hi int) {
 				for i := lo; i < hi; i++ {
 					row, drow := s[i*n:(i+1)*n], dp[i*n:(i+1)*n]
@@ -50,15 +58,16 @@ func AttentionBackwardMatMul(dq, dkc, dvc, dout, q, kc, vc []float32, t, start, 
 					clear(drow[last+1:])
 				}
 			})
-			// dp now holds dS and s holds P.
+			// dp now holds dS and s holds P. dQ = dS K; the key and value
+			// gradients are formed transposed (dKᵀ = Qᵀ dS, dVᵀ = dOᵀ P) so
+			// no t×n matrix is ever transposed.
 			MatMulT(dqh, dp, kT, nil, t, n, d)
 			scatterAdd(dq, t, heads*d, h, dqh)
-			dsT, pT := transposeF32(dp, t, n), transposeF32(s, t, n)
-			MatMulT(dkh, dsT, transposeF32(qh, t, d), nil, n, t, d)
-			MatMulT(dvh, pT, transposeF32(doh, t, d), nil, n, t, d)
-			scatterAdd(dkc, n, kvHeads*d, g, dkh)
-			scatterAdd(dvc, n, kvHeads*d, g, dvh)
+			MatMulNNAdd(dkT, transposeF32(qh, t, d), dp, d, t, n)
+			MatMulNNAdd(dvT, transposeF32(doh, t, d), s, d, t, n)
 		}
+		scatterAdd(dkc, n, kvHeads*d, g, transposeF32(dkT, d, n))
+		scatterAdd(dvc, n, kvHeads*d, g, transposeF32(dvT, d, n))
 	}
 }
 
@@ -71,10 +80,11 @@ func AttentionMatMul(out, q, kc, vc []float32, t, start, heads, kvHeads, d int) 
 	scale := float32(1 / math.Sqrt(float64(d)))
 	s, oh := make([]float32, t*n), make([]float32, t*d)
 	for g := range kvHeads {
-		k := headRows(kc, n, kvHeads*d, g, d)
+		kT := transposeF32(headRows(kc, n, kvHeads*d, g, d), n, d)
 		vT := transposeF32(headRows(vc, n, kvHeads*d, g, d), n, d)
 		for h := g * group; h < (g+1)*group; h++ {
-			MatMulT(s, headRows(q, t, heads*d, h, d), k, nil, t, d, n)
+			clear(s)
+			MatMulNNAdd(s, headRows(q, t, heads*d, h, d), kT, t, d, n)
 			parallelFor(t, n, func(lo, hi int) {
 				for i := lo; i < hi; i++ {
 					softmaxCausal(s[i*n:(i+1)*n], start+i, scale)
@@ -91,18 +101,15 @@ func AttentionMatMul(out, q, kc, vc []float32, t, start, heads, kvHeads, d int) 
 // softmaxCausal turns row[0..last] into softmax(scale·row) and zeroes the
 // keys after last.
 func softmaxCausal(row []float32, last int, scale float32) {
+	r := row[:last+1]
 	m := float32(math.Inf(-1))
-	for j := 0; j <= last; j++ {
-		row[j] *= scale
-		m = max(m, row[j])
+	for j, v := range r {
+		r[j] = v * scale
+		m = max(m, r[j])
 	}
-	var z float32
-	for j := 0; j <= last; j++ {
-		row[j] = Exp32(row[j] - m)
-		z += row[j]
-	}
-	for j := 0; j <= last; j++ {
-		row[j] /= z
+	inv := 1 / vec.ExpSub(r, m)
+	for j := range r {
+		r[j] *= inv
 	}
 	clear(row[last+1:])
 }
@@ -130,24 +137,4 @@ func transposeF32(a []float32, r, c int) []float32 {
 		}
 	}
 	return out
-}
-
-// Exp32 is e^x in float32 to about 2 ulp for x <= 0 (softmax arguments
-// after the max is subtracted), several times faster than math.Exp:
-// x = k·ln2 + r with |r| <= ln2/2 (k rounded to nearest), e^r by its degree-6 Taylor polynomial,
-// then 2^k by the exponent bits.
-func Exp32(x float32) float32 {
-	if x < -87 {
-		return 0
-	}
-	if x > 88 {
-		return float32(math.Inf(1))
-	}
-	const ln2hi, ln2lo, log2e = 0.693145751953125, 1.428606765330187e-06, 1.4426950408889634
-	// Adding and subtracting 1.5·2²³ rounds to the nearest integer.
-	const round = 12582912
-	k := (x*log2e + round) - round
-	r := x - k*ln2hi - k*ln2lo
-	p := 1 + r*(1+r*(0.5+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
-	return p * math.Float32frombits(uint32(int32(k)+127)<<23)
 }

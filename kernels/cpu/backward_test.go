@@ -213,17 +213,34 @@ func TestAttentionMatMulMatchesAttention(t *testing.T) {
 	}
 }
 
-func TestExp32(t *testing.T) {
-	worst := 0.0
-	for x := -87.0; x <= 10; x += 0.0137 {
-		want := math.Exp(float64(float32(x)))
-		got := float64(Exp32(float32(x)))
-		worst = math.Max(worst, math.Abs(got-want)/want)
-	}
-	if worst > 5e-7 {
-		t.Fatalf("Exp32 relative error %.2e", worst)
-	}
-	if Exp32(-100) != 0 || Exp32(0) != 1 {
-		t.Fatalf("Exp32(-100) = %g, Exp32(0) = %g", Exp32(-100), Exp32(0))
+func TestMatMulNNAdd(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	for _, c := range [][3]int{{4, 24, 16}, {7, 24, 37}, {1, 300, 5}, {33, 513, 70}} {
+		m, k, n := c[0], c[1], c[2]
+		x, b := r64(rng, m*k), r64(rng, k*n)
+		bT := make([]float64, n*k)
+		for p := range k {
+			for j := range n {
+				bT[j*k+p] = b[p*n+j]
+			}
+		}
+		want := MatMulTRef(x, bT, nil, m, k, n)
+		f := func(v []float64) []float32 {
+			o := make([]float32, len(v))
+			for i := range v {
+				o[i] = float32(v[i])
+			}
+			return o
+		}
+		y := make([]float32, m*n)
+		for i := range y {
+			y[i] = 1
+		}
+		MatMulNNAdd(y, f(x), f(b), m, k, n)
+		for i := range want {
+			if math.Abs(float64(y[i])-1-want[i]) > 1e-3*math.Max(1, math.Abs(want[i])) {
+				t.Fatalf("%v: y[%d] = %g, want %g", c, i, y[i]-1, want[i])
+			}
+		}
 	}
 }

@@ -77,3 +77,24 @@ func dotBF16Generic(x []float32, w []uint16) float32 {
 	}
 	return (s0 + s1) + (s2 + s3)
 }
+
+func gemm4x16Generic(a []float32, lda int, b []float32, ldb int, k int, c []float32, ldc int) {
+	for r := range 4 {
+		for j := range 16 {
+			var s float32
+			for p := range k {
+				s += a[r*lda+p] * b[p*ldb+j]
+			}
+			c[r*ldc+j] += s
+		}
+	}
+}
+
+func expSubGeneric(x []float32, m float32) float32 {
+	var s float32
+	for i, v := range x {
+		x[i] = float32(math.Exp(float64(max(v-m, -87))))
+		s += x[i]
+	}
+	return s
+}

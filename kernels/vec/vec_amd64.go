@@ -58,3 +58,39 @@ func Dot2x4(x []float32, ldx int, w []float32, ldw int, k int, out *[8]float32) 
 		}
 	}
 }
+
+//go:noescape
+func gemm4x16AVX2(a *float32, lda int, b *float32, ldb int, k int, c *float32, ldc int)
+
+// Gemm4x16 adds to a 4×16 tile of c the product of 4 rows of a (k values
+// each) and a k×16 block of b: c[r*ldc+j] += Σ_p a[r*lda+p]·b[p*ldb+j].
+func Gemm4x16(a []float32, lda int, b []float32, ldb int, k int, c []float32, ldc int) {
+	if k == 0 {
+		return
+	}
+	_ = a[3*lda+k-1]
+	_ = b[(k-1)*ldb+15]
+	_ = c[3*ldc+15]
+	if HasSIMD {
+		gemm4x16AVX2(&a[0], lda, &b[0], ldb, k, &c[0], ldc)
+		return
+	}
+	gemm4x16Generic(a, lda, b, ldb, k, c, ldc)
+}
+
+//go:noescape
+func expSubAVX2(x *float32, n int, m float32) float32
+
+// ExpSub sets x[i] = exp(x[i] − m) and returns the sum: the exponential
+// pass of a softmax (m is the maximum, so every argument is at most 0).
+func ExpSub(x []float32, m float32) float32 {
+	n8 := 0
+	var s float32
+	if HasSIMD {
+		n8 = len(x) &^ 7
+		if n8 > 0 {
+			s = expSubAVX2(&x[0], n8, m)
+		}
+	}
+	return s + expSubGeneric(x[n8:], m)
+}

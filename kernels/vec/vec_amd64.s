@@ -240,3 +240,138 @@ tdone:
 	VMOVUPS X4, 16(DX)
 	VZEROUPPER
 	RET
+
+// func gemm4x16AVX2(a *float32, lda int, b *float32, ldb int, k int, c *float32, ldc int)
+// c[r*ldc+j] += Σ_p a[r*lda+p]·b[p*ldb+j] for r < 4, j < 16: the outer-
+// product register tile (broadcast a, two vectors of b, eight accumulators)
+// that suits short inner dimensions such as a head size.
+TEXT ·gemm4x16AVX2(SB), NOSPLIT, $0-56
+	MOVQ a+0(FP), SI
+	MOVQ lda+8(FP), R8
+	SHLQ $2, R8
+	MOVQ b+16(FP), DI
+	MOVQ ldb+24(FP), R9
+	SHLQ $2, R9
+	MOVQ k+32(FP), CX
+	MOVQ c+40(FP), DX
+	MOVQ ldc+48(FP), R10
+	SHLQ $2, R10
+	LEAQ (SI)(R8*1), R11
+	LEAQ (R11)(R8*1), R12
+	LEAQ (R12)(R8*1), R13
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+gloop:
+	TESTQ CX, CX
+	JEQ   gdone
+	VMOVUPS (DI), Y8
+	VMOVUPS 32(DI), Y9
+	VBROADCASTSS (SI), Y10
+	VFMADD231PS Y8, Y10, Y0
+	VFMADD231PS Y9, Y10, Y1
+	VBROADCASTSS (R11), Y11
+	VFMADD231PS Y8, Y11, Y2
+	VFMADD231PS Y9, Y11, Y3
+	VBROADCASTSS (R12), Y12
+	VFMADD231PS Y8, Y12, Y4
+	VFMADD231PS Y9, Y12, Y5
+	VBROADCASTSS (R13), Y13
+	VFMADD231PS Y8, Y13, Y6
+	VFMADD231PS Y9, Y13, Y7
+	ADDQ $4, SI
+	ADDQ $4, R11
+	ADDQ $4, R12
+	ADDQ $4, R13
+	ADDQ R9, DI
+	DECQ CX
+	JMP  gloop
+
+gdone:
+	VADDPS (DX), Y0, Y0
+	VMOVUPS Y0, (DX)
+	VADDPS 32(DX), Y1, Y1
+	VMOVUPS Y1, 32(DX)
+	ADDQ R10, DX
+	VADDPS (DX), Y2, Y2
+	VMOVUPS Y2, (DX)
+	VADDPS 32(DX), Y3, Y3
+	VMOVUPS Y3, 32(DX)
+	ADDQ R10, DX
+	VADDPS (DX), Y4, Y4
+	VMOVUPS Y4, (DX)
+	VADDPS 32(DX), Y5, Y5
+	VMOVUPS Y5, 32(DX)
+	ADDQ R10, DX
+	VADDPS (DX), Y6, Y6
+	VMOVUPS Y6, (DX)
+	VADDPS 32(DX), Y7, Y7
+	VMOVUPS Y7, 32(DX)
+	VZEROUPPER
+	RET
+
+#define BCAST(bits, reg) MOVL $bits, AX; VMOVD AX, X15; VBROADCASTSS X15, reg
+
+// func expSubAVX2(x *float32, n int, m float32) float32
+// x[i] = exp(x[i] - m) in place for n (a multiple of 8) values, returning
+// their sum: the exponential pass of a softmax. Arguments below -87 (after
+// subtracting m) are clamped there. e^y = 2^k·e^r with k = round(y·log2 e),
+// r = y − k·ln2 (in two parts), e^r by its degree-6 Taylor polynomial.
+TEXT ·expSubAVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS m+16(FP), Y1
+	VXORPS Y0, Y0, Y0
+	BCAST(0x3fb8aa3b, Y2)  // log2 e
+	BCAST(0x3f317200, Y3)  // ln2, high part
+	BCAST(0x35bfbe8e, Y4)  // ln2, low part
+	BCAST(0x3f800000, Y5)  // 1
+	BCAST(0x3f000000, Y6)  // 1/2
+	BCAST(0x3e2aaaab, Y7)  // 1/6
+	BCAST(0x3d2aaaab, Y8)  // 1/24
+	BCAST(0x3c088889, Y9)  // 1/120
+	BCAST(0x3ab60b61, Y10) // 1/720
+	BCAST(0xc2ae0000, Y11) // -87
+	BCAST(0x0000007f, Y12) // exponent bias 127
+
+eloop:
+	CMPQ CX, $8
+	JL   edone
+	VMOVUPS (SI), Y13
+	VSUBPS Y1, Y13, Y13
+	VMAXPS Y11, Y13, Y13
+	VMULPS Y2, Y13, Y14
+	VROUNDPS $0, Y14, Y14
+	VFNMADD231PS Y3, Y14, Y13
+	VFNMADD231PS Y4, Y14, Y13
+	VMOVAPS Y10, Y15
+	VFMADD213PS Y9, Y13, Y15
+	VFMADD213PS Y8, Y13, Y15
+	VFMADD213PS Y7, Y13, Y15
+	VFMADD213PS Y6, Y13, Y15
+	VFMADD213PS Y5, Y13, Y15
+	VFMADD213PS Y5, Y13, Y15
+	VCVTPS2DQ Y14, Y14
+	VPADDD Y12, Y14, Y14
+	VPSLLD $23, Y14, Y14
+	VMULPS Y14, Y15, Y15
+	VMOVUPS Y15, (SI)
+	VADDPS Y15, Y0, Y0
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP  eloop
+
+edone:
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET

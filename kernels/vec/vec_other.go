@@ -19,3 +19,12 @@ func Dot2x4(x []float32, ldx int, w []float32, ldw int, k int, out *[8]float32) 
 		}
 	}
 }
+
+// Gemm4x16 adds to a 4×16 tile of c the product of 4 rows of a and a k×16
+// block of b.
+func Gemm4x16(a []float32, lda int, b []float32, ldb int, k int, c []float32, ldc int) {
+	gemm4x16Generic(a, lda, b, ldb, k, c, ldc)
+}
+
+// ExpSub sets x[i] = exp(x[i] − m) and returns the sum.
+func ExpSub(x []float32, m float32) float32 { return expSubGeneric(x, m) }

@@ -91,3 +91,56 @@ func TestDot2x4(t *testing.T) {
 		}
 	}
 }
+
+func TestGemm4x16(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, k := range []int{1, 7, 24, 100} {
+		const lda, ldb, ldc = 131, 37, 29
+		a, b := make([]float32, 4*lda), make([]float32, k*ldb)
+		for i := range a {
+			a[i] = float32(r.NormFloat64())
+		}
+		for i := range b {
+			b[i] = float32(r.NormFloat64())
+		}
+		c, want := make([]float32, 4*ldc), make([]float32, 4*ldc)
+		for i := range c {
+			c[i] = float32(i)
+			want[i] = float32(i)
+		}
+		Gemm4x16(a, lda, b, ldb, k, c, ldc)
+		gemm4x16Generic(a, lda, b, ldb, k, want, ldc)
+		for i := range c {
+			if math.Abs(float64(c[i]-want[i])) > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+				t.Fatalf("k=%d c[%d] = %g, want %g", k, i, c[i], want[i])
+			}
+		}
+	}
+}
+
+func TestExpSub(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	for _, n := range []int{1, 8, 13, 64, 1001} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 20)
+		}
+		x[0] = -200 // clamped, not NaN or a denormal surprise
+		const m = 31.5
+		want := make([]float64, n)
+		var ws float64
+		for i, v := range x {
+			want[i] = math.Exp(math.Max(float64(v-m), -87)) // the float32 difference, as the kernel forms it
+			ws += want[i]
+		}
+		s := ExpSub(x, m)
+		for i := range x {
+			if math.Abs(float64(x[i])-want[i]) > 5e-7*want[i] {
+				t.Fatalf("n=%d exp[%d] = %g, want %g", n, i, x[i], want[i])
+			}
+		}
+		if math.Abs(float64(s)-ws) > 1e-5*ws {
+			t.Fatalf("n=%d sum %g, want %g", n, s, ws)
+		}
+	}
+}
