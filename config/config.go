@@ -163,6 +163,9 @@ type Agent struct {
 	ContextBudget int `yaml:"context_budget"`
 	// ResponseBudget is the maximum response length in tokens (C.4).
 	ResponseBudget int `yaml:"response_budget"`
+	// SystemPrompt is "paper" (Appendix A.1) or "compact" (the same tools
+	// and format in a tenth of the tokens, for tiny CPU-trained models).
+	SystemPrompt string `yaml:"system_prompt"`
 }
 
 // Episode shapes the three-stage episode.
@@ -196,7 +199,7 @@ func Default() Config {
 			Summarizer:       "extractive",
 			SummaryMaxTokens: 256,
 		},
-		Agent:   Agent{MaxSteps: 4, ContextBudget: 8192, ResponseBudget: 2048},
+		Agent:   Agent{MaxSteps: 4, ContextBudget: 8192, ResponseBudget: 2048, SystemPrompt: "paper"},
 		Episode: Episode{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3},
 		Data:    Data{Train: "data/synth.json", Eval: "data/synth-eval.json"},
 		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Init: ModelInit{
@@ -205,8 +208,8 @@ func Default() Config {
 		LoRA: LoRA{R: 8, Alpha: 16, Dropout: 0.05,
 			TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
 		Optim: Optim{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1},
-		SFT: SFT{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 8192, GradAccum: 1,
-			LR: 3e-3, Schedule: "cosine", WarmupSteps: 20, MinLRRatio: 0.1, LossOn: "last",
+		SFT: SFT{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 4096, GradAccum: 1,
+			LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1, LossOn: "last",
 			EvalEvery: 50, SaveEvery: 100, Out: "runs/tiny/sft"},
 	}
 }
@@ -258,6 +261,7 @@ func (c Config) Validate() error {
 	atLeast("agent.max_steps", c.Agent.MaxSteps, 1)
 	atLeast("agent.context_budget", c.Agent.ContextBudget, 64)
 	atLeast("agent.response_budget", c.Agent.ResponseBudget, 1)
+	oneOf("agent.system_prompt", c.Agent.SystemPrompt, "paper", "compact")
 	atLeast("episode.stage1_max_turns", c.Episode.Stage1MaxTurns, 1)
 	atLeast("episode.stage2_max_turns", c.Episode.Stage2MaxTurns, 0)
 	atLeast("episode.auto_retrieve_k", c.Episode.AutoRetrieveK, 0)

@@ -203,3 +203,39 @@ func TestOracleErrorRates(t *testing.T) {
 		t.Errorf("with keep rate 0.5, kept %d of 160 distractors", kept)
 	}
 }
+
+// TestEpisodeSystemPrompt: the configured system prompt opens the context
+// the policy sees in every stage, the paper's when none is set.
+func TestEpisodeSystemPrompt(t *testing.T) {
+	var buf bytes.Buffer
+	WriteHotpot(&buf, NewSynth(4).Generate(1))
+	var task Task
+	StreamHotpot(&buf, func(t Task) error { task = t; return nil })
+	for _, want := range []string{"", "Use the tools."} {
+		rec := &recordingPolicy{Policy: NewOracle(task, 0, 0, 1)}
+		rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: stm.New(nil), Embedder: embed.NewHashing(64, nil),
+			Summarizer: memtools.Extractive{MaxTokens: 64}, Options: memtools.DefaultOptions()}
+		cfg := EpisodeConfig{Stage1MaxTurns: 4, Stage2MaxTurns: 2, AutoRetrieveK: 3, Limits: memtools.Limits{MaxSteps: 4, ContextBudget: 8192}, SystemPrompt: want}
+		if _, err := RunEpisode(context.Background(), rec, rt, task, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if want == "" {
+			want = memtools.SystemPrompt()
+		}
+		for i, first := range rec.firsts {
+			if first.Role != stm.System || first.Content != want {
+				t.Fatalf("call %d opens with %s %.40q, want the system prompt %.40q", i, first.Role, first.Content, want)
+			}
+		}
+	}
+}
+
+type recordingPolicy struct {
+	memtools.Policy
+	firsts []stm.Message
+}
+
+func (r *recordingPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	r.firsts = append(r.firsts, msgs[0])
+	return r.Policy.Complete(ctx, msgs)
+}

@@ -30,6 +30,9 @@ type EpisodeConfig struct {
 	Stage2MaxTurns int
 	AutoRetrieveK  int // k of Algorithm 3, line 4; 0 turns it off
 	Limits         memtools.Limits
+	// SystemPrompt is the policy's system message (empty: the paper's,
+	// memtools.SystemPrompt).
+	SystemPrompt string
 }
 
 // casual phrasings for Stage 1 turns: I_q arrives as conversation, not as a
@@ -125,7 +128,11 @@ func RunEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t 
 	ep := BuildEpisode(t, cfg)
 	res := Result{TaskID: t.ID, Gold: t.Answer}
 	rt.Context.Remove(func(int, stm.Message) bool { return true })
-	rt.Context.Append(stm.Message{Role: stm.System, Content: memtools.SystemPrompt()})
+	sys := cfg.SystemPrompt
+	if sys == "" {
+		sys = memtools.SystemPrompt()
+	}
+	rt.Context.Append(stm.Message{Role: stm.System, Content: sys})
 	turn := func(stage int, user string) (memtools.Trace, error) {
 		rt.Context.Append(stm.Message{Role: stm.User, Content: user})
 		tr, err := memtools.Run(ctx, p, rt, cfg.Limits)

@@ -363,3 +363,26 @@ func TestPolicySummarizerUsesThePapersPrompt(t *testing.T) {
 		t.Fatal("an empty summary must be an error, not a silent loss of context")
 	}
 }
+
+// TestCompactPromptNamesEveryToolAndArgument: the compact prompt is
+// generated from the same schemas, so it cannot drift from the tools.
+func TestCompactPromptNamesEveryToolAndArgument(t *testing.T) {
+	compact, err := SystemPromptFor(PromptCompact)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paper, _ := SystemPromptFor(PromptPaper)
+	if paper != SystemPrompt() || len(compact)*5 > len(paper) {
+		t.Fatalf("paper prompt %d bytes, compact %d", len(paper), len(compact))
+	}
+	for _, want := range []string{"Add_memory(content, memory_type?, metadata?)", "Update_memory(memory_id, content, metadata?)",
+		"Delete_memory(memory_id, confirmation)", "Retrieve_memory(query, metadata_filter?, top_k?)", "Summary_context(span)",
+		"Filter_context(criteria)", "<think>", "<tool_call>", "<answer>"} {
+		if !strings.Contains(compact, want) {
+			t.Errorf("compact prompt lacks %q:\n%s", want, compact)
+		}
+	}
+	if _, err := SystemPromptFor("verbose"); err == nil || !strings.Contains(err.Error(), `"verbose"`) {
+		t.Fatalf("unknown style: %v", err)
+	}
+}

@@ -3,6 +3,9 @@ package memtools
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
 	"strings"
 )
 
@@ -81,3 +84,53 @@ Output:
 - A concise yet comprehensive summary of the above conversation span.
 
 Let's start the conversation summarization.`
+
+// Prompt styles (config key agent.system_prompt).
+const (
+	// PromptPaper is Appendix A.1 verbatim: the product's prompt.
+	PromptPaper = "paper"
+	// PromptCompact lists the same six tools (one line each, from the same
+	// schemas) and the same response format in about a tenth of the tokens:
+	// for small models trained from scratch on a CPU, where the paper's
+	// prompt would be most of every training sequence and rollout prompt.
+	PromptCompact = "compact"
+)
+
+// SystemPromptFor returns the system prompt of a style.
+func SystemPromptFor(style string) (string, error) {
+	switch style {
+	case PromptPaper, "":
+		return SystemPrompt(), nil
+	case PromptCompact:
+		return compactPrompt(), nil
+	}
+	return "", fmt.Errorf("system prompt %q is not %s or %s", style, PromptPaper, PromptCompact)
+}
+
+func compactPrompt() string {
+	var tools []struct {
+		Name       string `json:"name"`
+		Parameters struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+			Required   []string                   `json:"required"`
+		} `json:"parameters"`
+	}
+	if err := json.Unmarshal(schemasJSON, &tools); err != nil {
+		panic("memtools: schemas.json: " + err.Error()) // embedded, checked by tests
+	}
+	var b strings.Builder
+	b.WriteString("You manage context and memory with tools.\nTools (arguments; ? = optional):\n")
+	for _, t := range tools {
+		args := slices.Clone(t.Parameters.Required)
+		var opt []string
+		for name := range t.Parameters.Properties {
+			if !slices.Contains(t.Parameters.Required, name) {
+				opt = append(opt, name+"?")
+			}
+		}
+		sort.Strings(opt)
+		fmt.Fprintf(&b, "- %s(%s)\n", t.Name, strings.Join(append(args, opt...), ", "))
+	}
+	b.WriteString(`Reply with <think>...</think>, then exactly one of <tool_call>[{"name": ..., "arguments": {...}}]</tool_call> or <answer>...</answer>. No text outside tags.`)
+	return b.String()
+}

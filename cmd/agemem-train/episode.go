@@ -57,7 +57,9 @@ func newRuntime(cfg config.Config, seed uint64) *memtools.Runtime {
 }
 
 func episodeConfig(cfg config.Config) env.EpisodeConfig {
+	sys, _ := memtools.SystemPromptFor(cfg.Agent.SystemPrompt) // validated with the config
 	return env.EpisodeConfig{
+		SystemPrompt:   sys,
 		Stage1MaxTurns: cfg.Episode.Stage1MaxTurns,
 		Stage2MaxTurns: cfg.Episode.Stage2MaxTurns,
 		AutoRetrieveK:  cfg.Episode.AutoRetrieveK,

@@ -293,3 +293,23 @@ func TestCLIMerge(t *testing.T) {
 		t.Fatalf("adapter at run time %q vs merged %q", g1, g2)
 	}
 }
+
+// TestCLISFTErrors: bad settings and missing inputs are named before any
+// training starts.
+func TestCLISFTErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sft", "--set", "sft.lr=-1"}, "sft.lr: -1 must be positive"},
+		{[]string{"sft", "--set", "sft.loss_on=some"}, `sft.loss_on: "some" is not one of last, all`},
+		{[]string{"sft", "--set", "model.path=" + dir}, "tokenizer.json"},
+		{[]string{"tokenizer", "train", "--out", dir, "--template", "llama"}, `--template "llama"`},
+		{[]string{"init-model", "--config", "../../configs/tiny.yaml", "--out", dir}, "--tokenizer is required"},
+	} {
+		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

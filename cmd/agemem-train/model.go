@@ -42,6 +42,10 @@ along and the vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") 
   agemem-train init-model --preset qwen2.5-0.5b-shape --dtype bf16 --tokenizer tokenizer.json --out runs/q05`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			dt := map[string]safetensors.DType{"f32": safetensors.F32, "f16": safetensors.F16, "bf16": safetensors.BF16}[dtype]
+			if dt == "" {
+				return fmt.Errorf("--dtype %q: want f32, f16 or bf16", dtype)
+			}
 			var cfg qwen.Config
 			if preset == "" {
 				c, err := g.load()
@@ -63,10 +67,6 @@ along and the vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") 
 				if cfg, ok = qwen.Presets[preset]; !ok {
 					return fmt.Errorf("--preset %q: want one of %s", preset, strings.Join(names, ", "))
 				}
-			}
-			dt := map[string]safetensors.DType{"f32": safetensors.F32, "f16": safetensors.F16, "bf16": safetensors.BF16}[dtype]
-			if dt == "" {
-				return fmt.Errorf("--dtype %q: want f32, f16 or bf16", dtype)
 			}
 			if out == "" {
 				return fmt.Errorf("--out is required")

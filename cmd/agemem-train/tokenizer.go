@@ -9,14 +9,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tokenizer"
 )
 
 func tokenizerCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tokenizer", Short: "Train tokenizers"}
-	var data, out string
+	var data, out, tmpl string
 	var vocab, episodes int
 	train := &cobra.Command{
 		Use:   "train",
@@ -25,7 +24,13 @@ func tokenizerCmd(g *globals) *cobra.Command {
 HotpotQA-format file and on oracle episodes played on them (so the AgeMem
 prompt, tool calls and tool results are well covered), with the ChatML special
 tokens and the AgeMem tags as added tokens. Writes tokenizer.json and
-tokenizer_config.json (Qwen3's chat template) in the Hugging Face format.`,
+tokenizer_config.json with a chat template in the Hugging Face format.
+
+--template qwen2.5 (the default) renders earlier assistant turns verbatim;
+qwen3 drops their <think> blocks, as Qwen3's own template does. A small
+model trained from scratch imitates its history, so with qwen3 it learns to
+answer without thinking after a few turns; qwen2.5 keeps every turn in the
+format the parser demands.`,
 		Example: "  agemem-train tokenizer train --data data/synth.json --vocab-size 4096 --out runs/tok",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,7 +41,11 @@ tokenizer_config.json (Qwen3's chat template) in the Hugging Face format.`,
 			if out == "" {
 				return fmt.Errorf("--out is required")
 			}
-			texts := []string{memtools.SystemPrompt()}
+			text := map[string]string{"qwen2.5": qwen.Qwen25TemplateText, "qwen3": qwen.Qwen3TemplateText}[tmpl]
+			if text == "" {
+				return fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)
+			}
+			texts := []string{episodeConfig(cfg).SystemPrompt}
 			n := 0
 			err = env.StreamHotpotFile(data, func(t env.Task) error {
 				texts = append(texts, t.Question, t.Answer)
@@ -82,7 +91,7 @@ tokenizer_config.json (Qwen3's chat template) in the Hugging Face format.`,
 			if err != nil {
 				return err
 			}
-			if err := tokenizer.WriteConfig(out, tok, qwen.Qwen3TemplateText, cfg.Agent.ContextBudget); err != nil {
+			if err := tokenizer.WriteConfig(out, tok, text, cfg.Agent.ContextBudget); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %d tokens, learned on %d tasks (%d oracle episodes)\n", out, tok.VocabSize(), n, min(n, episodes))
@@ -92,6 +101,7 @@ tokenizer_config.json (Qwen3's chat template) in the Hugging Face format.`,
 	train.Flags().StringVar(&data, "data", "", "HotpotQA-format task file (default: data.train)")
 	train.Flags().StringVar(&out, "out", "", "output directory")
 	train.Flags().IntVar(&vocab, "vocab-size", 4096, "vocabulary size, byte and added tokens included")
+	train.Flags().StringVar(&tmpl, "template", "qwen2.5", "chat template written to tokenizer_config.json: qwen2.5 or qwen3")
 	train.Flags().IntVar(&episodes, "episodes", 200, "oracle episodes to include in the corpus")
 	cmd.AddCommand(train)
 	return cmd

@@ -1,9 +1,11 @@
-"""Compare agemem's merged-LoRA logits with PEFT applying the same adapter.
+"""Compare agemem's LoRA logits with PEFT applying the same adapter.
 
-Usage: python3 peft_compare.py DIR   (DIR written by TestExportForPEFT)
+Usage: python3 peft_compare.py DIR   (DIR written by TestExportForPEFT in
+model/lora and TestExportTrainedAdapterForPEFT in model/train)
 PEFT loads the base with transformers and the adapter with
 PeftModel.from_pretrained (unmerged: it adds scale·B·A x at run time); our
-numbers come from the merged checkpoint run by the Go engine.
+numbers come from the merged checkpoint run by the Go engine (tiny-*), or
+from the engine with a trained adapter applied unmerged (trained-*).
 """
 import json
 import os
@@ -30,6 +32,6 @@ for name in sorted(os.listdir(root)):
     rel = ((got - ref).abs().max(dim=1).values / ref.abs().max(dim=1).values).max().item()
     moved = (ref - plain).abs().max().item()
     worst = max(worst, rel)
-    print(f"{name:12s} PEFT vs merged agemem: max rel {rel:.2e}; the adapter moves logits by up to {moved:.2e}")
+    print(f"{name:12s} PEFT vs agemem: max rel {rel:.2e}; the adapter moves logits by up to {moved:.2e}")
 print(f"worst relative error {worst:.3e}")
 sys.exit(0 if worst < 1e-4 else 1)
