@@ -1,0 +1,164 @@
+// Package grpo is step-wise GRPO (AgeMem §3.4) as pure functions of
+// rewards and per-token log-probabilities, each with its formula: group
+// advantages, their broadcast to every step of a trajectory, the clipped
+// surrogate, the k3 KL estimator, aggregation, and Loss, which composes
+// them into the loss and its gradient with respect to the policy's token
+// log-probabilities (what the autodiff tape takes from there). No model or
+// rollout code here.
+package grpo
+
+import (
+	"fmt"
+	"math"
+)
+
+// Config holds the objective's constants.
+type Config struct {
+	Clip float64 // ε of the PPO clip: ratios outside [1−ε, 1+ε] stop pushing (0.2)
+	Beta float64 // β, the weight of KL(π_θ ‖ π_ref) (0.1, Eq. 6)
+	Eps  float64 // ε of Eq. 5 in the advantage's denominator (1e-6)
+	// Aggregation is "token-mean" (every learned token of the batch weighs
+	// the same, DAPO / verl's default) or "seq-mean-token-mean" (each
+	// response weighs the same, the original GRPO).
+	Aggregation string
+}
+
+// GroupAdvantages normalises terminal rewards within groups of groupSize
+// consecutive trajectories (the K rollouts of one task), Eq. 5:
+//
+//	A_k = (r_k − μ_G) / (σ_G + ε)
+//
+// with σ_G the unbiased standard deviation (n−1). A group of one, or one
+// whose rewards are all equal, carries no preference and yields zeros.
+func GroupAdvantages(rewards []float64, groupSize int, eps float64) ([]float64, error) {
+	if groupSize < 1 || len(rewards)%groupSize != 0 {
+		return nil, fmt.Errorf("grpo: %d rewards do not split into groups of %d", len(rewards), groupSize)
+	}
+	adv := make([]float64, len(rewards))
+	for g := 0; g < len(rewards); g += groupSize {
+		r := rewards[g : g+groupSize]
+		if groupSize == 1 {
+			continue
+		}
+		var mean float64
+		for _, v := range r {
+			mean += v
+		}
+		mean /= float64(groupSize)
+		var ss float64
+		for _, v := range r {
+			ss += (v - mean) * (v - mean)
+		}
+		std := math.Sqrt(ss / float64(groupSize-1))
+		if std == 0 {
+			continue
+		}
+		for i, v := range r {
+			adv[g+i] = (v - mean) / (std + eps)
+		}
+	}
+	return adv, nil
+}
+
+// Broadcast gives every step the advantage of its trajectory:
+// A_t = A_T for all t of τ (step-wise GRPO's long-range credit).
+// trajectoryOf[e] is the trajectory of experience e.
+func Broadcast(adv []float64, trajectoryOf []int) []float64 {
+	out := make([]float64, len(trajectoryOf))
+	for e, k := range trajectoryOf {
+		out[e] = adv[k]
+	}
+	return out
+}
+
+// ClippedSurrogate is PPO's per-token objective, as a loss to minimise:
+//
+//	ρ = exp(logp − oldLogp),  ℓ = −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A)
+//
+// It returns ℓ, dℓ/dlogp (−ρ·A where the unclipped term is the minimum,
+// else 0: the clipped term does not depend on θ) and whether the token was
+// clipped.
+func ClippedSurrogate(logp, oldLogp, adv, clip float64) (loss, grad float64, clipped bool) {
+	rho := math.Exp(logp - oldLogp)
+	unclipped := rho * adv
+	c := math.Min(math.Max(rho, 1-clip), 1+clip) * adv
+	if c < unclipped {
+		return -c, 0, true
+	}
+	return -unclipped, -unclipped, false
+}
+
+// KLk3 is Schulman's k3 estimator of KL(π_θ ‖ π_ref) at a sampled token,
+// unbiased and always ≥ 0:
+//
+//	kl = exp(refLogp − logp) − (refLogp − logp) − 1
+//
+// with d kl / d logp = 1 − exp(refLogp − logp).
+func KLk3(logp, refLogp float64) (kl, grad float64) {
+	d := refLogp - logp
+	e := math.Exp(d)
+	return e - d - 1, 1 - e
+}
+
+// Token is one learned token of an experience.
+type Token struct {
+	Seq     int     // the experience (response) it belongs to
+	Logp    float64 // log π_θ
+	OldLogp float64 // log π_old, from the rollout
+	RefLogp float64 // log π_ref
+	Adv     float64 // its trajectory's advantage
+}
+
+// Stats describe one Loss evaluation.
+type Stats struct {
+	Loss, Surrogate, KL float64 // aggregated
+	ClipFrac            float64 // share of tokens clipped
+	Tokens              int
+}
+
+// Loss composes the objective of Eq. 6 over a batch of tokens,
+//
+//	L = agg_t [ ℓ_clip(t) + β·kl_k3(t) ]
+//
+// and returns dL/dlogp for each token. With Aggregation "token-mean", agg is
+// the mean over all tokens; with "seq-mean-token-mean", the mean over
+// responses of each response's token mean.
+func Loss(c Config, toks []Token) (Stats, []float64, error) {
+	var st Stats
+	grad := make([]float64, len(toks))
+	if len(toks) == 0 {
+		return st, grad, nil
+	}
+	weight := make([]float64, len(toks))
+	switch c.Aggregation {
+	case "token-mean", "":
+		for i := range weight {
+			weight[i] = 1 / float64(len(toks))
+		}
+	case "seq-mean-token-mean":
+		count := map[int]int{}
+		for _, t := range toks {
+			count[t.Seq]++
+		}
+		for i, t := range toks {
+			weight[i] = 1 / float64(count[t.Seq]*len(count))
+		}
+	default:
+		return st, nil, fmt.Errorf("grpo: aggregation %q is not token-mean or seq-mean-token-mean", c.Aggregation)
+	}
+	clipped := 0
+	for i, t := range toks {
+		l, g, cl := ClippedSurrogate(t.Logp, t.OldLogp, t.Adv, c.Clip)
+		kl, gk := KLk3(t.Logp, t.RefLogp)
+		if cl {
+			clipped++
+		}
+		st.Surrogate += weight[i] * l
+		st.KL += weight[i] * kl
+		grad[i] = weight[i] * (g + c.Beta*gk)
+	}
+	st.Loss = st.Surrogate + c.Beta*st.KL
+	st.ClipFrac = float64(clipped) / float64(len(toks))
+	st.Tokens = len(toks)
+	return st, grad, nil
+}

@@ -1,0 +1,133 @@
+package grpo
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9 {
+		t.Fatalf("%s = %.12g, want %.12g", what, got, want)
+	}
+}
+
+func TestGroupAdvantagesByHand(t *testing.T) {
+	// Group 1: rewards 1,0,0,1: mean 0.5, unbiased variance (4·0.25)/3 = 1/3,
+	// std 0.5773502692, so A = ±0.5/0.5773502692 = ±0.8660254038.
+	// Group 2: all equal, zero variance: zeros, not NaN.
+	adv, err := GroupAdvantages([]float64{1, 0, 0, 1, 2, 2, 2, 2}, 4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{0.8660254038, -0.8660254038, -0.8660254038, 0.8660254038, 0, 0, 0, 0}
+	for i := range want {
+		if math.Abs(adv[i]-want[i]) > 1e-9 {
+			t.Fatalf("A[%d] = %g, want %g", i, adv[i], want[i])
+		}
+	}
+	// ε in the denominator: rewards 0 and 2, std √2, A = ±1/(√2 + 0.5).
+	adv, _ = GroupAdvantages([]float64{0, 2}, 2, 0.5)
+	near(t, "A with eps", adv[1], 1/(math.Sqrt2+0.5))
+	// Groups of one carry no preference.
+	adv, _ = GroupAdvantages([]float64{3, -1}, 1, 1e-6)
+	if adv[0] != 0 || adv[1] != 0 {
+		t.Fatalf("groups of one: %v", adv)
+	}
+	if _, err := GroupAdvantages([]float64{1, 2, 3}, 2, 0); err == nil || !strings.Contains(err.Error(), "groups of 2") {
+		t.Fatalf("ragged groups: %v", err)
+	}
+}
+
+func TestBroadcast(t *testing.T) {
+	got := Broadcast([]float64{0.5, -0.25}, []int{0, 0, 1, 0, 1})
+	want := []float64{0.5, 0.5, -0.25, 0.5, -0.25}
+	for i := range want {
+		near(t, "broadcast", got[i], want[i])
+	}
+}
+
+func TestClippedSurrogateByHand(t *testing.T) {
+	ln := math.Log
+	for _, c := range []struct {
+		name           string
+		logp, old, adv float64
+		loss, grad     float64
+		clipped        bool
+	}{
+		// ρ = 1: loss −A, gradient −A·ρ.
+		{"on-policy, A>0", 0, 0, 2, -2, -2, false},
+		// ρ = 1.5, A = 1: min(1.5, 1.2) = 1.2 is the clipped term: no gradient.
+		{"ratio above 1+ε, A>0", ln(1.5), 0, 1, -1.2, 0, true},
+		// ρ = 1.5, A = −1: min(−1.5, −1.2) = −1.5, unclipped: loss 1.5, grad 1.5.
+		{"ratio above 1+ε, A<0", ln(1.5), 0, -1, 1.5, 1.5, false},
+		// ρ = 0.5, A = −1: min(−0.5, −0.8) = −0.8 clipped.
+		{"ratio below 1−ε, A<0", ln(0.5), 0, -1, 0.8, 0, true},
+		// ρ = 0.5, A = 1: min(0.5, 0.8) = 0.5 unclipped: loss −0.5, grad −0.5.
+		{"ratio below 1−ε, A>0", ln(0.5), 0, 1, -0.5, -0.5, false},
+		{"zero advantage", ln(3), 0, 0, 0, 0, false},
+	} {
+		loss, grad, clipped := ClippedSurrogate(c.logp, c.old, c.adv, 0.2)
+		near(t, c.name+" loss", loss, c.loss)
+		near(t, c.name+" grad", grad, c.grad)
+		if clipped != c.clipped {
+			t.Fatalf("%s: clipped %v", c.name, clipped)
+		}
+	}
+}
+
+func TestKLk3ByHand(t *testing.T) {
+	kl, g := KLk3(-1.3, -1.3)
+	near(t, "kl at the reference", kl, 0)
+	near(t, "grad at the reference", g, 0)
+	// logp = ref + ln 2: d = −ln 2, e^d = 0.5: kl = 0.5 + ln 2 − 1, grad 0.5.
+	kl, g = KLk3(math.Ln2, 0)
+	near(t, "kl", kl, 0.5+math.Ln2-1)
+	near(t, "grad", g, 0.5)
+}
+
+func TestLossAggregationAndGradient(t *testing.T) {
+	toks := []Token{
+		{Seq: 0, Logp: -1, OldLogp: -1, RefLogp: -1, Adv: 1},
+		{Seq: 0, Logp: -2, OldLogp: -2, RefLogp: -2, Adv: 1},
+		{Seq: 0, Logp: -0.5, OldLogp: -0.5, RefLogp: -0.5, Adv: 1},
+		{Seq: 1, Logp: -1, OldLogp: -1, RefLogp: -1, Adv: -2},
+	}
+	// On-policy at the reference: surrogate per token −A, KL 0.
+	st, grad, err := Loss(Config{Clip: 0.2, Beta: 0.1, Aggregation: "token-mean"}, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near(t, "token-mean loss", st.Loss, (-1-1-1+2)/4.0)
+	near(t, "token-mean grad", grad[3], 2/4.0)
+	st, grad, _ = Loss(Config{Clip: 0.2, Beta: 0.1, Aggregation: "seq-mean-token-mean"}, toks)
+	near(t, "seq-mean loss", st.Loss, (-1+2)/2.0)
+	near(t, "seq-mean grad of a 3-token response", grad[0], -1/6.0)
+	near(t, "seq-mean grad of a 1-token response", grad[3], 1)
+	if _, _, err := Loss(Config{Aggregation: "sum"}, toks); err == nil {
+		t.Fatal("unknown aggregation accepted")
+	}
+	// Off-policy and off-reference: the gradient matches finite differences.
+	toks = []Token{
+		{Seq: 0, Logp: -0.7, OldLogp: -0.9, RefLogp: -1.2, Adv: 0.8},
+		{Seq: 0, Logp: -2.1, OldLogp: -1.6, RefLogp: -2.0, Adv: 0.8},
+		{Seq: 1, Logp: -0.3, OldLogp: -0.35, RefLogp: -0.1, Adv: -1.1},
+	}
+	c := Config{Clip: 0.2, Beta: 0.1, Aggregation: "seq-mean-token-mean"}
+	_, grad, _ = Loss(c, toks)
+	for i := range toks {
+		const h = 1e-6
+		up, down := append([]Token(nil), toks...), append([]Token(nil), toks...)
+		up[i].Logp += h
+		down[i].Logp -= h
+		lu, _, _ := Loss(c, up)
+		ld, _, _ := Loss(c, down)
+		if num := (lu.Loss - ld.Loss) / (2 * h); math.Abs(num-grad[i]) > 1e-6 {
+			t.Fatalf("token %d: dL/dlogp %g, finite differences %g", i, grad[i], num)
+		}
+	}
+	if st, _, _ := Loss(c, toks); st.ClipFrac != 1.0/3 {
+		t.Fatalf("clip fraction %g, want 1/3: only token 0 (ratio e^0.2 > 1.2, A > 0) is clipped", st.ClipFrac)
+	}
+}
