@@ -1,0 +1,149 @@
+package reward
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+)
+
+var paper = Weights{Task: 1.0 / 3, Context: 1.0 / 3, Memory: 1.0 / 3,
+	Compression: 1.0 / 3, Preventive: 1.0 / 3, Preservation: 1.0 / 3,
+	Storage: 1.0 / 3, Maintenance: 1.0 / 3, Relevance: 1.0 / 3,
+	NoAnswer: -1, Rounds: -1, Overflow: -0.5, TMax: 1000, StorageF1: 0.5}
+
+var task = env.Task{
+	Question:        "In what year was the founder of Wuzam Trading born?",
+	Answer:          "1823",
+	SupportingFacts: []string{"Wuzam Trading was founded by Poubais Metras.", "Poubais Metras was born in 1823."},
+	Distractors:     []string{"Beakea Trading is a textile firm founded in 1914."},
+}
+
+func add(content string) memtools.Result {
+	return memtools.Result{Name: memtools.ToolAdd, OK: true, Entry: &ltm.Entry{Content: content}}
+}
+
+func step(tokens int, overflow bool, rs ...memtools.Result) memtools.Step {
+	return memtools.Step{PromptTokens: tokens, Overflow: overflow, Results: rs,
+		Prompt: []stm.Message{{Role: stm.User, Content: task.Question}}}
+}
+
+// episode lays out steps per stage; the answer (if any) ends Stage 3.
+func episode(s1, s2, s3 []memtools.Step, answer string, hasAnswer bool, ctxTokens int) env.Result {
+	var r env.Result
+	for i, steps := range [][]memtools.Step{s1, s2, s3} {
+		r.Stages[i] = []env.Turn{{Trace: memtools.Trace{Steps: steps}}}
+	}
+	r.Answer, r.HasAnswer, r.ContextTokens = answer, hasAnswer, ctxTokens
+	return r
+}
+
+func compute(t *testing.T, r env.Result) Breakdown {
+	t.Helper()
+	b, err := Compute(context.Background(), paper, task, r, F1Judge{}, embed.NewHashing(256, []int{3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9 {
+		t.Fatalf("%s = %.10g, want %.10g", what, got, want)
+	}
+}
+
+func TestGoodEpisode(t *testing.T) {
+	retrieve := memtools.Result{Name: memtools.ToolRetrieve, OK: true, Retrieved: []ltm.Scored{{Entry: ltm.Entry{Content: task.SupportingFacts[1]}}}}
+	filter := memtools.Result{Name: memtools.ToolFilter, OK: true}
+	b := compute(t, episode(
+		[]memtools.Step{step(100, false, add(task.SupportingFacts[0])), step(120, false, add(task.SupportingFacts[1]))},
+		[]memtools.Step{step(200, false, filter)},
+		[]memtools.Step{step(250, false, retrieve), step(300, false)},
+		"1823", true, 300))
+	near(t, "R_task", b.Task, 1)
+	near(t, "R_compression", b.Compression, 0.7) // 1 − 300/1000
+	near(t, "R_preventive", b.Preventive, 1)
+	near(t, "R_preservation", b.Preservation, 1)
+	near(t, "R_context", b.Context, (0.7+1+1)/3)
+	near(t, "R_storage", b.Storage, 1)
+	near(t, "R_maintenance", b.Maintenance, 0)
+	if b.Relevance <= 0 || b.Relevance > 1 {
+		t.Fatalf("R_relevance %g outside (0, 1]", b.Relevance)
+	}
+	near(t, "R_memory", b.Memory, (1+0+b.Relevance)/3)
+	near(t, "R", b.Total, (1+b.Context+b.Memory)/3)
+}
+
+func TestMissingAnswerOverflowAndRounds(t *testing.T) {
+	r := episode(nil, []memtools.Step{step(1200, true)}, []memtools.Step{step(1300, true)}, "", false, 1300)
+	r.Stages[2][0].Trace.StepLimitHit = true
+	b := compute(t, r)
+	near(t, "R_task without an answer", b.Task, -1)
+	near(t, "R_compression over budget", b.Compression, 0)
+	near(t, "R_preventive without a reduction", b.Preventive, 0)
+	near(t, "P_penalty", b.Penalty, -1.5)
+	if !b.Overflowed || !b.RoundsOver {
+		t.Fatalf("flags: %+v", b)
+	}
+	near(t, "R", b.Total, (-1+b.Context+b.Memory)/3-1.5)
+}
+
+func TestReductionAfterOverflowIsNotPreventive(t *testing.T) {
+	filter := memtools.Result{Name: memtools.ToolFilter, OK: true}
+	b := compute(t, episode(nil, []memtools.Step{step(1100, true), step(900, false, filter)}, []memtools.Step{step(500, false)}, "1823", true, 500))
+	near(t, "R_preventive", b.Preventive, 0)
+	near(t, "P_penalty", b.Penalty, -0.5)
+}
+
+func TestStoredDistractorLowersStorage(t *testing.T) {
+	b := compute(t, episode([]memtools.Step{step(100, false, add(task.SupportingFacts[0]), add(task.Distractors[0]))}, nil, nil, "1900", true, 100))
+	near(t, "R_storage", b.Storage, 0.5)
+	if b.StoredTotal != 2 || b.StoredGood != 1 {
+		t.Fatalf("stored %d, good %d", b.StoredTotal, b.StoredGood)
+	}
+	near(t, "R_task for a wrong answer", b.Task, 0)
+	// Adds outside Stage 1 do not count toward storage quality.
+	b = compute(t, episode(nil, nil, []memtools.Step{step(100, false, add(task.Distractors[0]))}, "1823", true, 100))
+	near(t, "R_storage with nothing stored in Stage 1", b.Storage, 0)
+}
+
+func TestUpdateAndDeleteAreMaintenance(t *testing.T) {
+	for _, name := range []string{memtools.ToolUpdate, memtools.ToolDelete} {
+		b := compute(t, episode([]memtools.Step{step(100, false, memtools.Result{Name: name, OK: true})}, nil, nil, "1823", true, 100))
+		near(t, name+" R_maintenance", b.Maintenance, 1)
+	}
+	// A failed call is not maintenance.
+	b := compute(t, episode([]memtools.Step{step(100, false, memtools.Result{Name: memtools.ToolDelete, OK: false})}, nil, nil, "1823", true, 100))
+	near(t, "failed delete", b.Maintenance, 0)
+}
+
+func TestFilteringTheQueryLosesPreservation(t *testing.T) {
+	r := episode(nil, nil, []memtools.Step{step(100, false)}, "1823", true, 100)
+	r.Stages[2][0].Trace.Steps[0].Prompt = []stm.Message{{Role: stm.User, Content: "In what year?"}}
+	near(t, "R_preservation", compute(t, r).Preservation, 0)
+}
+
+type fixedPolicy string
+
+func (f fixedPolicy) Complete(context.Context, []stm.Message) (memtools.Completion, error) {
+	return memtools.Completion{Text: string(f)}, nil
+}
+
+func TestLLMJudgeReadsTheScore(t *testing.T) {
+	for reply, want := range map[string]float64{"0.85": 0.85, "Score: 1.0": 1, "I'd say .5 overall": 0.5} {
+		got, err := LLMJudge{Policy: fixedPolicy(reply)}.Score(context.Background(), "q", "g", "p")
+		if err != nil || got != want {
+			t.Fatalf("%q: %g %v, want %g", reply, got, err, want)
+		}
+	}
+	if _, err := (LLMJudge{Policy: fixedPolicy("no idea")}).Score(context.Background(), "q", "g", "p"); err == nil {
+		t.Fatal("a reply without a number was accepted")
+	}
+}
