@@ -42,6 +42,72 @@ type Config struct {
 	Optim Optim `yaml:"optim"`
 	// SFT is supervised fine-tuning on chat JSONL.
 	SFT SFT `yaml:"sft"`
+	// RL is step-wise GRPO (agemem-train train).
+	RL RL `yaml:"rl"`
+	// Reward holds every weight of Appendix A.2.
+	Reward Reward `yaml:"reward"`
+	// Eval configures agemem-train eval.
+	Eval Eval `yaml:"eval"`
+}
+
+// RL configures step-wise GRPO.
+type RL struct {
+	// Init is the policy GRPO starts from (a Hugging Face directory, the SFT
+	// output); it is also the frozen reference π_ref (with LoRA: its base).
+	Init string `yaml:"init"`
+	// K rollouts per task form a group; BatchTasks tasks make a step.
+	K          int `yaml:"k"`
+	BatchTasks int `yaml:"batch_tasks"`
+	Steps      int `yaml:"steps"`
+	// LR, schedule and warmup as in sft.
+	LR          float64 `yaml:"lr"`
+	Schedule    string  `yaml:"schedule"`
+	WarmupSteps int     `yaml:"warmup_steps"`
+	MinLRRatio  float64 `yaml:"min_lr_ratio"`
+	// Clip is PPO's ε; Beta the KL weight β (Eq. 6); Eps the ε of Eq. 5.
+	Clip float64 `yaml:"clip"`
+	Beta float64 `yaml:"beta"`
+	Eps  float64 `yaml:"eps"`
+	// Aggregation is token-mean or seq-mean-token-mean.
+	Aggregation string `yaml:"aggregation"`
+	// Epochs over each step's experiences, in Minibatches optimiser steps.
+	Epochs      int `yaml:"epochs"`
+	Minibatches int `yaml:"minibatches"`
+	// BatchTokens bounds one forward/backward micro-batch.
+	BatchTokens int `yaml:"batch_tokens"`
+	// Temperature and TopP of rollout sampling.
+	Temperature float64 `yaml:"temperature"`
+	TopP        float64 `yaml:"top_p"`
+	SaveEvery   int     `yaml:"save_every"`
+	Recompute   bool    `yaml:"recompute"`
+	Out         string  `yaml:"out"`
+}
+
+// Reward holds the coefficients of Eq. 16-26.
+type Reward struct {
+	WTask              float64 `yaml:"w_task"`
+	WContext           float64 `yaml:"w_context"`
+	WMemory            float64 `yaml:"w_memory"`
+	AlphaCompression   float64 `yaml:"alpha_compression"`
+	AlphaPreventive    float64 `yaml:"alpha_preventive"`
+	AlphaPreservation  float64 `yaml:"alpha_preservation"`
+	BetaStorage        float64 `yaml:"beta_storage"`
+	BetaMaintenance    float64 `yaml:"beta_maintenance"`
+	BetaRelevance      float64 `yaml:"beta_relevance"`
+	PNoAnswer          float64 `yaml:"p_no_answer"`
+	PRounds            float64 `yaml:"p_rounds"`
+	POverflow          float64 `yaml:"p_overflow"`
+	TMax               int     `yaml:"t_max"`
+	Judge              string  `yaml:"judge"`
+	StorageF1Threshold float64 `yaml:"storage_f1"`
+}
+
+// Eval configures the held-out comparison.
+type Eval struct {
+	// Tasks is how many tasks of data.eval to play (0: all).
+	Tasks int `yaml:"tasks"`
+	// Out is the JSON report.
+	Out string `yaml:"out"`
 }
 
 // Model locates the policy.
@@ -211,6 +277,14 @@ func Default() Config {
 		SFT: SFT{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 4096, GradAccum: 1,
 			LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1, LossOn: "last",
 			EvalEvery: 50, SaveEvery: 100, Out: "runs/tiny/sft"},
+		RL: RL{Init: "runs/tiny/sft/policy", K: 8, BatchTasks: 4, Steps: 20, LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1,
+			Clip: 0.2, Beta: 0.1, Eps: 1e-6, Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
+			Temperature: 1, TopP: 1, SaveEvery: 10, Out: "runs/tiny/rl"},
+		Reward: Reward{WTask: 1.0 / 3, WContext: 1.0 / 3, WMemory: 1.0 / 3,
+			AlphaCompression: 1.0 / 3, AlphaPreventive: 1.0 / 3, AlphaPreservation: 1.0 / 3,
+			BetaStorage: 1.0 / 3, BetaMaintenance: 1.0 / 3, BetaRelevance: 1.0 / 3,
+			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageF1Threshold: 0.5},
+		Eval: Eval{Tasks: 100, Out: "runs/tiny/eval.json"},
 	}
 }
 
@@ -327,6 +401,57 @@ func (c Config) Validate() error {
 	oneOf("sft.loss_on", c.SFT.LossOn, "last", "all")
 	atLeast("sft.eval_every", c.SFT.EvalEvery, 0)
 	atLeast("sft.save_every", c.SFT.SaveEvery, 0)
+	r := c.RL
+	atLeast("rl.k", r.K, 1)
+	atLeast("rl.batch_tasks", r.BatchTasks, 1)
+	atLeast("rl.steps", r.Steps, 1)
+	if r.LR <= 0 {
+		bad("rl.lr", "%g must be positive", r.LR)
+	}
+	oneOf("rl.schedule", r.Schedule, "constant", "cosine")
+	atLeast("rl.warmup_steps", r.WarmupSteps, 0)
+	if r.MinLRRatio < 0 || r.MinLRRatio > 1 {
+		bad("rl.min_lr_ratio", "%g is outside [0, 1]", r.MinLRRatio)
+	}
+	if r.Clip <= 0 || r.Clip >= 1 {
+		bad("rl.clip", "%g is outside (0, 1)", r.Clip)
+	}
+	if r.Beta < 0 {
+		bad("rl.beta", "%g must not be negative", r.Beta)
+	}
+	if r.Eps <= 0 {
+		bad("rl.eps", "%g must be positive", r.Eps)
+	}
+	oneOf("rl.aggregation", r.Aggregation, "token-mean", "seq-mean-token-mean")
+	atLeast("rl.epochs", r.Epochs, 1)
+	atLeast("rl.minibatches", r.Minibatches, 1)
+	atLeast("rl.batch_tokens", r.BatchTokens, 16)
+	if r.Temperature < 0 {
+		bad("rl.temperature", "%g must not be negative", r.Temperature)
+	}
+	if r.TopP <= 0 || r.TopP > 1 {
+		bad("rl.top_p", "%g is outside (0, 1]", r.TopP)
+	}
+	atLeast("rl.save_every", r.SaveEvery, 0)
+	w := c.Reward
+	for key, v := range map[string]float64{"reward.w_task": w.WTask, "reward.w_context": w.WContext, "reward.w_memory": w.WMemory,
+		"reward.alpha_compression": w.AlphaCompression, "reward.alpha_preventive": w.AlphaPreventive, "reward.alpha_preservation": w.AlphaPreservation,
+		"reward.beta_storage": w.BetaStorage, "reward.beta_maintenance": w.BetaMaintenance, "reward.beta_relevance": w.BetaRelevance} {
+		if v < 0 {
+			bad(key, "%g must not be negative", v)
+		}
+	}
+	for key, v := range map[string]float64{"reward.p_no_answer": w.PNoAnswer, "reward.p_rounds": w.PRounds, "reward.p_overflow": w.POverflow} {
+		if v > 0 {
+			bad(key, "%g is a penalty: zero or negative", v)
+		}
+	}
+	atLeast("reward.t_max", w.TMax, 1)
+	oneOf("reward.judge", w.Judge, "f1", "em", "policy")
+	if w.StorageF1Threshold <= 0 || w.StorageF1Threshold > 1 {
+		bad("reward.storage_f1", "%g is outside (0, 1]", w.StorageF1Threshold)
+	}
+	atLeast("eval.tasks", c.Eval.Tasks, 0)
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid config:\n  %s", strings.Join(errs, "\n  "))
 	}

@@ -16,8 +16,8 @@ func write(t *testing.T, body string) string {
 }
 
 // TestShippedDefaultsMatchCode keeps configs/tiny.yaml, where the defaults
-// are documented, equal to Default() but for the one key the embedded tiny
-// model changes (its comment names the default).
+// are documented, equal to Default() but for the keys the embedded tiny
+// model changes (their comments name the defaults).
 func TestShippedDefaultsMatchCode(t *testing.T) {
 	cfg, err := Load("../configs/tiny.yaml", nil)
 	if err != nil {
@@ -26,7 +26,11 @@ func TestShippedDefaultsMatchCode(t *testing.T) {
 	if cfg.Agent.SystemPrompt != "compact" {
 		t.Fatalf("configs/tiny.yaml: agent.system_prompt %q, the tiny model is trained with compact", cfg.Agent.SystemPrompt)
 	}
+	if cfg.Agent.ResponseBudget != 256 {
+		t.Fatalf("configs/tiny.yaml: agent.response_budget %d, the tiny model's replies fit 256", cfg.Agent.ResponseBudget)
+	}
 	cfg.Agent.SystemPrompt = Default().Agent.SystemPrompt
+	cfg.Agent.ResponseBudget = Default().Agent.ResponseBudget
 	if !reflect.DeepEqual(cfg, Default()) {
 		t.Fatalf("configs/tiny.yaml drifted from Default():\n%s\nvs\n%s", cfg.YAML(), Default().YAML())
 	}

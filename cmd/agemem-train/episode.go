@@ -10,10 +10,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/agemem/agemem/rl/rollout"
+
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/config"
-	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
@@ -40,32 +41,11 @@ func policyFor(name string, t env.Task, cfg config.Config, native memtools.Polic
 	return nil, fmt.Errorf("--policy %q: want oracle, no-memory or native", name)
 }
 
-// newRuntime builds a fresh runtime (in-memory LTM, empty STM, extractive
-// summariser) from config; the command swaps in the model's tokenizer and
-// summariser when it runs a native policy.
 func newRuntime(cfg config.Config, seed uint64) *memtools.Runtime {
-	tok := stm.Words{}
-	return &memtools.Runtime{
-		Store:      ltm.NewMemory(seed),
-		Context:    stm.New(tok),
-		Embedder:   embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams),
-		Summarizer: memtools.Extractive{MaxTokens: cfg.Tools.SummaryMaxTokens, Tokenizer: tok},
-		Options: memtools.Options{
-			TopK: cfg.Tools.RetrieveTopK, MaxTopK: cfg.Tools.MaxTopK, FilterThreshold: cfg.Tools.FilterThreshold,
-		},
-	}
+	return rollout.NewRuntime(cfg, seed, nil)
 }
 
-func episodeConfig(cfg config.Config) env.EpisodeConfig {
-	sys, _ := memtools.SystemPromptFor(cfg.Agent.SystemPrompt) // validated with the config
-	return env.EpisodeConfig{
-		SystemPrompt:   sys,
-		Stage1MaxTurns: cfg.Episode.Stage1MaxTurns,
-		Stage2MaxTurns: cfg.Episode.Stage2MaxTurns,
-		AutoRetrieveK:  cfg.Episode.AutoRetrieveK,
-		Limits:         memtools.Limits{MaxSteps: cfg.Agent.MaxSteps, ContextBudget: cfg.Agent.ContextBudget},
-	}
-}
+func episodeConfig(cfg config.Config) env.EpisodeConfig { return rollout.EpisodeConfig(cfg) }
 
 func episodeCmd(g *globals) *cobra.Command {
 	var data, taskID, policyNames, modelDir, adapterDir, dev string

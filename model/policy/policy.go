@@ -75,6 +75,9 @@ func Load(be kernels.Backend, dir, adapter string, s qwen.Sampling) (*Native, er
 	return p, nil
 }
 
+// SetSeed sets the sampling seed of the next batches (rollout.Seeder).
+func (p *Native) SetSeed(seed uint64) { p.Sampling.Seed = seed }
+
 // Prompt renders a conversation with the generation prompt and encodes it.
 func (p *Native) Prompt(msgs []stm.Message) ([]int, error) {
 	qm := make([]qwen.Message, len(msgs))

@@ -355,6 +355,17 @@ type TrainOptions struct {
 // log-probability of each learned token ([len(LossRows), 1]), the quantity
 // SFT's loss and GRPO's ratio are built from.
 func (w *Weights[T]) LogProbs(tp *tape.Tape[T], b Batch, o TrainOptions) *tape.Var[T] {
+	lp, _ := w.logProbs(tp, b, o, false)
+	return lp
+}
+
+// LogProbsEntropy is LogProbs plus the entropy of the policy at each learned
+// token's position (no gradient): GRPO logs it.
+func (w *Weights[T]) LogProbsEntropy(tp *tape.Tape[T], b Batch, o TrainOptions) (*tape.Var[T], []float64) {
+	return w.logProbs(tp, b, o, true)
+}
+
+func (w *Weights[T]) logProbs(tp *tape.Tape[T], b Batch, o TrainOptions, entropy bool) (*tape.Var[T], []float64) {
 	x := tp.Embedding(w.Embed, b.Tokens)
 	for li := range w.Layers {
 		l := &w.Layers[li]
@@ -368,7 +379,12 @@ func (w *Weights[T]) LogProbs(tp *tape.Tape[T], b Batch, o TrainOptions) *tape.V
 		}
 	}
 	x = tp.RMSNorm(tp.Gather(x, b.LossRows), w.Norm, w.RMSNormEps)
-	return tp.LogProbs(tp.Linear(x, w.LMHead, nil), b.Targets)
+	logits := tp.Linear(x, w.LMHead, nil)
+	var ent []float64
+	if entropy {
+		ent = tape.Entropy(logits)
+	}
+	return tp.LogProbs(logits, b.Targets), ent
 }
 
 // layer is one decoder block:

@@ -16,11 +16,6 @@ import (
 type Config struct {
 	Clip float64 // ε of the PPO clip: ratios outside [1−ε, 1+ε] stop pushing (0.2)
 	Beta float64 // β, the weight of KL(π_θ ‖ π_ref) (0.1, Eq. 6)
-	Eps  float64 // ε of Eq. 5 in the advantage's denominator (1e-6)
-	// Aggregation is "token-mean" (every learned token of the batch weighs
-	// the same, DAPO / verl's default) or "seq-mean-token-mean" (each
-	// response weighs the same, the original GRPO).
-	Aggregation string
 }
 
 // GroupAdvantages normalises terminal rewards within groups of groupSize
@@ -111,41 +106,47 @@ type Token struct {
 
 // Stats describe one Loss evaluation.
 type Stats struct {
-	Loss, Surrogate, KL float64 // aggregated
-	ClipFrac            float64 // share of tokens clipped
-	Tokens              int
+	Loss, Surrogate, KL float64 // aggregated with the token weights
+	Clipped, Tokens     int     // tokens whose ratio was clipped, of all
 }
 
-// Loss composes the objective of Eq. 6 over a batch of tokens,
-//
-//	L = agg_t [ ℓ_clip(t) + β·kl_k3(t) ]
-//
-// and returns dL/dlogp for each token. With Aggregation "token-mean", agg is
-// the mean over all tokens; with "seq-mean-token-mean", the mean over
-// responses of each response's token mean.
-func Loss(c Config, toks []Token) (Stats, []float64, error) {
-	var st Stats
-	grad := make([]float64, len(toks))
-	if len(toks) == 0 {
-		return st, grad, nil
-	}
-	weight := make([]float64, len(toks))
-	switch c.Aggregation {
+// TokenWeights are the aggregation weights of a minibatch's tokens, given
+// the response each belongs to: 1/N for "token-mean" (every learned token
+// weighs the same, DAPO / verl's default), 1/(n_seq·|seqs|) for
+// "seq-mean-token-mean" (each response weighs the same, the original GRPO).
+// They are computed over the whole minibatch, so micro-batches of it can be
+// differentiated one at a time.
+func TokenWeights(aggregation string, seqOf []int) ([]float64, error) {
+	w := make([]float64, len(seqOf))
+	switch aggregation {
 	case "token-mean", "":
-		for i := range weight {
-			weight[i] = 1 / float64(len(toks))
+		for i := range w {
+			w[i] = 1 / float64(len(seqOf))
 		}
 	case "seq-mean-token-mean":
 		count := map[int]int{}
-		for _, t := range toks {
-			count[t.Seq]++
+		for _, s := range seqOf {
+			count[s]++
 		}
-		for i, t := range toks {
-			weight[i] = 1 / float64(count[t.Seq]*len(count))
+		for i, s := range seqOf {
+			w[i] = 1 / float64(count[s]*len(count))
 		}
 	default:
-		return st, nil, fmt.Errorf("grpo: aggregation %q is not token-mean or seq-mean-token-mean", c.Aggregation)
+		return nil, fmt.Errorf("grpo: aggregation %q is not token-mean or seq-mean-token-mean", aggregation)
 	}
+	return w, nil
+}
+
+// Loss composes the objective of Eq. 6 over tokens with aggregation weights
+// (TokenWeights),
+//
+//	L = Σ_t w_t [ ℓ_clip(t) + β·kl_k3(t) ]
+//
+// and returns dL/dlogp for each token. Stats sum over the given tokens, so
+// the Stats of a minibatch's micro-batches add up.
+func Loss(c Config, toks []Token, weights []float64) (Stats, []float64) {
+	var st Stats
+	grad := make([]float64, len(toks))
 	clipped := 0
 	for i, t := range toks {
 		l, g, cl := ClippedSurrogate(t.Logp, t.OldLogp, t.Adv, c.Clip)
@@ -153,12 +154,12 @@ func Loss(c Config, toks []Token) (Stats, []float64, error) {
 		if cl {
 			clipped++
 		}
-		st.Surrogate += weight[i] * l
-		st.KL += weight[i] * kl
-		grad[i] = weight[i] * (g + c.Beta*gk)
+		st.Surrogate += weights[i] * l
+		st.KL += weights[i] * kl
+		grad[i] = weights[i] * (g + c.Beta*gk)
 	}
 	st.Loss = st.Surrogate + c.Beta*st.KL
-	st.ClipFrac = float64(clipped) / float64(len(toks))
+	st.Clipped = clipped
 	st.Tokens = len(toks)
-	return st, grad, nil
+	return st, grad
 }

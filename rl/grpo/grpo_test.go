@@ -94,18 +94,26 @@ func TestLossAggregationAndGradient(t *testing.T) {
 		{Seq: 0, Logp: -0.5, OldLogp: -0.5, RefLogp: -0.5, Adv: 1},
 		{Seq: 1, Logp: -1, OldLogp: -1, RefLogp: -1, Adv: -2},
 	}
+	seqs := []int{0, 0, 0, 1}
+	c := Config{Clip: 0.2, Beta: 0.1}
 	// On-policy at the reference: surrogate per token −A, KL 0.
-	st, grad, err := Loss(Config{Clip: 0.2, Beta: 0.1, Aggregation: "token-mean"}, toks)
+	w, err := TokenWeights("token-mean", seqs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	st, grad := Loss(c, toks, w)
 	near(t, "token-mean loss", st.Loss, (-1-1-1+2)/4.0)
 	near(t, "token-mean grad", grad[3], 2/4.0)
-	st, grad, _ = Loss(Config{Clip: 0.2, Beta: 0.1, Aggregation: "seq-mean-token-mean"}, toks)
+	w, _ = TokenWeights("seq-mean-token-mean", seqs)
+	st, grad = Loss(c, toks, w)
 	near(t, "seq-mean loss", st.Loss, (-1+2)/2.0)
 	near(t, "seq-mean grad of a 3-token response", grad[0], -1/6.0)
 	near(t, "seq-mean grad of a 1-token response", grad[3], 1)
-	if _, _, err := Loss(Config{Aggregation: "sum"}, toks); err == nil {
+	// Micro-batches of a minibatch add up to the whole.
+	a, _ := Loss(c, toks[:2], w[:2])
+	b, _ := Loss(c, toks[2:], w[2:])
+	near(t, "split loss", a.Loss+b.Loss, st.Loss)
+	if _, err := TokenWeights("sum", seqs); err == nil {
 		t.Fatal("unknown aggregation accepted")
 	}
 	// Off-policy and off-reference: the gradient matches finite differences.
@@ -114,20 +122,20 @@ func TestLossAggregationAndGradient(t *testing.T) {
 		{Seq: 0, Logp: -2.1, OldLogp: -1.6, RefLogp: -2.0, Adv: 0.8},
 		{Seq: 1, Logp: -0.3, OldLogp: -0.35, RefLogp: -0.1, Adv: -1.1},
 	}
-	c := Config{Clip: 0.2, Beta: 0.1, Aggregation: "seq-mean-token-mean"}
-	_, grad, _ = Loss(c, toks)
+	w, _ = TokenWeights("seq-mean-token-mean", []int{0, 0, 1})
+	_, grad = Loss(c, toks, w)
 	for i := range toks {
 		const h = 1e-6
 		up, down := append([]Token(nil), toks...), append([]Token(nil), toks...)
 		up[i].Logp += h
 		down[i].Logp -= h
-		lu, _, _ := Loss(c, up)
-		ld, _, _ := Loss(c, down)
+		lu, _ := Loss(c, up, w)
+		ld, _ := Loss(c, down, w)
 		if num := (lu.Loss - ld.Loss) / (2 * h); math.Abs(num-grad[i]) > 1e-6 {
 			t.Fatalf("token %d: dL/dlogp %g, finite differences %g", i, grad[i], num)
 		}
 	}
-	if st, _, _ := Loss(c, toks); st.ClipFrac != 1.0/3 {
-		t.Fatalf("clip fraction %g, want 1/3: only token 0 (ratio e^0.2 > 1.2, A > 0) is clipped", st.ClipFrac)
+	if st, _ := Loss(c, toks, w); st.Clipped != 1 {
+		t.Fatalf("%d tokens clipped, want 1: only token 0 (ratio e^0.2 > 1.2, A > 0)", st.Clipped)
 	}
 }

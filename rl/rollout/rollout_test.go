@@ -1,0 +1,130 @@
+package rollout
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/stm"
+)
+
+// echo answers every conversation in the AgeMem format and records the
+// size of each batch it is sent.
+type echo struct {
+	mu      sync.Mutex
+	batches []int
+	seeds   []uint64
+	seed    uint64
+}
+
+func (e *echo) SetSeed(s uint64) { e.seed = s }
+
+func (e *echo) Complete(ctx context.Context, m []stm.Message) (memtools.Completion, error) {
+	out, err := e.CompleteBatch(ctx, [][]stm.Message{m})
+	return out[0], err
+}
+
+func (e *echo) CompleteBatch(_ context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
+	e.mu.Lock()
+	e.batches = append(e.batches, len(convs))
+	e.seeds = append(e.seeds, e.seed)
+	e.mu.Unlock()
+	out := make([]memtools.Completion, len(convs))
+	for i, c := range convs {
+		n := len(c)
+		out[i] = memtools.Completion{Text: fmt.Sprintf("<think>%d messages</think><answer>yes</answer>", n),
+			PromptIDs: []int{n}, ResponseIDs: []int{1, 2}, LogProbs: []float32{-0.1, -0.2}}
+	}
+	return out, nil
+}
+
+func tasks(n int) []env.Task {
+	var buf bytes.Buffer
+	env.WriteHotpot(&buf, env.NewSynth(5).Generate(n))
+	var ts []env.Task
+	env.StreamHotpot(&buf, func(t env.Task) error { ts = append(ts, t); return nil })
+	return ts
+}
+
+func TestRolloutsAreBatchedAndReproducible(t *testing.T) {
+	cfg := config.Default()
+	ts := tasks(2)
+	run := func() (*echo, []Rollout, []Experience) {
+		p := &echo{}
+		rs, exps, err := Run(context.Background(), p, ts, Options{K: 3, Seed: 9, Episode: EpisodeConfig(cfg),
+			NewRuntime: func(i int) *memtools.Runtime { return NewRuntime(cfg, uint64(i), nil) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, rs, exps
+	}
+	p, rs, exps := run()
+	if len(rs) != 6 || rs[0].Group != 0 || rs[3].Group != 1 || rs[4].Task.ID != ts[1].ID {
+		t.Fatalf("rollouts are not task-major groups of K: %d", len(rs))
+	}
+	if p.batches[0] != 6 {
+		t.Fatalf("first batch of %d conversations, want all 6 rollouts", p.batches[0])
+	}
+	calls := 0
+	for _, b := range p.batches {
+		calls += b
+	}
+	if calls != len(exps) {
+		t.Fatalf("%d policy calls, %d experiences", calls, len(exps))
+	}
+	for _, e := range exps {
+		if e.Stage < 1 || e.Stage > 3 || len(e.ResponseIDs) != 2 || len(e.OldLogProbs) != 2 {
+			t.Fatalf("experience %+v", e)
+		}
+	}
+	if len(p.batches) > calls/6+len(ts[0].Context)+len(ts[1].Context)+20 {
+		t.Fatalf("%d batches for %d calls: rollouts were not decoded together", len(p.batches), calls)
+	}
+	p2, _, exps2 := run()
+	if fmt.Sprint(p.batches, p.seeds) != fmt.Sprint(p2.batches, p2.seeds) || len(exps2) != len(exps) {
+		t.Fatal("a second run batched or seeded differently")
+	}
+	for i := range exps {
+		if exps[i].Rollout != exps2[i].Rollout || exps[i].PromptIDs[0] != exps2[i].PromptIDs[0] {
+			t.Fatal("a second run produced different experiences")
+		}
+	}
+}
+
+// failing rejects conversations longer than a limit, as the native policy
+// rejects over-long prompts: only the rollouts that hit it fail.
+type failing struct{ echo }
+
+func (f *failing) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
+	for i, c := range convs {
+		if len(c) > 6 {
+			return nil, fmt.Errorf("conversation %d is too long", i)
+		}
+	}
+	return f.echo.CompleteBatch(ctx, convs)
+}
+
+func TestOneBadConversationFailsOnlyItsRollout(t *testing.T) {
+	cfg := config.Default()
+	rs, _, err := Run(context.Background(), &failing{}, tasks(1), Options{K: 2, Episode: EpisodeConfig(cfg),
+		NewRuntime: func(i int) *memtools.Runtime { return NewRuntime(cfg, uint64(i), nil) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Err == nil {
+			t.Fatal("a rollout whose context outgrew the limit did not fail")
+		}
+	}
+}
+
+func TestKMustBePositive(t *testing.T) {
+	if _, _, err := Run(context.Background(), &echo{}, tasks(1), Options{K: 0}); err == nil {
+		t.Fatal("K = 0 accepted")
+	}
+}

@@ -1,0 +1,391 @@
+// Package trainer is AgeMem's training loop (Algorithms 1-2): for each step,
+// K three-stage rollouts of B tasks with the current policy, the composite
+// reward of every rollout, group advantages broadcast to every policy call,
+// and step-wise GRPO updates against the frozen starting policy.
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tape"
+	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/rl/grpo"
+	"github.com/agemem/agemem/rl/reward"
+	"github.com/agemem/agemem/rl/rollout"
+)
+
+// Options are a run's inputs besides the config.
+type Options struct {
+	Config config.Config
+	YAML   string
+	Resume string
+	Log    io.Writer
+	TTY    bool
+}
+
+// StepStats are one step's figures (also its metrics.jsonl record).
+type StepStats struct {
+	Step       int                `json:"step"`
+	Reward     float64            `json:"reward"`
+	Components map[string]float64 `json:"-"`
+	ToolCalls  map[string]float64 `json:"-"`
+	Loss, KL   float64
+	ClipFrac   float64
+	Entropy    float64
+	GradNorm   float64
+	Seconds    float64
+}
+
+// Result summarises a run.
+type Result struct {
+	Steps  []StepStats
+	Policy string
+}
+
+// Run trains cfg.RL.Init with step-wise GRPO on cfg.Data.Train.
+func Run(ctx context.Context, o Options) (Result, error) {
+	c := o.Config
+	rc := c.RL
+	var res Result
+	tok, err := tokenizer.Load(filepath.Join(rc.Init, "tokenizer.json"))
+	if err != nil {
+		return res, err
+	}
+	p, err := train.Open(rc.Init, c.LoRA, uint64(c.Seed))
+	if err != nil {
+		return res, err
+	}
+	tmpl, err := qwen.DetectTemplate(rc.Init, p.W.Config)
+	if err != nil {
+		return res, err
+	}
+	// π_ref: the starting policy, frozen (with LoRA, the same base without
+	// an adapter).
+	ref, err := train.Open(rc.Init, config.LoRA{}, 0)
+	if err != nil {
+		return res, err
+	}
+	for _, nv := range ref.W.Named {
+		nv.V.Requires, nv.V.Grad = false, nil
+	}
+	var tasks []env.Task
+	if err := env.StreamHotpotFile(c.Data.Train, func(t env.Task) error { tasks = append(tasks, t); return nil }); err != nil {
+		return res, err
+	}
+	if len(tasks) < rc.BatchTasks {
+		return res, fmt.Errorf("%s: %d tasks, rl.batch_tasks needs %d", c.Data.Train, len(tasks), rc.BatchTasks)
+	}
+	judge, err := judgeFor(c, p, tok, tmpl)
+	if err != nil {
+		return res, err
+	}
+	sched := optim.Schedule{Warmup: rc.WarmupSteps, Total: rc.Steps, Cosine: rc.Schedule == "cosine", MinRatio: rc.MinLRRatio}
+	tr := train.NewTrainer(p, c.Optim, rc.LR, sched, uint64(c.Seed), o.YAML)
+	if o.Resume != "" {
+		if err := tr.Resume(o.Resume); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(o.Log, "resumed from %s at step %d\n", o.Resume, tr.Step)
+	}
+	if err := mkdir(rc.Out); err != nil {
+		return res, err
+	}
+	metrics, err := train.OpenMetrics(filepath.Join(rc.Out, "metrics.jsonl"), o.Resume != "")
+	if err != nil {
+		return res, err
+	}
+	defer metrics.Close()
+	emb := embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)
+	weights := rewardWeights(c.Reward)
+	ep := rollout.EpisodeConfig(c)
+	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", len(tasks), rc.Steps, rc.BatchTasks, rc.K, len(tr.Params()))
+	prog := train.NewProgress(o.Log, rc.Steps, o.TTY)
+	for tr.Step < rc.Steps {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		t0 := time.Now()
+		step := tr.Step
+		batch := tasksFor(tasks, step, rc.BatchTasks, uint64(c.Seed))
+		// Rollouts with the current weights.
+		m, err := p.W.Engine(cpu.New())
+		if err != nil {
+			return res, err
+		}
+		pol := policy.New(m, tok, qwen.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: c.Agent.ResponseBudget})
+		pol.Template = tmpl
+		rs, exps, err := rollout.Run(ctx, pol, batch, rollout.Options{K: rc.K, Seed: uint64(c.Seed)<<20 ^ uint64(step),
+			Episode: ep, NewRuntime: func(i int) *memtools.Runtime { return rollout.NewRuntime(c, uint64(step*100000+i), tok) }})
+		if err != nil {
+			return res, err
+		}
+		st := StepStats{Step: step + 1, Components: map[string]float64{}, ToolCalls: map[string]float64{}}
+		rewards := make([]float64, len(rs))
+		var promptTokens float64
+		for i, r := range rs {
+			b, err := reward.Compute(ctx, weights, r.Task, r.Result, judge, emb)
+			if err != nil {
+				return res, err
+			}
+			rewards[i] = b.Total
+			st.Reward += b.Total / float64(len(rs))
+			for k, v := range components(b) {
+				st.Components[k] += v / float64(len(rs))
+			}
+			for k, v := range r.Result.ToolCalls() {
+				st.ToolCalls[k] += float64(v) / float64(len(rs))
+			}
+			promptTokens += float64(r.Result.ContextTokens) / float64(len(rs))
+		}
+		adv, err := grpo.GroupAdvantages(rewards, rc.K, rc.Eps)
+		if err != nil {
+			return res, err
+		}
+		trajOf := make([]int, len(exps))
+		for i, e := range exps {
+			trajOf[i] = e.Rollout
+		}
+		expAdv := grpo.Broadcast(adv, trajOf)
+		if err := update(tr, ref, exps, expAdv, rc, &st); err != nil {
+			return res, err
+		}
+		st.Seconds = time.Since(t0).Seconds()
+		rec := map[string]any{"step": st.Step, "reward": st.Reward, "loss": st.Loss, "kl": st.KL, "clip_frac": st.ClipFrac,
+			"entropy": st.Entropy, "grad_norm": st.GradNorm, "prompt_tokens": promptTokens, "experiences": len(exps), "step_seconds": st.Seconds}
+		for k, v := range st.Components {
+			rec[k] = v
+		}
+		for k, v := range st.ToolCalls {
+			rec["calls_"+k] = v
+		}
+		if err := metrics.Log(rec); err != nil {
+			return res, err
+		}
+		res.Steps = append(res.Steps, st)
+		prog.Update(tr.Step, fmt.Sprintf("reward %.3f kl %.4f", st.Reward, st.KL))
+		if rc.SaveEvery > 0 && tr.Step%rc.SaveEvery == 0 && tr.Step < rc.Steps {
+			if err := tr.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
+				return res, err
+			}
+		}
+	}
+	if err := tr.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
+		return res, err
+	}
+	dtype := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16}[c.Model.Dtype]
+	res.Policy = filepath.Join(rc.Out, "policy")
+	if err := p.Export(res.Policy, dtype); err != nil {
+		return res, err
+	}
+	curves := map[string][]train.Point{"reward": metrics.Series["reward"], "r_task": metrics.Series["r_task"],
+		"r_context": metrics.Series["r_context"], "r_memory": metrics.Series["r_memory"]}
+	if err := train.Plot(filepath.Join(rc.Out, "reward.png"), "GRPO: mean reward and its components", curves); err != nil {
+		return res, err
+	}
+	if err := train.Plot(filepath.Join(rc.Out, "kl.png"), "KL to the reference (k3)", map[string][]train.Point{"kl": metrics.Series["kl"]}); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// update runs rl.epochs passes over the step's experiences in
+// rl.minibatches optimiser steps each.
+func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv []float64, rc config.RL, st *StepStats) error {
+	if len(exps) == 0 {
+		return nil
+	}
+	w := tr.P.W
+	seqs := sequences(exps)
+	// π_old, the policy that sampled, recomputed by the training forward so
+	// the first ratio is exactly 1 (with one epoch of one minibatch it is
+	// the current log-probability itself, detached); π_ref per token.
+	var old [][]float64
+	if rc.Epochs*rc.Minibatches > 1 {
+		old = score(w, seqs, rc.BatchTokens)
+	}
+	refLp := score(ref.W, seqs, rc.BatchTokens)
+	rng := rand.New(rand.NewPCG(uint64(tr.Step), 0x67727077))
+	var kl, loss, ent float64
+	var clipped, tokens, updates int
+	for range rc.Epochs {
+		order := rng.Perm(len(seqs))
+		per := (len(order) + rc.Minibatches - 1) / rc.Minibatches
+		for lo := 0; lo < len(order); lo += per {
+			mb := order[lo:min(lo+per, len(order))]
+			var seqOf []int
+			for _, i := range mb {
+				for range exps[i].ResponseIDs {
+					seqOf = append(seqOf, i)
+				}
+			}
+			weights, err := grpo.TokenWeights(rc.Aggregation, seqOf)
+			if err != nil {
+				return err
+			}
+			off := 0
+			for _, group := range microBatches(mb, seqs, rc.BatchTokens) {
+				var sub []qwen.Sequence
+				for _, i := range group {
+					sub = append(sub, seqs[i])
+				}
+				b := qwen.Pack(sub)
+				tp := tape.New[float32]()
+				lp, e := w.LogProbsEntropy(tp, b, qwen.TrainOptions{Recompute: rc.Recompute, Dropout: true, Seed: uint64(tr.Step)<<16 ^ uint64(off)})
+				toks := make([]grpo.Token, len(lp.Val))
+				pos := map[int]int{}
+				for k, s := range b.Seq {
+					i := group[s]
+					j := pos[i]
+					pos[i]++
+					toks[k] = grpo.Token{Seq: i, Logp: float64(lp.Val[k]), OldLogp: float64(lp.Val[k]), RefLogp: refLp[i][j], Adv: adv[i]}
+					if old != nil {
+						toks[k].OldLogp = old[i][j]
+					}
+					ent += e[k]
+				}
+				s, grad := grpo.Loss(grpo.Config{Clip: rc.Clip, Beta: rc.Beta}, toks, weights[off:off+len(toks)])
+				off += len(toks)
+				d := make([]float32, len(grad))
+				for k, g := range grad {
+					d[k] = float32(g)
+				}
+				tp.Backward(lp, d)
+				loss += s.Loss
+				kl += s.KL
+				clipped += s.Clipped
+				tokens += s.Tokens
+			}
+			norm, _, err := tr.Update()
+			if err != nil {
+				return err
+			}
+			st.GradNorm = norm
+			updates++
+		}
+	}
+	st.Loss = loss / float64(updates)
+	st.KL = kl / float64(updates)
+	st.ClipFrac = float64(clipped) / float64(max(tokens, 1))
+	st.Entropy = ent / float64(max(tokens, 1))
+	return nil
+}
+
+// sequences turns experiences into training sequences: prompt then
+// response, the response learned.
+func sequences(exps []rollout.Experience) []qwen.Sequence {
+	seqs := make([]qwen.Sequence, len(exps))
+	for i, e := range exps {
+		ids := append(append([]int(nil), e.PromptIDs...), e.ResponseIDs...)
+		loss := make([]bool, len(ids))
+		for j := len(e.PromptIDs); j < len(ids); j++ {
+			loss[j] = true
+		}
+		seqs[i] = qwen.Sequence{IDs: ids, Loss: loss}
+	}
+	return seqs
+}
+
+// microBatches groups sequence indices into packs of at most batchTokens.
+func microBatches(idx []int, seqs []qwen.Sequence, batchTokens int) [][]int {
+	var out [][]int
+	var cur []int
+	size := 0
+	for _, i := range idx {
+		n := len(seqs[i].IDs)
+		if len(cur) > 0 && size+n > batchTokens {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, i)
+		size += n
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// score returns each sequence's learned-token log-probabilities, without
+// gradients.
+func score(w *qwen.Weights[float32], seqs []qwen.Sequence, batchTokens int) [][]float64 {
+	out := make([][]float64, len(seqs))
+	idx := make([]int, len(seqs))
+	for i := range idx {
+		idx[i] = i
+	}
+	for _, group := range microBatches(idx, seqs, batchTokens) {
+		var sub []qwen.Sequence
+		for _, i := range group {
+			sub = append(sub, seqs[i])
+		}
+		b := qwen.Pack(sub)
+		tp := tape.New[float32]()
+		lp := w.LogProbs(tp, b, qwen.TrainOptions{})
+		for k, s := range b.Seq {
+			out[group[s]] = append(out[group[s]], float64(lp.Val[k]))
+		}
+		tp.Release()
+	}
+	return out
+}
+
+// tasksFor picks step's tasks: a seeded shuffle of the task list, walked in
+// order and reshuffled each pass, so a resumed run sees the same tasks.
+func tasksFor(tasks []env.Task, step, n int, seed uint64) []env.Task {
+	per := len(tasks) / n
+	epoch, at := step/per, (step%per)*n
+	order := rand.New(rand.NewPCG(seed, uint64(epoch))).Perm(len(tasks))
+	out := make([]env.Task, n)
+	for i := range out {
+		out[i] = tasks[order[at+i]]
+	}
+	return out
+}
+
+func rewardWeights(r config.Reward) reward.Weights {
+	return reward.Weights{Task: r.WTask, Context: r.WContext, Memory: r.WMemory,
+		Compression: r.AlphaCompression, Preventive: r.AlphaPreventive, Preservation: r.AlphaPreservation,
+		Storage: r.BetaStorage, Maintenance: r.BetaMaintenance, Relevance: r.BetaRelevance,
+		NoAnswer: r.PNoAnswer, Rounds: r.PRounds, Overflow: r.POverflow, TMax: r.TMax, StorageF1: r.StorageF1Threshold}
+}
+
+func components(b reward.Breakdown) map[string]float64 {
+	return map[string]float64{"r_task": b.Task, "r_context": b.Context, "r_memory": b.Memory, "p_penalty": b.Penalty,
+		"r_compression": b.Compression, "r_preventive": b.Preventive, "r_preservation": b.Preservation,
+		"r_storage": b.Storage, "r_maintenance": b.Maintenance, "r_relevance": b.Relevance}
+}
+
+// judgeFor picks the task judge of reward.judge.
+func judgeFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl qwen.Template) (reward.Judge, error) {
+	switch c.Reward.Judge {
+	case "em":
+		return reward.EMJudge{}, nil
+	case "policy":
+		m, err := p.W.Engine(cpu.New())
+		if err != nil {
+			return nil, err
+		}
+		pol := policy.New(m, tok, qwen.Sampling{MaxTokens: 16})
+		pol.Template = tmpl
+		return reward.LLMJudge{Policy: pol}, nil
+	}
+	return reward.F1Judge{}, nil
+}
+
+func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }

@@ -1,0 +1,104 @@
+package trainer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/rl/rollout"
+)
+
+// TestUpdateMovesLogProbsWithTheAdvantage: after GRPO updates on fixed
+// experiences, responses with a positive advantage became more likely and
+// those with a negative one less likely, for full fine-tuning and LoRA,
+// with both aggregations, several minibatches and micro-batches.
+func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
+	dir := t.TempDir()
+	if err := qwen.InitRandom(dir, qwen.Presets["tiny-qwen3"], safetensors.F32, 2); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	prompt := []int{1, 2, 3, 4, 5, 6}
+	var exps []rollout.Experience
+	for i := range 8 {
+		resp := make([]int, 3+i%3)
+		for j := range resp {
+			resp[j] = 10 + r.IntN(400)
+		}
+		exps = append(exps, rollout.Experience{Rollout: i, PromptIDs: append(prompt, 7+i), ResponseIDs: resp})
+	}
+	adv := []float64{1, -1, 1, -1, 1, -1, 1, -1}
+	for _, c := range []struct {
+		name       string
+		lora       bool
+		agg        string
+		mb, epochs int
+	}{{"full, token-mean, one epoch of one minibatch", false, "token-mean", 1, 1}, {"lora, seq-mean, 2 epochs of 2 minibatches", true, "seq-mean-token-mean", 2, 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			l := config.Default().LoRA
+			l.Enabled = c.lora
+			p, err := train.Open(dir, l, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := train.Open(dir, config.LoRA{}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc := config.Default().RL
+			rc.Aggregation, rc.Minibatches, rc.Epochs, rc.BatchTokens = c.agg, c.mb, c.epochs, 24
+			lr := 1e-3
+			if c.lora {
+				lr = 1e-2
+			}
+			tr := train.NewTrainer(p, config.Default().Optim, lr, optim.Schedule{}, 1, "")
+			seqs := sequences(exps)
+			before := score(p.W, seqs, 1<<20)
+			var st StepStats
+			for range 3 {
+				if err := update(tr, ref, exps, adv, rc, &st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := score(p.W, seqs, 1<<20)
+			for i := range exps {
+				var d float64
+				for j := range before[i] {
+					d += after[i][j] - before[i][j]
+				}
+				if d*adv[i] <= 0 {
+					t.Fatalf("experience %d (advantage %+g): log-probability moved by %+g", i, adv[i], d)
+				}
+			}
+			if st.KL <= 0 || st.Entropy <= 0 || tr.Step != 3*c.epochs*c.mb {
+				t.Fatalf("stats %+v after %d optimiser steps", st, tr.Step)
+			}
+		})
+	}
+}
+
+func TestTasksForIsASeededWalk(t *testing.T) {
+	var tasks []env.Task
+	for i := range 10 {
+		tasks = append(tasks, env.Task{ID: fmt.Sprint(i)})
+	}
+	seen := map[string]bool{}
+	for step := range 5 { // one pass: 5 steps of 2
+		for _, tk := range tasksFor(tasks, step, 2, 7) {
+			if seen[tk.ID] {
+				t.Fatalf("task %s twice within a pass", tk.ID)
+			}
+			seen[tk.ID] = true
+		}
+	}
+	a, b := tasksFor(tasks, 6, 2, 7), tasksFor(tasks, 6, 2, 7)
+	if a[0].ID != b[0].ID || a[1].ID != b[1].ID {
+		t.Fatal("the same step picked different tasks")
+	}
+}
