@@ -39,11 +39,11 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
 
-# The embedded default end to end: synthetic tasks, a tokenizer learned on
-# them, oracle episodes (with deliberate mistakes) as SFT data, a tiny Qwen3
-# trained from random weights on them, then the held-out episodes of the
-# model-free baselines beside the tuned policy (AgeMem-noRL). GRPO joins
-# when the RL issue lands.
+# The embedded default end to end (configs/tiny.yaml): synthetic tasks, a
+# tokenizer learned on them, oracle episodes (with deliberate mistakes) as
+# SFT data, a tiny Qwen3 trained from random weights on them (AgeMem-noRL),
+# step-wise GRPO on three-stage rollouts (AgeMem), then the held-out table:
+# No-Memory, AgeMem-noRL, AgeMem.
 CFG := configs/tiny.yaml
 demo: build
 	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
@@ -52,7 +52,8 @@ demo: build
 	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json --n 400 --forget-rate 0.1 --keep-distractor-rate 0.2 --out data/sft.jsonl
 	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer runs/tiny/tok/tokenizer.json --dtype f32
 	$(BIN)/agemem-train sft --config $(CFG)
-	$(BIN)/agemem-train episode --config $(CFG) --data data/synth-eval.json --first $(EVAL_TASKS) --policy no-memory,oracle,native --model runs/tiny/sft/policy --device cpu
+	$(BIN)/agemem-train train --config $(CFG)
+	$(BIN)/agemem-train eval --config $(CFG)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -277,7 +277,7 @@ func Default() Config {
 		SFT: SFT{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 4096, GradAccum: 1,
 			LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1, LossOn: "last",
 			EvalEvery: 50, SaveEvery: 100, Out: "runs/tiny/sft"},
-		RL: RL{Init: "runs/tiny/sft/policy", K: 8, BatchTasks: 4, Steps: 20, LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1,
+		RL: RL{Init: "runs/tiny/sft/policy", K: 8, BatchTasks: 2, Steps: 10, LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1,
 			Clip: 0.2, Beta: 0.1, Eps: 1e-6, Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
 			Temperature: 1, TopP: 1, SaveEvery: 10, Out: "runs/tiny/rl"},
 		Reward: Reward{WTask: 1.0 / 3, WContext: 1.0 / 3, WMemory: 1.0 / 3,

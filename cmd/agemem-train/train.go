@@ -24,6 +24,7 @@ import (
 
 func trainCmd(g *globals) *cobra.Command {
 	var resume string
+	var dryRun bool
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Train the policy to manage its memory with step-wise GRPO (AgeMem)",
@@ -46,6 +47,9 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 			if err != nil {
 				return err
 			}
+			if dryRun {
+				return printPlan(cmd.OutOrStdout(), cfg)
+			}
 			res, err := trainer.Run(cmd.Context(), trainer.Options{Config: cfg, YAML: cfg.YAML(), Resume: resume,
 				Log: cmd.ErrOrStderr(), TTY: isatty.IsTerminal(os.Stderr.Fd())})
 			if err != nil {
@@ -59,7 +63,67 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 		},
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate the config and the model, print the memory a run needs, and stop")
 	return cmd
+}
+
+// printPlan is --dry-run: the config is valid (it loaded), the model's
+// config.json is read, and the memory of a step is estimated.
+func printPlan(w io.Writer, cfg config.Config) error {
+	mc, err := qwen.LoadConfig(cfg.RL.Init)
+	if err != nil {
+		return fmt.Errorf("rl.init: %w", err)
+	}
+	h, hd, L := float64(mc.HiddenSize), float64(mc.HeadDim), float64(mc.Layers)
+	qw, kvw, inter := float64(mc.Heads)*hd, float64(mc.KVHeads)*hd, float64(mc.Intermediate)
+	perLayer := h*qw*2 + h*kvw*2 + 3*h*inter
+	params := L*perLayer + float64(mc.VocabSize)*h
+	if !mc.TieEmbeddings {
+		params += float64(mc.VocabSize) * h
+	}
+	trainable := params
+	if cfg.LoRA.Enabled {
+		r := float64(cfg.LoRA.R)
+		shapes := map[string][2]float64{"q_proj": {qw, h}, "k_proj": {kvw, h}, "v_proj": {kvw, h}, "o_proj": {h, qw},
+			"gate_proj": {inter, h}, "up_proj": {inter, h}, "down_proj": {h, inter}}
+		trainable = 0
+		for _, m := range cfg.LoRA.TargetModules {
+			trainable += L * r * (shapes[m][0] + shapes[m][1])
+		}
+	}
+	rc := cfg.RL
+	gib := func(b float64) string { return fmt.Sprintf("%.2f GiB", b/(1<<30)) }
+	weights := 4 * params // f32 master weights
+	ref := 4 * params     // the frozen reference (shared with the base under LoRA)
+	if cfg.LoRA.Enabled {
+		ref = 0
+	}
+	optimizer := 12 * trainable // gradient + two AdamW moments, f32
+	engine := 4 * params        // the rollout engine's copy of the weights
+	seqs := float64(rc.K * rc.BatchTasks)
+	kv := seqs * float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget) * L * 2 * kvw * 4
+	// Activations the tape holds per token and layer (inputs of each op and
+	// their gradients), measured at 63 KiB/token on the tiny default; with
+	// recomputation one layer's worth plus each layer's input.
+	act := float64(rc.BatchTokens) * 4 * L * (12*h + 4*qw + 4*kvw + 5*inter)
+	if rc.Recompute {
+		act = float64(rc.BatchTokens) * 4 * (L*h + 12*h + 4*qw + 4*kvw + 5*inter)
+	}
+	logits := float64(rc.BatchTokens) * float64(mc.VocabSize) * 4 * 2
+	total := weights + ref + optimizer + engine + kv + act + logits
+	fmt.Fprintf(w, "config valid; policy %s: %s, %d layers, hidden %d, %.2fM parameters, %.2fM trainable (%s)\n",
+		rc.Init, mc.ModelType, mc.Layers, mc.HiddenSize, params/1e6, trainable/1e6, map[bool]string{true: "LoRA", false: "full"}[cfg.LoRA.Enabled])
+	fmt.Fprintf(w, "a step: %d tasks x %d rollouts, contexts up to %d + %d tokens, micro-batches of %d tokens\n", rc.BatchTasks, rc.K, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget, rc.BatchTokens)
+	fmt.Fprintf(w, "memory per device (device cpu; one device until multi-GPU lands):\n")
+	for _, l := range []struct {
+		name string
+		b    float64
+	}{{"weights (f32 masters)", weights}, {"reference policy", ref}, {"gradients + AdamW moments", optimizer},
+		{"rollout engine weights", engine}, {"KV caches of all rollouts (upper bound)", kv}, {"activations of a micro-batch", act},
+		{"vocabulary logits and gradient", logits}, {"total (approximate)", total}} {
+		fmt.Fprintf(w, "  %-42s %s\n", l.name, gib(l.b))
+	}
+	return nil
 }
 
 // evalRow is one policy's line of the comparison.

@@ -349,6 +349,9 @@ type TrainOptions struct {
 	Recompute bool   // recompute each layer's activations in backward
 	Seed      uint64 // LoRA dropout masks
 	Dropout   bool   // apply LoRA dropout (training), not in evaluation
+	// NoAdapter runs the base alone, as if no adapter were attached: GRPO's
+	// reference policy under LoRA, without a second copy of the weights.
+	NoAdapter bool
 }
 
 // LogProbs runs the batch through the decoder on the tape and returns the
@@ -395,7 +398,7 @@ func (w *Weights[T]) layer(tp *tape.Tape[T], l *LayerWeights[T], li int, x *tape
 	eps := w.RMSNormEps
 	lin := func(p *LinearWeights[T], x *tape.Var[T], k int) *tape.Var[T] {
 		y := tp.Linear(x, p.W, p.B)
-		if p.A == nil {
+		if p.A == nil || o.NoAdapter {
 			return y
 		}
 		in := x

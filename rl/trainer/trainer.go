@@ -75,14 +75,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	// π_ref: the starting policy, frozen (with LoRA, the same base without
-	// an adapter).
-	ref, err := train.Open(rc.Init, config.LoRA{}, 0)
-	if err != nil {
-		return res, err
-	}
-	for _, nv := range ref.W.Named {
-		nv.V.Requires, nv.V.Grad = false, nil
+	// π_ref: the starting policy, frozen. With LoRA it is the policy's own
+	// base run without the adapter; otherwise a second, frozen copy.
+	ref := p
+	if !c.LoRA.Enabled {
+		if ref, err = train.Open(rc.Init, config.LoRA{}, 0); err != nil {
+			return res, err
+		}
+		for _, nv := range ref.W.Named {
+			nv.V.Requires, nv.V.Grad = false, nil
+		}
 	}
 	var tasks []env.Task
 	if err := env.StreamHotpotFile(c.Data.Train, func(t env.Task) error { tasks = append(tasks, t); return nil }); err != nil {
@@ -217,9 +219,9 @@ func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv
 	// the current log-probability itself, detached); π_ref per token.
 	var old [][]float64
 	if rc.Epochs*rc.Minibatches > 1 {
-		old = score(w, seqs, rc.BatchTokens)
+		old = score(w, seqs, rc.BatchTokens, qwen.TrainOptions{})
 	}
-	refLp := score(ref.W, seqs, rc.BatchTokens)
+	refLp := score(ref.W, seqs, rc.BatchTokens, qwen.TrainOptions{NoAdapter: true})
 	rng := rand.New(rand.NewPCG(uint64(tr.Step), 0x67727077))
 	var kl, loss, ent float64
 	var clipped, tokens, updates int
@@ -323,7 +325,7 @@ func microBatches(idx []int, seqs []qwen.Sequence, batchTokens int) [][]int {
 
 // score returns each sequence's learned-token log-probabilities, without
 // gradients.
-func score(w *qwen.Weights[float32], seqs []qwen.Sequence, batchTokens int) [][]float64 {
+func score(w *qwen.Weights[float32], seqs []qwen.Sequence, batchTokens int, o qwen.TrainOptions) [][]float64 {
 	out := make([][]float64, len(seqs))
 	idx := make([]int, len(seqs))
 	for i := range idx {
@@ -336,7 +338,7 @@ func score(w *qwen.Weights[float32], seqs []qwen.Sequence, batchTokens int) [][]
 		}
 		b := qwen.Pack(sub)
 		tp := tape.New[float32]()
-		lp := w.LogProbs(tp, b, qwen.TrainOptions{})
+		lp := w.LogProbs(tp, b, o)
 		for k, s := range b.Seq {
 			out[group[s]] = append(out[group[s]], float64(lp.Val[k]))
 		}

@@ -47,9 +47,11 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref, err := train.Open(dir, config.LoRA{}, 0)
-			if err != nil {
-				t.Fatal(err)
+			ref := p // under LoRA the reference is the base without the adapter
+			if !c.lora {
+				if ref, err = train.Open(dir, config.LoRA{}, 0); err != nil {
+					t.Fatal(err)
+				}
 			}
 			rc := config.Default().RL
 			rc.Aggregation, rc.Minibatches, rc.Epochs, rc.BatchTokens = c.agg, c.mb, c.epochs, 24
@@ -59,14 +61,14 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 			}
 			tr := train.NewTrainer(p, config.Default().Optim, lr, optim.Schedule{}, 1, "")
 			seqs := sequences(exps)
-			before := score(p.W, seqs, 1<<20)
+			before := score(p.W, seqs, 1<<20, qwen.TrainOptions{})
 			var st StepStats
 			for range 3 {
 				if err := update(tr, ref, exps, adv, rc, &st); err != nil {
 					t.Fatal(err)
 				}
 			}
-			after := score(p.W, seqs, 1<<20)
+			after := score(p.W, seqs, 1<<20, qwen.TrainOptions{})
 			for i := range exps {
 				var d float64
 				for j := range before[i] {
