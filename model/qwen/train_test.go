@@ -197,3 +197,30 @@ func TestTrainingForwardMatchesEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestNoAdapterIsTheBase: with an adapter attached, NoAdapter gives the
+// base's log-probabilities exactly (GRPO's reference under LoRA).
+func TestNoAdapterIsTheBase(t *testing.T) {
+	w := weightsFor[float32](t, Presets["tiny-qwen3"], 8)
+	b := Pack(fdSeqs)
+	base := w.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
+	a, err := lora.New(lora.Config{R: 2, Alpha: 4, TargetModules: []string{"q_proj", "up_proj"}}, w.linearModules(), w.linearShape, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AttachLoRA(a); err != nil {
+		t.Fatal(err)
+	}
+	with := w.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
+	without := w.LogProbs(tape.New[float32](), b, TrainOptions{NoAdapter: true}).Val
+	moved := false
+	for i := range base {
+		if without[i] != base[i] {
+			t.Fatalf("token %d: %g without the adapter, %g for the base", i, without[i], base[i])
+		}
+		moved = moved || with[i] != base[i]
+	}
+	if !moved {
+		t.Fatal("the adapter changed nothing; the test cannot tell")
+	}
+}
