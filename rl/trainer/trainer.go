@@ -213,7 +213,11 @@ func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv
 		return nil
 	}
 	w := tr.P.W
-	seqs := sequences(exps)
+	chs := chains(exps)
+	seqs := make([]qwen.Sequence, len(chs))
+	for i, c := range chs {
+		seqs[i] = c.seq
+	}
 	// π_old, the policy that sampled, recomputed by the training forward so
 	// the first ratio is exactly 1 (with one epoch of one minibatch it is
 	// the current log-probability itself, detached); π_ref per token.
@@ -226,14 +230,17 @@ func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv
 	var kl, loss, ent float64
 	var clipped, tokens, updates int
 	for range rc.Epochs {
-		order := rng.Perm(len(seqs))
+		order := rng.Perm(len(chs))
 		per := (len(order) + rc.Minibatches - 1) / rc.Minibatches
 		for lo := 0; lo < len(order); lo += per {
 			mb := order[lo:min(lo+per, len(order))]
-			var seqOf []int
-			for _, i := range mb {
-				for range exps[i].ResponseIDs {
-					seqOf = append(seqOf, i)
+			groups := microBatches(mb, seqs, rc.BatchTokens)
+			var seqOf []int // the experience of every learned token, in micro-batch order
+			for _, g := range groups {
+				for _, c := range g {
+					for _, t := range chs[c].tokens {
+						seqOf = append(seqOf, t.exp)
+					}
 				}
 			}
 			weights, err := grpo.TokenWeights(rc.Aggregation, seqOf)
@@ -241,10 +248,10 @@ func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv
 				return err
 			}
 			off := 0
-			for _, group := range microBatches(mb, seqs, rc.BatchTokens) {
+			for _, group := range groups {
 				var sub []qwen.Sequence
-				for _, i := range group {
-					sub = append(sub, seqs[i])
+				for _, c := range group {
+					sub = append(sub, seqs[c])
 				}
 				b := qwen.Pack(sub)
 				tp := tape.New[float32]()
@@ -252,12 +259,13 @@ func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv
 				toks := make([]grpo.Token, len(lp.Val))
 				pos := map[int]int{}
 				for k, s := range b.Seq {
-					i := group[s]
-					j := pos[i]
-					pos[i]++
-					toks[k] = grpo.Token{Seq: i, Logp: float64(lp.Val[k]), OldLogp: float64(lp.Val[k]), RefLogp: refLp[i][j], Adv: adv[i]}
+					c := group[s]
+					n := pos[c]
+					pos[c]++
+					i := chs[c].tokens[n].exp
+					toks[k] = grpo.Token{Seq: i, Logp: float64(lp.Val[k]), OldLogp: float64(lp.Val[k]), RefLogp: refLp[c][n], Adv: adv[i]}
 					if old != nil {
-						toks[k].OldLogp = old[i][j]
+						toks[k].OldLogp = old[c][n]
 					}
 					ent += e[k]
 				}
@@ -288,19 +296,57 @@ func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv
 	return nil
 }
 
-// sequences turns experiences into training sequences: prompt then
-// response, the response learned.
-func sequences(exps []rollout.Experience) []qwen.Sequence {
-	seqs := make([]qwen.Sequence, len(exps))
+// chain is one training sequence holding consecutive policy calls of a
+// rollout: while the context only grows, call j+1's prompt begins with call
+// j's prompt and response, so one sequence carries them all and each
+// response is learned where it stands. Filter, Summary and the Stage 2
+// reset rewrite the context and start a new chain. The loss is the same as
+// training each call on its own sequence, for a fraction of the tokens.
+type chain struct {
+	seq    qwen.Sequence
+	tokens []chainToken // the learned tokens, in order
+}
+
+type chainToken struct{ exp, pos int }
+
+func chains(exps []rollout.Experience) []chain {
+	var out []chain
+	last := map[int]int{} // rollout -> index of its open chain
 	for i, e := range exps {
-		ids := append(append([]int(nil), e.PromptIDs...), e.ResponseIDs...)
-		loss := make([]bool, len(ids))
-		for j := len(e.PromptIDs); j < len(ids); j++ {
-			loss[j] = true
+		full := append(append([]int(nil), e.PromptIDs...), e.ResponseIDs...)
+		if ci, ok := last[e.Rollout]; ok && hasPrefix(e.PromptIDs, out[ci].seq.IDs) {
+			c := &out[ci]
+			n := len(c.seq.IDs)
+			c.seq.IDs = append(c.seq.IDs, full[n:]...)
+			for j := n; j < len(full); j++ {
+				c.seq.Loss = append(c.seq.Loss, j >= len(e.PromptIDs))
+			}
+			for j := range e.ResponseIDs {
+				c.tokens = append(c.tokens, chainToken{i, j})
+			}
+			continue
 		}
-		seqs[i] = qwen.Sequence{IDs: ids, Loss: loss}
+		c := chain{seq: qwen.Sequence{IDs: full, Loss: make([]bool, len(full))}}
+		for j := len(e.PromptIDs); j < len(full); j++ {
+			c.seq.Loss[j] = true
+			c.tokens = append(c.tokens, chainToken{i, j - len(e.PromptIDs)})
+		}
+		last[e.Rollout] = len(out)
+		out = append(out, c)
 	}
-	return seqs
+	return out
+}
+
+func hasPrefix(s, prefix []int) bool {
+	if len(prefix) > len(s) {
+		return false
+	}
+	for i, v := range prefix {
+		if s[i] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // microBatches groups sequence indices into packs of at most batchTokens.

@@ -60,7 +60,10 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 				lr = 1e-2
 			}
 			tr := train.NewTrainer(p, config.Default().Optim, lr, optim.Schedule{}, 1, "")
-			seqs := sequences(exps)
+			var seqs []qwen.Sequence
+			for _, c := range chains(exps) {
+				seqs = append(seqs, c.seq)
+			}
 			before := score(p.W, seqs, 1<<20, qwen.TrainOptions{})
 			var st StepStats
 			for range 3 {
@@ -102,5 +105,43 @@ func TestTasksForIsASeededWalk(t *testing.T) {
 	a, b := tasksFor(tasks, 6, 2, 7), tasksFor(tasks, 6, 2, 7)
 	if a[0].ID != b[0].ID || a[1].ID != b[1].ID {
 		t.Fatal("the same step picked different tasks")
+	}
+}
+
+// TestChainsScoreLikeSeparateCalls: consecutive calls of a rollout whose
+// context only grew share one sequence, and every response token gets the
+// log-probability it has in its own call's sequence.
+func TestChainsScoreLikeSeparateCalls(t *testing.T) {
+	dir := t.TempDir()
+	if err := qwen.InitRandom(dir, qwen.Presets["tiny-qwen2"], safetensors.F32, 3); err != nil {
+		t.Fatal(err)
+	}
+	p, err := train.Open(dir, config.LoRA{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1 := rollout.Experience{Rollout: 0, PromptIDs: []int{1, 2, 3}, ResponseIDs: []int{40, 41}}
+	e2 := rollout.Experience{Rollout: 0, PromptIDs: []int{1, 2, 3, 40, 41, 9, 9}, ResponseIDs: []int{42}}
+	e3 := rollout.Experience{Rollout: 1, PromptIDs: []int{1, 2, 3}, ResponseIDs: []int{43, 44}}        // another rollout
+	e4 := rollout.Experience{Rollout: 0, PromptIDs: []int{1, 2, 3, 9}, ResponseIDs: []int{45, 46, 47}} // context rewritten
+	e5 := rollout.Experience{Rollout: 0, PromptIDs: []int{1, 2, 3, 9, 45, 46, 47, 8}, ResponseIDs: []int{48}}
+	exps := []rollout.Experience{e1, e2, e3, e4, e5}
+	chs := chains(exps)
+	if len(chs) != 3 {
+		t.Fatalf("%d chains, want 3 (e1+e2, e3, e4+e5)", len(chs))
+	}
+	var seqs []qwen.Sequence
+	for _, c := range chs {
+		seqs = append(seqs, c.seq)
+	}
+	merged := score(p.W, seqs, 1<<20, qwen.TrainOptions{})
+	for ci, c := range chs {
+		for n, tk := range c.tokens {
+			alone := chains(exps[tk.exp : tk.exp+1])
+			want := score(p.W, []qwen.Sequence{alone[0].seq}, 1<<20, qwen.TrainOptions{})[0][tk.pos]
+			if d := merged[ci][n] - want; d > 1e-5 || d < -1e-5 {
+				t.Fatalf("experience %d token %d: %g in the chain, %g alone", tk.exp, tk.pos, merged[ci][n], want)
+			}
+		}
 	}
 }
