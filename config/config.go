@@ -277,14 +277,14 @@ func Default() Config {
 		SFT: SFT{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 4096, GradAccum: 1,
 			LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1, LossOn: "last",
 			EvalEvery: 50, SaveEvery: 100, Out: "runs/tiny/sft"},
-		RL: RL{Init: "runs/tiny/sft/policy", K: 8, BatchTasks: 2, Steps: 10, LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1,
+		RL: RL{Init: "runs/tiny/sft/policy", K: 8, BatchTasks: 2, Steps: 6, LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1,
 			Clip: 0.2, Beta: 0.1, Eps: 1e-6, Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
 			Temperature: 1, TopP: 1, SaveEvery: 10, Out: "runs/tiny/rl"},
 		Reward: Reward{WTask: 1.0 / 3, WContext: 1.0 / 3, WMemory: 1.0 / 3,
 			AlphaCompression: 1.0 / 3, AlphaPreventive: 1.0 / 3, AlphaPreservation: 1.0 / 3,
 			BetaStorage: 1.0 / 3, BetaMaintenance: 1.0 / 3, BetaRelevance: 1.0 / 3,
 			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageF1Threshold: 0.5},
-		Eval: Eval{Tasks: 100, Out: "runs/tiny/eval.json"},
+		Eval: Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
 	}
 }
 
