@@ -33,8 +33,8 @@ func AttentionBackwardMatMul(dq, dkc, dvc, dout, q, kc, vc []float32, t, start, 
 	s, dp := make([]float32, t*n), make([]float32, t*n)
 	dqh, dkT, dvT := make([]float32, t*d), make([]float32, d*n), make([]float32, d*n)
 	for g := range kvHeads {
-		kT := transposeF32(head(kc, n, kvHeads*d, g), n, d)
-		vT := transposeF32(head(vc, n, kvHeads*d, g), n, d)
+		kT := Transpose(head(kc, n, kvHeads*d, g), n, d)
+		vT := Transpose(head(vc, n, kvHeads*d, g), n, d)
 		clear(dkT)
 		clear(dvT)
 		for h := g * group; h < (g+1)*group; h++ {
@@ -63,11 +63,11 @@ func AttentionBackwardMatMul(dq, dkc, dvc, dout, q, kc, vc []float32, t, start, 
 			// no t×n matrix is ever transposed.
 			MatMulT(dqh, dp, kT, nil, t, n, d)
 			scatterAdd(dq, t, heads*d, h, dqh)
-			MatMulNNAdd(dkT, transposeF32(qh, t, d), dp, d, t, n)
-			MatMulNNAdd(dvT, transposeF32(doh, t, d), s, d, t, n)
+			MatMulNNAdd(dkT, Transpose(qh, t, d), dp, d, t, n)
+			MatMulNNAdd(dvT, Transpose(doh, t, d), s, d, t, n)
 		}
-		scatterAdd(dkc, n, kvHeads*d, g, transposeF32(dkT, d, n))
-		scatterAdd(dvc, n, kvHeads*d, g, transposeF32(dvT, d, n))
+		scatterAdd(dkc, n, kvHeads*d, g, Transpose(dkT, d, n))
+		scatterAdd(dvc, n, kvHeads*d, g, Transpose(dvT, d, n))
 	}
 }
 
@@ -80,8 +80,8 @@ func AttentionMatMul(out, q, kc, vc []float32, t, start, heads, kvHeads, d int) 
 	scale := float32(1 / math.Sqrt(float64(d)))
 	s, oh := make([]float32, t*n), make([]float32, t*d)
 	for g := range kvHeads {
-		kT := transposeF32(headRows(kc, n, kvHeads*d, g, d), n, d)
-		vT := transposeF32(headRows(vc, n, kvHeads*d, g, d), n, d)
+		kT := Transpose(headRows(kc, n, kvHeads*d, g, d), n, d)
+		vT := Transpose(headRows(vc, n, kvHeads*d, g, d), n, d)
 		for h := g * group; h < (g+1)*group; h++ {
 			clear(s)
 			MatMulNNAdd(s, headRows(q, t, heads*d, h, d), kT, t, d, n)
@@ -123,8 +123,8 @@ func headRows(src []float32, rows, stride, h, d int) []float32 {
 	return out
 }
 
-// transposeF32 returns the [c, r] transpose of a [r, c] matrix.
-func transposeF32(a []float32, r, c int) []float32 {
+// Transpose returns the [c, r] transpose of a [r, c] matrix.
+func Transpose(a []float32, r, c int) []float32 {
 	out := make([]float32, len(a))
 	const blk = 32
 	for i0 := 0; i0 < r; i0 += blk {

@@ -54,8 +54,14 @@ func Merge(baseDir, adapterDir, outDir string) error {
 	if err := safetensors.Write(filepath.Join(outDir, "model.safetensors"), out, map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
-	for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"} {
-		if err := copyFile(filepath.Join(baseDir, f), filepath.Join(outDir, f)); err != nil && !os.IsNotExist(err) {
+	return CopyFiles(baseDir, outDir, "config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json")
+}
+
+// CopyFiles copies the named files of a model directory that exist (the
+// tokenizer and configs that travel with weights) from src to dst.
+func CopyFiles(src, dst string, names ...string) error {
+	for _, f := range names {
+		if err := copyFile(filepath.Join(src, f), filepath.Join(dst, f)); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 	}

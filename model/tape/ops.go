@@ -85,12 +85,12 @@ func linearBackward[T Float](dx, dw, db, dy, x, w []T, m, k, n int) {
 	}
 	if dx != nil {
 		tmp := make([]float32, m*k)
-		cpu.MatMulT(tmp, s[0], transpose(s[2], n, k), nil, m, n, k)
+		cpu.MatMulT(tmp, s[0], cpu.Transpose(s[2], n, k), nil, m, n, k)
 		addTo(any(dx).([]float32), tmp)
 	}
 	if dw != nil {
 		tmp := make([]float32, n*k)
-		cpu.MatMulT(tmp, transpose(s[0], m, n), transpose(s[1], m, k), nil, n, m, k)
+		cpu.MatMulT(tmp, cpu.Transpose(s[0], m, n), cpu.Transpose(s[1], m, k), nil, n, m, k)
 		addTo(any(dw).([]float32), tmp)
 	}
 	if db != nil {
@@ -98,22 +98,6 @@ func linearBackward[T Float](dx, dw, db, dy, x, w []T, m, k, n int) {
 			addTo(db, dy[i*n:(i+1)*n])
 		}
 	}
-}
-
-// transpose returns the [c, r] transpose of a [r, c] matrix.
-func transpose(a []float32, r, c int) []float32 {
-	out := make([]float32, len(a))
-	const blk = 32
-	for i0 := 0; i0 < r; i0 += blk {
-		for j0 := 0; j0 < c; j0 += blk {
-			for i := i0; i < min(i0+blk, r); i++ {
-				for j := j0; j < min(j0+blk, c); j++ {
-					out[j*r+i] = a[i*c+j]
-				}
-			}
-		}
-	}
-	return out
 }
 
 // RMSNorm normalises each row of width len(w) (x may hold several such

@@ -6,9 +6,7 @@ package train
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -83,29 +81,7 @@ func (p *Policy) Export(dir string, dtype safetensors.DType) error {
 	} else if err := p.W.SaveHF(dir, dtype); err != nil {
 		return err
 	}
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json"} {
-		if err := copyFile(filepath.Join(p.Dir, f), filepath.Join(dir, f)); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
-	return nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return lora.CopyFiles(p.Dir, dir, "tokenizer.json", "tokenizer_config.json", "generation_config.json")
 }
 
 // Trainer applies AdamW updates to a policy's trainable parameters and

@@ -232,20 +232,7 @@ func relevance(ctx context.Context, emb embed.Embedder, query string, mems []str
 	}
 	var s float64
 	for _, v := range vecs[1:] {
-		s += math.Max(0, cosine(vecs[0], v))
+		s += math.Max(0, embed.Cosine(vecs[0], v))
 	}
 	return s / float64(len(mems)), nil
-}
-
-func cosine(a, b []float32) float64 {
-	var ab, aa, bb float64
-	for i := range a {
-		ab += float64(a[i]) * float64(b[i])
-		aa += float64(a[i]) * float64(a[i])
-		bb += float64(b[i]) * float64(b[i])
-	}
-	if aa == 0 || bb == 0 {
-		return 0
-	}
-	return ab / math.Sqrt(aa*bb)
 }
