@@ -116,7 +116,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	emb := embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)
 	weights := rewardWeights(c.Reward)
 	ep := rollout.EpisodeConfig(c)
-	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", len(tasks), rc.Steps, rc.BatchTasks, rc.K, len(tr.Params()))
+	n := 0
+	for _, p := range tr.Params() {
+		n += len(p.W)
+	}
+	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", len(tasks), rc.Steps, rc.BatchTasks, rc.K, n)
 	prog := train.NewProgress(o.Log, rc.Steps, o.TTY)
 	for tr.Step < rc.Steps {
 		if err := ctx.Err(); err != nil {
