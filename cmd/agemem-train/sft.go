@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 
 	"github.com/mattn/go-isatty"
@@ -42,7 +43,11 @@ prompts and reports how many responses the AgeMem parser accepts.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "steps %d, %.0f tokens/s\n", res.Steps, res.TokensPerSec)
 			fmt.Fprintf(out, "train loss %.4f -> %.4f\n", res.TrainLossStart, res.TrainEnd)
-			fmt.Fprintf(out, "held-out loss %.4f -> %.4f\n", res.EvalLossStart, res.EvalLoss)
+			if math.IsNaN(res.EvalLossStart) { // resumed: the start was measured by the first run
+				fmt.Fprintf(out, "held-out loss %.4f\n", res.EvalLoss)
+			} else {
+				fmt.Fprintf(out, "held-out loss %.4f -> %.4f\n", res.EvalLossStart, res.EvalLoss)
+			}
 			if res.ParseN > 0 {
 				fmt.Fprintf(out, "held-out responses the AgeMem parser accepts: %d/%d (%.1f%%)\n", res.ParseOK, res.ParseN, 100*float64(res.ParseOK)/float64(res.ParseN))
 			}
