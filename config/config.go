@@ -99,7 +99,9 @@ type Reward struct {
 	POverflow          float64 `yaml:"p_overflow"`
 	TMax               int     `yaml:"t_max"`
 	Judge              string  `yaml:"judge"`
+	StorageJudge       string  `yaml:"storage_judge"`
 	StorageF1Threshold float64 `yaml:"storage_f1"`
+	RelevanceJudge     string  `yaml:"relevance_judge"`
 }
 
 // Eval configures the held-out comparison.
@@ -283,7 +285,7 @@ func Default() Config {
 		Reward: Reward{WTask: 1.0 / 3, WContext: 1.0 / 3, WMemory: 1.0 / 3,
 			AlphaCompression: 1.0 / 3, AlphaPreventive: 1.0 / 3, AlphaPreservation: 1.0 / 3,
 			BetaStorage: 1.0 / 3, BetaMaintenance: 1.0 / 3, BetaRelevance: 1.0 / 3,
-			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageF1Threshold: 0.5},
+			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageJudge: "f1", StorageF1Threshold: 0.5, RelevanceJudge: "cosine"},
 		Eval: Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
 	}
 }
@@ -448,6 +450,8 @@ func (c Config) Validate() error {
 	}
 	atLeast("reward.t_max", w.TMax, 1)
 	oneOf("reward.judge", w.Judge, "f1", "em", "policy")
+	oneOf("reward.storage_judge", w.StorageJudge, "f1", "policy")
+	oneOf("reward.relevance_judge", w.RelevanceJudge, "cosine", "policy")
 	if w.StorageF1Threshold <= 0 || w.StorageF1Threshold > 1 {
 		bad("reward.storage_f1", "%g is outside (0, 1]", w.StorageF1Threshold)
 	}

@@ -30,7 +30,99 @@ type Weights struct {
 	Storage, Maintenance, Relevance       float64 // β of Eq. 22, 1/3 each
 	NoAnswer, Rounds, Overflow            float64 // P_no-answer −1, P_rounds −1, P_overflow −0.5
 	TMax                                  int     // T_max of Eq. 19 and 26, 8192
-	StorageF1                             float64 // an entry is high quality at token F1 ≥ this with a supporting fact, 0.5
+}
+
+// Judges are the evaluators the paper runs with an LLM.
+type Judges struct {
+	Task      Judge          // S_judge of Eq. 17
+	Storage   StorageJudge   // high-quality entries of Eq. 23
+	Relevance RelevanceJudge // S_LLM(R, q) of Eq. 25
+}
+
+// StorageJudge decides whether a stored entry is high quality for a task.
+type StorageJudge interface {
+	HighQuality(ctx context.Context, t env.Task, entry string) (bool, error)
+}
+
+// RelevanceJudge scores retrieved memories against a question in [0, 1].
+type RelevanceJudge interface {
+	Relevance(ctx context.Context, question string, mems []string) (float64, error)
+}
+
+// F1Storage counts an entry as high quality when its token F1 with some
+// supporting fact reaches Threshold (0.5 by default).
+type F1Storage struct{ Threshold float64 }
+
+// HighQuality implements StorageJudge.
+func (s F1Storage) HighQuality(_ context.Context, t env.Task, entry string) (bool, error) {
+	return bestF1(entry, t.SupportingFacts) >= s.Threshold, nil
+}
+
+// CosineRelevance is the mean cosine, clipped to [0, 1], of the question's
+// embedding with each memory's.
+type CosineRelevance struct{ Embedder embed.Embedder }
+
+// Relevance implements RelevanceJudge.
+func (c CosineRelevance) Relevance(ctx context.Context, question string, mems []string) (float64, error) {
+	vecs, err := c.Embedder.Embed(ctx, append([]string{question}, mems...))
+	if err != nil {
+		return 0, fmt.Errorf("relevance: %w", err)
+	}
+	var s float64
+	for _, v := range vecs[1:] {
+		s += math.Max(0, embed.Cosine(vecs[0], v))
+	}
+	return s / float64(len(mems)), nil
+}
+
+// StoragePrompt asks an LLM whether one stored entry is worth keeping for
+// the task (Eq. 23: "identified as high-quality based on an LLM's analysis
+// of the input query and its expected answer").
+const StoragePrompt = `You are an expert judge of an agent's long-term memory.
+Question: [QUESTION]
+Expected answer: [ANSWER]
+Stored memory entry: [ENTRY]
+Does this entry hold information that helps answer the question? Respond with only 1 (yes) or 0 (no).`
+
+// RelevancePrompt asks an LLM for S_LLM(R, q) of Eq. 25.
+const RelevancePrompt = `You are an expert judge of retrieval quality.
+Question: [QUESTION]
+Retrieved memories:
+[MEMORIES]
+How relevant are the retrieved memories to the question, on a scale of 0.0 to 1.0? Respond with only a number between 0.0 and 1.0 (e.g., "0.85").`
+
+// LLMStorage asks a policy with StoragePrompt.
+type LLMStorage struct{ Policy memtools.Policy }
+
+// HighQuality implements StorageJudge.
+func (j LLMStorage) HighQuality(ctx context.Context, t env.Task, entry string) (bool, error) {
+	p := strings.NewReplacer("[QUESTION]", t.Question, "[ANSWER]", t.Answer, "[ENTRY]", entry).Replace(StoragePrompt)
+	v, err := askNumber(ctx, j.Policy, p)
+	return v >= 0.5, err
+}
+
+// LLMRelevance asks a policy with RelevancePrompt.
+type LLMRelevance struct{ Policy memtools.Policy }
+
+// Relevance implements RelevanceJudge.
+func (j LLMRelevance) Relevance(ctx context.Context, question string, mems []string) (float64, error) {
+	p := strings.NewReplacer("[QUESTION]", question, "[MEMORIES]", "- "+strings.Join(mems, "\n- ")).Replace(RelevancePrompt)
+	return askNumber(ctx, j.Policy, p)
+}
+
+// askNumber sends a judging prompt and reads the first number in [0, 1] of
+// the reply.
+func askNumber(ctx context.Context, pol memtools.Policy, prompt string) (float64, error) {
+	out, err := pol.Complete(ctx, []stm.Message{{Role: stm.User, Content: prompt}})
+	if err != nil {
+		return 0, fmt.Errorf("llm judge: %w", err)
+	}
+	m := number.FindString(out.Text)
+	if m == "" {
+		return 0, fmt.Errorf("llm judge: no score in %q", out.Text)
+	}
+	v, _ := strconv.ParseFloat(m, 64)
+	return math.Min(1, math.Max(0, v)), nil
 }
 
 // Breakdown is a reward and its parts.
@@ -99,24 +191,15 @@ var number = regexp.MustCompile(`[01](?:\.\d+)?|\.\d+`)
 // Score implements Judge.
 func (j LLMJudge) Score(ctx context.Context, question, gold, pred string) (float64, error) {
 	p := strings.NewReplacer("[QUESTION]", question, "[GROUND_TRUTH]", gold, "[AGENT_ANSWER]", pred).Replace(JudgePrompt)
-	out, err := j.Policy.Complete(ctx, []stm.Message{{Role: stm.User, Content: p}})
-	if err != nil {
-		return 0, fmt.Errorf("llm judge: %w", err)
-	}
-	m := number.FindString(out.Text)
-	if m == "" {
-		return 0, fmt.Errorf("llm judge: no score in %q", out.Text)
-	}
-	v, _ := strconv.ParseFloat(m, 64)
-	return math.Min(1, math.Max(0, v)), nil
+	return askNumber(ctx, j.Policy, p)
 }
 
 // Compute scores one played episode of task t.
-func Compute(ctx context.Context, w Weights, t env.Task, r env.Result, judge Judge, emb embed.Embedder) (Breakdown, error) {
+func Compute(ctx context.Context, w Weights, t env.Task, r env.Result, j Judges) (Breakdown, error) {
 	var b Breakdown
 	// R_task, Eq. 17.
 	if r.HasAnswer {
-		s, err := judge.Score(ctx, t.Question, t.Answer, r.Answer)
+		s, err := j.Task.Score(ctx, t.Question, t.Answer, r.Answer)
 		if err != nil {
 			return b, err
 		}
@@ -153,7 +236,11 @@ func Compute(ctx context.Context, w Weights, t env.Task, r env.Result, judge Jud
 					case memtools.ToolAdd:
 						if stage == 0 && res.Entry != nil {
 							b.StoredTotal++
-							if bestF1(res.Entry.Content, t.SupportingFacts) >= w.StorageF1 {
+							good, err := j.Storage.HighQuality(ctx, t, res.Entry.Content)
+							if err != nil {
+								return b, err
+							}
+							if good {
 								b.StoredGood++
 							}
 						}
@@ -178,7 +265,7 @@ func Compute(ctx context.Context, w Weights, t env.Task, r env.Result, judge Jud
 	// R_memory, Eq. 22-25.
 	b.Storage = float64(b.StoredGood) / math.Max(1, float64(b.StoredTotal))
 	if len(retrieved) > 0 {
-		rel, err := relevance(ctx, emb, t.Question, retrieved)
+		rel, err := j.Relevance.Relevance(ctx, t.Question, retrieved)
 		if err != nil {
 			return b, err
 		}
@@ -220,19 +307,4 @@ func preserved(items []string, ctxMsgs []stm.Message) float64 {
 		}
 	}
 	return 1
-}
-
-// relevance is the mean cosine, clipped to [0, 1], between the query and
-// each memory retrieved in Stage 3 (Eq. 25 with an embedding in place of
-// the LLM).
-func relevance(ctx context.Context, emb embed.Embedder, query string, mems []string) (float64, error) {
-	vecs, err := emb.Embed(ctx, append([]string{query}, mems...))
-	if err != nil {
-		return 0, fmt.Errorf("relevance: %w", err)
-	}
-	var s float64
-	for _, v := range vecs[1:] {
-		s += math.Max(0, embed.Cosine(vecs[0], v))
-	}
-	return s / float64(len(mems)), nil
 }

@@ -15,7 +15,7 @@ import (
 var paper = Weights{Task: 1.0 / 3, Context: 1.0 / 3, Memory: 1.0 / 3,
 	Compression: 1.0 / 3, Preventive: 1.0 / 3, Preservation: 1.0 / 3,
 	Storage: 1.0 / 3, Maintenance: 1.0 / 3, Relevance: 1.0 / 3,
-	NoAnswer: -1, Rounds: -1, Overflow: -0.5, TMax: 1000, StorageF1: 0.5}
+	NoAnswer: -1, Rounds: -1, Overflow: -0.5, TMax: 1000}
 
 var task = env.Task{
 	Question:        "In what year was the founder of Wuzam Trading born?",
@@ -45,7 +45,8 @@ func episode(s1, s2, s3 []memtools.Step, answer string, hasAnswer bool, ctxToken
 
 func compute(t *testing.T, r env.Result) Breakdown {
 	t.Helper()
-	b, err := Compute(context.Background(), paper, task, r, F1Judge{}, embed.NewHashing(256, []int{3}))
+	b, err := Compute(context.Background(), paper, task, r, Judges{Task: F1Judge{}, Storage: F1Storage{Threshold: 0.5},
+		Relevance: CosineRelevance{Embedder: embed.NewHashing(256, []int{3})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,5 +146,24 @@ func TestLLMJudgeReadsTheScore(t *testing.T) {
 	}
 	if _, err := (LLMJudge{Policy: fixedPolicy("no idea")}).Score(context.Background(), "q", "g", "p"); err == nil {
 		t.Fatal("a reply without a number was accepted")
+	}
+}
+
+// TestLLMJudgesForStorageAndRelevance: with an LLM's verdicts, a stored
+// distractor the LLM approves counts as high quality and the relevance is
+// the LLM's number.
+func TestLLMJudgesForStorageAndRelevance(t *testing.T) {
+	r := episode([]memtools.Step{step(100, false, add(task.Distractors[0]))}, nil,
+		[]memtools.Step{step(100, false, memtools.Result{Name: memtools.ToolRetrieve, OK: true, Retrieved: []ltm.Scored{{Entry: ltm.Entry{Content: "x"}}}})}, "1823", true, 100)
+	b, err := Compute(context.Background(), paper, task, r, Judges{Task: F1Judge{}, Storage: LLMStorage{Policy: fixedPolicy("1")},
+		Relevance: LLMRelevance{Policy: fixedPolicy("0.25")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	near(t, "R_storage by the LLM", b.Storage, 1)
+	near(t, "R_relevance by the LLM", b.Relevance, 0.25)
+	if _, err := Compute(context.Background(), paper, task, r, Judges{Task: F1Judge{}, Storage: LLMStorage{Policy: fixedPolicy("maybe")},
+		Relevance: LLMRelevance{Policy: fixedPolicy("0.25")}}); err == nil {
+		t.Fatal("an LLM reply without a verdict was accepted")
 	}
 }

@@ -93,7 +93,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if len(tasks) < rc.BatchTasks {
 		return res, fmt.Errorf("%s: %d tasks, rl.batch_tasks needs %d", c.Data.Train, len(tasks), rc.BatchTasks)
 	}
-	judge, err := judgeFor(c, p, tok, tmpl)
+	judges, err := judgesFor(c, p, tok, tmpl)
 	if err != nil {
 		return res, err
 	}
@@ -113,7 +113,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	defer metrics.Close()
-	emb := embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)
 	weights := rewardWeights(c.Reward)
 	ep := rollout.EpisodeConfig(c)
 	n := 0
@@ -145,7 +144,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		rewards := make([]float64, len(rs))
 		var promptTokens float64
 		for i, r := range rs {
-			b, err := reward.Compute(ctx, weights, r.Task, r.Result, judge, emb)
+			b, err := reward.Compute(ctx, weights, r.Task, r.Result, judges)
 			if err != nil {
 				return res, err
 			}
@@ -414,7 +413,7 @@ func rewardWeights(r config.Reward) reward.Weights {
 	return reward.Weights{Task: r.WTask, Context: r.WContext, Memory: r.WMemory,
 		Compression: r.AlphaCompression, Preventive: r.AlphaPreventive, Preservation: r.AlphaPreservation,
 		Storage: r.BetaStorage, Maintenance: r.BetaMaintenance, Relevance: r.BetaRelevance,
-		NoAnswer: r.PNoAnswer, Rounds: r.PRounds, Overflow: r.POverflow, TMax: r.TMax, StorageF1: r.StorageF1Threshold}
+		NoAnswer: r.PNoAnswer, Rounds: r.PRounds, Overflow: r.POverflow, TMax: r.TMax}
 }
 
 func components(b reward.Breakdown) map[string]float64 {
@@ -423,21 +422,37 @@ func components(b reward.Breakdown) map[string]float64 {
 		"r_storage": b.Storage, "r_maintenance": b.Maintenance, "r_relevance": b.Relevance}
 }
 
-// judgeFor picks the task judge of reward.judge.
-func judgeFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl qwen.Template) (reward.Judge, error) {
-	switch c.Reward.Judge {
-	case "em":
-		return reward.EMJudge{}, nil
-	case "policy":
-		m, err := p.W.Engine(cpu.New())
-		if err != nil {
-			return nil, err
+// judgesFor builds the judges of the reward section: deterministic by
+// default; "policy" sends the paper's prompts to the policy being trained.
+func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl qwen.Template) (reward.Judges, error) {
+	j := reward.Judges{Task: reward.F1Judge{}, Storage: reward.F1Storage{Threshold: c.Reward.StorageF1Threshold},
+		Relevance: reward.CosineRelevance{Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)}}
+	r := c.Reward
+	if r.Judge != "policy" && r.StorageJudge != "policy" && r.RelevanceJudge != "policy" {
+		if r.Judge == "em" {
+			j.Task = reward.EMJudge{}
 		}
-		pol := policy.New(m, tok, qwen.Sampling{MaxTokens: 16})
-		pol.Template = tmpl
-		return reward.LLMJudge{Policy: pol}, nil
+		return j, nil
 	}
-	return reward.F1Judge{}, nil
+	m, err := p.W.Engine(cpu.New())
+	if err != nil {
+		return j, err
+	}
+	pol := policy.New(m, tok, qwen.Sampling{MaxTokens: 16})
+	pol.Template = tmpl
+	switch r.Judge {
+	case "em":
+		j.Task = reward.EMJudge{}
+	case "policy":
+		j.Task = reward.LLMJudge{Policy: pol}
+	}
+	if r.StorageJudge == "policy" {
+		j.Storage = reward.LLMStorage{Policy: pol}
+	}
+	if r.RelevanceJudge == "policy" {
+		j.Relevance = reward.LLMRelevance{Policy: pol}
+	}
+	return j, nil
 }
 
 func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }
