@@ -38,6 +38,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./memtools/...
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
+	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/trainer/
 
 # The embedded default end to end (configs/tiny.yaml): synthetic tasks, a
 # tokenizer learned on them, oracle episodes (with deliberate mistakes) as

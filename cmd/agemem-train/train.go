@@ -36,7 +36,9 @@ section, normalises rewards within each task's group, broadcasts the
 advantage to every policy call of the rollout and updates the policy with
 the clipped surrogate and a k3 KL penalty to the frozen starting policy.
 Writes to rl.out: metrics.jsonl (reward and every component, tool calls,
-prompt tokens, KL, clip fraction, entropy, step time), reward.png, kl.png,
+prompt tokens, KL, clip fraction, entropy, step and rollout time),
+rollouts.jsonl (every rollout's reward components, answer, tool calls),
+reward.png, kl.png,
 checkpoint-N/ (resume with --resume) and policy/.`,
 		Example: `  agemem-train train --config configs/tiny.yaml
   agemem-train train --config configs/tiny.yaml --set rl.steps=40 --set reward.w_task=0.5

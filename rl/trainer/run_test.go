@@ -20,7 +20,7 @@ import (
 
 // microSetup writes synthetic tasks, a small tokenizer learned on them and
 // a random micro Qwen3, and returns a config that trains it for two steps.
-func microSetup(t *testing.T) config.Config {
+func microSetup(t testing.TB) config.Config {
 	dir := t.TempDir()
 	var buf bytes.Buffer
 	env.WriteHotpot(&buf, env.NewSynth(3).Generate(6))
@@ -85,6 +85,15 @@ func TestRunEndToEnd(t *testing.T) {
 		"r_preservation", "r_storage", "r_maintenance", "r_relevance", "kl", "clip_frac", "entropy", "prompt_tokens", "step_seconds", "experiences"} {
 		if _, ok := recs[0][key]; !ok {
 			t.Errorf("metrics.jsonl lacks %s", key)
+		}
+	}
+	rolls := records(t, filepath.Join(c.RL.Out, "rollouts.jsonl"))
+	if len(rolls) != c.RL.Steps*c.RL.K*c.RL.BatchTasks {
+		t.Fatalf("%d per-rollout records, want %d", len(rolls), c.RL.Steps*c.RL.K*c.RL.BatchTasks)
+	}
+	for _, key := range []string{"task_id", "reward", "r_task", "r_storage", "r_relevance", "p_penalty", "tool_calls"} {
+		if _, ok := rolls[0][key]; !ok {
+			t.Errorf("rollouts.jsonl lacks %s", key)
 		}
 	}
 	for _, f := range []string{"reward.png", "kl.png", "checkpoint-1/trainer_state.json", "checkpoint-2/params.safetensors", "policy/model.safetensors", "policy/tokenizer.json"} {

@@ -50,6 +50,10 @@ type StepStats struct {
 	Entropy    float64
 	GradNorm   float64
 	Seconds    float64
+	// RolloutSeconds and RolloutTokens (prompt tokens prefilled plus
+	// tokens generated) measure the rollout phase alone.
+	RolloutSeconds float64
+	RolloutTokens  int
 }
 
 // Result summarises a run.
@@ -113,6 +117,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	defer metrics.Close()
+	perRollout, err := train.OpenMetrics(filepath.Join(rc.Out, "rollouts.jsonl"), o.Resume != "")
+	if err != nil {
+		return res, err
+	}
+	defer perRollout.Close()
 	weights := rewardWeights(c.Reward)
 	ep := rollout.EpisodeConfig(c)
 	n := 0
@@ -140,7 +149,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		st := StepStats{Step: step + 1, Components: map[string]float64{}, ToolCalls: map[string]float64{}}
+		st := StepStats{Step: step + 1, Components: map[string]float64{}, ToolCalls: map[string]float64{}, RolloutSeconds: time.Since(t0).Seconds()}
+		for _, e := range exps {
+			st.RolloutTokens += len(e.PromptIDs) + len(e.ResponseIDs)
+		}
 		rewards := make([]float64, len(rs))
 		var promptTokens float64
 		for i, r := range rs {
@@ -149,6 +161,20 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				return res, err
 			}
 			rewards[i] = b.Total
+			rec := map[string]any{"step": step + 1, "task_id": r.Task.ID, "group": r.Group, "rollout": i % rc.K,
+				"answer": r.Result.Answer, "em": r.Result.EM, "context_tokens": r.Result.ContextTokens, "tool_calls": r.Result.ToolCalls(),
+				"format_errors": r.Result.FormatErrors(), "overflow": b.Overflowed, "rounds_exceeded": b.RoundsOver,
+				"stored": b.StoredTotal, "stored_high_quality": b.StoredGood}
+			if r.Err != nil {
+				rec["error"] = r.Err.Error()
+			}
+			for k, v := range components(b) {
+				rec[k] = v
+			}
+			rec["reward"] = b.Total
+			if err := perRollout.Log(rec); err != nil {
+				return res, err
+			}
 			st.Reward += b.Total / float64(len(rs))
 			for k, v := range components(b) {
 				st.Components[k] += v / float64(len(rs))
@@ -172,7 +198,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 		st.Seconds = time.Since(t0).Seconds()
 		rec := map[string]any{"step": st.Step, "reward": st.Reward, "loss": st.Loss, "kl": st.KL, "clip_frac": st.ClipFrac,
-			"entropy": st.Entropy, "grad_norm": st.GradNorm, "prompt_tokens": promptTokens, "experiences": len(exps), "step_seconds": st.Seconds}
+			"entropy": st.Entropy, "grad_norm": st.GradNorm, "prompt_tokens": promptTokens, "experiences": len(exps), "step_seconds": st.Seconds,
+			"rollout_seconds": st.RolloutSeconds, "rollout_tokens": st.RolloutTokens}
 		for k, v := range st.Components {
 			rec[k] = v
 		}
