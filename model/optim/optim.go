@@ -7,7 +7,9 @@ package optim
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
+	"sync"
 )
 
 // Param is one trainable tensor with its gradient.
@@ -66,25 +68,55 @@ func (a *AdamW) Step(params []Param, lr float64) error {
 		if p.Decay {
 			decay = 1 - lr*c.WeightDecay
 		}
-		for i, g := range p.G {
-			gf := float64(g)
-			mi := c.Beta1*float64(m[i]) + (1-c.Beta1)*gf
-			vi := c.Beta2*float64(v[i]) + (1-c.Beta2)*gf*gf
-			m[i], v[i] = float32(mi), float32(vi)
-			w := float64(p.W[i]) * decay
-			w -= lr * (mi / bc1) / (math.Sqrt(vi/bc2) + c.Eps)
-			p.W[i] = float32(w)
-		}
+		// Elementwise, so chunks run on all cores (a 0.5B model's update
+		// is otherwise seconds on one).
+		chunks(len(p.G), func(_, lo, hi int) {
+			for i := lo; i < hi; i++ {
+				gf := float64(p.G[i])
+				mi := c.Beta1*float64(m[i]) + (1-c.Beta1)*gf
+				vi := c.Beta2*float64(v[i]) + (1-c.Beta2)*gf*gf
+				m[i], v[i] = float32(mi), float32(vi)
+				w := float64(p.W[i]) * decay
+				w -= lr * (mi / bc1) / (math.Sqrt(vi/bc2) + c.Eps)
+				p.W[i] = float32(w)
+			}
+		})
 	}
 	return nil
 }
 
+// chunks runs f(c, lo, hi) over [0, n) split into at most GOMAXPROCS
+// chunks (c numbers them) across the cores when n is large.
+func chunks(n int, f func(c, lo, hi int)) {
+	workers := runtime.GOMAXPROCS(0)
+	if n < 1<<16 || workers == 1 {
+		f(0, 0, n)
+		return
+	}
+	per := (n + workers - 1) / workers
+	var wg sync.WaitGroup
+	for c, lo := 0, 0; lo < n; c, lo = c+1, lo+per {
+		wg.Go(func() { f(c, lo, min(lo+per, n)) })
+	}
+	wg.Wait()
+}
+
 // GlobalNorm is the L2 norm of all gradients together.
 func GlobalNorm(params []Param) float64 {
+	// Partial sums land in fixed slots and are added in order, so the norm
+	// (and a resumed run) does not depend on which core finished first.
 	var s float64
 	for _, p := range params {
-		for _, g := range p.G {
-			s += float64(g) * float64(g)
+		parts := make([]float64, runtime.GOMAXPROCS(0))
+		chunks(len(p.G), func(c, lo, hi int) {
+			var part float64
+			for _, g := range p.G[lo:hi] {
+				part += float64(g) * float64(g)
+			}
+			parts[c] = part
+		})
+		for _, v := range parts {
+			s += v
 		}
 	}
 	return math.Sqrt(s)

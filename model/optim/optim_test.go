@@ -1,6 +1,7 @@
 package optim
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -75,5 +76,33 @@ func TestClipAndSchedule(t *testing.T) {
 	}
 	if DecayFor("model.layers.0.input_layernorm.weight") || DecayFor("model.layers.0.self_attn.q_proj.bias") || !DecayFor("model.layers.0.mlp.up_proj.weight") {
 		t.Error("DecayFor")
+	}
+}
+
+// TestLargeParametersMatchSmallOnes: the parallel update and norm of a
+// parameter big enough to be split across cores equal the serial ones.
+func TestLargeParametersMatchSmallOnes(t *testing.T) {
+	const n = 1<<17 + 3
+	w1, g1 := make([]float32, n), make([]float32, n)
+	for i := range w1 {
+		w1[i], g1[i] = float32(i%7)-3, float32(i%11)/10-0.5
+	}
+	w2, g2 := append([]float32(nil), w1...), append([]float32(nil), g1...)
+	big := []Param{{Name: "w", W: w1, G: g1, Decay: true}}
+	var small []Param // the same values as many small parameters, updated serially
+	for lo := 0; lo < n; lo += 1000 {
+		hi := min(lo+1000, n)
+		small = append(small, Param{Name: fmt.Sprint(lo), W: w2[lo:hi], G: g2[lo:hi], Decay: true})
+	}
+	if a, b := GlobalNorm(big), GlobalNorm(small); math.Abs(a-b) > 1e-9*a {
+		t.Fatalf("norm %v split, %v serial", a, b)
+	}
+	cfg := AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1}
+	NewAdamW(cfg).Step(big, 0.01)
+	NewAdamW(cfg).Step(small, 0.01)
+	for i := range w1 {
+		if w1[i] != w2[i] {
+			t.Fatalf("weight %d: %v split, %v serial", i, w1[i], w2[i])
+		}
 	}
 }
