@@ -42,7 +42,18 @@ func New(m *qwen.Model, tok *tokenizer.Tokenizer, s qwen.Sampling) *Native {
 // Load opens a model directory on a backend (config.json, tokenizer.json, safetensors,
 // tokenizer_config.json for the chat template) as a policy; a non-empty
 // adapter names a LoRA adapter directory (PEFT layout) applied on top.
+//
+// dir may itself be a PEFT adapter directory: its base_model_name_or_path
+// is loaded and the adapter applied.
 func Load(be kernels.Backend, dir, adapter string, s qwen.Sampling) (*Native, error) {
+	if adapter == "" {
+		if a, err := lora.Load(dir); err == nil {
+			if a.Config.BaseModel == "" {
+				return nil, fmt.Errorf("%s/adapter_config.json names no base_model_name_or_path", dir)
+			}
+			dir, adapter = a.Config.BaseModel, dir
+		}
+	}
 	tok, err := tokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, err

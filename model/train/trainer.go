@@ -7,6 +7,7 @@ package train
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -26,8 +27,13 @@ type Policy struct {
 }
 
 // Open loads dir for training. With l.Enabled, the base is frozen and a new
-// adapter (B = 0, so training starts from the base exactly) is trained.
+// adapter (B = 0, so training starts from the base exactly) is trained. dir
+// may also be a PEFT adapter (an SFT run with LoRA): its base is loaded and
+// the adapter merged in, so the policy starts where SFT ended.
 func Open(dir string, l config.LoRA, seed uint64) (*Policy, error) {
+	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err == nil {
+		return openAdapter(dir, l)
+	}
 	cfg, err := qwen.LoadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -61,6 +67,39 @@ func Open(dir string, l config.LoRA, seed uint64) (*Policy, error) {
 		}
 	}
 	return &Policy{Dir: dir, W: w}, nil
+}
+
+// openAdapter loads an adapter's base and merges the adapter into it.
+func openAdapter(dir string, l config.LoRA) (*Policy, error) {
+	if l.Enabled {
+		return nil, fmt.Errorf("%s is a LoRA adapter: a new adapter on top of it would have no base on disk; merge it first (agemem-train merge) or train it in full", dir)
+	}
+	a, err := lora.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if a.Config.BaseModel == "" {
+		return nil, fmt.Errorf("%s/adapter_config.json names no base_model_name_or_path", dir)
+	}
+	p, err := Open(a.Config.BaseModel, config.LoRA{}, 0)
+	if err != nil {
+		return nil, fmt.Errorf("adapter %s: base: %w", dir, err)
+	}
+	byName := map[string]qwen.NamedVar[float32]{}
+	for _, nv := range p.W.Named {
+		byName[nv.Name] = nv
+	}
+	for _, m := range a.Modules {
+		nv, ok := byName[m.Name+".weight"]
+		if !ok || len(nv.V.Val) != m.B.Rows*m.A.Cols {
+			return nil, fmt.Errorf("adapter %s: module %s does not fit the base %s", dir, m.Name, a.Config.BaseModel)
+		}
+		for i, d := range a.Delta(m) {
+			nv.V.Val[i] += d
+		}
+	}
+	p.Dir = dir // its tokenizer files travel with the exported policy
+	return p, nil
 }
 
 func cutSuffix(s, suffix string) (string, bool) {

@@ -187,3 +187,34 @@ func TestExportLoadsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAnAdapterDirectory: a LoRA SFT output opens as its base with the
+// adapter merged, scoring as the adapter did; a new LoRA on top of it is
+// refused with advice.
+func TestOpenAnAdapterDirectory(t *testing.T) {
+	base := tinyDir(t)
+	tr := newTrainer(t, base, true)
+	for range 3 {
+		step(t, tr)
+	}
+	out := t.TempDir()
+	if err := tr.P.Export(out, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	want := tr.P.W.LogProbs(tape.New[float32](), batch(0), qwen.TrainOptions{}).Val
+	p, err := Open(out, config.LoRA{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := p.W.LogProbs(tape.New[float32](), batch(0), qwen.TrainOptions{}).Val
+	for i := range want {
+		if math.Abs(float64(got[i]-want[i])) > 1e-5 {
+			t.Fatalf("log-prob %d: %g merged, %g with the adapter", i, got[i], want[i])
+		}
+	}
+	l := config.Default().LoRA
+	l.Enabled = true
+	if _, err := Open(out, l, 0); err == nil || !strings.Contains(err.Error(), "merge it first") {
+		t.Fatalf("LoRA on an adapter: %v", err)
+	}
+}
