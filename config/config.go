@@ -119,6 +119,9 @@ type Model struct {
 	Path string `yaml:"path"`
 	// Dtype is the dtype of saved full weights: f32 | bf16 (masters stay f32).
 	Dtype string `yaml:"dtype"`
+	// Device runs generation (rollouts, eval): auto | cpu | cuda | cuda:N.
+	// Gradients are computed on the CPU for now.
+	Device string `yaml:"device"`
 	// Init is the shape `agemem-train init-model --config` writes.
 	Init ModelInit `yaml:"init"`
 }
@@ -270,7 +273,7 @@ func Default() Config {
 		Agent:   Agent{MaxSteps: 4, ContextBudget: 8192, ResponseBudget: 2048, SystemPrompt: "paper"},
 		Episode: Episode{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3},
 		Data:    Data{Train: "data/synth.json", Eval: "data/synth-eval.json"},
-		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Init: ModelInit{
+		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Device: "auto", Init: ModelInit{
 			ModelType: "qwen3", HiddenSize: 96, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 24,
 			Intermediate: 256, RopeTheta: 10000, MaxPositions: 4096, TieEmbeddings: true}},
 		LoRA: LoRA{R: 8, Alpha: 16, Dropout: 0.05,
@@ -342,6 +345,9 @@ func (c Config) Validate() error {
 	atLeast("episode.stage2_max_turns", c.Episode.Stage2MaxTurns, 0)
 	atLeast("episode.auto_retrieve_k", c.Episode.AutoRetrieveK, 0)
 	oneOf("model.dtype", c.Model.Dtype, "f32", "bf16")
+	if d := c.Model.Device; d != "auto" && d != "cpu" && d != "cuda" && !strings.HasPrefix(d, "cuda:") {
+		bad("model.device", "%q is not auto, cpu, cuda or cuda:N", d)
+	}
 	mi := c.Model.Init
 	oneOf("model.init.model_type", mi.ModelType, "qwen2", "qwen3")
 	atLeast("model.init.hidden_size", mi.HiddenSize, 2)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
@@ -223,7 +223,11 @@ func evaluate(ctx context.Context, cfg config.Config, name, dir string, tasks []
 			results = append(results, r)
 		}
 	} else {
-		pol, err := policy.Load(cpu.New(), dir, "", qwen.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		be, err := device.Open(cfg.Model.Device, os.Stderr)
+		if err != nil {
+			return row, err
+		}
+		pol, err := policy.Load(be, dir, "", qwen.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
 		if err != nil {
 			return row, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/policy"
@@ -97,6 +98,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if len(tasks) < rc.BatchTasks {
 		return res, fmt.Errorf("%s: %d tasks, rl.batch_tasks needs %d", c.Data.Train, len(tasks), rc.BatchTasks)
 	}
+	be, err := device.Open(c.Model.Device, o.Log)
+	if err != nil {
+		return res, err
+	}
 	judges, err := judgesFor(c, p, tok, tmpl)
 	if err != nil {
 		return res, err
@@ -138,7 +143,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		step := tr.Step
 		batch := tasksFor(tasks, step, rc.BatchTasks, uint64(c.Seed))
 		// Rollouts with the current weights.
-		m, err := p.W.Engine(cpu.New())
+		m, err := p.W.Engine(be)
 		if err != nil {
 			return res, err
 		}
