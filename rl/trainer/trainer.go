@@ -455,7 +455,8 @@ func components(b reward.Breakdown) map[string]float64 {
 }
 
 // judgesFor builds the judges of the reward section: deterministic by
-// default; "policy" sends the paper's prompts to the policy being trained.
+// default; "policy" sends the paper's prompts to the starting policy
+// (rl.init), frozen, so the judge does not drift with what it judges.
 func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl qwen.Template) (reward.Judges, error) {
 	j := reward.Judges{Task: reward.F1Judge{}, Storage: reward.F1Storage{Threshold: c.Reward.StorageF1Threshold},
 		Relevance: reward.CosineRelevance{Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)}}
