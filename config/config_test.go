@@ -56,6 +56,13 @@ func TestLoadErrors(t *testing.T) {
 		{"bad set key", "", []string{"agent.max_stepz=3"}, []string{"unknown key agent.max_stepz"}},
 		{"set without value", "", []string{"agent.max_steps"}, []string{"want key.path=value"}},
 		{"set into scalar", "", []string{"seed.x=1"}, []string{"--set", "seed must be a single int64 value"}},
+		{"bad device", "model:\n  device: gpu\n", nil, []string{"model.device", `"gpu" is not auto, cpu, cuda or cuda:N`}},
+		{"heads not divisible", "model:\n  init:\n    num_key_value_heads: 3\n", nil, []string{"model.init.num_key_value_heads", "does not divide"}},
+		{"unknown lora module", "lora:\n  target_modules: [q_proj, lm_head]\n", nil, []string{"lora.target_modules[1]", `"lm_head"`}},
+		{"bad aggregation", "rl:\n  aggregation: sum\n", nil, []string{"rl.aggregation", `"sum"`}},
+		{"positive penalty", "reward:\n  p_overflow: 0.5\n", nil, []string{"reward.p_overflow", "a penalty"}},
+		{"clip out of range", "rl:\n  clip: 1.5\n", nil, []string{"rl.clip", "outside (0, 1)"}},
+		{"sft loss_on", "sft:\n  loss_on: every\n", nil, []string{"sft.loss_on"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(write(t, tc.body), tc.sets)
