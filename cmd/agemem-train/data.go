@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agemem/agemem/rl/rollout"
 	"os"
 	"path/filepath"
 
@@ -102,7 +103,7 @@ oracle imperfect, so the tuned policy leaves RL room to improve.`,
 				if n > 0 && tasks >= n {
 					return errStop
 				}
-				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)), newRuntime(cfg, uint64(cfg.Seed)+uint64(tasks)), t, episodeConfig(cfg))
+				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)), rollout.NewRuntime(cfg, uint64(cfg.Seed)+uint64(tasks), nil), t, rollout.EpisodeConfig(cfg))
 				if err != nil {
 					return err
 				}

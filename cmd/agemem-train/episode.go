@@ -41,12 +41,6 @@ func policyFor(name string, t env.Task, cfg config.Config, native memtools.Polic
 	return nil, fmt.Errorf("--policy %q: want oracle, no-memory or native", name)
 }
 
-func newRuntime(cfg config.Config, seed uint64) *memtools.Runtime {
-	return rollout.NewRuntime(cfg, seed, nil)
-}
-
-func episodeConfig(cfg config.Config) env.EpisodeConfig { return rollout.EpisodeConfig(cfg) }
-
 func episodeCmd(g *globals) *cobra.Command {
 	var data, taskID, policyNames, modelDir, adapterDir, dev string
 	var sampling qwen.Sampling
@@ -122,14 +116,14 @@ model).`,
 				results = results[:0]
 				for i, t := range tasks {
 					p, _ := policyFor(name, t, cfg, nativeOrNil(native))
-					rt := newRuntime(cfg, uint64(cfg.Seed)+uint64(i))
+					rt := rollout.NewRuntime(cfg, uint64(cfg.Seed)+uint64(i), nil)
 					if native != nil {
 						rt.Context = stm.New(native.Tokenizer) // count tokens as the model does
 						if cfg.Tools.Summarizer == "policy" {
 							rt.Summarizer = memtools.PolicySummarizer{Policy: native}
 						}
 					}
-					res, err := env.RunEpisode(context.Background(), p, rt, t, episodeConfig(cfg))
+					res, err := env.RunEpisode(context.Background(), p, rt, t, rollout.EpisodeConfig(cfg))
 					if err != nil {
 						return err
 					}

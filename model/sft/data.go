@@ -17,8 +17,7 @@ import (
 
 // Example is one record ready to train on.
 type Example struct {
-	Line int // 1-based line in the JSONL file
-	Seq  qwen.Sequence
+	Seq qwen.Sequence
 	// Prompt is the conversation before the last assistant message, for
 	// generating from held-out records.
 	Prompt []qwen.Message
@@ -54,7 +53,6 @@ func Load(path string, tok *tokenizer.Tokenizer, tmpl qwen.Template, lossOn stri
 		if maxTokens > 0 && len(ex.Seq.IDs) > maxTokens {
 			return nil, fmt.Errorf("%s:%d: %d tokens exceed the model's %d positions", path, line, len(ex.Seq.IDs), maxTokens)
 		}
-		ex.Line = line
 		out = append(out, ex)
 	}
 	if err := sc.Err(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -72,24 +71,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	trainSet, evalSet := Split(all, s.EvalFraction)
 	sched := optim.Schedule{Warmup: s.WarmupSteps, Total: s.Steps, Cosine: s.Schedule == "cosine", MinRatio: s.MinLRRatio}
 	tr := train.NewTrainer(p, c.Optim, s.LR, sched, uint64(c.Seed), o.YAML)
-	if o.Resume != "" {
-		if err := tr.Resume(o.Resume); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(o.Log, "resumed from %s at step %d\n", o.Resume, tr.Step)
+	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
+		return res, err
 	}
 	batches := Plan(trainSet, s.BatchTokens, s.Steps*s.GradAccum, uint64(c.Seed))
 	evalBatches := Plan(evalSet, s.BatchTokens, 0, 0)
-	if err := mkdir(s.Out); err != nil {
-		return res, err
-	}
 	metrics, err := train.OpenMetrics(filepath.Join(s.Out, "metrics.jsonl"), o.Resume != "")
 	if err != nil {
 		return res, err
 	}
 	defer metrics.Close()
 	fmt.Fprintf(o.Log, "sft: %d records (%d train, %d held out), %d trainable parameters, %d steps of %d micro-batch(es)\n",
-		len(all), len(trainSet), len(evalSet), countParams(tr), s.Steps, s.GradAccum)
+		len(all), len(trainSet), len(evalSet), tr.NumParams(), s.Steps, s.GradAccum)
 	evaluate := func() float64 {
 		l := EvalLoss(p.W, evalBatches)
 		metrics.Log(map[string]any{"step": tr.Step, "eval_loss": l})
@@ -174,14 +167,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		metrics.Log(map[string]any{"step": tr.Step, "parse_rate": float64(res.ParseOK) / float64(res.ParseN)})
 	}
 	return res, nil
-}
-
-func countParams(t *train.Trainer) int {
-	n := 0
-	for _, p := range t.Params() {
-		n += len(p.W)
-	}
-	return n
 }
 
 // Plan groups examples into micro-batches of at most batchTokens packed
@@ -273,5 +258,3 @@ func FormatEval(ctx context.Context, w *qwen.Weights[float32], tok *tokenizer.To
 	}
 	return ok, total, nil
 }
-
-func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }

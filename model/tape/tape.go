@@ -41,11 +41,10 @@ func (m *Mem) add(n int64) {
 
 // Tape records ops for one forward and backward pass.
 type Tape[T Float] struct {
-	back  []func()
-	held  int64 // bytes this tape allocated, returned to mem on Release
-	mem   *Mem
-	elem  int64
-	fresh bool // set while recomputing: a sub-tape
+	back []func()
+	held int64 // bytes this tape allocated, returned to mem on Release
+	mem  *Mem
+	elem int64
 }
 
 // New returns an empty tape.
@@ -65,7 +64,7 @@ func sizeof[T Float](T) int {
 // Mem reports the tape's memory accounting.
 func (t *Tape[T]) Mem() Mem { return *t.mem }
 
-func (t *Tape[T]) sub() *Tape[T] { return &Tape[T]{mem: t.mem, elem: t.elem, fresh: true} }
+func (t *Tape[T]) sub() *Tape[T] { return &Tape[T]{mem: t.mem, elem: t.elem} }
 
 func (t *Tape[T]) alloc(n int) []T {
 	t.held += int64(n) * t.elem

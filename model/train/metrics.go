@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -30,8 +31,11 @@ type Metrics struct {
 // Point is one value of a series at a step.
 type Point struct{ Step, Value float64 }
 
-// OpenMetrics creates (or, when resuming, appends to) path.
+// OpenMetrics creates (or, when resuming, appends to) path, and its folder.
 func OpenMetrics(path string, appendTo bool) (*Metrics, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
 	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 	m := &Metrics{Series: map[string][]Point{}}
 	if appendTo {

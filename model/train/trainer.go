@@ -6,6 +6,7 @@ package train
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -149,6 +150,28 @@ func NewTrainer(p *Policy, o config.Optim, lr float64, s optim.Schedule, seed ui
 
 // Params are the trainable parameters with their gradients.
 func (t *Trainer) Params() []optim.Param { return t.params }
+
+// NumParams counts the trainable values.
+func (t *Trainer) NumParams() int {
+	n := 0
+	for _, p := range t.params {
+		n += len(p.W)
+	}
+	return n
+}
+
+// ResumeFrom resumes from dir and says so on log; an empty dir is a fresh
+// start.
+func (t *Trainer) ResumeFrom(dir string, log io.Writer) error {
+	if dir == "" {
+		return nil
+	}
+	if err := t.Resume(dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "resumed from %s at step %d\n", dir, t.Step)
+	return nil
+}
 
 // Update clips the accumulated gradients to the global norm, takes one
 // AdamW step at the scheduled rate and clears the gradients. It returns

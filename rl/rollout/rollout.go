@@ -142,8 +142,8 @@ func (b *batcher) done() {
 }
 
 // flushIfAllWaiting runs the pending batch when every live rollout is in
-// it. Called with mu held; the policy runs outside no lock because no other
-// rollout can act until it answers.
+// it. Called with mu held, also while the policy runs: every live rollout
+// is waiting on this batch, so none needs the lock until it is answered.
 func (b *batcher) flushIfAllWaiting(ctx context.Context) {
 	if len(b.pending) == 0 || len(b.pending) < b.live {
 		return

@@ -97,7 +97,7 @@ func TestRolloutsAreBatchedAndReproducible(t *testing.T) {
 }
 
 // failing rejects conversations longer than a limit, as the native policy
-// rejects over-long prompts: only the rollouts that hit it fail.
+// rejects over-long prompts: the rollouts that hit it fail, the run does not.
 type failing struct{ echo }
 
 func (f *failing) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
@@ -109,7 +109,7 @@ func (f *failing) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]m
 	return f.echo.CompleteBatch(ctx, convs)
 }
 
-func TestOneBadConversationFailsOnlyItsRollout(t *testing.T) {
+func TestABadConversationFailsItsRolloutNotTheRun(t *testing.T) {
 	cfg := config.Default()
 	rs, _, err := Run(context.Background(), &failing{}, tasks(1), Options{K: 2, Episode: EpisodeConfig(cfg),
 		NewRuntime: func(i int) *memtools.Runtime { return NewRuntime(cfg, uint64(i), nil) }})

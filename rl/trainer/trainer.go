@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -40,12 +39,12 @@ type Options struct {
 	TTY    bool
 }
 
-// StepStats are one step's figures (also its metrics.jsonl record).
+// StepStats are one step's figures (metrics.jsonl holds the same).
 type StepStats struct {
-	Step       int                `json:"step"`
-	Reward     float64            `json:"reward"`
-	Components map[string]float64 `json:"-"`
-	ToolCalls  map[string]float64 `json:"-"`
+	Step       int
+	Reward     float64
+	Components map[string]float64 // mean of each reward component
+	ToolCalls  map[string]float64 // mean calls per rollout by tool
 	Loss, KL   float64
 	ClipFrac   float64
 	Entropy    float64
@@ -108,13 +107,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	sched := optim.Schedule{Warmup: rc.WarmupSteps, Total: rc.Steps, Cosine: rc.Schedule == "cosine", MinRatio: rc.MinLRRatio}
 	tr := train.NewTrainer(p, c.Optim, rc.LR, sched, uint64(c.Seed), o.YAML)
-	if o.Resume != "" {
-		if err := tr.Resume(o.Resume); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(o.Log, "resumed from %s at step %d\n", o.Resume, tr.Step)
-	}
-	if err := mkdir(rc.Out); err != nil {
+	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
 	metrics, err := train.OpenMetrics(filepath.Join(rc.Out, "metrics.jsonl"), o.Resume != "")
@@ -129,11 +122,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer perRollout.Close()
 	weights := rewardWeights(c.Reward)
 	ep := rollout.EpisodeConfig(c)
-	n := 0
-	for _, p := range tr.Params() {
-		n += len(p.W)
-	}
-	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", len(tasks), rc.Steps, rc.BatchTasks, rc.K, n)
+	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", len(tasks), rc.Steps, rc.BatchTasks, rc.K, tr.NumParams())
 	prog := train.NewProgress(o.Log, rc.Steps, o.TTY)
 	for tr.Step < rc.Steps {
 		if err := ctx.Err(); err != nil {
@@ -487,5 +476,3 @@ func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl 
 	}
 	return j, nil
 }
-
-func mkdir(dir string) error { return os.MkdirAll(dir, 0o755) }
