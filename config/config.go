@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -48,6 +49,61 @@ type Config struct {
 	Reward Reward `yaml:"reward"`
 	// Eval configures agemem-train eval.
 	Eval Eval `yaml:"eval"`
+	// Serve configures the HTTP server (serve).
+	Serve Serve `yaml:"serve"`
+}
+
+// Serve configures the server.
+type Serve struct {
+	// Addr is the listen address.
+	Addr string `yaml:"addr"`
+	// Policy is the model directory served (a Hugging Face directory, the
+	// output of sft or train, or a PEFT adapter directory); Adapter
+	// optionally names a LoRA adapter applied on top.
+	Policy  string `yaml:"policy"`
+	Adapter string `yaml:"adapter"`
+	// ModelName is the model id of /v1/models; requests must name it.
+	ModelName string `yaml:"model_name"`
+	// Keys map API keys to namespaces; KeysEnv names an environment variable
+	// with more ("key=namespace,key2=namespace2"; namespace * is an admin).
+	// With no key at all the server is open and uses memory.namespace.
+	Keys    []APIKey `yaml:"keys"`
+	KeysEnv string   `yaml:"keys_env"`
+	// MaxBatch sequences decode in the same step (continuous batching); 1
+	// decodes one at a time.
+	MaxBatch int `yaml:"max_batch"`
+	// MaxConcurrent agent loops run at once; MaxQueue more wait; beyond
+	// that a request gets 429.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	MaxQueue      int `yaml:"max_queue"`
+	// Request limits: body bytes, messages, prompt tokens of one policy call
+	// (0: agent.context_budget), max_tokens a request may ask for (0:
+	// agent.response_budget).
+	MaxBodyBytes    int64 `yaml:"max_body_bytes"`
+	MaxMessages     int   `yaml:"max_messages"`
+	MaxPromptTokens int   `yaml:"max_prompt_tokens"`
+	MaxTokens       int   `yaml:"max_tokens"`
+	// Temperature and TopP when a request gives none.
+	Temperature float64 `yaml:"temperature"`
+	TopP        float64 `yaml:"top_p"`
+	// RequestTimeout bounds one request; ShutdownTimeout bounds the wait for
+	// requests in flight on SIGINT/SIGTERM.
+	RequestTimeout  time.Duration `yaml:"request_timeout"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Sessions keep short-term contexts for SessionTTL after their last
+	// request, at most MaxSessions (least recently used go first).
+	SessionTTL  time.Duration `yaml:"session_ttl"`
+	MaxSessions int           `yaml:"max_sessions"`
+	// LogFormat is json or text (structured logs on stderr).
+	LogFormat string `yaml:"log_format"`
+}
+
+// APIKey maps a key to the namespace it reads and writes; an admin key
+// may name any namespace.
+type APIKey struct {
+	Key       string `yaml:"key"`
+	Namespace string `yaml:"namespace"`
+	Admin     bool   `yaml:"admin"`
 }
 
 // RL configures step-wise GRPO.
@@ -290,6 +346,10 @@ func Default() Config {
 			BetaStorage: 1.0 / 3, BetaMaintenance: 1.0 / 3, BetaRelevance: 1.0 / 3,
 			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageJudge: "f1", StorageF1Threshold: 0.5, RelevanceJudge: "cosine"},
 		Eval: Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
+		Serve: Serve{Addr: "127.0.0.1:8080", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
+			MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxBodyBytes: 1 << 20, MaxMessages: 256,
+			Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
+			SessionTTL: time.Hour, MaxSessions: 10000, LogFormat: "json"},
 	}
 }
 
@@ -462,6 +522,52 @@ func (c Config) Validate() error {
 		bad("reward.storage_f1", "%g is outside (0, 1]", w.StorageF1Threshold)
 	}
 	atLeast("eval.tasks", c.Eval.Tasks, 0)
+	sv := c.Serve
+	if sv.Addr == "" {
+		bad("serve.addr", "must not be empty (host:port)")
+	}
+	if sv.ModelName == "" {
+		bad("serve.model_name", "must not be empty")
+	}
+	seen := map[string]bool{}
+	for i, k := range sv.Keys {
+		key := fmt.Sprintf("serve.keys[%d]", i)
+		if len(k.Key) < 8 {
+			bad(key+".key", "must be at least 8 characters")
+		}
+		if seen[k.Key] {
+			bad(key+".key", "repeats an earlier key")
+		}
+		seen[k.Key] = true
+		if k.Namespace == "" && !k.Admin {
+			bad(key+".namespace", "must name the key's namespace (or set admin: true)")
+		}
+	}
+	atLeast("serve.max_batch", sv.MaxBatch, 1)
+	atLeast("serve.max_concurrent", sv.MaxConcurrent, 1)
+	atLeast("serve.max_queue", sv.MaxQueue, 0)
+	if sv.MaxBodyBytes < 1024 {
+		bad("serve.max_body_bytes", "%d is below the minimum 1024", sv.MaxBodyBytes)
+	}
+	atLeast("serve.max_messages", sv.MaxMessages, 1)
+	atLeast("serve.max_prompt_tokens", sv.MaxPromptTokens, 0)
+	atLeast("serve.max_tokens", sv.MaxTokens, 0)
+	if sv.Temperature < 0 {
+		bad("serve.temperature", "%g must not be negative", sv.Temperature)
+	}
+	if sv.TopP <= 0 || sv.TopP > 1 {
+		bad("serve.top_p", "%g is outside (0, 1]", sv.TopP)
+	}
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{{"serve.request_timeout", sv.RequestTimeout}, {"serve.shutdown_timeout", sv.ShutdownTimeout}, {"serve.session_ttl", sv.SessionTTL}} {
+		if d.d <= 0 {
+			bad(d.key, "%s must be positive (a duration such as 30s or 5m)", d.d)
+		}
+	}
+	atLeast("serve.max_sessions", sv.MaxSessions, 1)
+	oneOf("serve.log_format", sv.LogFormat, "json", "text")
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid config:\n  %s", strings.Join(errs, "\n  "))
 	}
@@ -571,7 +677,11 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
 			return fmt.Errorf("config %s: %s must be a single %s value", where(file, n), keyName(prefix), t.Kind())
 		}
 		if err := n.Decode(reflect.New(t).Interface()); err != nil {
-			return fmt.Errorf("config %s: %s: %q is not a valid %s", where(file, n), keyName(prefix), n.Value, t.Kind())
+			kind := t.Kind().String()
+			if t == reflect.TypeFor[time.Duration]() {
+				kind = "duration (such as 30s, 5m or 1h)"
+			}
+			return fmt.Errorf("config %s: %s: %q is not a valid %s", where(file, n), keyName(prefix), n.Value, kind)
 		}
 	}
 	return nil

@@ -18,6 +18,9 @@ type Completion struct {
 	PromptIDs        []int     `json:"-"`
 	ResponseIDs      []int     `json:"-"`
 	LogProbs         []float32 `json:"-"`
+	// FinishReason is "stop" (the model ended its turn) or "length" (the
+	// response budget ran out); empty where the policy does not say.
+	FinishReason string `json:"finish_reason,omitempty"`
 }
 
 // Policy turns a conversation into the next assistant message.

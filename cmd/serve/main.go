@@ -1,15 +1,29 @@
-// Command serve puts a trained AgeMem policy in front of users. Today it
-// administers the persistent per-user long-term memory that the server will
-// use; the HTTP API and the MCP endpoint arrive with the serve issue.
+// Command serve puts a trained AgeMem policy in front of users: an
+// OpenAI-compatible HTTP API that runs the memory agent loop against each
+// user's persistent long-term memory, a memory API, an MCP endpoint, and
+// `serve memory` to administer the store from the shell.
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/serve"
 )
 
 type globals struct {
@@ -37,13 +51,140 @@ func main() {
 
 func newRoot() *cobra.Command {
 	g := &globals{}
+	var addr, pol, adapter string
+	var maxBatch int
 	root := &cobra.Command{
-		Use:           "serve",
-		Short:         "Serve AgeMem policies with persistent per-user memory",
+		Use:   "serve",
+		Short: "Serve an AgeMem policy with persistent per-user memory",
+		Long: `Starts the HTTP server (config section serve): POST /v1/chat/completions
+(OpenAI-compatible, streaming with server-sent events), GET /v1/models, the
+memory API under /v1/memories, MCP at /mcp, /healthz, /readyz, /metrics.
+SIGINT or SIGTERM finishes the requests in flight and stops.`,
+		Example: `  serve --config configs/tiny.yaml
+  AGEMEM_API_KEYS="sk-alice-0001=alice,sk-admin-0001=*" serve --config configs/tiny.yaml --addr :8080`,
+		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			f := cmd.Flags()
+			if f.Changed("addr") {
+				cfg.Serve.Addr = addr
+			}
+			if f.Changed("policy") {
+				cfg.Serve.Policy = pol
+			}
+			if f.Changed("adapter") {
+				cfg.Serve.Adapter = adapter
+			}
+			if f.Changed("max-batch") {
+				cfg.Serve.MaxBatch = maxBatch
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return run(ctx, cfg, nil)
+		},
 	}
 	g.Register(root.PersistentFlags())
-	root.AddCommand(memoryCmd(g))
+	root.Flags().StringVar(&addr, "addr", "", "listen address (serve.addr)")
+	root.Flags().StringVar(&pol, "policy", "", "policy directory (serve.policy)")
+	root.Flags().StringVar(&adapter, "adapter", "", "LoRA adapter directory on top of the policy (serve.adapter)")
+	root.Flags().IntVar(&maxBatch, "max-batch", 0, "sequences per decoding step; 1 turns batching off (serve.max_batch)")
+	root.AddCommand(memoryCmd(g), mcpCmd(g))
 	return root
+}
+
+func logger(cfg config.Config) *slog.Logger {
+	if cfg.Serve.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, nil))
+}
+
+func openStore(cfg config.Config) (*ltm.SQLite, error) {
+	if cfg.Memory.Store != "sqlite" {
+		return nil, fmt.Errorf("memory.store is %q: serve keeps users' memory in a sqlite store", cfg.Memory.Store)
+	}
+	return ltm.OpenSQLite(cfg.Memory.Path, ltm.SQLiteOptions{SyncFull: cfg.Memory.Sync == "full"})
+}
+
+// run serves until ctx ends. be, if not nil, replaces the configured policy
+// (tests serve a scripted one).
+func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
+	log := logger(cfg)
+	db, err := openStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	o := serve.Options{Config: cfg, Backend: be, Store: db, Embedder: embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams), Logger: log}
+	if be == nil {
+		dev, err := device.Open(cfg.Model.Device, os.Stderr)
+		if err != nil {
+			return err
+		}
+		o.Policy, err = policy.Load(dev, cfg.Serve.Policy, cfg.Serve.Adapter, qwen.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		if err != nil {
+			return fmt.Errorf("serve.policy %s: %w", cfg.Serve.Policy, err)
+		}
+	}
+	s, err := serve.New(o)
+	if err != nil {
+		return err
+	}
+	return listenAndServe(ctx, cfg, s, log)
+}
+
+func listenAndServe(ctx context.Context, cfg config.Config, s *serve.Server, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", cfg.Serve.Addr)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("serve.addr: %w", err)
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Memory.Path)
+	return s.Serve(ctx, ln)
+}
+
+func mcpCmd(g *globals) *cobra.Command {
+	var stdio bool
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the long-term memory tools over MCP on stdin/stdout",
+		Long: `Runs an MCP server (the official Go SDK) on stdin/stdout exposing
+Add_memory, Update_memory, Delete_memory and Retrieve_memory on one
+namespace (--namespace, default memory.namespace) of the store at
+memory.path. Over HTTP the same tools are at /mcp of the running server.`,
+		Example: `  serve mcp --stdio --namespace alice --config configs/tiny.yaml`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !stdio {
+				return fmt.Errorf("only --stdio is served here; the HTTP transport is /mcp of the running server")
+			}
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			db, err := openStore(cfg)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ns := cfg.Memory.Namespace
+			srv := serve.NewMCPServer(serve.MemoryTools{Store: db, Embedder: embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams),
+				Options:   memtools.Options{TopK: cfg.Tools.RetrieveTopK, MaxTopK: cfg.Tools.MaxTopK, FilterThreshold: cfg.Tools.FilterThreshold},
+				Namespace: func(context.Context, *mcp.CallToolRequest) string { return ns }}, "1")
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return srv.Run(ctx, &mcp.StdioTransport{})
+		},
+	}
+	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve on stdin/stdout")
+	cmd.PersistentFlags().StringVar(&g.namespace, "namespace", "", "the namespace the tools act on")
+	return cmd
 }

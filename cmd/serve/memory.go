@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -73,17 +71,6 @@ func parseMetadata(s string) (map[string]any, error) {
 		return nil, fmt.Errorf("--metadata must be a JSON object: %w", err)
 	}
 	return m, nil
-}
-
-// exported is one line of an export: an entry without its embedding, which
-// import recomputes with the configured embedder.
-type exported struct {
-	ID         string         `json:"memory_id"`
-	Content    string         `json:"content"`
-	Metadata   map[string]any `json:"metadata,omitempty"`
-	MemoryType string         `json:"memory_type,omitempty"`
-	Created    string         `json:"created"`
-	Updated    string         `json:"updated"`
 }
 
 func memoryCmd(g *globals) *cobra.Command {
@@ -189,12 +176,7 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 			if err != nil {
 				return err
 			}
-			w := bufio.NewWriter(cmd.OutOrStdout())
-			enc := json.NewEncoder(w)
-			for _, e := range all {
-				enc.Encode(exported{e.ID, e.Content, e.Metadata, e.MemoryType, e.Created.Format("2006-01-02T15:04:05.999999999Z"), e.Updated.Format("2006-01-02T15:04:05.999999999Z")})
-			}
-			return w.Flush()
+			return ltm.WriteJSONL(cmd.OutOrStdout(), all)
 		}),
 	}
 	imp := &cobra.Command{
@@ -215,26 +197,9 @@ is written, so a malformed file changes nothing.`,
 				defer f.Close()
 				r = f
 			}
-			var lines []exported
-			sc := bufio.NewScanner(r)
-			sc.Buffer(make([]byte, 1<<20), 64<<20)
-			for n := 1; sc.Scan(); n++ {
-				if strings.TrimSpace(sc.Text()) == "" {
-					continue
-				}
-				var e exported
-				dec := json.NewDecoder(strings.NewReader(sc.Text()))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&e); err != nil {
-					return fmt.Errorf("%s:%d: %w", args[0], n, err)
-				}
-				if strings.TrimSpace(e.Content) == "" {
-					return fmt.Errorf("%s:%d: empty content", args[0], n)
-				}
-				lines = append(lines, e)
-			}
-			if err := sc.Err(); err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+			lines, err := ltm.ReadJSONL(r, args[0])
+			if err != nil {
+				return err
 			}
 			for _, e := range lines {
 				v, err := s.embed(e.Content)

@@ -133,6 +133,9 @@ func (s *SQLite) migrate() error {
 // Close closes the file.
 func (s *SQLite) Close() error { return s.db.Close() }
 
+// Ping checks that the database answers.
+func (s *SQLite) Ping() error { return s.db.Ping() }
+
 // Path is the file the store lives in.
 func (s *SQLite) Path() string { return s.path }
 

@@ -135,20 +135,72 @@ func (p *Native) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]me
 	}
 	out := make([]memtools.Completion, len(gens))
 	for i, g := range gens {
-		text := g.Tokens
-		if g.FinishReason == "stop" && len(text) > 0 && isStop(text[len(text)-1], p.Sampling.StopIDs) {
-			text = text[:len(text)-1] // the end-of-turn token is not part of the message
-		}
-		out[i] = memtools.Completion{
-			Text:             p.Tokenizer.Decode(text, true),
-			PromptTokens:     len(prompts[i]),
-			CompletionTokens: len(g.Tokens),
-			PromptIDs:        prompts[i],
-			ResponseIDs:      g.Tokens,
-			LogProbs:         g.LogProbs,
-		}
+		out[i] = p.completion(prompts[i], g, p.Sampling.StopIDs)
 	}
 	return out, nil
+}
+
+func (p *Native) completion(prompt []int, g qwen.Generation, stops []int) memtools.Completion {
+	text := g.Tokens
+	if g.FinishReason == "stop" && len(text) > 0 && isStop(text[len(text)-1], stops) {
+		text = text[:len(text)-1] // the end-of-turn token is not part of the message
+	}
+	return memtools.Completion{
+		Text:             p.Tokenizer.Decode(text, true),
+		PromptTokens:     len(prompt),
+		CompletionTokens: len(g.Tokens),
+		PromptIDs:        prompt,
+		ResponseIDs:      g.Tokens,
+		LogProbs:         g.LogProbs,
+		FinishReason:     g.FinishReason,
+	}
+}
+
+// Scheduled is the policy as one served request sees it: its own sampling
+// (the request's temperature, token limit and seed), generation through a
+// continuous-batching scheduler shared with every other request, and an
+// optional callback per sampled token for streaming.
+type Scheduled struct {
+	Native    *Native
+	Scheduler *qwen.Scheduler
+	Sampling  qwen.Sampling // StopIDs are the policy's when empty
+	OnToken   func(id int)
+	// MaxPromptTokens refuses longer prompts (0: Native's limit).
+	MaxPromptTokens int
+}
+
+// Complete implements memtools.Policy.
+func (s Scheduled) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	ids, err := s.Native.Prompt(msgs)
+	if err != nil {
+		return memtools.Completion{}, err
+	}
+	samp := s.Sampling
+	if len(samp.StopIDs) == 0 {
+		samp.StopIDs = s.Native.Sampling.StopIDs
+	}
+	limit := s.MaxPromptTokens
+	if limit == 0 {
+		limit = s.Native.MaxPromptTokens
+	}
+	if limit == 0 && s.Native.Model.MaxPositions > 0 {
+		limit = s.Native.Model.MaxPositions - samp.MaxTokens
+	}
+	if limit > 0 && len(ids) > limit {
+		return memtools.Completion{}, &PromptTooLongError{Tokens: len(ids), Limit: limit}
+	}
+	g, err := s.Scheduler.Generate(ctx, ids, samp, s.OnToken)
+	if err != nil {
+		return memtools.Completion{}, err
+	}
+	return s.Native.completion(ids, g, samp.StopIDs), nil
+}
+
+// PromptTooLongError is a conversation that does not fit the model.
+type PromptTooLongError struct{ Tokens, Limit int }
+
+func (e *PromptTooLongError) Error() string {
+	return fmt.Sprintf("prompt of %d tokens exceeds the limit of %d", e.Tokens, e.Limit)
 }
 
 func isStop(id int, stops []int) bool {

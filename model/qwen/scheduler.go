@@ -1,0 +1,260 @@
+package qwen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+
+	"github.com/agemem/agemem/kernels/cpu"
+)
+
+// ErrSchedulerClosed is returned by Scheduler.Generate after Close.
+var ErrSchedulerClosed = errors.New("qwen: scheduler closed")
+
+// SchedulerOptions shape continuous batching.
+type SchedulerOptions struct {
+	// MaxBatch is how many sequences decode in the same step; 1 turns
+	// batching off (sequences run one after another).
+	MaxBatch int
+	// PrefillChunk bounds the prompt tokens one sequence feeds in a step, so
+	// a long new prompt delays the sequences already decoding by at most one
+	// chunk (0: 512).
+	PrefillChunk int
+	// OnStep, if set, is called after every decoding step with the number of
+	// sequences in it and the tokens it fed (for metrics).
+	OnStep func(seqs, tokens int)
+}
+
+// Scheduler runs generation requests that arrive at any time in shared
+// decoding steps (continuous batching, as in Orca and vLLM): every step is
+// one batched forward over all live sequences, new requests join at the
+// next step boundary, finished ones leave at once. Concurrent callers of
+// Generate therefore share weight reads instead of queueing behind each
+// other.
+type Scheduler struct {
+	m      *Model
+	dec    Decoder
+	opt    SchedulerOptions
+	in     chan *schedSeq
+	closed chan struct{}
+	once   sync.Once
+	done   sync.WaitGroup
+
+	mu     sync.Mutex
+	prefix []int  // token ids whose cache is kept (the system prompt)
+	pcache *Cache // their keys and values
+}
+
+type schedSeq struct {
+	ctx     context.Context
+	prompt  []int
+	s       Sampling
+	onToken func(id int)
+
+	cache *Cache
+	next  []int // tokens still to feed: the prompt's rest, then the last sample
+	rng   *rand.Rand
+	gen   Generation
+	err   error
+	ready chan struct{}
+}
+
+// NewScheduler starts a scheduler over m; dec decodes for stop strings.
+func NewScheduler(m *Model, dec Decoder, o SchedulerOptions) *Scheduler {
+	if o.MaxBatch < 1 {
+		o.MaxBatch = 1
+	}
+	if o.PrefillChunk < 1 {
+		o.PrefillChunk = 512
+	}
+	sc := &Scheduler{m: m, dec: dec, opt: o, in: make(chan *schedSeq), closed: make(chan struct{})}
+	sc.done.Add(1)
+	go sc.loop()
+	return sc
+}
+
+// SetPrefix computes and keeps the cache of ids (say, the rendered system
+// prompt every conversation starts with); a prompt that starts with them
+// copies that cache instead of computing it again. The outputs are the same
+// as without it.
+func (sc *Scheduler) SetPrefix(ids []int) error {
+	if len(ids) == 0 {
+		sc.mu.Lock()
+		sc.prefix, sc.pcache = nil, nil
+		sc.mu.Unlock()
+		return nil
+	}
+	c := sc.m.NewCache(len(ids))
+	if _, err := sc.m.forward([][]int{ids}, []*Cache{c}, true); err != nil {
+		return err
+	}
+	sc.mu.Lock()
+	sc.prefix, sc.pcache = slices.Clone(ids), c
+	sc.mu.Unlock()
+	return nil
+}
+
+// Generate continues prompt and returns when the sequence is finished,
+// calling onToken (if not nil) with each token as it is sampled, from the
+// scheduler's goroutine. Sampling is as in Model.Generate with the
+// sequence's own generator seeded with (s.Seed, 0), so a request gives the
+// same tokens however it was batched. A cancelled ctx takes the sequence
+// out at the next step.
+func (sc *Scheduler) Generate(ctx context.Context, prompt []int, s Sampling, onToken func(id int)) (Generation, error) {
+	if len(prompt) == 0 {
+		return Generation{}, fmt.Errorf("prompt is empty")
+	}
+	if s.MaxTokens <= 0 {
+		return Generation{}, fmt.Errorf("max tokens must be positive, got %d", s.MaxTokens)
+	}
+	if n := len(prompt) + s.MaxTokens; sc.m.MaxPositions > 0 && n > sc.m.MaxPositions {
+		return Generation{}, fmt.Errorf("prompt plus max tokens (%d) exceeds the model's %d positions", n, sc.m.MaxPositions)
+	}
+	q := &schedSeq{ctx: ctx, prompt: prompt, s: s, onToken: onToken, ready: make(chan struct{})}
+	select {
+	case sc.in <- q:
+	case <-ctx.Done():
+		return Generation{}, ctx.Err()
+	case <-sc.closed:
+		return Generation{}, ErrSchedulerClosed
+	}
+	<-q.ready
+	return q.gen, q.err
+}
+
+// Close stops the scheduler after failing the sequences still in it.
+func (sc *Scheduler) Close() {
+	sc.once.Do(func() { close(sc.closed) })
+	sc.done.Wait()
+}
+
+func (sc *Scheduler) loop() {
+	defer sc.done.Done()
+	var live, waiting []*schedSeq
+	finish := func(q *schedSeq, err error) {
+		q.err = err
+		q.cache = nil
+		close(q.ready)
+	}
+	defer func() {
+		for _, q := range append(live, waiting...) {
+			finish(q, ErrSchedulerClosed)
+		}
+	}()
+	logp := make([]float32, sc.m.VocabSize)
+	for {
+		if len(live) == 0 && len(waiting) == 0 {
+			select {
+			case q := <-sc.in:
+				waiting = append(waiting, q)
+			case <-sc.closed:
+				return
+			}
+		}
+	drain:
+		for {
+			select {
+			case q := <-sc.in:
+				waiting = append(waiting, q)
+			case <-sc.closed:
+				return
+			default:
+				break drain
+			}
+		}
+		for len(live) < sc.opt.MaxBatch && len(waiting) > 0 {
+			q := waiting[0]
+			waiting = waiting[1:]
+			sc.admit(q)
+			live = append(live, q)
+		}
+		// Sequences whose caller went away leave before the step.
+		kept := live[:0]
+		for _, q := range live {
+			if err := q.ctx.Err(); err != nil {
+				finish(q, err)
+				continue
+			}
+			kept = append(kept, q)
+		}
+		live = kept
+		if len(live) == 0 {
+			continue
+		}
+		toks := make([][]int, len(live))
+		caches := make([]*Cache, len(live))
+		fed := 0
+		for j, q := range live {
+			n := min(len(q.next), sc.opt.PrefillChunk)
+			toks[j], caches[j] = q.next[:n], q.cache
+			fed += n
+		}
+		logits, err := sc.m.forward(toks, caches, true)
+		if err != nil {
+			for _, q := range live {
+				finish(q, err)
+			}
+			live = nil
+			continue
+		}
+		if sc.opt.OnStep != nil {
+			sc.opt.OnStep(len(live), fed)
+		}
+		kept = live[:0]
+		for j, q := range live {
+			q.next = q.next[len(toks[j]):]
+			if len(q.next) > 0 { // still prefilling: these logits predict prompt tokens
+				kept = append(kept, q)
+				continue
+			}
+			row := logits[j]
+			tok := sample(row, q.s, q.rng)
+			cpu.LogSoftmax(logp, row)
+			g := &q.gen
+			g.Tokens = append(g.Tokens, tok)
+			g.LogProbs = append(g.LogProbs, logp[tok])
+			if q.onToken != nil {
+				q.onToken(tok)
+			}
+			switch {
+			case slices.Contains(q.s.StopIDs, tok):
+				g.FinishReason = "stop"
+			case len(q.s.Stop) > 0 && sc.dec != nil && hasStop(sc.dec.Decode(g.Tokens, false), q.s.Stop):
+				g.FinishReason = "stop"
+			case len(g.Tokens) >= q.s.MaxTokens:
+				g.FinishReason = "length"
+			default:
+				q.next = []int{tok}
+				kept = append(kept, q)
+				continue
+			}
+			finish(q, nil)
+		}
+		live = kept
+	}
+}
+
+// admit gives a new sequence its cache, starting from the kept prefix's
+// when the prompt begins with it (and has a token of its own after it).
+func (sc *Scheduler) admit(q *schedSeq) {
+	maxT := len(q.prompt) + q.s.MaxTokens
+	q.rng = rand.New(rand.NewPCG(q.s.Seed, 0))
+	sc.mu.Lock()
+	prefix, pc := sc.prefix, sc.pcache
+	sc.mu.Unlock()
+	if pc != nil && len(q.prompt) > len(prefix) && slices.Equal(q.prompt[:len(prefix)], prefix) {
+		q.cache = sc.m.NewCache(maxT)
+		for i := range pc.K {
+			sc.m.B.CopyRows(q.cache.K[i], 0, pc.K[i], 0, pc.Len)
+			sc.m.B.CopyRows(q.cache.V[i], 0, pc.V[i], 0, pc.Len)
+		}
+		q.cache.Len = pc.Len
+		q.next = q.prompt[len(prefix):]
+		return
+	}
+	q.cache = sc.m.NewCache(maxT)
+	q.next = q.prompt
+}

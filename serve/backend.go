@@ -1,0 +1,106 @@
+package serve
+
+import (
+	"context"
+	"sync"
+
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/qwen"
+)
+
+// Backend is the policy a server runs. It hands each request a policy with
+// the request's own sampling, and counts tokens the way the policy does.
+type Backend interface {
+	Policy(g Gen) memtools.Policy
+	stm.Tokenizer
+	Close()
+}
+
+// Gen is one request's generation settings.
+type Gen struct {
+	Temperature, TopP float64
+	MaxTokens         int
+	Seed              uint64
+	MaxPromptTokens   int
+	// Progress, if set, is called as a response grows; text returns the
+	// response so far (it may be called later, from another goroutine).
+	Progress func(text func() string)
+}
+
+// Native serves a Qwen policy through a continuous-batching scheduler:
+// the policy calls of all concurrent requests decode in shared steps.
+type Native struct {
+	Model     *policy.Native
+	Scheduler *qwen.Scheduler
+}
+
+// NewNative starts the scheduler for p. maxBatch 1 turns batching off;
+// system, if not empty, is a system prompt whose cache is computed once and
+// shared by every conversation that starts with it. onStep observes each
+// decoding step (metrics).
+func NewNative(p *policy.Native, maxBatch int, system string, onStep func(seqs, tokens int)) (*Native, error) {
+	sc := qwen.NewScheduler(p.Model, p.Tokenizer, qwen.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep})
+	if system != "" {
+		// The rendered system turn is a prefix of every conversation's
+		// prompt ids; its last token is left out so that a tokenizer merge
+		// across the boundary cannot make it a non-prefix.
+		ids, err := p.Prompt([]stm.Message{{Role: stm.System, Content: system}})
+		if err == nil && len(ids) > 8 {
+			err = sc.SetPrefix(ids[:len(ids)-8])
+		}
+		if err != nil {
+			sc.Close()
+			return nil, err
+		}
+	}
+	return &Native{Model: p, Scheduler: sc}, nil
+}
+
+// Count implements stm.Tokenizer.
+func (n *Native) Count(text string) int { return n.Model.Tokenizer.Count(text) }
+
+// Close stops the scheduler.
+func (n *Native) Close() { n.Scheduler.Close() }
+
+// Policy implements Backend.
+func (n *Native) Policy(g Gen) memtools.Policy {
+	s := n.Model.Sampling
+	s.Temperature, s.TopP, s.MaxTokens, s.Seed = g.Temperature, g.TopP, g.MaxTokens, g.Seed
+	sp := policy.Scheduled{Native: n.Model, Scheduler: n.Scheduler, Sampling: s, MaxPromptTokens: g.MaxPromptTokens}
+	if g.Progress == nil {
+		return sp
+	}
+	return &streamingPolicy{sp: sp, progress: g.Progress}
+}
+
+// streamingPolicy collects the ids of the response being generated so that
+// the request's writer can decode them at its own pace: the scheduler's
+// goroutine only appends an id.
+type streamingPolicy struct {
+	sp       policy.Scheduled
+	progress func(text func() string)
+	mu       sync.Mutex
+	ids      []int
+}
+
+func (p *streamingPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	p.mu.Lock()
+	p.ids = nil
+	p.mu.Unlock()
+	text := func() string {
+		p.mu.Lock()
+		ids := append([]int(nil), p.ids...)
+		p.mu.Unlock()
+		return p.sp.Native.Tokenizer.Decode(ids, true)
+	}
+	sp := p.sp
+	sp.OnToken = func(id int) {
+		p.mu.Lock()
+		p.ids = append(p.ids, id)
+		p.mu.Unlock()
+		p.progress(text)
+	}
+	return sp.Complete(ctx, msgs)
+}

@@ -1,0 +1,90 @@
+package serve
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+type bearer struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return b.next.RoundTrip(r)
+}
+
+func mcpSession(t *testing.T, url, key string) (*mcp.ClientSession, error) {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	return c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url + "/mcp", MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: bearer{key, http.DefaultTransport}}}, nil)
+}
+
+func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res.Content[0].(*mcp.TextContent).Text, res.IsError
+}
+
+// The SDK's own client lists and calls the memory tools over streamable
+// HTTP; each key reaches only its namespace, and what MCP stores the chat
+// endpoint retrieves.
+func TestMCPOverHTTP(t *testing.T) {
+	ts := start(t, testConfig(t), newScripted())
+	if _, err := mcpSession(t, ts.URL, "sk-wrong-key-0000"); err == nil {
+		t.Fatal("MCP accepted a wrong key")
+	}
+	alice, err := mcpSession(t, ts.URL, aliceKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	tools, err := alice.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+		if tl.InputSchema.(map[string]any)["type"] != "object" {
+			t.Errorf("%s: schema %v", tl.Name, tl.InputSchema)
+		}
+	}
+	if strings.Join(names, ",") != "Add_memory,Delete_memory,Retrieve_memory,Update_memory" {
+		t.Fatalf("tools: %v", names)
+	}
+	out, isErr := callText(t, alice, "Add_memory", map[string]any{"content": "The spare key is under the blue pot", "metadata": map[string]any{"room": "garden"}})
+	if isErr || !strings.Contains(out, "mem_") {
+		t.Fatalf("Add_memory: %s", out)
+	}
+	out, _ = callText(t, alice, "Retrieve_memory", map[string]any{"query": "where is the spare key", "top_k": 1})
+	if !strings.Contains(out, "blue pot") {
+		t.Fatalf("Retrieve_memory: %s", out)
+	}
+	// A bad argument is a tool error the caller can read, not a failure.
+	if out, isErr := callText(t, alice, "Delete_memory", map[string]any{"memory_id": "nope"}); !isErr || out == "" {
+		t.Fatalf("bad id: %v %s", isErr, out)
+	}
+	// The chat endpoint sees what MCP stored.
+	if got, _ := answer(t, ts, aliceKey, "", "Recall: spare key"); !strings.Contains(got, "blue pot") {
+		t.Fatalf("chat after MCP add: %q", got)
+	}
+	bob, err := mcpSession(t, ts.URL, bobKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	if out, _ := callText(t, bob, "Retrieve_memory", map[string]any{"query": "where is the spare key"}); strings.Contains(out, "blue pot") {
+		t.Fatalf("bob retrieves alice's memory over MCP: %s", out)
+	}
+}

