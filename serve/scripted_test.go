@@ -108,4 +108,3 @@ func (p scriptedPolicy) Complete(ctx context.Context, msgs []stm.Message) (memto
 	}
 	return memtools.Completion{Text: out, PromptTokens: n, CompletionTokens: stm.Words{}.Count(out), FinishReason: "stop"}, nil
 }
-
