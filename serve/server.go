@@ -234,6 +234,9 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request) *apiError) ht
 		defer cancel()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Serve.MaxBodyBytes)
 		if aerr := h(w, r.WithContext(ctx)); aerr != nil {
+			if aerr.Status >= 500 {
+				s.log.Error("request failed", "path", r.URL.Path, "status", aerr.Status, "code", aerr.Code, "err", aerr.Message)
+			}
 			writeError(w, aerr)
 		}
 	})

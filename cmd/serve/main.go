@@ -96,7 +96,7 @@ SIGINT or SIGTERM finishes the requests in flight and stops.`,
 	root.Flags().StringVar(&pol, "policy", "", "policy directory (serve.policy)")
 	root.Flags().StringVar(&adapter, "adapter", "", "LoRA adapter directory on top of the policy (serve.adapter)")
 	root.Flags().IntVar(&maxBatch, "max-batch", 0, "sequences per decoding step; 1 turns batching off (serve.max_batch)")
-	root.AddCommand(memoryCmd(g), mcpCmd(g))
+	root.AddCommand(memoryCmd(g), mcpCmd(g), loadtestCmd())
 	return root
 }
 

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -306,5 +307,40 @@ func BenchmarkNewMemory(b *testing.B) {
 	for b.Loop() {
 		m := NewMemory(1)
 		m.Add(context.Background(), e)
+	}
+}
+
+// Concurrent writers on one file (the server's requests) all succeed:
+// none fails with "database is locked".
+func TestSQLiteConcurrentWriters(t *testing.T) {
+	s, err := OpenSQLite(filepath.Join(t.TempDir(), "m.db"), SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64*5)
+	for g := range 64 {
+		wg.Go(func() {
+			ns, _ := s.Namespace(fmt.Sprintf("user%d", g%4))
+			for i := range 5 {
+				e, err := ns.Add(context.Background(), Entry{Content: fmt.Sprint("fact ", g, i), Embedding: []float32{1, float32(i), float32(g)}})
+				if err == nil {
+					_, err = ns.Update(context.Background(), e.ID, "updated", []float32{float32(i), 1, 0}, nil)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ns, _ := s.Namespace("user0")
+	if n, _ := ns.Count(context.Background()); n != 16*5 {
+		t.Fatalf("user0 holds %d entries, want 80", n)
 	}
 }

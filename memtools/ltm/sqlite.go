@@ -77,7 +77,10 @@ func OpenSQLite(path string, opt SQLiteOptions) (*SQLite, error) {
 	if opt.SyncFull {
 		sync = "FULL"
 	}
-	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(%s)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)&_pragma=mmap_size(1073741824)", path, sync)
+	// Write transactions start IMMEDIATE: a deferred one that reads first
+	// and then writes fails at once with SQLITE_BUSY_SNAPSHOT when another
+	// writer committed in between (WAL), which busy_timeout cannot wait out.
+	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(%s)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)&_pragma=mmap_size(1073741824)", path, sync)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open memory store %s: %w", path, err)

@@ -1,0 +1,94 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/qwen"
+)
+
+// BenchmarkServeLoad is the issue's load test: 32 clients on loopback for
+// AGEMEM_LOAD_SECONDS (default 30) against the tiny policy `make demo`
+// trains (AGEMEM_SERVE_POLICY overrides the directory), once with
+// continuous batching (serve.max_batch 32) and once without (1), printed
+// side by side. Every non-200 answer is an error.
+func BenchmarkServeLoad(b *testing.B) {
+	dir := os.Getenv("AGEMEM_SERVE_POLICY")
+	if dir == "" {
+		dir = "../runs/tiny/rl/policy"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		b.Skipf("no policy at %s: run `make demo` first (or set AGEMEM_SERVE_POLICY)", dir)
+	}
+	secs := 30
+	if s := os.Getenv("AGEMEM_LOAD_SECONDS"); s != "" {
+		secs, _ = strconv.Atoi(s)
+	}
+	var buf bytes.Buffer
+	env.WriteHotpot(&buf, env.NewSynth(7).Generate(50))
+	var prompts []string
+	env.StreamHotpot(&buf, func(t env.Task) error {
+		prompts = append(prompts, t.SupportingFacts...)
+		prompts = append(prompts, t.Question)
+		return nil
+	})
+	cfg, err := config.Load("../configs/tiny.yaml", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Serve.KeysEnv = ""
+	cfg.Serve.MaxConcurrent = 32
+	run := func(maxBatch int) LoadReport {
+		c := cfg
+		c.Serve.MaxBatch = maxBatch
+		c.Memory.Path = filepath.Join(b.TempDir(), "m.db")
+		p, err := policy.Load(cpu.New(), dir, "", qwen.Sampling{MaxTokens: c.Agent.ResponseBudget})
+		if err != nil {
+			b.Fatal(err)
+		}
+		db, err := ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		s, err := New(Options{Config: c, Policy: p, Store: db, Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		ts := newHTTPTest(s)
+		defer ts.Close()
+		rep, err := LoadTest(context.Background(), LoadOptions{URL: ts.URL, Clients: 32, Duration: time.Duration(secs) * time.Second, Prompts: prompts})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rep
+	}
+	for range b.N {
+		batched := run(32)
+		single := run(1)
+		fmt.Printf("serve load, batching (max_batch 32):  %s\n", batched)
+		fmt.Printf("serve load, no batching (max_batch 1): %s\n", single)
+		fmt.Printf("serve load: batching / no batching = %.2fx requests/s, %.2fx tokens/s\n",
+			batched.RPS()/single.RPS(), batched.TokensPerSecond()/single.TokensPerSecond())
+		b.ReportMetric(batched.RPS(), "req/s")
+		b.ReportMetric(single.RPS(), "req/s-unbatched")
+		b.ReportMetric(batched.TokensPerSecond(), "tok/s")
+		b.ReportMetric(float64(batched.P99.Milliseconds()), "p99-ms")
+		if len(batched.Errors)+len(single.Errors) > 0 {
+			b.Errorf("errors: batched %v, unbatched %v", batched.Errors, single.Errors)
+		}
+	}
+}
