@@ -59,9 +59,9 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	}
 	var out struct {
 		Content, Streamed, Finish, ErrCode string
-		Usage, StreamUsage             map[string]float64
-		Models                         []string
-		ErrStatus                      int
+		Usage, StreamUsage                 map[string]float64
+		Models                             []string
+		ErrStatus                          int
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("%s: %v", raw, err)
