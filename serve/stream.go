@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,8 +159,7 @@ func (st *sseStream) event(c any, u *usage, info *traceInfo) {
 	if ch, ok := c.(chatChoice); ok {
 		ev.Choices = []chatChoice{ch}
 	}
-	b, _ := json.Marshal(ev)
-	fmt.Fprintf(st.w, "data: %s\n\n", b)
+	fmt.Fprintf(st.w, "data: %s\n\n", marshal(ev))
 	if f, ok := st.w.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -226,8 +226,7 @@ func (st *sseStream) fail(e *apiError) {
 	st.stop()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	b, _ := json.Marshal(map[string]*apiError{"error": e})
-	fmt.Fprintf(st.w, "data: %s\n\ndata: [DONE]\n\n", b)
+	fmt.Fprintf(st.w, "data: %s\n\ndata: [DONE]\n\n", marshal(map[string]*apiError{"error": e}))
 	if f, ok := st.w.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -248,4 +247,15 @@ func (p *stepPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools
 		p.stream.settle(c.Text)
 	}
 	return c, err
+}
+
+// marshal is json.Marshal without HTML escaping, so traces read as the
+// model wrote them (<think>, not \u003cthink\u003e), as in non-streamed
+// responses.
+func marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
