@@ -26,11 +26,14 @@ type AddedToken struct {
 
 // Tokenizer is a byte-level BPE tokenizer. It is safe for concurrent use.
 type Tokenizer struct {
-	vocab   map[string]int
-	tokens  []string // id -> token text (byte-level form, or an added token's content)
-	merges  map[uint64]merge
-	added   []AddedToken // longest first, for matching
-	addedID map[int]AddedToken
+	vocab  map[string]int
+	tokens []string // id -> token text (byte-level form, or an added token's content)
+	merges map[uint64]merge
+	// mergeList keeps the merges in rank order, for writers of other
+	// formats (GGUF's tokenizer.ggml.merges).
+	mergeList [][2]string
+	added     []AddedToken // longest first, for matching
+	addedID   map[int]AddedToken
 	// addedFirst marks the bytes that start an added token.
 	addedFirst [256]bool
 	nfc        bool
@@ -123,6 +126,7 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		if _, dup := t.merges[key]; !dup {
 			t.merges[key] = merge{i, im}
 		}
+		t.mergeList = append(t.mergeList, [2]string{a, b})
 	}
 	for _, a := range f.AddedTokens {
 		if a.Content == "" {
@@ -144,6 +148,24 @@ func Parse(raw []byte) (*Tokenizer, error) {
 
 // VocabSize is the number of ids, added tokens included.
 func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
+
+// Token returns the text of id: a vocab entry in byte-level form, an added
+// token's content, or "" for an id no entry names.
+func (t *Tokenizer) Token(id int) string {
+	if id < 0 || id >= len(t.tokens) {
+		return ""
+	}
+	return t.tokens[id]
+}
+
+// IsAdded reports whether id is an added token (special or not).
+func (t *Tokenizer) IsAdded(id int) bool {
+	_, ok := t.addedID[id]
+	return ok
+}
+
+// Merges returns the BPE merges in rank order.
+func (t *Tokenizer) Merges() [][2]string { return append([][2]string(nil), t.mergeList...) }
 
 // TokenID returns the id of a token (an added token's content, or a vocab
 // entry in byte-level form).
