@@ -1,0 +1,380 @@
+package ollama
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ollama/ollama/api"
+	ollamatemplate "github.com/ollama/ollama/template"
+
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/rl/reward"
+)
+
+var conv = []stm.Message{
+	{Role: stm.System, Content: "You manage your own memory."},
+	{Role: stm.User, Content: "Marla Quenby was born in Oslo."},
+	{Role: stm.Assistant, Content: `<think>store it</think><tool_call>[{"name": "Add_memory", "arguments": {"content": "Marla Quenby was born in Oslo."}}]</tool_call>`},
+	{Role: stm.Tool, Name: "Add_memory", Content: `{"status": "success"}`},
+	{Role: stm.User, Content: "Where was Marla born?"},
+}
+
+func client(t *testing.T, url string) *Client {
+	t.Helper()
+	c, err := New(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Raw generation: the prompt is exactly what the native engine renders,
+// sampling and context options pass through, Ollama is told not to
+// truncate, and the <tool_call> text comes back untouched, streamed or not.
+func TestRawPolicyKeepsTheAgeMemFormat(t *testing.T) {
+	f, srv := newFake(t, "agemem-policy")
+	want := `<think>I stored it earlier.</think><tool_call>[{"name": "Retrieve_memory", "arguments": {"query": "Marla Quenby birthplace", "top_k": 3}}]</tool_call>`
+	for _, streamed := range []bool{false, true} {
+		f.push(reply{chunks: []string{want[:20], want[20:77], want[77:]}})
+		var sofar []string
+		p := &Policy{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw, Template: qwen.TemplateQwen3,
+			NumCtx: 4096, Temperature: 0.7, TopP: 0.9, MaxTokens: 256, Seed: 42, KeepAlive: 10 * time.Minute}
+		if streamed {
+			p.OnText = func(s string) { sofar = append(sofar, s) }
+		}
+		c, err := p.Complete(context.Background(), conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Text != want || c.FinishReason != "stop" || c.PromptTokens == 0 || c.CompletionTokens != 4 {
+			t.Fatalf("streamed %v: %+v", streamed, c)
+		}
+		parsed := memtools.Parse(c.Text)
+		if len(parsed.Errors) > 0 || len(parsed.Calls) != 1 || parsed.Calls[0].Name != "Retrieve_memory" {
+			t.Fatalf("parsed %+v", parsed)
+		}
+		req := f.generates[len(f.generates)-1]
+		qm := make([]qwen.Message, len(conv))
+		for i, m := range conv {
+			qm[i] = qwen.Message{Role: m.Role, Content: m.Content}
+		}
+		prompt, _ := qwen.RenderChat(qm, qwen.ChatOptions{Template: qwen.TemplateQwen3, AddGenerationPrompt: true})
+		if !req.Raw || req.Prompt != prompt {
+			t.Fatalf("raw %v, prompt\n%s\nwant\n%s", req.Raw, req.Prompt, prompt)
+		}
+		if req.Truncate == nil || *req.Truncate || req.KeepAlive == nil || req.KeepAlive.Duration != 10*time.Minute {
+			t.Errorf("truncate %v keep_alive %v", req.Truncate, req.KeepAlive)
+		}
+		o := req.Options
+		if o["num_ctx"] != 4096.0 || o["temperature"] != 0.7 || o["top_p"] != 0.9 || o["num_predict"] != 256.0 || o["seed"] != 42.0 {
+			t.Errorf("options %v", o)
+		}
+		if stops, _ := o["stop"].([]any); len(stops) != 2 || stops[0] != "<|im_end|>" {
+			t.Errorf("stop %v", o["stop"])
+		}
+		if streamed {
+			if len(sofar) != 3 || sofar[2] != want || !strings.HasPrefix(want, sofar[0]) || !strings.HasPrefix(want, sofar[1]) {
+				t.Errorf("stream callbacks %q", sofar)
+			}
+		} else if req.Stream == nil || *req.Stream {
+			t.Errorf("a non-streaming call asked for a stream")
+		}
+	}
+	// A thinking model's parser lifts the reasoning out of the raw text:
+	// it is put back as the <think> block the model wrote; a response cut
+	// by num_predict says "length".
+	f.push(reply{thinking: "Marla was born in Oslo.", chunks: []string{"<answer>Oslo</answer>"}, reason: "length"})
+	p := &Policy{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw}
+	c, err := p.Complete(context.Background(), conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Text != "<think>\nMarla was born in Oslo.\n</think>\n\n<answer>Oslo</answer>" || c.FinishReason != "length" {
+		t.Fatalf("%q %s", c.Text, c.FinishReason)
+	}
+	if pr := memtools.Parse(c.Text); !pr.HasAnswer || pr.Answer != "Oslo" || len(pr.Errors) > 0 {
+		t.Fatalf("parsed %+v", pr)
+	}
+}
+
+// Tools: Ollama's parsed tool calls come back as one AgeMem <tool_call>
+// block with names and arguments in order, its thinking as <think>; the
+// request carries the six tools and the tool results with their names.
+func TestToolsPolicyMapsOllamaToolCallsBack(t *testing.T) {
+	f, srv := newFake(t, "qwen3:4b")
+	think := true
+	for _, streamed := range []bool{false, true} {
+		f.push(reply{thinking: "I should store this and look for related facts.", calls: []api.ToolCall{
+			toolCall("Add_memory", "content", "Marla Quenby was born in Oslo.", "metadata", map[string]any{"source": "user"}),
+			toolCall("Retrieve_memory", "query", "Oslo", "top_k", 2),
+		}})
+		p := &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools, Think: &think}
+		if streamed {
+			p.OnText = func(string) {}
+		}
+		c, err := p.Complete(context.Background(), conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `<think>I should store this and look for related facts.</think><tool_call>[{"name":"Add_memory","arguments":{"content":"Marla Quenby was born in Oslo.","metadata":{"source":"user"}}},{"name":"Retrieve_memory","arguments":{"query":"Oslo","top_k":2}}]</tool_call>`
+		if c.Text != want {
+			t.Fatalf("streamed %v:\n%s\nwant\n%s", streamed, c.Text, want)
+		}
+		pr := memtools.Parse(c.Text)
+		if len(pr.Errors) > 0 || len(pr.Calls) != 2 || pr.Calls[0].Name != "Add_memory" || pr.Calls[1].Name != "Retrieve_memory" {
+			t.Fatalf("parsed %+v", pr)
+		}
+		req := f.chats[len(f.chats)-1]
+		var names []string
+		for _, tool := range req.Tools {
+			names = append(names, tool.Function.Name)
+		}
+		if !slices.Equal(names, memtools.ToolNames) {
+			t.Errorf("tools %v, want %v", names, memtools.ToolNames)
+		}
+		if req.Think == nil || req.Think.Value != true {
+			t.Errorf("think %v", req.Think)
+		}
+		if len(req.Messages) != len(conv) || req.Messages[3].Role != "tool" || req.Messages[3].ToolName != "Add_memory" || req.Messages[2].Content != conv[2].Content {
+			t.Errorf("messages %+v", req.Messages)
+		}
+	}
+	// A plain reply becomes the answer; one already in the AgeMem format
+	// is kept as written.
+	f.push(reply{chunks: []string{"She was born ", "in Oslo."}},
+		reply{chunks: []string{"<think>known</think><answer>Oslo</answer>"}})
+	p := &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools}
+	for _, want := range []string{"<think></think><answer>She was born in Oslo.</answer>", "<think>known</think><answer>Oslo</answer>"} {
+		c, err := p.Complete(context.Background(), conv)
+		if err != nil || c.Text != want {
+			t.Fatalf("%q (%v), want %q", c.Text, err, want)
+		}
+	}
+}
+
+// The whole AgeMem loop runs on an Ollama model: its Add_memory call is
+// executed against the store, the tool result goes back to it, and its
+// answer ends the turn.
+func TestAgeMemLoopOnOllama(t *testing.T) {
+	f, srv := newFake(t, "qwen3:4b")
+	f.push(reply{thinking: "Store the fact.", calls: []api.ToolCall{toolCall("Add_memory", "content", "The user's cat is called Tabby.")}},
+		reply{chunks: []string{"I will remember that."}})
+	ctxt := stm.New(nil)
+	ctxt.Append(stm.Message{Role: stm.System, Content: memtools.SystemPrompt()}, stm.Message{Role: stm.User, Content: "Remember that my cat is called Tabby."})
+	store := ltm.NewMemory(1)
+	rt := &memtools.Runtime{Store: store, Context: ctxt, Embedder: embed.NewHashing(64, []int{3}),
+		Summarizer: memtools.Extractive{MaxTokens: 64}, Options: memtools.DefaultOptions()}
+	p := &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools}
+	tr, err := memtools.Run(context.Background(), p, rt, memtools.Limits{MaxSteps: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tr.HasAnswer || tr.Answer != "I will remember that." || tr.ToolCalls()[memtools.ToolAdd] != 1 {
+		t.Fatalf("trace: %+v", tr)
+	}
+	all, _ := store.List(context.Background())
+	if len(all) != 1 || all[0].Content != "The user's cat is called Tabby." {
+		t.Fatalf("store: %+v", all)
+	}
+	second := f.chats[1].Messages
+	if last := second[len(second)-1]; last.Role != "tool" || !strings.Contains(last.Content, "success") {
+		t.Fatalf("the second call did not see the tool result: %+v", last)
+	}
+}
+
+// The judge and the summariser run on an Ollama chat model.
+func TestJudgeAndSummariserOnOllama(t *testing.T) {
+	f, srv := newFake(t, "qwen3:4b")
+	f.push(reply{chunks: []string{"0.8"}}, reply{chunks: []string{"Marla Quenby was born in Oslo in 1971."}})
+	p := &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Chat, Temperature: 0}
+	s, err := reward.LLMJudge{Policy: p}.Score(context.Background(), "Where was Marla born?", "Oslo", "In Oslo")
+	if err != nil || s != 0.8 {
+		t.Fatalf("judge: %v %v", s, err)
+	}
+	if sys := f.chats[0].Messages; !strings.Contains(sys[len(sys)-1].Content+sys[0].Content, "In Oslo") || len(f.chats[0].Tools) != 0 {
+		t.Errorf("judge request %+v", f.chats[0])
+	}
+	sum, err := memtools.PolicySummarizer{Policy: p}.Summarize(context.Background(), conv[1:3])
+	if err != nil || sum != "Marla Quenby was born in Oslo in 1971." {
+		t.Fatalf("summary %q %v", sum, err)
+	}
+	if o := f.chats[1].Options; o["temperature"] != 0.0 {
+		t.Errorf("temperature not passed: %v", o)
+	}
+}
+
+// Failures name the host and say what to do.
+func TestErrorsSayWhatToDo(t *testing.T) {
+	f, srv := newFake(t, "qwen3:4b")
+	ctx := context.Background()
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	p := &Policy{Client: client(t, dead), Model: "qwen3:4b", Format: Raw}
+	_, err := p.Complete(ctx, conv)
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "http://"+dead) || !strings.Contains(err.Error(), "OLLAMA_HOST") {
+		t.Errorf("unreachable: %v", err)
+	}
+	if _, err := client(t, dead).Ping(ctx); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("ping: %v", err)
+	}
+
+	for _, format := range []Format{Raw, Tools, Chat} {
+		p = &Policy{Client: client(t, srv.URL), Model: "qwen3:14b", Format: format}
+		_, err = p.Complete(ctx, conv)
+		if !errors.Is(err, ErrModelNotFound) || !strings.Contains(err.Error(), "ollama pull qwen3:14b") || !strings.Contains(err.Error(), srv.URL) {
+			t.Errorf("%s, model not pulled: %v", format, err)
+		}
+	}
+	if err := client(t, srv.URL).HasModel(ctx, "llama9"); !errors.Is(err, ErrModelNotFound) {
+		t.Errorf("HasModel: %v", err)
+	}
+	if err := client(t, srv.URL).HasModel(ctx, "qwen3:4b"); err != nil {
+		t.Errorf("HasModel: %v", err)
+	}
+
+	f.ctxLimit = 100
+	p = &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Raw, NumCtx: 64}
+	_, err = p.Complete(ctx, conv)
+	if !errors.Is(err, ErrContextTooLong) || !strings.Contains(err.Error(), "num_ctx 64") || !strings.Contains(err.Error(), "ollama.num_ctx") {
+		t.Errorf("context: %v", err)
+	}
+	f.ctxLimit = 1 << 20
+
+	f.cutStream = true
+	f.push(reply{chunks: []string{"<think>"}})
+	p = &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Raw, OnText: func(string) {}}
+	if _, err = p.Complete(ctx, conv); !errors.Is(err, ErrResponseInvalid) {
+		t.Errorf("cut stream: %v", err)
+	}
+	f.cutStream = false
+
+	if _, err := New("http://[::1", nil); err == nil {
+		t.Error("a malformed host was accepted")
+	}
+	if _, err := ParseFormat("json"); err == nil {
+		t.Error("format json accepted")
+	}
+}
+
+// The embedder learns the dimension from the model, batches, normalises,
+// and refuses truncation and missing models.
+func TestEmbedder(t *testing.T) {
+	f, srv := newFake(t, "nomic-embed-text")
+	ctx := context.Background()
+	e, err := NewEmbedder(ctx, client(t, srv.URL), "nomic-embed-text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Dim() != 8 {
+		t.Fatalf("dim %d", e.Dim())
+	}
+	e.Batch = 2
+	texts := []string{"Marla was born in Oslo", "Oslo is in Norway", "cats", "the user's cat is Tabby", "Tabby the cat"}
+	vs, err := e.Embed(ctx, texts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 5 || len(f.embeds) != 1+3 {
+		t.Fatalf("%d vectors in %d requests", len(vs), len(f.embeds))
+	}
+	for i, v := range vs {
+		var n float64
+		for _, x := range v {
+			n += float64(x) * float64(x)
+		}
+		raw := vector(texts[i], 8)
+		if math.Abs(n-1) > 1e-5 || (raw[1] != 0 && math.Abs(float64(v[1]/v[0]-raw[1]/raw[0])) > 1e-5) {
+			t.Errorf("vector %d: norm² %g", i, n)
+		}
+	}
+	if f.embeds[1].Truncate == nil || *f.embeds[1].Truncate {
+		t.Error("embed requests must not truncate")
+	}
+	f.ctxLimit = 10
+	if _, err := e.Embed(ctx, []string{"a text longer than ten"}); !errors.Is(err, ErrContextTooLong) {
+		t.Errorf("long text: %v", err)
+	}
+	if _, err := NewEmbedder(ctx, client(t, srv.URL), "mxbai-embed-large"); !errors.Is(err, ErrModelNotFound) || !strings.Contains(err.Error(), "ollama pull mxbai-embed-large") {
+		t.Errorf("missing model: %v", err)
+	}
+	var _ embed.Embedder = e
+}
+
+// Publishing uploads the GGUF as a blob under its digest and creates the
+// model with the template, stop sequences and system prompt; the template,
+// executed by Ollama's own template package, renders the Qwen prompt the
+// native engine renders.
+func TestPublishAndTemplate(t *testing.T) {
+	f, srv := newFake(t)
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := os.WriteFile(path, []byte("GGUF\x03\x00\x00\x00 not really a model"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var statuses []string
+	err := client(t, srv.URL).Publish(context.Background(), path, "agemem-tiny", PublishOptions{
+		System: "You manage your own memory.", Parameters: map[string]any{"temperature": 0.6},
+		Progress: func(s string) { statuses = append(statuses, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.creates) != 1 || statuses[len(statuses)-1] != "success" {
+		t.Fatalf("creates %d, statuses %v", len(f.creates), statuses)
+	}
+	cr := f.creates[0]
+	digest := cr.Files["model.gguf"]
+	if cr.Model != "agemem-tiny" || string(f.blobs[digest]) != "GGUF\x03\x00\x00\x00 not really a model" || cr.Template != Template || cr.System != "You manage your own memory." {
+		t.Fatalf("create request %+v", cr)
+	}
+	if stops, _ := cr.Parameters["stop"].([]any); len(stops) != 2 || cr.Parameters["temperature"] != 0.6 {
+		t.Fatalf("parameters %v", cr.Parameters)
+	}
+	if err := client(t, srv.URL).Publish(context.Background(), filepath.Join(t.TempDir(), "missing.gguf"), "x", PublishOptions{}); err == nil {
+		t.Error("publishing a missing file succeeded")
+	}
+
+	tmpl, err := ollamatemplate.Parse(Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, msgs := range [][]stm.Message{
+		conv,
+		{{Role: stm.User, Content: "Hi"}},
+		append(slices.Clone(conv[:3]), stm.Message{Role: stm.Tool, Content: "first"}, stm.Message{Role: stm.Tool, Content: "second"}),
+	} {
+		var am []api.Message
+		qm := make([]qwen.Message, len(msgs))
+		for i, m := range msgs {
+			// Ollama keeps a thinking model's reasoning apart from its
+			// reply, as its parser splits it.
+			content, thinking := m.Content, ""
+			if before, after, ok := strings.Cut(m.Content, "</think>"); ok {
+				thinking = strings.Trim(strings.TrimPrefix(strings.TrimSpace(before), "<think>"), "\n")
+				content = strings.TrimLeft(after, "\n")
+			}
+			am = append(am, api.Message{Role: m.Role, Content: content, Thinking: thinking})
+			qm[i] = qwen.Message{Role: m.Role, Content: m.Content}
+		}
+		var b strings.Builder
+		if err := tmpl.Execute(&b, ollamatemplate.Values{Messages: am}); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := qwen.RenderChat(qm, qwen.ChatOptions{Template: qwen.TemplateQwen3, AddGenerationPrompt: true})
+		if b.String() != want {
+			t.Errorf("Ollama renders\n%q\nthe engine renders\n%q", b.String(), want)
+		}
+	}
+}

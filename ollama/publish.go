@@ -1,0 +1,94 @@
+package ollama
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/ollama/ollama/api"
+)
+
+// Template is the Ollama (Go text/template) form of the Qwen3 chat format
+// the policy was trained with: ChatML turns; an assistant turn after the
+// last user message keeps its reasoning as a <think> block (Ollama holds it
+// in .Thinking), earlier ones lose it; consecutive tool results share one
+// user turn as <tool_response> blocks; then the open assistant turn. It is
+// what `ollama run` and Ollama's chat API render. The AgeMem runtime itself
+// uses raw generation with prompts rendered here, so its prompts do not
+// depend on it (Ollama merges consecutive messages of one role, which the
+// Qwen template does not).
+const Template = `{{- $lastUser := -1 }}
+{{- range $i, $m := .Messages }}{{ if eq $m.Role "user" }}{{ $lastUser = $i }}{{ end }}{{ end }}
+{{- $last := "" }}
+{{- range $i, $m := .Messages }}
+{{- if eq $m.Role "tool" }}
+{{- if ne $last "tool" }}<|im_start|>user{{ end }}
+<tool_response>
+{{ $m.Content }}
+</tool_response>
+{{- else }}
+{{- if eq $last "tool" }}<|im_end|>
+{{ end }}<|im_start|>{{ $m.Role }}
+{{ if and (eq $m.Role "assistant") (gt $i $lastUser) $m.Thinking }}<think>
+{{ $m.Thinking }}
+</think>
+
+{{ end }}{{ $m.Content }}<|im_end|>
+{{ end }}
+{{- $last = $m.Role }}
+{{- end }}
+{{- if eq $last "tool" }}<|im_end|>
+{{ end }}<|im_start|>assistant
+`
+
+// PublishOptions shape the Ollama model made from a GGUF file.
+type PublishOptions struct {
+	// System is the model's default system prompt (the AgeMem prompt the
+	// policy was trained under), so `ollama run` starts where training did.
+	System string
+	// Parameters are Modelfile parameters; stop defaults to Stops.
+	Parameters map[string]any
+	// Progress receives Ollama's status lines.
+	Progress func(status string)
+}
+
+// Publish uploads the GGUF file at path as a blob and creates model name
+// from it with the Qwen template and stop sequences, so that `ollama run
+// name` talks to the policy.
+func (c *Client) Publish(ctx context.Context, path, name string, o PublishOptions) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if err := c.API.CreateBlob(ctx, digest, f); err != nil {
+		return fmt.Errorf("uploading %s: %w", path, c.wrap(name, 0, err))
+	}
+	params := map[string]any{"stop": Stops}
+	for k, v := range o.Parameters {
+		params[k] = v
+	}
+	req := &api.CreateRequest{Model: name, Files: map[string]string{"model.gguf": digest},
+		Template: Template, System: o.System, Parameters: params}
+	err = c.API.Create(ctx, req, func(p api.ProgressResponse) error {
+		if o.Progress != nil && p.Status != "" {
+			o.Progress(p.Status)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("creating model %q: %w", name, c.wrap(name, 0, err))
+	}
+	return nil
+}
