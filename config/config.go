@@ -51,15 +51,40 @@ type Config struct {
 	Eval Eval `yaml:"eval"`
 	// Serve configures the HTTP server (serve).
 	Serve Serve `yaml:"serve"`
+	// Ollama is the server behind every role set to "ollama".
+	Ollama Ollama `yaml:"ollama"`
+}
+
+// Ollama configures the connection to an Ollama server and how the policy
+// talks to it.
+type Ollama struct {
+	// Host is the server ("" reads OLLAMA_HOST, then 127.0.0.1:11434).
+	Host string `yaml:"host"`
+	// Format is how a policy model is driven: raw (prompts rendered here
+	// with the Qwen template, raw generation: for policies trained here) or
+	// tools (Ollama's chat API with the memory tools as native tools, the
+	// calls mapped back to the AgeMem format: for models such as qwen3:4b).
+	Format string `yaml:"format"`
+	// NumCtx is the context Ollama allocates (0: agent.context_budget +
+	// agent.response_budget, so every prompt the budget allows fits).
+	NumCtx int `yaml:"num_ctx"`
+	// KeepAlive keeps a model loaded between requests.
+	KeepAlive time.Duration `yaml:"keep_alive"`
+	// Think asks a thinking model to think in tools format: default, on, off.
+	Think string `yaml:"think"`
 }
 
 // Serve configures the server.
 type Serve struct {
 	// Addr is the listen address.
 	Addr string `yaml:"addr"`
-	// Policy is the model directory served (a Hugging Face directory, the
-	// output of sft or train, or a PEFT adapter directory); Adapter
-	// optionally names a LoRA adapter applied on top.
+	// Backend runs the policy: native (the built-in engine, continuous
+	// batching) or ollama (the model named by Policy on the ollama server).
+	Backend string `yaml:"backend"`
+	// Policy is the model served: with backend native a directory (a
+	// Hugging Face directory, the output of sft or train, or a PEFT adapter
+	// directory; Adapter optionally names a LoRA adapter applied on top),
+	// with backend ollama an Ollama model name.
 	Policy  string `yaml:"policy"`
 	Adapter string `yaml:"adapter"`
 	// ModelName is the model id of /v1/models; requests must name it.
@@ -155,6 +180,7 @@ type Reward struct {
 	POverflow          float64 `yaml:"p_overflow"`
 	TMax               int     `yaml:"t_max"`
 	Judge              string  `yaml:"judge"`
+	JudgeModel         string  `yaml:"judge_model"`
 	StorageJudge       string  `yaml:"storage_judge"`
 	StorageF1Threshold float64 `yaml:"storage_f1"`
 	RelevanceJudge     string  `yaml:"relevance_judge"`
@@ -246,8 +272,11 @@ type SFT struct {
 
 // Embed configures the embedder.
 type Embed struct {
-	// Backend is "hashing" (deterministic feature hashing, no weights).
+	// Backend is "hashing" (deterministic feature hashing, no weights) or
+	// "ollama" (Model on the ollama server; Dim comes from the model).
 	Backend string `yaml:"backend"`
+	// Model is the Ollama embedding model (backend ollama).
+	Model string `yaml:"model"`
 	// Dim is the embedding dimension.
 	Dim int `yaml:"dim"`
 	// CharNgrams are the character n-gram lengths hashed besides words.
@@ -275,9 +304,11 @@ type Tools struct {
 	MaxTopK int `yaml:"max_top_k"`
 	// FilterThreshold is theta of Eq. 15.
 	FilterThreshold float64 `yaml:"filter_threshold"`
-	// Summarizer is "extractive" (deterministic) or "policy" (the paper's
-	// summarisation prompt sent to the configured policy).
-	Summarizer string `yaml:"summarizer"`
+	// Summarizer is "extractive" (deterministic), "policy" (the paper's
+	// summarisation prompt sent to the configured policy) or "ollama" (the
+	// same prompt sent to SummarizerModel on the ollama server).
+	Summarizer      string `yaml:"summarizer"`
+	SummarizerModel string `yaml:"summarizer_model"`
 	// SummaryMaxTokens bounds an extractive summary.
 	SummaryMaxTokens int `yaml:"summary_max_tokens"`
 }
@@ -345,8 +376,9 @@ func Default() Config {
 			AlphaCompression: 1.0 / 3, AlphaPreventive: 1.0 / 3, AlphaPreservation: 1.0 / 3,
 			BetaStorage: 1.0 / 3, BetaMaintenance: 1.0 / 3, BetaRelevance: 1.0 / 3,
 			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageJudge: "f1", StorageF1Threshold: 0.5, RelevanceJudge: "cosine"},
-		Eval: Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
-		Serve: Serve{Addr: "127.0.0.1:8080", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
+		Eval:   Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
+		Ollama: Ollama{Format: "raw", KeepAlive: 5 * time.Minute, Think: "default"},
+		Serve: Serve{Addr: "127.0.0.1:8080", Backend: "native", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
 			MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxBodyBytes: 1 << 20, MaxMessages: 256,
 			Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
 			SessionTTL: time.Hour, MaxSessions: 10000, LogFormat: "json"},
@@ -373,7 +405,10 @@ func (c Config) Validate() error {
 			bad(key, "%d is below the minimum %d", v, min)
 		}
 	}
-	oneOf("embed.backend", c.Embed.Backend, "hashing")
+	oneOf("embed.backend", c.Embed.Backend, "hashing", "ollama")
+	if c.Embed.Backend == "ollama" && c.Embed.Model == "" {
+		bad("embed.model", "must name an Ollama embedding model (for example nomic-embed-text) when embed.backend is ollama")
+	}
 	if c.Embed.Dim < 8 || c.Embed.Dim > 65536 {
 		bad("embed.dim", "%d is outside [8, 65536]", c.Embed.Dim)
 	}
@@ -395,7 +430,10 @@ func (c Config) Validate() error {
 	if c.Tools.FilterThreshold <= 0 || c.Tools.FilterThreshold > 1 {
 		bad("tools.filter_threshold", "%g is outside (0, 1]", c.Tools.FilterThreshold)
 	}
-	oneOf("tools.summarizer", c.Tools.Summarizer, "extractive", "policy")
+	oneOf("tools.summarizer", c.Tools.Summarizer, "extractive", "policy", "ollama")
+	if c.Tools.Summarizer == "ollama" && c.Tools.SummarizerModel == "" {
+		bad("tools.summarizer_model", "must name an Ollama model when tools.summarizer is ollama")
+	}
 	atLeast("tools.summary_max_tokens", c.Tools.SummaryMaxTokens, 8)
 	atLeast("agent.max_steps", c.Agent.MaxSteps, 1)
 	atLeast("agent.context_budget", c.Agent.ContextBudget, 64)
@@ -515,9 +553,18 @@ func (c Config) Validate() error {
 		}
 	}
 	atLeast("reward.t_max", w.TMax, 1)
-	oneOf("reward.judge", w.Judge, "f1", "em", "policy")
-	oneOf("reward.storage_judge", w.StorageJudge, "f1", "policy")
-	oneOf("reward.relevance_judge", w.RelevanceJudge, "cosine", "policy")
+	oneOf("reward.judge", w.Judge, "f1", "em", "policy", "ollama")
+	oneOf("reward.storage_judge", w.StorageJudge, "f1", "policy", "ollama")
+	oneOf("reward.relevance_judge", w.RelevanceJudge, "cosine", "policy", "ollama")
+	if (w.Judge == "ollama" || w.StorageJudge == "ollama" || w.RelevanceJudge == "ollama") && w.JudgeModel == "" {
+		bad("reward.judge_model", "must name an Ollama model when a judge is ollama")
+	}
+	oneOf("ollama.format", c.Ollama.Format, "raw", "tools")
+	oneOf("ollama.think", c.Ollama.Think, "default", "on", "off")
+	atLeast("ollama.num_ctx", c.Ollama.NumCtx, 0)
+	if c.Ollama.KeepAlive < 0 {
+		bad("ollama.keep_alive", "%v must not be negative", c.Ollama.KeepAlive)
+	}
 	if w.StorageF1Threshold <= 0 || w.StorageF1Threshold > 1 {
 		bad("reward.storage_f1", "%g is outside (0, 1]", w.StorageF1Threshold)
 	}
@@ -525,6 +572,13 @@ func (c Config) Validate() error {
 	sv := c.Serve
 	if sv.Addr == "" {
 		bad("serve.addr", "must not be empty (host:port)")
+	}
+	oneOf("serve.backend", sv.Backend, "native", "ollama")
+	if sv.Backend == "ollama" && sv.Policy == "" {
+		bad("serve.policy", "must name the Ollama model when serve.backend is ollama")
+	}
+	if sv.Backend == "ollama" && sv.Adapter != "" {
+		bad("serve.adapter", "applies to the native backend; export a merged model to Ollama instead")
 	}
 	if sv.ModelName == "" {
 		bad("serve.model_name", "must not be empty")

@@ -68,6 +68,13 @@ func TestLoadErrors(t *testing.T) {
 		{"positive penalty", "reward:\n  p_overflow: 0.5\n", nil, []string{"reward.p_overflow", "a penalty"}},
 		{"clip out of range", "rl:\n  clip: 1.5\n", nil, []string{"rl.clip", "outside (0, 1)"}},
 		{"sft loss_on", "sft:\n  loss_on: every\n", nil, []string{"sft.loss_on"}},
+		{"ollama embedder without model", "embed:\n  backend: ollama\n", nil, []string{"embed.model", "nomic-embed-text"}},
+		{"ollama judge without model", "reward:\n  relevance_judge: ollama\n", nil, []string{"reward.judge_model"}},
+		{"ollama summarizer without model", "tools:\n  summarizer: ollama\n", nil, []string{"tools.summarizer_model"}},
+		{"ollama serve without model", "serve:\n  backend: ollama\n  policy: \"\"\n", nil, []string{"serve.policy", "Ollama model"}},
+		{"ollama serve with adapter", "serve:\n  backend: ollama\n  adapter: a\n", nil, []string{"serve.adapter"}},
+		{"ollama format", "ollama:\n  format: json\n", nil, []string{"ollama.format", `"json" is not one of raw, tools`}},
+		{"ollama think", "ollama:\n  think: maybe\n", nil, []string{"ollama.think"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(write(t, tc.body), tc.sets)

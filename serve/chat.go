@@ -17,6 +17,7 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/ollama"
 )
 
 // chatRequest is the subset of OpenAI's chat-completions request the server
@@ -415,6 +416,10 @@ func outcome(tr memtools.Trace, err error) *apiError {
 		return nil
 	case errors.As(err, &tooLong):
 		return errInvalid("messages", "context_length_exceeded", "the agent loop's context grew past the model's limit: "+tooLong.Error())
+	case errors.Is(err, ollama.ErrContextTooLong):
+		return errInvalid("messages", "context_length_exceeded", "the agent loop's context grew past the model's limit: "+err.Error())
+	case errors.Is(err, ollama.ErrUnreachable), errors.Is(err, ollama.ErrModelNotFound):
+		return &apiError{Status: http.StatusBadGateway, Type: "server_error", Code: "backend_unavailable", Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return contextError(err)
 	case errors.Is(err, errAnswerCut):
@@ -425,6 +430,9 @@ func outcome(tr memtools.Trace, err error) *apiError {
 }
 
 func (s *Server) summarizer() memtools.Summarizer {
+	if s.sum != nil {
+		return s.sum
+	}
 	return memtools.Extractive{MaxTokens: s.cfg.Tools.SummaryMaxTokens, Tokenizer: s.be}
 }
 

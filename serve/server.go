@@ -32,7 +32,10 @@ type Options struct {
 	Policy   *policy.Native
 	Store    *ltm.SQLite
 	Embedder embed.Embedder
-	Logger   *slog.Logger
+	// Summarizer, if set, replaces the extractive summariser of
+	// Summary_context (tools.summarizer ollama).
+	Summarizer memtools.Summarizer
+	Logger     *slog.Logger
 }
 
 // Server is the HTTP server. Handler serves it; Serve runs it on a
@@ -42,6 +45,7 @@ type Server struct {
 	be       Backend
 	db       *ltm.SQLite
 	enc      embed.Embedder
+	sum      memtools.Summarizer
 	log      *slog.Logger
 	keys     *keyring
 	sessions *sessions
@@ -71,7 +75,7 @@ func New(o Options) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	sv := o.Config.Serve
-	s := &Server{cfg: o.Config, be: o.Backend, db: o.Store, enc: o.Embedder, log: log, keys: kr,
+	s := &Server{cfg: o.Config, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
 		sessions: newSessions(sv.SessionTTL, sv.MaxSessions), admit: newAdmission(sv.MaxConcurrent, sv.MaxQueue),
 		system: sys, created: time.Now().Unix()}
 	s.metrics = newMetrics(s)

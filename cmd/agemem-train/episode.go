@@ -22,12 +22,18 @@ import (
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/ollama"
 )
 
 // policyFor builds the policy for one task: a scripted one, or the native
 // model (shared across tasks).
-func policyFor(name string, t env.Task, cfg config.Config, native memtools.Policy) (memtools.Policy, error) {
+func policyFor(name string, t env.Task, cfg config.Config, native, ol memtools.Policy) (memtools.Policy, error) {
 	switch name {
+	case "ollama":
+		if ol == nil {
+			return nil, fmt.Errorf("--policy ollama needs --ollama-model NAME (a model on the ollama server)")
+		}
+		return ol, nil
 	case "oracle":
 		return env.NewOracle(t, 0, 0, uint64(cfg.Seed)), nil
 	case "no-memory":
@@ -38,11 +44,11 @@ func policyFor(name string, t env.Task, cfg config.Config, native memtools.Polic
 		}
 		return native, nil
 	}
-	return nil, fmt.Errorf("--policy %q: want oracle, no-memory or native", name)
+	return nil, fmt.Errorf("--policy %q: want oracle, no-memory, native or ollama", name)
 }
 
 func episodeCmd(g *globals) *cobra.Command {
-	var data, taskID, policyNames, modelDir, adapterDir, dev string
+	var data, taskID, policyNames, modelDir, adapterDir, dev, ollamaModel string
 	var sampling qwen.Sampling
 	var first int
 	var asJSON bool
@@ -57,10 +63,13 @@ memory after each stage; with --first N it prints a summary over N tasks.
 Policies: oracle (knows the supporting facts, uses the tools), no-memory
 (never calls a tool) and native (a Qwen checkpoint given with --model, run by
 the built-in engine: the paper's AgeMem-noRL baseline for an untrained
-model).`,
+model) and ollama (--ollama-model on the ollama server, driven in
+ollama.format: raw for policies exported here, tools for models with native
+tool calling such as qwen3:4b).`,
 		Example: `  agemem-train episode --data data/synth.json --task synth-000001 --policy oracle
   agemem-train episode --data data/synth.json --first 50 --policy no-memory,oracle
-  agemem-train episode --data data/synth.json --first 50 --policy oracle --json`,
+  agemem-train episode --data data/synth.json --first 50 --policy oracle --json
+  agemem-train episode --data data/synth.json --first 20 --policy ollama --ollama-model qwen3:4b --set ollama.format=tools`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.loadData(&data)
@@ -82,6 +91,24 @@ model).`,
 				}
 				defer native.Model.Close()
 			}
+			var ol memtools.Policy
+			if ollamaModel != "" {
+				c, err := ollama.FromConfig(cfg)
+				if err != nil {
+					return err
+				}
+				arch, err := c.Architecture(cmd.Context(), ollamaModel)
+				if err != nil {
+					return fmt.Errorf("--ollama-model: %w", err)
+				}
+				p := ollama.PolicyFromConfig(c, cfg, ollamaModel, ollama.Format(cfg.Ollama.Format))
+				p.Template, p.Temperature, p.Seed = ollama.TemplateFor(arch), sampling.Temperature, int(sampling.Seed)
+				ol = p
+			}
+			helpers, err := ollama.HelpersFromConfig(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
 			if cfg.Tools.Summarizer == "policy" && native == nil {
 				return fmt.Errorf("tools.summarizer=policy needs a model to summarise with: give --model DIR, or use extractive")
 			}
@@ -90,7 +117,7 @@ model).`,
 				return fmt.Errorf("--task plays one policy; name one in --policy")
 			}
 			for _, p := range policies {
-				if _, err := policyFor(p, env.Task{}, cfg, nativeOrNil(native)); err != nil {
+				if _, err := policyFor(p, env.Task{}, cfg, nativeOrNil(native), ol); err != nil {
 					return err
 				}
 			}
@@ -115,8 +142,8 @@ model).`,
 			for _, name := range policies {
 				results = results[:0]
 				for i, t := range tasks {
-					p, _ := policyFor(name, t, cfg, nativeOrNil(native))
-					rt := rollout.NewRuntime(cfg, uint64(cfg.Seed)+uint64(i), nil)
+					p, _ := policyFor(name, t, cfg, nativeOrNil(native), ol)
+					rt := helpers.Apply(rollout.NewRuntime(cfg, uint64(cfg.Seed)+uint64(i), nil))
 					if native != nil {
 						rt.Context = stm.New(native.Tokenizer) // count tokens as the model does
 						if cfg.Tools.Summarizer == "policy" {
@@ -148,12 +175,13 @@ model).`,
 	cmd.Flags().StringVar(&data, "data", "", "HotpotQA-format task file (default: data.train from the config)")
 	cmd.Flags().StringVar(&taskID, "task", "", "task id to play")
 	cmd.Flags().IntVar(&first, "first", 0, "play the first N tasks and print a summary")
-	cmd.Flags().StringVar(&policyNames, "policy", "oracle", "oracle, no-memory or native (--model); with --first, a comma-separated list compares them")
+	cmd.Flags().StringVar(&policyNames, "policy", "oracle", "oracle, no-memory, native (--model) or ollama (--ollama-model); with --first, a comma-separated list compares them")
+	cmd.Flags().StringVar(&ollamaModel, "ollama-model", "", "model on the ollama server for --policy ollama (ollama.host, ollama.format)")
 	cmd.Flags().StringVar(&modelDir, "model", "", "Qwen checkpoint directory for --policy native (config.json, tokenizer.json, safetensors)")
 	cmd.Flags().StringVar(&adapterDir, "adapter", "", "LoRA adapter directory (PEFT layout) for the native policy")
 	cmd.Flags().StringVar(&dev, "device", "auto", "native policy device: auto (a GPU if found, else CPU), cpu, cuda or cuda:N")
-	cmd.Flags().Float64Var(&sampling.Temperature, "temperature", 0, "native policy sampling temperature (0: greedy)")
-	cmd.Flags().Uint64Var(&sampling.Seed, "sample-seed", 1, "native policy sampling seed")
+	cmd.Flags().Float64Var(&sampling.Temperature, "temperature", 0, "native and ollama policy sampling temperature (0: greedy)")
+	cmd.Flags().Uint64Var(&sampling.Seed, "sample-seed", 1, "native and ollama policy sampling seed")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON for machines")
 	return cmd
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/serve"
 )
 
@@ -51,7 +52,7 @@ func main() {
 
 func newRoot() *cobra.Command {
 	g := &globals{}
-	var addr, pol, adapter string
+	var addr, backend, pol, adapter string
 	var maxBatch int
 	root := &cobra.Command{
 		Use:   "serve",
@@ -74,6 +75,9 @@ SIGINT or SIGTERM finishes the requests in flight and stops.`,
 			if f.Changed("addr") {
 				cfg.Serve.Addr = addr
 			}
+			if f.Changed("backend") {
+				cfg.Serve.Backend = backend
+			}
 			if f.Changed("policy") {
 				cfg.Serve.Policy = pol
 			}
@@ -93,7 +97,8 @@ SIGINT or SIGTERM finishes the requests in flight and stops.`,
 	}
 	g.Register(root.PersistentFlags())
 	root.Flags().StringVar(&addr, "addr", "", "listen address (serve.addr)")
-	root.Flags().StringVar(&pol, "policy", "", "policy directory (serve.policy)")
+	root.Flags().StringVar(&backend, "backend", "", "native | ollama (serve.backend)")
+	root.Flags().StringVar(&pol, "policy", "", "policy directory, or the Ollama model with --backend ollama (serve.policy)")
 	root.Flags().StringVar(&adapter, "adapter", "", "LoRA adapter directory on top of the policy (serve.adapter)")
 	root.Flags().IntVar(&maxBatch, "max-batch", 0, "sequences per decoding step; 1 turns batching off (serve.max_batch)")
 	root.AddCommand(memoryCmd(g), mcpCmd(g), loadtestCmd())
@@ -123,8 +128,22 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 		return err
 	}
 	defer db.Close()
-	o := serve.Options{Config: cfg, Backend: be, Store: db, Embedder: embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams), Logger: log}
-	if be == nil {
+	enc, err := embedder(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	helpers, err := ollama.HelpersFromConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	o := serve.Options{Config: cfg, Backend: be, Store: db, Embedder: enc, Summarizer: helpers.Summarizer, Logger: log}
+	switch {
+	case be != nil:
+	case cfg.Serve.Backend == "ollama":
+		if o.Backend, err = ollamaBackend(ctx, cfg); err != nil {
+			return err
+		}
+	default:
 		dev, err := device.Open(cfg.Model.Device, os.Stderr)
 		if err != nil {
 			return err
@@ -139,6 +158,39 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 		return err
 	}
 	return listenAndServe(ctx, cfg, s, log)
+}
+
+// ollamaBackend drives serve.policy on the Ollama server in ollama.format;
+// raw prompts use the chat template of the model's architecture.
+func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error) {
+	c, err := ollama.FromConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	arch, err := c.Architecture(ctx, cfg.Serve.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("serve.policy: %w", err)
+	}
+	format, err := ollama.ParseFormat(cfg.Ollama.Format)
+	if err != nil {
+		return nil, fmt.Errorf("ollama.format: %w", err)
+	}
+	p := ollama.PolicyFromConfig(c, cfg, cfg.Serve.Policy, format)
+	p.Template = ollama.TemplateFor(arch)
+	return &serve.Ollama{Base: p}, nil
+}
+
+// embedder is the configured enc(.): the server, the MCP server and the
+// memory CLI must embed alike, or retrieval compares unlike vectors.
+func embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
+	e, err := ollama.EmbedderFromConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if e != nil {
+		return e, nil
+	}
+	return embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams), nil
 }
 
 func listenAndServe(ctx context.Context, cfg config.Config, s *serve.Server, log *slog.Logger) error {
@@ -175,8 +227,12 @@ memory.path. Over HTTP the same tools are at /mcp of the running server.`,
 				return err
 			}
 			defer db.Close()
+			enc, err := embedder(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
 			ns := cfg.Memory.Namespace
-			srv := serve.NewMCPServer(serve.MemoryTools{Store: db, Embedder: embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams),
+			srv := serve.NewMCPServer(serve.MemoryTools{Store: db, Embedder: enc,
 				Options:   memtools.Options{TopK: cfg.Tools.RetrieveTopK, MaxTopK: cfg.Tools.MaxTopK, FilterThreshold: cfg.Tools.FilterThreshold},
 				Namespace: func(context.Context, *mcp.CallToolRequest) string { return ns }}, "1")
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

@@ -40,7 +40,12 @@ func open(g *globals) (*session, error) {
 		db.Close()
 		return nil, err
 	}
-	return &session{db: db, ns: ns, enc: embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams), cfg: cfg}, nil
+	enc, err := embedder(context.Background(), cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &session{db: db, ns: ns, enc: enc, cfg: cfg}, nil
 }
 
 func (s *session) embed(text string) ([]float32, error) {

@@ -169,29 +169,29 @@ func TestExportReadBackByOllama(t *testing.T) {
 				g, f := decode(t, path)
 				kv := g.KV()
 				want := map[string]any{
-					"general.architecture":                      arch,
-					"general.type":                              "model",
-					"general.name":                              "agemem-test",
-					"general.file_type":                         typ.FileType(),
-					"general.quantization_version":              uint32(2),
-					arch + ".block_count":                       uint32(cfg.Layers),
-					arch + ".context_length":                    uint32(cfg.MaxPositions),
-					arch + ".embedding_length":                  uint32(cfg.HiddenSize),
-					arch + ".feed_forward_length":               uint32(cfg.Intermediate),
-					arch + ".attention.head_count":              uint32(cfg.Heads),
-					arch + ".attention.head_count_kv":           uint32(cfg.KVHeads),
-					arch + ".attention.key_length":              uint32(cfg.HeadDim),
-					arch + ".attention.value_length":            uint32(cfg.HeadDim),
-					arch + ".rope.dimension_count":              uint32(cfg.HeadDim),
-					arch + ".rope.freq_base":                    float32(cfg.RopeTheta),
-					arch + ".attention.layer_norm_rms_epsilon":  float32(cfg.RMSNormEps),
-					"tokenizer.ggml.model":                      "gpt2",
-					"tokenizer.ggml.pre":                        "qwen2",
-					"tokenizer.ggml.eos_token_id":               uint32(151645), // <|im_end|>
-					"tokenizer.ggml.padding_token_id":           uint32(151643), // <|endoftext|>
-					"tokenizer.ggml.bos_token_id":               uint32(151643),
-					"tokenizer.ggml.add_bos_token":              false,
-					"general.parameter_count":                   sum.Params, // the decoder adds it
+					"general.architecture":                     arch,
+					"general.type":                             "model",
+					"general.name":                             "agemem-test",
+					"general.file_type":                        typ.FileType(),
+					"general.quantization_version":             uint32(2),
+					arch + ".block_count":                      uint32(cfg.Layers),
+					arch + ".context_length":                   uint32(cfg.MaxPositions),
+					arch + ".embedding_length":                 uint32(cfg.HiddenSize),
+					arch + ".feed_forward_length":              uint32(cfg.Intermediate),
+					arch + ".attention.head_count":             uint32(cfg.Heads),
+					arch + ".attention.head_count_kv":          uint32(cfg.KVHeads),
+					arch + ".attention.key_length":             uint32(cfg.HeadDim),
+					arch + ".attention.value_length":           uint32(cfg.HeadDim),
+					arch + ".rope.dimension_count":             uint32(cfg.HeadDim),
+					arch + ".rope.freq_base":                   float32(cfg.RopeTheta),
+					arch + ".attention.layer_norm_rms_epsilon": float32(cfg.RMSNormEps),
+					"tokenizer.ggml.model":                     "gpt2",
+					"tokenizer.ggml.pre":                       "qwen2",
+					"tokenizer.ggml.eos_token_id":              uint32(151645), // <|im_end|>
+					"tokenizer.ggml.padding_token_id":          uint32(151643), // <|endoftext|>
+					"tokenizer.ggml.bos_token_id":              uint32(151643),
+					"tokenizer.ggml.add_bos_token":             false,
+					"general.parameter_count":                  sum.Params, // the decoder adds it
 				}
 				arrays := []string{"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.chat_template"}
 				if kv.Len() != len(want)+len(arrays) {

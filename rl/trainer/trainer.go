@@ -25,6 +25,7 @@ import (
 	"github.com/agemem/agemem/model/tape"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/rl/grpo"
 	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/rl/rollout"
@@ -105,6 +106,19 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	if err := ollama.JudgesFromConfig(ctx, c, &judges); err != nil {
+		return res, err
+	}
+	helpers, err := ollama.HelpersFromConfig(ctx, c)
+	if err != nil {
+		return res, err
+	}
+	if helpers.Embedder != nil {
+		if cr, ok := judges.Relevance.(reward.CosineRelevance); ok {
+			cr.Embedder = helpers.Embedder
+			judges.Relevance = cr
+		}
+	}
 	sched := optim.Schedule{Warmup: rc.WarmupSteps, Total: rc.Steps, Cosine: rc.Schedule == "cosine", MinRatio: rc.MinLRRatio}
 	tr := train.NewTrainer(p, c.Optim, rc.LR, sched, uint64(c.Seed), o.YAML)
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
@@ -139,7 +153,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		pol := policy.New(m, tok, qwen.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: c.Agent.ResponseBudget})
 		pol.Template = tmpl
 		rs, exps, err := rollout.Run(ctx, pol, batch, rollout.Options{K: rc.K, Seed: uint64(c.Seed)<<20 ^ uint64(step),
-			Episode: ep, NewRuntime: func(i int) *memtools.Runtime { return rollout.NewRuntime(c, uint64(step*100000+i), tok) }})
+			Episode: ep, NewRuntime: func(i int) *memtools.Runtime { return helpers.Apply(rollout.NewRuntime(c, uint64(step*100000+i), tok)) }})
 		if err != nil {
 			return res, err
 		}
@@ -451,6 +465,7 @@ func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl 
 		Relevance: reward.CosineRelevance{Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)}}
 	r := c.Reward
 	if r.Judge != "policy" && r.StorageJudge != "policy" && r.RelevanceJudge != "policy" {
+		// ollama judges are set by ollama.JudgesFromConfig.
 		if r.Judge == "em" {
 			j.Task = reward.EMJudge{}
 		}

