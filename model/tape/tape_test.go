@@ -97,6 +97,19 @@ func TestOpsFiniteDifferences(t *testing.T) {
 		{"GQA attention over packed segments with a shared prefix", [][2]int{{11, 4 * 4}, {11, 2 * 4}, {11, 2 * 4}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] {
 			return tp.Attention(tp.Rope(p[0], pos, 4, 4, 100), tp.Rope(p[1], pos, 2, 4, 100), p[2], segs, 4, 2, 4)
 		}},
+		{"layernorm", [][2]int{{3, 6}, {1, 6}, {1, 6}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] { return tp.LayerNorm(p[0], p[1], p[2], 1e-5) }},
+		{"gelu (erf)", [][2]int{{3, 5}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] { return tp.GELU(p[0], false) }},
+		{"gelu (tanh)", [][2]int{{3, 5}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] { return tp.GELU(p[0], true) }},
+		{"tanh", [][2]int{{3, 5}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] { return tp.Tanh(p[0]) }},
+		{"bidirectional attention over packed segments", [][2]int{{7, 2 * 3}, {7, 2 * 3}, {7, 2 * 3}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] {
+			return tp.BiAttention(p[0], p[1], p[2], []Segment{{0, 3, 0}, {3, 4, 0}, {4, 7, 0}}, 2, 3)
+		}},
+		{"mean pool and l2 normalise", [][2]int{{7, 4}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] {
+			return tp.L2Normalize(tp.MeanPool(p[0], []Segment{{0, 3, 0}, {3, 4, 0}, {4, 7, 0}}))
+		}},
+		{"InfoNCE: normalised similarities, scaled, log-softmax", [][2]int{{3, 4}, {3, 4}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] {
+			return tp.LogProbs(tp.Scale(tp.Linear(tp.L2Normalize(p[0]), tp.L2Normalize(p[1]), nil), 20), []int{0, 1, 2})
+		}},
 		{"recomputed block", [][2]int{{3, 5}, {5, 5}, {1, 5}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] {
 			return tp.Recompute(p[0], func(s *Tape[float64], x *Var[float64]) *Var[float64] {
 				return s.Add(x, s.SiLUMul(s.Linear(s.RMSNorm(x, p[2], 1e-6), p[1], nil), x))
