@@ -272,11 +272,20 @@ type SFT struct {
 
 // Embed configures the embedder.
 type Embed struct {
-	// Backend is "hashing" (deterministic feature hashing, no weights) or
-	// "ollama" (Model on the ollama server; Dim comes from the model).
+	// Backend is "hashing" (deterministic feature hashing, no weights),
+	// "encoder" (the BERT-family encoder in Path) or "ollama" (Model on the
+	// ollama server). Dim is the hashing dimension; the others have their
+	// model's.
 	Backend string `yaml:"backend"`
 	// Model is the Ollama embedding model (backend ollama).
 	Model string `yaml:"model"`
+	// Path is the encoder's Hugging Face directory (backend encoder), the
+	// output of agemem-train embed train or a BERT checkpoint.
+	Path string `yaml:"path"`
+	// Pooling is the encoder's sentence vector: cls | cls_mlp | mean.
+	Pooling string `yaml:"pooling"`
+	// BatchTokens bounds the tokens of one encoder batch.
+	BatchTokens int `yaml:"batch_tokens"`
 	// Dim is the embedding dimension.
 	Dim int `yaml:"dim"`
 	// CharNgrams are the character n-gram lengths hashed besides words.
@@ -348,7 +357,7 @@ type Data struct {
 func Default() Config {
 	return Config{
 		Seed:   1,
-		Embed:  Embed{Backend: "hashing", Dim: 384, CharNgrams: []int{3, 4}},
+		Embed:  Embed{Backend: "hashing", Dim: 384, CharNgrams: []int{3, 4}, Pooling: "cls", BatchTokens: 8192},
 		Memory: Memory{Store: "sqlite", Path: "data/memory.db", Namespace: "default", Sync: "normal"},
 		Tools: Tools{
 			RetrieveTopK:     3,
@@ -405,7 +414,12 @@ func (c Config) Validate() error {
 			bad(key, "%d is below the minimum %d", v, min)
 		}
 	}
-	oneOf("embed.backend", c.Embed.Backend, "hashing", "ollama")
+	oneOf("embed.backend", c.Embed.Backend, "hashing", "encoder", "ollama")
+	if c.Embed.Backend == "encoder" && c.Embed.Path == "" {
+		bad("embed.path", "must name the encoder directory when embed.backend is encoder")
+	}
+	oneOf("embed.pooling", c.Embed.Pooling, "cls", "cls_mlp", "mean")
+	atLeast("embed.batch_tokens", c.Embed.BatchTokens, 16)
 	if c.Embed.Backend == "ollama" && c.Embed.Model == "" {
 		bad("embed.model", "must name an Ollama embedding model (for example nomic-embed-text) when embed.backend is ollama")
 	}

@@ -75,6 +75,8 @@ func TestLoadErrors(t *testing.T) {
 		{"ollama serve with adapter", "serve:\n  backend: ollama\n  adapter: a\n", nil, []string{"serve.adapter"}},
 		{"ollama format", "ollama:\n  format: json\n", nil, []string{"ollama.format", `"json" is not one of raw, tools`}},
 		{"ollama think", "ollama:\n  think: maybe\n", nil, []string{"ollama.think"}},
+		{"encoder without path", "embed:\n  backend: encoder\n", nil, []string{"embed.path"}},
+		{"bad pooling", "embed:\n  pooling: max\n", nil, []string{"embed.pooling", "cls, cls_mlp, mean"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(write(t, tc.body), tc.sets)

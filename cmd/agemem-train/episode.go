@@ -23,6 +23,7 @@ import (
 	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/roles"
 )
 
 // policyFor builds the policy for one task: a scripted one, or the native
@@ -105,7 +106,7 @@ tool calling such as qwen3:4b).`,
 				p.Template, p.Temperature, p.Seed = ollama.TemplateFor(arch), sampling.Temperature, int(sampling.Seed)
 				ol = p
 			}
-			helpers, err := ollama.HelpersFromConfig(cmd.Context(), cfg)
+			helpers, err := roles.NewHelpers(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

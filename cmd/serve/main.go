@@ -24,6 +24,7 @@ import (
 	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/roles"
 	"github.com/agemem/agemem/serve"
 )
 
@@ -128,13 +129,13 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 		return err
 	}
 	defer db.Close()
-	enc, err := embedder(ctx, cfg)
+	helpers, err := roles.NewHelpers(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	helpers, err := ollama.HelpersFromConfig(ctx, cfg)
-	if err != nil {
-		return err
+	enc := helpers.Embedder
+	if enc == nil {
+		enc = embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams)
 	}
 	o := serve.Options{Config: cfg, Backend: be, Store: db, Embedder: enc, Summarizer: helpers.Summarizer, Logger: log}
 	switch {
@@ -183,14 +184,7 @@ func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error
 // embedder is the configured enc(.): the server, the MCP server and the
 // memory CLI must embed alike, or retrieval compares unlike vectors.
 func embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
-	e, err := ollama.EmbedderFromConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if e != nil {
-		return e, nil
-	}
-	return embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams), nil
+	return roles.Embedder(ctx, cfg)
 }
 
 func listenAndServe(ctx context.Context, cfg config.Config, s *serve.Server, log *slog.Logger) error {

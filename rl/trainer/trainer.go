@@ -25,10 +25,10 @@ import (
 	"github.com/agemem/agemem/model/tape"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
-	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/rl/grpo"
 	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/rl/rollout"
+	"github.com/agemem/agemem/roles"
 )
 
 // Options are a run's inputs besides the config.
@@ -106,18 +106,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := ollama.JudgesFromConfig(ctx, c, &judges); err != nil {
-		return res, err
-	}
-	helpers, err := ollama.HelpersFromConfig(ctx, c)
+	helpers, err := roles.NewHelpers(ctx, c)
 	if err != nil {
 		return res, err
 	}
-	if helpers.Embedder != nil {
-		if cr, ok := judges.Relevance.(reward.CosineRelevance); ok {
-			cr.Embedder = helpers.Embedder
-			judges.Relevance = cr
-		}
+	if err := roles.Judges(ctx, c, helpers, &judges); err != nil {
+		return res, err
 	}
 	sched := optim.Schedule{Warmup: rc.WarmupSteps, Total: rc.Steps, Cosine: rc.Schedule == "cosine", MinRatio: rc.MinLRRatio}
 	tr := train.NewTrainer(p, c.Optim, rc.LR, sched, uint64(c.Seed), o.YAML)
@@ -465,7 +459,7 @@ func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl 
 		Relevance: reward.CosineRelevance{Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)}}
 	r := c.Reward
 	if r.Judge != "policy" && r.StorageJudge != "policy" && r.RelevanceJudge != "policy" {
-		// ollama judges are set by ollama.JudgesFromConfig.
+		// ollama judges are set by roles.Judges.
 		if r.Judge == "em" {
 			j.Task = reward.EMJudge{}
 		}
