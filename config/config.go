@@ -53,6 +53,42 @@ type Config struct {
 	Serve Serve `yaml:"serve"`
 	// Ollama is the server behind every role set to "ollama".
 	Ollama Ollama `yaml:"ollama"`
+	// SimCSE trains sentence encoders (agemem-train embed train).
+	SimCSE SimCSE `yaml:"simcse"`
+}
+
+// SimCSE configures contrastive training of a sentence encoder.
+type SimCSE struct {
+	// Init is the encoder training starts from (agemem-train embed init
+	// writes a random one; any BERT checkpoint directory works).
+	Init string `yaml:"init"`
+	// Data is one sentence per line (unsup) or anchor, entailment and
+	// contradiction separated by tabs per line (sup).
+	Data string `yaml:"data"`
+	Mode string `yaml:"mode"`
+	// Steps optimiser steps of Batch examples.
+	Steps int `yaml:"steps"`
+	Batch int `yaml:"batch"`
+	// LR is the peak learning rate after WarmupSteps of linear warmup.
+	LR          float64 `yaml:"lr"`
+	WarmupSteps int     `yaml:"warmup_steps"`
+	// Temperature is τ of InfoNCE; Dropout the hidden dropout that makes
+	// the unsupervised positive pairs.
+	Temperature float64 `yaml:"temperature"`
+	Dropout     float64 `yaml:"dropout"`
+	// Pooling is what the loss sees: cls_mlp (SimCSE's), cls or mean.
+	Pooling string `yaml:"pooling"`
+	// SaveEvery and EvalEvery are in steps (0: only at the end).
+	SaveEvery int `yaml:"save_every"`
+	EvalEvery int `yaml:"eval_every"`
+	// STS is an STS-B-format TSV and Tasks a HotpotQA-format file the run
+	// is evaluated on (Spearman, supporting-fact recall@RecallK).
+	STS     string `yaml:"sts"`
+	Tasks   string `yaml:"tasks"`
+	RecallK int    `yaml:"recall_k"`
+	// Out receives checkpoints, metrics.jsonl, loss.png, eval.png and
+	// encoder/.
+	Out string `yaml:"out"`
 }
 
 // Ollama configures the connection to an Ollama server and how the policy
@@ -386,6 +422,9 @@ func Default() Config {
 			BetaStorage: 1.0 / 3, BetaMaintenance: 1.0 / 3, BetaRelevance: 1.0 / 3,
 			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageJudge: "f1", StorageF1Threshold: 0.5, RelevanceJudge: "cosine"},
 		Eval:   Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
+		SimCSE: SimCSE{Init: "runs/tiny/encoder", Data: "data/simcse/corpus.txt", Mode: "unsup", Steps: 300, Batch: 64, LR: 5e-4,
+			WarmupSteps: 20, Temperature: 0.05, Dropout: 0.1, Pooling: "cls_mlp", SaveEvery: 100, EvalEvery: 50,
+			STS: "data/simcse/sts-dev.tsv", Tasks: "data/simcse/tasks-eval.json", RecallK: 3, Out: "runs/tiny/simcse"},
 		Ollama: Ollama{Format: "raw", KeepAlive: 5 * time.Minute, Think: "default"},
 		Serve: Serve{Addr: "127.0.0.1:8080", Backend: "native", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
 			MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxBodyBytes: 1 << 20, MaxMessages: 256,
@@ -573,6 +612,24 @@ func (c Config) Validate() error {
 	if (w.Judge == "ollama" || w.StorageJudge == "ollama" || w.RelevanceJudge == "ollama") && w.JudgeModel == "" {
 		bad("reward.judge_model", "must name an Ollama model when a judge is ollama")
 	}
+	sc := c.SimCSE
+	oneOf("simcse.mode", sc.Mode, "unsup", "sup")
+	atLeast("simcse.steps", sc.Steps, 1)
+	atLeast("simcse.batch", sc.Batch, 2)
+	if sc.LR <= 0 {
+		bad("simcse.lr", "%g must be positive", sc.LR)
+	}
+	atLeast("simcse.warmup_steps", sc.WarmupSteps, 0)
+	if sc.Temperature <= 0 {
+		bad("simcse.temperature", "%g must be positive", sc.Temperature)
+	}
+	if sc.Dropout < 0 || sc.Dropout >= 1 {
+		bad("simcse.dropout", "%g is outside [0, 1)", sc.Dropout)
+	}
+	oneOf("simcse.pooling", sc.Pooling, "cls", "cls_mlp", "mean")
+	atLeast("simcse.save_every", sc.SaveEvery, 0)
+	atLeast("simcse.eval_every", sc.EvalEvery, 0)
+	atLeast("simcse.recall_k", sc.RecallK, 1)
 	oneOf("ollama.format", c.Ollama.Format, "raw", "tools")
 	oneOf("ollama.think", c.Ollama.Think, "default", "on", "off")
 	atLeast("ollama.num_ctx", c.Ollama.NumCtx, 0)

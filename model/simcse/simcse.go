@@ -1,0 +1,298 @@
+// Package simcse trains sentence encoders with SimCSE (Gao et al., 2021):
+// unsupervised, where a sentence encoded twice under different dropout
+// masks is its own positive and the rest of the batch are negatives, and
+// supervised, where entailment pairs are positives and contradictions hard
+// negatives; both with the InfoNCE loss at temperature τ. It also
+// evaluates encoders: Spearman correlation on STS pairs and AgeMem's
+// supporting-fact recall@k.
+package simcse
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/model/bert"
+	"github.com/agemem/agemem/model/checkpoint"
+	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/tape"
+	"github.com/agemem/agemem/model/train"
+)
+
+// Example is one training example: Positive is Anchor itself in the
+// unsupervised objective; Negative, if set, is a hard negative.
+type Example struct{ Anchor, Positive, Negative string }
+
+// Options shape a run.
+type Options struct {
+	Steps       int
+	Batch       int     // examples per step
+	LR          float64 // peak learning rate
+	Warmup      int
+	Temperature float64 // τ, 0.05 in the paper
+	Dropout     float64 // hidden dropout, the unsupervised noise (0.1)
+	// Pooling trains through cls_mlp (SimCSE's MLP head over [CLS]) or
+	// cls or mean.
+	Pooling   string
+	Seed      uint64
+	Optim     config.Optim
+	SaveEvery int
+	EvalEvery int
+	// Eval, if set, scores the encoder being trained (metrics and the
+	// eval plot).
+	Eval   func(ctx context.Context, e *bert.Encoder) (map[string]float64, error)
+	Out    string
+	Resume string // a checkpoint directory to continue from
+	Config string // the effective config, kept in checkpoints
+	Log    io.Writer
+}
+
+// Result summarises a run.
+type Result struct {
+	Steps     int
+	FirstLoss float64
+	LastLoss  float64
+	Eval      map[string]float64 // the final evaluation
+	Encoder   string             // the trained encoder's directory
+}
+
+// Train fine-tunes the encoder in initDir on data and writes out/encoder
+// (a Hugging Face directory), out/checkpoint-N, metrics.jsonl, loss.png
+// and eval.png.
+func Train(ctx context.Context, initDir string, data []Example, o Options) (Result, error) {
+	var res Result
+	if len(data) < 2 || o.Batch < 2 {
+		return res, fmt.Errorf("simcse: %d examples in batches of %d; in-batch negatives need at least 2 of each", len(data), o.Batch)
+	}
+	w, err := bert.Load[float32](initDir, true)
+	if err != nil {
+		return res, err
+	}
+	tok, err := bert.LoadWordPiece(initDir)
+	if err != nil {
+		return res, err
+	}
+	evalPool := bert.PoolCLS
+	if o.Pooling == bert.PoolMean {
+		evalPool = bert.PoolMean
+	}
+	opt := optim.NewAdamW(optim.AdamWConfig{Beta1: o.Optim.Beta1, Beta2: o.Optim.Beta2, Eps: o.Optim.Eps, WeightDecay: o.Optim.WeightDecay})
+	step := 0
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	if o.Resume != "" {
+		st, err := checkpoint.Load(o.Resume)
+		if err != nil {
+			return res, err
+		}
+		for _, n := range w.Named {
+			v, ok := st.Params[n.Name]
+			if !ok || len(v) != len(n.V.Val) {
+				return res, fmt.Errorf("%s: no parameter %s of %d values", o.Resume, n.Name, len(n.V.Val))
+			}
+			copy(n.V.Val, v)
+		}
+		if st.Optim != nil {
+			opt = st.Optim
+		}
+		step = st.Step
+	}
+	metrics, err := train.OpenMetrics(filepath.Join(o.Out, "metrics.jsonl"), o.Resume != "")
+	if err != nil {
+		return res, err
+	}
+	defer metrics.Close()
+	sched := optim.Schedule{Warmup: o.Warmup, Total: o.Steps}
+	enc := &bert.Encoder{W: w, Tok: tok, Pooling: evalPool}
+	maxLen := w.MaxTokens()
+	encode := func(s string) []int { return tok.Encode(s, maxLen) }
+	fmt.Fprintf(o.Log, "simcse: %d examples, %d steps of %d, %d parameters, τ %g, dropout %g\n", len(data), o.Steps, o.Batch, w.NumParams(), o.Temperature, o.Dropout)
+	order := rng.Perm(len(data))
+	pos := (step * o.Batch) % len(data)
+	evaluate := func() error {
+		if o.Eval == nil {
+			return nil
+		}
+		m, err := o.Eval(ctx, enc)
+		if err != nil {
+			return err
+		}
+		rec := map[string]any{"step": step}
+		for k, v := range m {
+			rec["eval_"+k] = v
+		}
+		res.Eval = m
+		fmt.Fprintf(o.Log, "simcse: step %d eval %v\n", step, m)
+		return metrics.Log(rec)
+	}
+	if step == 0 {
+		if err := evaluate(); err != nil {
+			return res, err
+		}
+	}
+	for step < o.Steps {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		t0 := time.Now()
+		var batch []Example
+		for len(batch) < o.Batch {
+			if pos == len(data) {
+				order, pos = rng.Perm(len(data)), 0
+			}
+			batch = append(batch, data[order[pos]])
+			pos++
+		}
+		loss, err := trainStep(w, batch, encode, o, uint64(step)+o.Seed<<20)
+		if err != nil {
+			return res, err
+		}
+		var params []optim.Param
+		for _, n := range w.Named {
+			if n.V.Grad != nil {
+				params = append(params, optim.Param{Name: n.Name, W: n.V.Val, G: n.V.Grad, Decay: optim.DecayFor(n.Name) && !strings.Contains(n.Name, "LayerNorm")})
+			}
+		}
+		norm := optim.GlobalNorm(params)
+		if o.Optim.ClipNorm > 0 {
+			optim.ClipGlobalNorm(params, o.Optim.ClipNorm)
+		}
+		lr := sched.LR(o.LR, step)
+		if err := opt.Step(params, lr); err != nil {
+			return res, err
+		}
+		optim.ZeroGrad(params)
+		step++
+		if res.Steps == 0 {
+			res.FirstLoss = loss
+		}
+		res.Steps++
+		res.LastLoss = loss
+		if err := metrics.Log(map[string]any{"step": step, "loss": loss, "lr": lr, "grad_norm": norm, "step_seconds": time.Since(t0).Seconds()}); err != nil {
+			return res, err
+		}
+		if step%max(1, o.Steps/20) == 0 || step == o.Steps {
+			fmt.Fprintf(o.Log, "simcse: step %d/%d loss %.4f lr %.2e grad norm %.3f\n", step, o.Steps, loss, lr, norm)
+		}
+		if o.EvalEvery > 0 && step%o.EvalEvery == 0 && step < o.Steps {
+			if err := evaluate(); err != nil {
+				return res, err
+			}
+		}
+		if o.SaveEvery > 0 && step%o.SaveEvery == 0 && step < o.Steps {
+			if err := save(w, opt, step, o, filepath.Join(o.Out, fmt.Sprintf("checkpoint-%d", step))); err != nil {
+				return res, err
+			}
+		}
+	}
+	if err := evaluate(); err != nil {
+		return res, err
+	}
+	res.Encoder = filepath.Join(o.Out, "encoder")
+	if err := w.Save(res.Encoder); err != nil {
+		return res, err
+	}
+	if err := lora.CopyFiles(initDir, res.Encoder, "vocab.txt", "tokenizer.json", "tokenizer_config.json"); err != nil {
+		return res, err
+	}
+	if err := save(w, opt, step, o, filepath.Join(o.Out, fmt.Sprintf("checkpoint-%d", step))); err != nil {
+		return res, err
+	}
+	if err := metrics.Close(); err != nil {
+		return res, err
+	}
+	if err := train.Plot(filepath.Join(o.Out, "loss.png"), "SimCSE InfoNCE loss", map[string][]train.Point{"loss": metrics.Series["loss"]}); err != nil {
+		return res, err
+	}
+	evals := map[string][]train.Point{}
+	for k, v := range metrics.Series {
+		if name, ok := strings.CutPrefix(k, "eval_"); ok {
+			evals[name] = v
+		}
+	}
+	if len(evals) > 0 {
+		if err := train.Plot(filepath.Join(o.Out, "eval.png"), "evaluation", evals); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// trainStep runs one forward and backward: every sentence of the batch
+// (anchors, positives, negatives) is packed into one encoder pass, so each
+// copy of a sentence gets its own dropout mask. Row i of the anchors must
+// pick row i of the candidates (positives, then negatives) under
+// softmax(cos/τ).
+func trainStep(w *bert.Weights[float32], batch []Example, encode func(string) []int, o Options, seed uint64) (float64, error) {
+	b := len(batch)
+	var seqs [][]int
+	for _, e := range batch {
+		seqs = append(seqs, encode(e.Anchor))
+	}
+	for _, e := range batch {
+		seqs = append(seqs, encode(e.Positive))
+	}
+	hard := batch[0].Negative != ""
+	for _, e := range batch {
+		if (e.Negative != "") != hard {
+			return 0, fmt.Errorf("simcse: a batch mixes examples with and without hard negatives")
+		}
+		if hard {
+			seqs = append(seqs, encode(e.Negative))
+		}
+	}
+	tp := tape.New[float32]()
+	defer tp.Release()
+	h, segs, err := w.Forward(tp, seqs, o.Dropout, seed)
+	if err != nil {
+		return 0, err
+	}
+	z, err := w.Pool(tp, h, segs, o.Pooling)
+	if err != nil {
+		return 0, err
+	}
+	anchors := make([]int, b)
+	cands := make([]int, len(seqs)-b)
+	for i := range anchors {
+		anchors[i] = i
+	}
+	for i := range cands {
+		cands[i] = b + i
+	}
+	logits := tp.Scale(tp.Linear(tp.Gather(z, anchors), tp.Gather(z, cands), nil), 1/o.Temperature)
+	targets := make([]int, b)
+	for i := range targets {
+		targets[i] = i
+	}
+	lp := tp.LogProbs(logits, targets)
+	var loss float64
+	dy := make([]float32, b)
+	for i, v := range lp.Val {
+		loss -= float64(v)
+		dy[i] = -1 / float32(b)
+	}
+	tp.Backward(lp, dy)
+	loss /= float64(b)
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return loss, fmt.Errorf("simcse: the loss is %g; lower the learning rate", loss)
+	}
+	return loss, nil
+}
+
+func save(w *bert.Weights[float32], opt *optim.AdamW, step int, o Options, dir string) error {
+	st := checkpoint.State{Step: step, Config: o.Config, Params: map[string][]float32{}, Shapes: map[string][]int{}, Optim: opt}
+	for _, n := range w.Named {
+		st.Params[n.Name] = n.V.Val
+		st.Shapes[n.Name] = []int{n.V.Rows, n.V.Cols}
+	}
+	if err := checkpoint.Save(dir, st); err != nil {
+		return err
+	}
+	return nil
+}
