@@ -421,7 +421,7 @@ func Default() Config {
 			AlphaCompression: 1.0 / 3, AlphaPreventive: 1.0 / 3, AlphaPreservation: 1.0 / 3,
 			BetaStorage: 1.0 / 3, BetaMaintenance: 1.0 / 3, BetaRelevance: 1.0 / 3,
 			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageJudge: "f1", StorageF1Threshold: 0.5, RelevanceJudge: "cosine"},
-		Eval:   Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
+		Eval: Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
 		SimCSE: SimCSE{Init: "runs/tiny/encoder", Data: "data/simcse/corpus.txt", Mode: "unsup", Steps: 300, Batch: 64, LR: 5e-4,
 			WarmupSteps: 20, Temperature: 0.05, Dropout: 0.1, Pooling: "cls_mlp", SaveEvery: 100, EvalEvery: 50,
 			STS: "data/simcse/sts-dev.tsv", Tasks: "data/simcse/tasks-eval.json", RecallK: 3, Out: "runs/tiny/simcse"},
