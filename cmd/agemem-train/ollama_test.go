@@ -147,3 +147,48 @@ func TestCLIExportAndOllamaEpisode(t *testing.T) {
 		}
 	}
 }
+
+// The encoder workflow from the CLI: synthetic data, a random BERT, a
+// short SimCSE run, an evaluation table, and bad input named.
+func TestCLIEmbed(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "simcse")
+	if out, err := run(t, "embed", "data", "--out", data, "--n", "2000"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	enc := filepath.Join(dir, "enc")
+	if out, err := run(t, "embed", "init", "--corpus", filepath.Join(data, "corpus.txt"), "--out", enc, "--hidden", "32", "--layers", "1", "--heads", "2", "--intermediate", "64", "--max-positions", "64"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	sets := []string{"--set", "simcse.init=" + enc, "--set", "simcse.data=" + filepath.Join(data, "corpus.txt"), "--set", "simcse.steps=6",
+		"--set", "simcse.batch=8", "--set", "simcse.eval_every=3", "--set", "simcse.save_every=3", "--set", "simcse.sts=" + filepath.Join(data, "sts-dev.tsv"),
+		"--set", "simcse.tasks=" + filepath.Join(data, "tasks-eval.json"), "--set", "simcse.out=" + filepath.Join(dir, "run"), "--set", "simcse.pooling=mean"}
+	out, err := run(t, append([]string{"embed", "train"}, sets...)...)
+	if err != nil || !strings.Contains(out, "spearman") || !strings.Contains(out, "recall@3") {
+		t.Fatalf("train: %v\n%s", err, out)
+	}
+	out, err = run(t, "embed", "eval", "hashing", enc, filepath.Join(dir, "run", "encoder"), "--pooling", "mean",
+		"--sts", filepath.Join(data, "sts-test.tsv"), "--tasks", filepath.Join(data, "tasks-eval.json"))
+	if err != nil || strings.Count(out, "\n") != 4 || !strings.Contains(out, "hashing") {
+		t.Fatalf("eval: %v\n%s", err, out)
+	}
+	sup := append(sets, "--set", "simcse.mode=sup")
+	if _, err := run(t, append([]string{"embed", "train"}, sup...)...); err == nil || !strings.Contains(err.Error(), "supervised SimCSE wants anchor, entailment, contradiction") {
+		t.Errorf("sup on a corpus: %v", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"embed", "eval", "hashing"}, "--sts"},
+		{[]string{"embed", "eval", dir, "--sts", filepath.Join(data, "sts-dev.tsv")}, "config.json"},
+		{[]string{"embed", "eval", enc, "--sts", filepath.Join(data, "corpus.txt")}, "columns"},
+		{[]string{"embed", "init", "--corpus", filepath.Join(dir, "none.txt"), "--out", enc}, "none.txt"},
+		{[]string{"embed", "init", "--corpus", filepath.Join(data, "corpus.txt"), "--hidden", "30", "--heads", "4", "--out", enc}, "multiple of num_attention_heads"},
+		{[]string{"embed", "data", "--n", "5"}, "at least 100"},
+	} {
+		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
