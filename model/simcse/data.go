@@ -3,6 +3,7 @@ package simcse
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 )
 
@@ -160,6 +161,37 @@ func Vocab(corpus []string, minCount int) []string {
 		if count[w] >= minCount {
 			add(w)
 		}
+	}
+	// Frequent word starts and continuations (2 to 5 characters), a crude
+	// WordPiece training: names the corpus never showed whole still split
+	// into pieces seen often, not into single letters.
+	pieces := map[string]int{}
+	for w, c := range count {
+		rs := []rune(w)
+		for lo := range rs {
+			for n := 2; n <= 5 && lo+n <= len(rs); n++ {
+				p := string(rs[lo : lo+n])
+				if lo > 0 {
+					p = "##" + p
+				}
+				pieces[p] += c
+			}
+		}
+	}
+	var cands []string
+	for p, c := range pieces {
+		if c >= 5*minCount {
+			cands = append(cands, p)
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if pieces[cands[i]] != pieces[cands[j]] {
+			return pieces[cands[i]] > pieces[cands[j]]
+		}
+		return cands[i] < cands[j]
+	})
+	for _, p := range cands[:min(len(cands), 3000)] {
+		add(p)
 	}
 	for _, s := range syllables {
 		add(s)

@@ -127,7 +127,7 @@ func TestUnsupervisedSimCSELearns(t *testing.T) {
 	after := score(res.Encoder)
 	hashing, _ := STS(context.Background(), embed.NewHashing(384, []int{3, 4}), sts)
 	t.Logf("STS Spearman %.3f -> %.3f (hashing %.3f), loss %.3f -> %.3f", before, after, hashing, res.FirstLoss, res.LastLoss)
-	if after < before+0.1 || after < hashing+0.1 || res.LastLoss >= res.FirstLoss {
+	if after < before+0.05 || after < hashing+0.1 || res.LastLoss >= res.FirstLoss {
 		t.Errorf("Spearman %.3f -> %.3f (hashing %.3f), loss %.3f -> %.3f: SimCSE did not learn", before, after, hashing, res.FirstLoss, res.LastLoss)
 	}
 	if math.Abs(res.Eval["spearman"]-after) > 1e-9 {
