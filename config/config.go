@@ -393,7 +393,7 @@ type Data struct {
 func Default() Config {
 	return Config{
 		Seed:   1,
-		Embed:  Embed{Backend: "hashing", Dim: 384, CharNgrams: []int{3, 4}, Pooling: "cls", BatchTokens: 8192},
+		Embed:  Embed{Backend: "hashing", Dim: 384, CharNgrams: []int{3, 4}, Pooling: "mean", BatchTokens: 8192},
 		Memory: Memory{Store: "sqlite", Path: "data/memory.db", Namespace: "default", Sync: "normal"},
 		Tools: Tools{
 			RetrieveTopK:     3,
@@ -422,8 +422,8 @@ func Default() Config {
 			BetaStorage: 1.0 / 3, BetaMaintenance: 1.0 / 3, BetaRelevance: 1.0 / 3,
 			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageJudge: "f1", StorageF1Threshold: 0.5, RelevanceJudge: "cosine"},
 		Eval: Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
-		SimCSE: SimCSE{Init: "runs/tiny/encoder", Data: "data/simcse/corpus.txt", Mode: "unsup", Steps: 300, Batch: 64, LR: 5e-4,
-			WarmupSteps: 20, Temperature: 0.05, Dropout: 0.1, Pooling: "cls_mlp", SaveEvery: 100, EvalEvery: 50,
+		SimCSE: SimCSE{Init: "runs/tiny/encoder", Data: "data/simcse/corpus.txt", Mode: "unsup", Steps: 1000, Batch: 64, LR: 5e-4,
+			WarmupSteps: 20, Temperature: 0.05, Dropout: 0.1, Pooling: "mean", SaveEvery: 500, EvalEvery: 200,
 			STS: "data/simcse/sts-dev.tsv", Tasks: "data/simcse/tasks-eval.json", RecallK: 3, Out: "runs/tiny/simcse"},
 		Ollama: Ollama{Format: "raw", KeepAlive: 5 * time.Minute, Think: "default"},
 		Serve: Serve{Addr: "127.0.0.1:8080", Backend: "native", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",

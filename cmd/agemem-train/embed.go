@@ -324,7 +324,7 @@ file, where each question retrieves its top k among its task's sentences.`,
 	}
 	cmd.Flags().StringVar(&stsPath, "sts", "", "STS-B-format TSV")
 	cmd.Flags().StringVar(&tasksPath, "tasks", "", "HotpotQA-format tasks")
-	cmd.Flags().StringVar(&pooling, "pooling", "cls", "encoder pooling: cls | cls_mlp | mean")
+	cmd.Flags().StringVar(&pooling, "pooling", "mean", "encoder pooling: mean | cls | cls_mlp")
 	cmd.Flags().IntVar(&k, "k", 3, "recall@k")
 	return cmd
 }

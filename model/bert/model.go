@@ -186,16 +186,19 @@ func Load[T tape.Float](dir string, trainable bool) (*Weights[T], error) {
 		for i, v := range vals {
 			conv[i] = T(v)
 		}
-		rows, cols := n.shape[0], 1
-		if len(n.shape) == 2 {
-			cols = n.shape[1]
-		} else {
-			rows, cols = 1, n.shape[0]
-		}
+		rows, cols := matrix(n.shape)
 		w.Named = append(w.Named, Named[T]{n.name, tape.Param(conv, rows, cols, trainable)})
 	}
 	w.bind()
 	return w, nil
+}
+
+// matrix is a tensor's shape as the tape's [rows, cols]: a vector is one row.
+func matrix(shape []int) (rows, cols int) {
+	if len(shape) == 2 {
+		return shape[0], shape[1]
+	}
+	return 1, shape[0]
 }
 
 func sameShape(a, b []int) bool {
@@ -371,12 +374,7 @@ func InitRandom(dir string, cfg Config, vocab []string, lower bool, seed uint64)
 				vals[i] = float32(r.NormFloat64() * 0.02)
 			}
 		}
-		rows, cols := n.shape[0], 1
-		if len(n.shape) == 2 {
-			cols = n.shape[1]
-		} else {
-			rows, cols = 1, n.shape[0]
-		}
+		rows, cols := matrix(n.shape)
 		w.Named = append(w.Named, Named[float32]{n.name, tape.Param(vals, rows, cols, false)})
 	}
 	w.bind()
