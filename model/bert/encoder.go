@@ -13,7 +13,7 @@ import (
 // tokens, not its count), encoded without gradients and pooled.
 type Encoder struct {
 	W           *Weights[float32]
-	Tok         *WordPiece
+	Tok         Tokenizer
 	Pooling     string
 	BatchTokens int
 }
@@ -24,7 +24,7 @@ func LoadEncoder(dir, pooling string, batchTokens int) (*Encoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	tok, err := LoadWordPiece(dir)
+	tok, err := LoadTokenizer(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/agemem/agemem/model/tokenizer"
 )
 
 func npmPrefix(t *testing.T) string {
@@ -137,5 +139,51 @@ func TestWordPieceErrors(t *testing.T) {
 	}
 	if _, err := ParseWordPieceJSON([]byte(`{"model": {"type": "BPE"}}`)); err == nil || !strings.Contains(err.Error(), "not WordPiece") {
 		t.Errorf("BPE: %v", err)
+	}
+}
+
+// RoBERTa's byte-level BPE (GPT-2 pre-tokenizer, <s> … </s>) encodes as
+// Hugging Face's tokenizers does.
+func TestRobertaBPEMatchesHuggingFace(t *testing.T) {
+	corpus := []string{"Marla Quenby was born in Oslo in 1971.", "The capital of Norway is Oslo!", "It's what they'll say, isn't it?",
+		"Numbers like 12345 and 3.14 appear.", "  spaced   out\ttext\n\nlines", "naïve café 北京"}
+	raw, err := tokenizer.Train(append(corpus, corpus...), tokenizer.TrainOptions{VocabSize: 420, Special: []string{"<s>", "<pad>", "</s>", "<unk>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tj map[string]any
+	json.Unmarshal(raw, &tj)
+	tj["normalizer"] = nil
+	tj["pre_tokenizer"] = map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
+	tj["decoder"] = map[string]any{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}
+	tj["post_processor"] = map[string]any{"type": "RobertaProcessing", "sep": []any{"</s>", 2}, "cls": []any{"<s>", 0}, "trim_offsets": true, "add_prefix_space": false}
+	dir := t.TempDir()
+	out, _ := json.Marshal(tj)
+	os.WriteFile(filepath.Join(dir, "tokenizer.json"), out, 0o644)
+	texts := append(corpus, "we've they're I'm you'd", "Zürich's 2024-05-06 costs $1,000.50", "trailing spaces   ", "tab\tand\u00a0nbsp", "(hello) [Oslo] {x} 'quoted' \"q\"", "")
+	in, _ := json.Marshal(texts)
+	cmd := exec.Command("node", "testdata/encode.mjs", filepath.Join(dir, "tokenizer.json"))
+	cmd.Env = append(os.Environ(), "NPM_PREFIX="+npmPrefix(t))
+	cmd.Stdin = strings.NewReader(string(in))
+	cmd.Stderr = os.Stderr
+	res, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	var want [][]int
+	if err := json.Unmarshal(res, &want); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := LoadTokenizer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tok.(*BPE); !ok {
+		t.Fatalf("loaded %T, want *BPE", tok)
+	}
+	for i, s := range texts {
+		if got := tok.Encode(s, 0); !slices.Equal(got, want[i]) {
+			t.Errorf("%.40q:\n ours %v\n HF   %v", s, got, want[i])
+		}
 	}
 }

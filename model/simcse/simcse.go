@@ -75,7 +75,7 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 	if err != nil {
 		return res, err
 	}
-	tok, err := bert.LoadWordPiece(initDir)
+	tok, err := bert.LoadTokenizer(initDir)
 	if err != nil {
 		return res, err
 	}

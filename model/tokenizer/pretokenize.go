@@ -106,3 +106,73 @@ func matchAt(rs []rune, i int) int {
 	// 7. \s+
 	return w - i
 }
+
+// PreTokenizeGPT2 cuts text as the GPT-2 / RoBERTa ByteLevel
+// pre-tokenizer's regex does:
+//
+//	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+func PreTokenizeGPT2(text string) []string {
+	var out []string
+	rs := []rune(text)
+	for i := 0; i < len(rs); {
+		n := matchGPT2(rs, i)
+		out = append(out, string(rs[i:i+n]))
+		i += n
+	}
+	return out
+}
+
+func matchGPT2(rs []rune, i int) int {
+	n := len(rs)
+	// contractions, lowercase only
+	if rs[i] == '\'' && i+1 < n {
+		switch rs[i+1] {
+		case 's', 't', 'm', 'd':
+			return 2
+		}
+		if i+2 < n {
+			if p := string(rs[i+1 : i+3]); p == "re" || p == "ve" || p == "ll" {
+				return 3
+			}
+		}
+	}
+	// " ?\p{L}+" then " ?\p{N}+"
+	for _, class := range []func(rune) bool{isLetter, isNumber} {
+		j := i
+		if rs[j] == ' ' && j+1 < n && class(rs[j+1]) {
+			j++
+		}
+		if class(rs[j]) {
+			for j < n && class(rs[j]) {
+				j++
+			}
+			return j - i
+		}
+	}
+	// " ?[^\s\p{L}\p{N}]+"
+	j := i
+	if rs[j] == ' ' {
+		j++
+	}
+	k := j
+	for k < n && !isSpace(rs[k]) && !isLetter(rs[k]) && !isNumber(rs[k]) {
+		k++
+	}
+	if k > j {
+		return k - i
+	}
+	// "\s+(?!\S)" then "\s+"
+	w := i
+	for w < n && isSpace(rs[w]) {
+		w++
+	}
+	switch {
+	case w == i:
+		return 1
+	case w == n:
+		return w - i
+	case w-i >= 2:
+		return w - 1 - i
+	}
+	return w - i
+}

@@ -37,6 +37,10 @@ type Tokenizer struct {
 	// addedFirst marks the bytes that start an added token.
 	addedFirst [256]bool
 	nfc        bool
+	// gpt2 pre-tokenizes with GPT-2's regex (a lone ByteLevel
+	// pre-tokenizer: GPT-2, RoBERTa) instead of Qwen's; prefixSpace adds
+	// the leading space ByteLevel's add_prefix_space asks for.
+	gpt2, prefixSpace bool
 
 	cacheMu sync.RWMutex
 	cache   map[string][]int
@@ -87,6 +91,13 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	}
 	t := &Tokenizer{vocab: f.Model.Vocab, merges: map[uint64]merge{}, addedID: map[int]AddedToken{}, cache: map[string][]int{}}
 	t.nfc = f.Normalizer != nil
+	var pre struct {
+		Type           string `json:"type"`
+		AddPrefixSpace bool   `json:"add_prefix_space"`
+	}
+	if len(f.PreTokenizer) > 0 && json.Unmarshal(f.PreTokenizer, &pre) == nil && pre.Type == "ByteLevel" {
+		t.gpt2, t.prefixSpace = true, pre.AddPrefixSpace
+	}
 	n := 0
 	for _, id := range f.Model.Vocab {
 		n = max(n, id+1)
@@ -225,7 +236,14 @@ func (t *Tokenizer) encodeOrdinary(ids []int, text string) []int {
 	if t.nfc {
 		text = norm.NFC.String(text)
 	}
-	for _, piece := range PreTokenize(text) {
+	pre := PreTokenize
+	if t.gpt2 {
+		pre = PreTokenizeGPT2
+		if t.prefixSpace && !strings.HasPrefix(text, " ") {
+			text = " " + text
+		}
+	}
+	for _, piece := range pre(text) {
 		ids = append(ids, t.bpe(piece)...)
 	}
 	return ids
