@@ -160,10 +160,7 @@ func (p *Policy) chat(ctx context.Context, msgs []stm.Message, truncate, stream 
 		req.Messages = append(req.Messages, am)
 	}
 	if p.Format == Tools {
-		var err error
-		if req.Tools, err = MemoryTools(); err != nil {
-			return memtools.Completion{}, err
-		}
+		req.Tools = MemoryTools()
 	}
 	var acc accumulator
 	var calls []api.ToolCall
@@ -234,7 +231,7 @@ func AgeMemText(thinking, content string, calls []api.ToolCall) (string, error) 
 }
 
 // MemoryTools are the six AgeMem tools (Figures 6-7) as Ollama tools.
-func MemoryTools() (api.Tools, error) {
+func MemoryTools() api.Tools {
 	var tools api.Tools
 	for _, s := range memtools.Schemas() {
 		fn := api.ToolFunction{Name: s.Name, Description: s.Description}
@@ -249,7 +246,7 @@ func MemoryTools() (api.Tools, error) {
 		}
 		tools = append(tools, api.Tool{Type: "function", Function: fn})
 	}
-	return tools, nil
+	return tools
 }
 
 // accumulator gathers a streamed or single response.

@@ -75,14 +75,23 @@ func noEmbeddings(es []ltm.Entry) []ltm.Entry {
 	return es
 }
 
-func (s *Server) listMemories(w http.ResponseWriter, r *http.Request) *apiError {
+// listAll is every memory of the request's namespace, oldest first.
+func (s *Server) listAll(r *http.Request) ([]ltm.Entry, string, *apiError) {
 	st, ns, aerr := s.store(r)
 	if aerr != nil {
-		return aerr
+		return nil, "", aerr
 	}
 	all, err := st.List(r.Context())
 	if err != nil {
-		return storeError(err)
+		return nil, "", storeError(err)
+	}
+	return all, ns, nil
+}
+
+func (s *Server) listMemories(w http.ResponseWriter, r *http.Request) *apiError {
+	all, ns, aerr := s.listAll(r)
+	if aerr != nil {
+		return aerr
 	}
 	writeJSON(w, 200, map[string]any{"object": "list", "namespace": ns, "data": noEmbeddings(all)})
 	return nil
@@ -215,13 +224,9 @@ func (s *Server) searchMemories(w http.ResponseWriter, r *http.Request) *apiErro
 }
 
 func (s *Server) exportMemories(w http.ResponseWriter, r *http.Request) *apiError {
-	st, _, aerr := s.store(r)
+	all, _, aerr := s.listAll(r)
 	if aerr != nil {
 		return aerr
-	}
-	all, err := st.List(r.Context())
-	if err != nil {
-		return storeError(err)
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	ltm.WriteJSONL(w, all)

@@ -15,18 +15,11 @@ type Ollama struct {
 	// Base carries the model, format, context and keep-alive; each request
 	// gets a copy with its own sampling.
 	Base *ollama.Policy
-	// Tokenizer counts the context budget (the model's tokenizer when it
-	// is at hand, words otherwise).
-	Tokenizer stm.Tokenizer
 }
 
-// Count implements stm.Tokenizer.
-func (o *Ollama) Count(text string) int {
-	if o.Tokenizer == nil {
-		return stm.Words{}.Count(text)
-	}
-	return o.Tokenizer.Count(text)
-}
+// Count implements stm.Tokenizer. Ollama's tokenizer is not at hand, so
+// the context budget is counted in words.
+func (o *Ollama) Count(text string) int { return stm.Words{}.Count(text) }
 
 // Close implements Backend; the server's models belong to Ollama.
 func (o *Ollama) Close() {}

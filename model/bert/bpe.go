@@ -12,7 +12,6 @@ import (
 // Tokenizer turns a sentence into the encoder's ids, specials included.
 type Tokenizer interface {
 	Encode(text string, maxLen int) []int
-	Count(text string) int
 	VocabSize() int
 }
 
@@ -32,9 +31,6 @@ func (b *BPE) Encode(text string, maxLen int) []int {
 	}
 	return append(ids, b.EOS)
 }
-
-// Count is the number of ids Encode gives without truncation.
-func (b *BPE) Count(text string) int { return len(b.Encode(text, 0)) }
 
 // LoadTokenizer reads the encoder's tokenizer from dir: tokenizer.json
 // (a WordPiece or a byte-level BPE model) or vocab.txt.

@@ -44,9 +44,6 @@ func LoadEncoder(dir, pooling string, batchTokens int) (*Encoder, error) {
 // Dim implements embed.Embedder.
 func (e *Encoder) Dim() int { return e.W.HiddenSize }
 
-// Count is the number of tokens text encodes to (stm.Tokenizer).
-func (e *Encoder) Count(text string) int { return e.Tok.Count(text) }
-
 // Embed implements embed.Embedder.
 func (e *Encoder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 	budget := e.BatchTokens

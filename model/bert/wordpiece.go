@@ -161,12 +161,6 @@ func ParseWordPieceJSON(raw []byte) (*WordPiece, error) {
 // VocabSize is the number of ids.
 func (w *WordPiece) VocabSize() int { return len(w.tokens) }
 
-// Token returns the text of id.
-func (w *WordPiece) Token(id int) string { return w.tokens[id] }
-
-// Tokens returns the vocabulary in id order (vocab.txt's lines).
-func (w *WordPiece) Tokens() []string { return append([]string(nil), w.tokens...) }
-
 // Encode returns [CLS] tokens [SEP], truncated to at most maxLen ids
 // (0: no limit) as Hugging Face's truncation does: the end is cut, [SEP]
 // kept.
@@ -186,9 +180,6 @@ func (w *WordPiece) Encode(text string, maxLen int) []int {
 	}
 	return append(ids, w.SEP)
 }
-
-// Count is the number of ids Encode gives without truncation.
-func (w *WordPiece) Count(text string) int { return len(w.Encode(text, 0)) }
 
 // splitSpecial cuts out special tokens written in the text ([MASK]).
 func (w *WordPiece) splitSpecial(text string) []string {

@@ -242,12 +242,9 @@ func (e *encoder) value(v any) error {
 	case []bool:
 		return array(e, tBool, x, func(v bool) { e.u8(b2u(v)) })
 	}
-	tag, ok := scalarTag(v)
-	if !ok {
+	if !e.scalar(v) {
 		return fmt.Errorf("unsupported value type %T", v)
 	}
-	e.u32(tag)
-	e.scalar(v)
 	return nil
 }
 
@@ -261,63 +258,50 @@ func array[T any](e *encoder, tag uint32, xs []T, put func(T)) error {
 	return nil
 }
 
-func scalarTag(v any) (uint32, bool) {
-	switch v.(type) {
-	case uint8:
-		return tUint8, true
-	case int8:
-		return tInt8, true
-	case uint16:
-		return tUint16, true
-	case int16:
-		return tInt16, true
-	case uint32:
-		return tUint32, true
-	case int32:
-		return tInt32, true
-	case uint64:
-		return tUint64, true
-	case int64:
-		return tInt64, true
-	case float32:
-		return tFloat32, true
-	case float64:
-		return tFloat64, true
-	case bool:
-		return tBool, true
-	case string:
-		return tString, true
-	}
-	return 0, false
-}
-
-func (e *encoder) scalar(v any) {
+// scalar writes v's type tag and value; false if v is not a scalar GGUF
+// knows.
+func (e *encoder) scalar(v any) bool {
 	switch x := v.(type) {
 	case uint8:
+		e.u32(tUint8)
 		e.u8(x)
 	case int8:
+		e.u32(tInt8)
 		e.u8(uint8(x))
 	case uint16:
+		e.u32(tUint16)
 		e.u16(x)
 	case int16:
+		e.u32(tInt16)
 		e.u16(uint16(x))
 	case uint32:
+		e.u32(tUint32)
 		e.u32(x)
 	case int32:
+		e.u32(tInt32)
 		e.u32(uint32(x))
 	case uint64:
+		e.u32(tUint64)
 		e.u64(x)
 	case int64:
+		e.u32(tInt64)
 		e.u64(uint64(x))
 	case float32:
+		e.u32(tFloat32)
 		e.u32(math.Float32bits(x))
 	case float64:
+		e.u32(tFloat64)
 		e.u64(math.Float64bits(x))
 	case bool:
+		e.u32(tBool)
 		e.u8(b2u(x))
 	case string:
+		e.u32(tString)
 		e.str(x)
+	default:
+		return false
 	}
+	return true
 }
 
 func b2u(b bool) uint8 {

@@ -41,16 +41,7 @@ func (t *Tape[T]) LayerNorm(x, w, b *Var[T], eps float64) *Var[T] {
 		if y.Grad == nil {
 			return
 		}
-		var dx, dw, db []T
-		if x.Requires {
-			dx = t.grad(x)
-		}
-		if w.Requires {
-			dw = t.grad(w)
-		}
-		if b.Requires {
-			db = t.grad(b)
-		}
+		dx, dw, db := t.gradIf(x), t.gradIf(w), t.gradIf(b)
 		for r := range x.Rows {
 			dy, h := y.Grad[r*d:(r+1)*d], xhat[r*d:(r+1)*d]
 			// dx = rstd·(g − mean(g) − x̂·mean(g∘x̂)) with g = dy∘w.
@@ -174,16 +165,7 @@ func (t *Tape[T]) BiAttention(q, k, v *Var[T], segs []Segment, heads, hd int) *V
 		if y.Grad == nil {
 			return
 		}
-		var dq, dk, dv []T
-		if q.Requires {
-			dq = t.grad(q)
-		}
-		if k.Requires {
-			dk = t.grad(k)
-		}
-		if v.Requires {
-			dv = t.grad(v)
-		}
+		dq, dk, dv := t.gradIf(q), t.gradIf(k), t.gradIf(v)
 		for si, s := range segs {
 			n := s.Hi - s.Lo
 			for h := range heads {

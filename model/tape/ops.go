@@ -59,16 +59,7 @@ func (t *Tape[T]) Linear(x, w, b *Var[T]) *Var[T] {
 		if y.Grad == nil {
 			return
 		}
-		var dx, dw, db []T
-		if x.Requires {
-			dx = t.grad(x)
-		}
-		if w.Requires {
-			dw = t.grad(w)
-		}
-		if b != nil && b.Requires {
-			db = t.grad(b)
-		}
+		dx, dw, db := t.gradIf(x), t.gradIf(w), t.gradIf(b)
 		linearBackward(dx, dw, db, y.Grad, x.Val, w.Val, m, k, n)
 	})
 	return y
@@ -115,13 +106,7 @@ func (t *Tape[T]) RMSNorm(x, w *Var[T], eps float64) *Var[T] {
 		if y.Grad == nil {
 			return
 		}
-		var dx, dw []T
-		if x.Requires {
-			dx = t.grad(x)
-		}
-		if w.Requires {
-			dw = t.grad(w)
-		}
+		dx, dw := t.gradIf(x), t.gradIf(w)
 		cpu.RMSNormBackward(dx, dw, y.Grad, x.Val, w.Val, d, T(eps))
 	})
 	return y

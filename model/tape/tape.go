@@ -107,6 +107,14 @@ func (t *Tape[T]) grad(v *Var[T]) []T {
 	return v.Grad
 }
 
+// gradIf is v's gradient when one must flow to v, else nil.
+func (t *Tape[T]) gradIf(v *Var[T]) []T {
+	if v == nil || !v.Requires {
+		return nil
+	}
+	return t.grad(v)
+}
+
 func (t *Tape[T]) record(y *Var[T], f func()) {
 	if y.Requires {
 		t.back = append(t.back, f)

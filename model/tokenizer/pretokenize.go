@@ -11,11 +11,15 @@ import (
 // Go's regexp has no lookahead, so the alternation is walked by hand, first
 // alternative that matches wins, each as greedy as the regex. \s follows
 // JavaScript's definition, as the reference implementation does.
-func PreTokenize(text string) []string {
+func PreTokenize(text string) []string { return split(text, matchAt) }
+
+// split cuts text into the pre-tokens match finds, each starting where the
+// last ended.
+func split(text string, match func(rs []rune, i int) int) []string {
 	var out []string
 	rs := []rune(text)
 	for i := 0; i < len(rs); {
-		n := matchAt(rs, i)
+		n := match(rs, i)
 		out = append(out, string(rs[i:i+n]))
 		i += n
 	}
@@ -111,16 +115,7 @@ func matchAt(rs []rune, i int) int {
 // pre-tokenizer's regex does:
 //
 //	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-func PreTokenizeGPT2(text string) []string {
-	var out []string
-	rs := []rune(text)
-	for i := 0; i < len(rs); {
-		n := matchGPT2(rs, i)
-		out = append(out, string(rs[i:i+n]))
-		i += n
-	}
-	return out
-}
+func PreTokenizeGPT2(text string) []string { return split(text, matchGPT2) }
 
 func matchGPT2(rs []rune, i int) int {
 	n := len(rs)
