@@ -75,3 +75,64 @@ func (d Dims) Len() int {
 	}
 	return n
 }
+
+// Trainer is a Backend that also trains: the backward of each forward op
+// and the optimiser, so that a training step (forward, backward, update)
+// runs where the weights live. Backward ops accumulate (+=) into their
+// gradient outputs, so a tensor used twice sums both contributions and
+// micro-batches add up; any gradient output may be nil where it is not
+// needed.
+type Trainer interface {
+	Backend
+
+	// Zero clears a tensor.
+	Zero(t Tensor)
+	// AddScaled: y += s·x.
+	AddScaled(y, x Tensor, s float32)
+	// Mul: y = a ∘ b, elementwise (dropout masks).
+	Mul(y, a, b Tensor)
+
+	// MatMulBackward of MatMul(y, x, w, bias): dx += dy·w, dw += dyᵀ·x,
+	// db += Σ_rows dy.
+	MatMulBackward(dx, dw, db, dy, x, w Tensor)
+	// RMSNormBackward of RMSNorm(y, x, w, eps): dx, dw.
+	RMSNormBackward(dx, dw, dy, x, w Tensor, eps float32)
+	// RopeBackward rotates dy back in place: it becomes dx (a rotation's
+	// inverse is its transpose).
+	RopeBackward(dy Tensor, pos []int, heads, headDim int, theta float64)
+	// SiLUMulBackward of SiLUMul(out, gate, up).
+	SiLUMulBackward(dgate, dup, dy, gate, up Tensor)
+	// EmbeddingBackward of Embedding(out, table, ids): dtable[ids[i]] += dy[i].
+	EmbeddingBackward(dtable, dy Tensor, ids []int)
+	// AttentionBackward of Attention(out, q, k, v, nil, start, ...) where
+	// k and v hold exactly the start+t positions attended to: dq, dk, dv
+	// from dout and the forward's out.
+	AttentionBackward(dq, dk, dv, dout, out, q, k, v Tensor, start, heads, kvHeads, hd int)
+	// LogProbs: out[i] = log softmax(logits[i, :])[targets[i]], without
+	// materialising the log-softmax (targets[i] < 0: 0), and the entropy
+	// of each row's distribution into ent (nil: not wanted).
+	LogProbs(out, ent, logits Tensor, targets []int)
+	// LogProbsBackward: dlogits[i, :] += dout[i]·(onehot(targets[i]) −
+	// softmax(logits[i, :])).
+	LogProbsBackward(dlogits, dout, logits Tensor, targets []int)
+
+	// SumSquares: acc[0] += Σ x² (the global gradient norm, summed over
+	// parameters on the device).
+	SumSquares(acc, x Tensor)
+	// AdamW is one fused step of AdamW over w with gradient g and moments
+	// m, v, the gradient first scaled so the global norm sqrt(sumSq[0])
+	// is at most s.MaxNorm (sumSq nil or MaxNorm 0: no clipping).
+	AdamW(w, g, m, v, sumSq Tensor, s AdamWStep)
+}
+
+// AdamWStep are one AdamW update's scalars: PyTorch's AdamW with
+// decoupled decay,
+//
+//	w ← w·Decay − LR·(m/BC1)/(sqrt(v/BC2) + Eps)
+//
+// with Decay = 1 − lr·weight_decay (1 for norms and biases) and BCi the
+// bias corrections 1 − βiᵗ.
+type AdamWStep struct {
+	LR, Beta1, Beta2, Eps, Decay, BC1, BC2 float64
+	MaxNorm                                float64
+}

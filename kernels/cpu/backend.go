@@ -102,6 +102,14 @@ func (*Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, src
 // Embedding implements kernels.Backend.
 func (*Backend) Embedding(out, table kernels.Tensor, ids []int) {
 	o, w := data(out), host(table).w
+	if w == nil { // a trainable table: a plain tensor
+		t := host(table)
+		d := t.Dims[len(t.Dims)-1]
+		for i, id := range ids {
+			copy(o[i*d:(i+1)*d], t.Data[id*d:(id+1)*d])
+		}
+		return
+	}
 	for i, id := range ids {
 		w.RowTo(o[i*w.Cols:(i+1)*w.Cols], id)
 	}

@@ -114,7 +114,9 @@ func New(dev int) (*Backend, error) {
 	if err := cu.ModuleLoadData(&mod, unsafe.Pointer(&ptx[0])).err("cuModuleLoadData"); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16", "topk_select"} {
+	for _, k := range []string{"rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16", "topk_select",
+		"attention_backward", "rmsnorm_backward", "silu_mul_backward", "embedding_backward", "col_sum", "logprob",
+		"add_scaled", "mul", "sum_squares", "adamw"} {
 		var f uintptr
 		if err := cu.ModuleGetFunction(&f, mod, cstr(k)).err("cuModuleGetFunction " + k); err != nil {
 			return nil, err
@@ -476,7 +478,7 @@ func (b *Backend) RMSNorm(y, x, w kernels.Tensor, eps float32) {
 func (b *Backend) Rope(x kernels.Tensor, pos []int, heads, headDim int, theta float64) {
 	pt := b.ints(pos)
 	n := len(pos) * heads * headDim / 2
-	b.launch("rope", blocks(n, 256), 256, 0, ptr(x), pt.ptr, int32(len(pos)), int32(heads), int32(headDim), theta)
+	b.launch("rope", blocks(n, 256), 256, 0, ptr(x), pt.ptr, int32(len(pos)), int32(heads), int32(headDim), theta, float32(1))
 	runtime.KeepAlive(pt)
 }
 
@@ -495,9 +497,7 @@ func (b *Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, 
 		vt = b.ints(v)
 		vp = vt.ptr
 	}
-	const threads = 128
-	shared := (start + t + threads) * 4
-	b.launch("attention", t*heads, threads, shared, ptr(out), ptr(q), ptr(kc), ptr(vc), vp, int32(start), int32(heads), int32(kvHeads), int32(hd))
+	b.launch("attention", t*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), ptr(kc), ptr(vc), vp, int32(start), int32(heads), int32(kvHeads), int32(hd))
 	runtime.KeepAlive(vt)
 }
 

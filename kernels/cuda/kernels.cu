@@ -39,8 +39,9 @@ extern "C" __global__ void rmsnorm(float* y, const float* x, const float* w, int
     for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
 }
 
-// rope: rotate x[t, heads*hd] in place (rotate-half pairs), token i at pos[i].
-extern "C" __global__ void rope(float* x, const int* pos, int t, int heads, int hd, double theta) {
+// rope: rotate x[t, heads*hd] in place (rotate-half pairs), token i at pos[i];
+// sign -1 rotates back (the backward: a rotation's transpose is its inverse).
+extern "C" __global__ void rope(float* x, const int* pos, int t, int heads, int hd, double theta, float sign) {
     int half = hd / 2;
     long idx = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (idx >= (long)t * heads * half) return;
@@ -48,54 +49,170 @@ extern "C" __global__ void rope(float* x, const int* pos, int t, int heads, int 
     long th = idx / half;
     int i = th / heads;
     double a = pos[i] * pow(theta, -2.0 * j / hd);
-    float c = (float)cos(a), s = (float)sin(a);
+    float c = (float)cos(a), s = sign * (float)sin(a);
     float* v = x + th * hd;
     float x0 = v[j], x1 = v[j + half];
     v[j] = x0 * c - x1 * s;
     v[j + half] = x1 * c + x0 * s;
 }
 
+// Attention is flash-style: no score matrix is materialised, whatever the
+// prompt's length. One block per (token, head); each warp walks every
+// nw-th key with an online softmax (a running max m, normaliser l and
+// weighted sum of values in registers, lanes splitting the head's
+// dimensions), and the warps' partial results are merged at the end.
+#define ATT_MAXD 8  // head dimensions per lane: head_dim <= 256
+
+__device__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+    return v;
+}
+
 // attention: causal GQA. q, out [t, heads*hd] for positions start..start+t-1;
 // kc, vc [maxT, kvheads*hd]; valid (nullable) masks cache positions.
-// One block per (token, head); scores live in dynamic shared memory.
+// Dynamic shared memory: (nwarps * (hd + 2)) floats.
 extern "C" __global__ void attention(float* out, const float* q, const float* kc, const float* vc,
                                      const int* valid, int start, int heads, int kvheads, int hd) {
-    extern __shared__ float sc[];  // [start + t] scores, then blockDim.x scratch
+    extern __shared__ float sh[];
     int i = blockIdx.x / heads, h = blockIdx.x % heads;
     int kvh = h / (heads / kvheads);
-    int n = start + i + 1;
-    float* red = sc + n;
-    const float* qv = q + ((long)i * heads + h) * hd;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int per = (hd + 31) / 32;
+    const float* qr = q + ((long)i * heads + h) * hd;
     float scale = rsqrtf((float)hd);
-    float m = NEG_INF;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        float s = NEG_INF;
-        if (!valid || valid[j]) {
-            const float* kv = kc + ((long)j * kvheads + kvh) * hd;
-            s = 0.f;
-            for (int x = 0; x < hd; x++) s += qv[x] * kv[x];
-            s *= scale;
+    float qv[ATT_MAXD], acc[ATT_MAXD];
+    for (int r = 0; r < per; r++) {
+        int d = lane + 32 * r;
+        qv[r] = d < hd ? qr[d] * scale : 0.f;
+        acc[r] = 0.f;
+    }
+    float m = NEG_INF, l = 0.f;
+    for (int j = warp; j <= start + i; j += nw) {
+        if (valid && !valid[j]) continue;
+        const float* kr = kc + ((long)j * kvheads + kvh) * hd;
+        const float* vr = vc + ((long)j * kvheads + kvh) * hd;
+        float s = 0.f;
+        for (int r = 0; r < per; r++) {
+            int d = lane + 32 * r;
+            if (d < hd) s += qv[r] * kr[d];
         }
-        sc[j] = s;
-        m = fmaxf(m, s);
+        s = warp_sum(s);
+        float mn = fmaxf(m, s);
+        float c = expf(m - mn), p = expf(s - mn);
+        l = l * c + p;
+        for (int r = 0; r < per; r++) {
+            int d = lane + 32 * r;
+            acc[r] = acc[r] * c + (d < hd ? p * vr[d] : 0.f);
+        }
+        m = mn;
     }
-    m = block_max(m, red);
+    float* sm = sh;            // [nw] maxima
+    float* sl = sh + nw;       // [nw] normalisers
+    float* sacc = sh + 2 * nw; // [nw][hd] partial sums
+    if (lane == 0) { sm[warp] = m; sl[warp] = l; }
+    for (int r = 0; r < per; r++) {
+        int d = lane + 32 * r;
+        if (d < hd) sacc[warp * hd + d] = acc[r];
+    }
+    __syncthreads();
+    float M = NEG_INF;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, sm[w]);
     float* o = out + ((long)i * heads + h) * hd;
-    if (m == NEG_INF) {  // every key masked: zeros, not NaN
-        for (int x = threadIdx.x; x < hd; x += blockDim.x) o[x] = 0.f;
-        return;
+    float L = 0.f;
+    for (int w = 0; w < nw; w++) L += sm[w] == NEG_INF ? 0.f : sl[w] * expf(sm[w] - M);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        if (M == NEG_INF) {  // every key masked: zeros, not NaN
+            o[d] = 0.f;
+            continue;
+        }
+        float a = 0.f;
+        for (int w = 0; w < nw; w++)
+            if (sm[w] != NEG_INF) a += sacc[w * hd + d] * expf(sm[w] - M);
+        o[d] = a / L;
     }
-    float z = 0.f;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        float e = expf(sc[j] - m);
-        sc[j] = e;
-        z += e;
+}
+
+// attention_backward: gradients of attention (no mask) given dout and the
+// forward's out. k, v, dk, dv [start+t, kvheads*hd]; q, dq, dout, out
+// [t, heads*hd]. Flash-style: pass 1 recomputes the row's log-sum-exp with
+// an online softmax, pass 2 walks the keys again:
+//   p = exp(s - lse), dp = dout.v, ds = p (dp - D), D = dout.out
+//   dq += scale sum ds k,  dk += scale ds q,  dv += p dout   (atomics)
+// Dynamic shared memory: (nwarps * (hd + 2)) floats.
+extern "C" __global__ void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                              const float* q, const float* k, const float* v,
+                                              int start, int heads, int kvheads, int hd) {
+    extern __shared__ float sh[];
+    int i = blockIdx.x / heads, h = blockIdx.x % heads;
+    int kvh = h / (heads / kvheads);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int per = (hd + 31) / 32;
+    long qo = ((long)i * heads + h) * hd;
+    float scale = rsqrtf((float)hd);
+    float qv[ATT_MAXD], go[ATT_MAXD], dqa[ATT_MAXD];
+    float D = 0.f;
+    for (int r = 0; r < per; r++) {
+        int d = lane + 32 * r;
+        qv[r] = d < hd ? q[qo + d] : 0.f;
+        go[r] = d < hd ? dout[qo + d] : 0.f;
+        D += d < hd ? go[r] * out[qo + d] : 0.f;
+        dqa[r] = 0.f;
     }
-    z = block_sum(z, red);
-    for (int x = threadIdx.x; x < hd; x += blockDim.x) {
-        float acc = 0.f;
-        for (int j = 0; j < n; j++) acc += sc[j] * vc[((long)j * kvheads + kvh) * hd + x];
-        o[x] = acc / z;
+    D = warp_sum(D);
+    float m = NEG_INF, l = 0.f;
+    for (int j = warp; j <= start + i; j += nw) {
+        const float* kr = k + ((long)j * kvheads + kvh) * hd;
+        float s = 0.f;
+        for (int r = 0; r < per; r++) {
+            int d = lane + 32 * r;
+            if (d < hd) s += qv[r] * kr[d];
+        }
+        s = warp_sum(s) * scale;
+        float mn = fmaxf(m, s);
+        l = l * expf(m - mn) + expf(s - mn);
+        m = mn;
+    }
+    float* sm = sh;
+    float* sl = sh + nw;
+    float* sacc = sh + 2 * nw;
+    if (lane == 0) { sm[warp] = m; sl[warp] = l; }
+    __syncthreads();
+    float M = NEG_INF, L = 0.f;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, sm[w]);
+    for (int w = 0; w < nw; w++) L += sm[w] == NEG_INF ? 0.f : sl[w] * expf(sm[w] - M);
+    float lse = M + logf(L);
+    for (int j = warp; j <= start + i; j += nw) {
+        long ko = ((long)j * kvheads + kvh) * hd;
+        float s = 0.f, dp = 0.f;
+        for (int r = 0; r < per; r++) {
+            int d = lane + 32 * r;
+            if (d < hd) {
+                s += qv[r] * k[ko + d];
+                dp += go[r] * v[ko + d];
+            }
+        }
+        s = warp_sum(s) * scale;
+        dp = warp_sum(dp);
+        float p = expf(s - lse);
+        float ds = p * (dp - D);
+        for (int r = 0; r < per; r++) {
+            int d = lane + 32 * r;
+            if (d < hd) {
+                dqa[r] += ds * k[ko + d];
+                atomicAdd(dk + ko + d, ds * scale * qv[r]);
+                atomicAdd(dv + ko + d, p * go[r]);
+            }
+        }
+    }
+    for (int r = 0; r < per; r++) {
+        int d = lane + 32 * r;
+        if (d < hd) sacc[warp * hd + d] = dqa[r];
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.f;
+        for (int w = 0; w < nw; w++) a += sacc[w * hd + d];
+        dq[qo + d] += scale * a;
     }
 }
 
@@ -215,4 +332,130 @@ extern "C" __global__ void topk_select(const float* vals, const int* idxs, long 
         out_idx[o + i] = i < cnt ? li[i] : -1;
         out_val[o + i] = i < cnt ? lv[i] : NEG_INF;
     }
+}
+
+// ---- Training: the backward of each op (gradients accumulate, +=), the
+// fused optimiser step and the reductions clipping needs.
+
+// rmsnorm_backward: for y = x r w, r = rsqrt(mean(x^2) + eps) per row of d:
+// dx += r (dy w) - x r^3 / d sum(dy w x), dw += dy x r (atomics across rows).
+// One block a row; dx or dw may be null.
+extern "C" __global__ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w,
+                                            int d, float eps) {
+    __shared__ float s[256];
+    long o = (long)blockIdx.x * d;
+    float ss = 0.f, dot = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float xv = x[o + i];
+        ss += xv * xv;
+        dot += dy[o + i] * w[i] * xv;
+    }
+    ss = block_sum(ss, s);
+    dot = block_sum(dot, s);
+    float inv = rsqrtf(ss / d + eps);
+    float c = dot * inv * inv * inv / d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        if (dx) dx[o + i] += dy[o + i] * w[i] * inv - x[o + i] * c;
+        if (dw) atomicAdd(dw + i, dy[o + i] * x[o + i] * inv);
+    }
+}
+
+// silu_mul_backward: out = silu(g) u: dg += dy u s (1 + g (1 - s)), du += dy silu(g).
+extern "C" __global__ void silu_mul_backward(float* dg, float* du, const float* dy, const float* g, const float* u, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gv = g[i], s = 1.f / (1.f + expf(-gv));
+    if (dg) dg[i] += dy[i] * u[i] * s * (1.f + gv * (1.f - s));
+    if (du) du[i] += dy[i] * gv * s;
+}
+
+// embedding_backward: dtable[ids[i], :] += dy[i, :]; one block a row.
+extern "C" __global__ void embedding_backward(float* dtable, const float* dy, const int* ids, int d) {
+    float* dst = dtable + (long)ids[blockIdx.x] * d;
+    const float* src = dy + (long)blockIdx.x * d;
+    for (int c = threadIdx.x; c < d; c += blockDim.x) atomicAdd(dst + c, src[c]);
+}
+
+// col_sum: db[n] += sum over m rows of dy[m, n] (a bias gradient).
+extern "C" __global__ void col_sum(float* db, const float* dy, int m, int n) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float a = 0.f;
+    for (int i = 0; i < m; i++) a += dy[(long)i * n + j];
+    db[j] += a;
+}
+
+// logprob: out[i] = logits[i, t] - logsumexp(logits[i, :]), t = targets[i]
+// (0 where t < 0), and ent[i] (nullable) the row's entropy; one block a
+// row of v. With dlogits (backward):
+// dlogits[i, :] += dout[i] (onehot(t) - softmax(logits[i, :])).
+extern "C" __global__ void logprob(float* out, float* ent, float* dlogits, const float* dout, const float* logits,
+                                   const int* targets, int v) {
+    __shared__ float s[256];
+    const float* row = logits + (long)blockIdx.x * v;
+    int t = targets[blockIdx.x];
+    float m = NEG_INF;
+    for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, row[j]);
+    m = block_max(m, s);
+    float z = 0.f;
+    for (int j = threadIdx.x; j < v; j += blockDim.x) z += expf(row[j] - m);
+    z = block_sum(z, s);
+    float lse = m + logf(z);
+    if (!dlogits) {
+        if (ent) {  // H = lse - sum p x
+            float px = 0.f;
+            for (int j = threadIdx.x; j < v; j += blockDim.x) px += expf(row[j] - lse) * row[j];
+            px = block_sum(px, s);
+            if (threadIdx.x == 0) ent[blockIdx.x] = lse - px;
+        }
+        if (threadIdx.x == 0) out[blockIdx.x] = t < 0 ? 0.f : row[t] - lse;
+        return;
+    }
+    float g = dout[blockIdx.x];
+    if (t < 0 || g == 0.f) return;
+    float* d = dlogits + (long)blockIdx.x * v;
+    for (int j = threadIdx.x; j < v; j += blockDim.x) d[j] += g * ((j == t ? 1.f : 0.f) - expf(row[j] - lse));
+}
+
+// add_scaled: y += s x.
+extern "C" __global__ void add_scaled(float* y, const float* x, float s, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] += s * x[i];
+}
+
+// mul: y = a * b, elementwise.
+extern "C" __global__ void mul(float* y, const float* a, const float* b, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a[i] * b[i];
+}
+
+// sum_squares: acc[0] += sum x^2 (grid-stride, one atomic a block).
+extern "C" __global__ void sum_squares(float* acc, const float* x, long n) {
+    __shared__ float s[256];
+    float a = 0.f;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) a += x[i] * x[i];
+    a = block_sum(a, s);
+    if (threadIdx.x == 0) atomicAdd(acc, a);
+}
+
+// adamw: one fused AdamW step (PyTorch's, decoupled decay) in double
+// arithmetic, the gradient first scaled to clip the global norm
+// sqrt(sumsq[0]) to maxnorm (sumsq null or maxnorm <= 0: no clipping).
+//   w = w decay - lr (m / bc1) / (sqrt(v / bc2) + eps)
+extern "C" __global__ void adamw(float* w, const float* g, float* m, float* v, long n, double lr, double b1,
+                                 double b2, double eps, double decay, double bc1, double bc2,
+                                 const float* sumsq, double maxnorm) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double scale = 1.0;
+    if (sumsq && maxnorm > 0) {
+        double norm = sqrt((double)sumsq[0]);
+        if (norm > maxnorm) scale = maxnorm / (norm + 1e-6);
+    }
+    double gv = (double)g[i] * scale;
+    double mi = b1 * m[i] + (1 - b1) * gv;
+    double vi = b2 * v[i] + (1 - b2) * gv * gv;
+    m[i] = (float)mi;
+    v[i] = (float)vi;
+    w[i] = (float)((double)w[i] * decay - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
 }

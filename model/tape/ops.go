@@ -1,7 +1,6 @@
 package tape
 
 import (
-	"math"
 	"math/rand/v2"
 
 	"github.com/agemem/agemem/kernels/cpu"
@@ -65,30 +64,15 @@ func (t *Tape[T]) Linear(x, w, b *Var[T]) *Var[T] {
 	return y
 }
 
-// linearBackward accumulates dx += dy·w, dw += dyᵀ·x, db += Σ dy. In
-// float32 both products go through the tiled matmul on transposed copies
-// (a transpose is O(size), the product O(size·width)).
+// linearBackward accumulates dx += dy·w, dw += dyᵀ·x, db += Σ dy (in
+// float32 through the tiled matmul).
 func linearBackward[T Float](dx, dw, db, dy, x, w []T, m, k, n int) {
-	s, ok := f32(dy, x, w)
-	if !ok {
-		cpu.MatMulTBackward(dx, dw, db, dy, x, w, m, k, n)
+	if s, ok := f32(dy, x, w); ok {
+		d, _ := f32(dx, dw, db)
+		cpu.LinearBackward(d[0], d[1], d[2], s[0], s[1], s[2], m, k, n)
 		return
 	}
-	if dx != nil {
-		tmp := make([]float32, m*k)
-		cpu.MatMulT(tmp, s[0], cpu.Transpose(s[2], n, k), nil, m, n, k)
-		addTo(any(dx).([]float32), tmp)
-	}
-	if dw != nil {
-		tmp := make([]float32, n*k)
-		cpu.MatMulT(tmp, cpu.Transpose(s[0], m, n), cpu.Transpose(s[1], m, k), nil, n, m, k)
-		addTo(any(dw).([]float32), tmp)
-	}
-	if db != nil {
-		for i := range m {
-			addTo(db, dy[i*n:(i+1)*n])
-		}
-	}
+	cpu.MatMulTBackward(dx, dw, db, dy, x, w, m, k, n)
 }
 
 // RMSNorm normalises each row of width len(w) (x may hold several such
@@ -271,24 +255,7 @@ func (t *Tape[T]) LogProbs(logits *Var[T], targets []int) *Var[T] {
 
 // Entropy returns the entropy of each row's softmax (no gradient): a
 // diagnostic of how peaked the policy is.
-func Entropy[T Float](logits *Var[T]) []float64 {
-	out := make([]float64, logits.Rows)
-	for r := range logits.Rows {
-		row := logits.Val[r*logits.Cols : (r+1)*logits.Cols]
-		m := math.Inf(-1)
-		for _, v := range row {
-			m = math.Max(m, float64(v))
-		}
-		var z, s float64
-		for _, v := range row {
-			e := math.Exp(float64(v) - m)
-			z += e
-			s += e * (float64(v) - m)
-		}
-		out[r] = math.Log(z) - s/z
-	}
-	return out
-}
+func Entropy[T Float](logits *Var[T]) []float64 { return cpu.Entropy(logits.Val, logits.Cols) }
 
 // Segment is a run of rows [Lo, Hi) of a packed batch that attend causally
 // among themselves after the first Prefix rows of the batch (a prompt they

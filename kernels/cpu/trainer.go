@@ -1,0 +1,153 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/agemem/agemem/kernels"
+)
+
+var _ kernels.Trainer = (*Backend)(nil)
+
+// Zero implements kernels.Trainer.
+func (*Backend) Zero(t kernels.Tensor) { clear(data(t)) }
+
+// AddScaled implements kernels.Trainer.
+func (*Backend) AddScaled(y, x kernels.Tensor, s float32) {
+	yd := data(y)
+	for i, v := range data(x) {
+		yd[i] += s * v
+	}
+}
+
+// Mul implements kernels.Trainer.
+func (*Backend) Mul(y, a, b kernels.Tensor) {
+	yd, bd := data(y), data(b)
+	for i, v := range data(a) {
+		yd[i] = v * bd[i]
+	}
+}
+
+// MatMulBackward implements kernels.Trainer (plain float32 weights only:
+// training keeps master weights in float32).
+func (*Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
+	wt := host(w)
+	n, k := wt.Dims[0], wt.Dims[1]
+	xd := data(x)
+	LinearBackward(data(dx), data(dw), data(db), data(dy), xd, data(w), len(xd)/k, k, n)
+}
+
+// LinearBackward is MatMulTBackward for float32 with both products
+// through the tiled matmul on transposed copies (a transpose is O(size),
+// the product O(size·width)).
+func LinearBackward(dx, dw, db, dy, x, w []float32, m, k, n int) {
+	if dx != nil {
+		tmp := make([]float32, m*k)
+		MatMulT(tmp, dy, Transpose(w, n, k), nil, m, n, k)
+		Add(dx, tmp)
+	}
+	if dw != nil {
+		tmp := make([]float32, n*k)
+		MatMulT(tmp, Transpose(dy, m, n), Transpose(x, m, k), nil, n, m, k)
+		Add(dw, tmp)
+	}
+	if db != nil {
+		for i := range m {
+			Add(db, dy[i*n:(i+1)*n])
+		}
+	}
+}
+
+// RMSNormBackward implements kernels.Trainer.
+func (*Backend) RMSNormBackward(dx, dw, dy, x, w kernels.Tensor, eps float32) {
+	wd := data(w)
+	RMSNormBackward(data(dx), data(dw), data(dy), data(x), wd, len(wd), eps)
+}
+
+// RopeBackward implements kernels.Trainer.
+func (*Backend) RopeBackward(dy kernels.Tensor, pos []int, heads, headDim int, theta float64) {
+	RopeBackward(data(dy), pos, heads, headDim, theta)
+}
+
+// SiLUMulBackward implements kernels.Trainer.
+func (*Backend) SiLUMulBackward(dgate, dup, dy, gate, up kernels.Tensor) {
+	SiLUMulBackward(data(dgate), data(dup), data(dy), data(gate), data(up))
+}
+
+// EmbeddingBackward implements kernels.Trainer.
+func (*Backend) EmbeddingBackward(dtable, dy kernels.Tensor, ids []int) {
+	t := host(dtable)
+	EmbeddingBackward(t.Data, data(dy), ids, t.Dims[len(t.Dims)-1])
+}
+
+// AttentionBackward implements kernels.Trainer.
+func (*Backend) AttentionBackward(dq, dk, dv, dout, out, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
+	qd := data(q)
+	AttentionBackwardMatMul(data(dq), data(dk), data(dv), data(dout), qd, data(k), data(v), len(qd)/(heads*hd), start, heads, kvHeads, hd)
+}
+
+// LogProbs implements kernels.Trainer.
+func (*Backend) LogProbs(out, ent, logits kernels.Tensor, targets []int) {
+	l := host(logits)
+	v := l.Dims[len(l.Dims)-1]
+	copy(data(out), LogProbGather(l.Data, targets, v))
+	if ent != nil {
+		for i, e := range Entropy(l.Data, v) {
+			data(ent)[i] = float32(e)
+		}
+	}
+}
+
+// Entropy is each row's −Σ p log p of softmax(logits[r, :]).
+func Entropy[T Float](logits []T, v int) []float64 {
+	out := make([]float64, len(logits)/v)
+	for r := range out {
+		row := logits[r*v : (r+1)*v]
+		m := math.Inf(-1)
+		for _, x := range row {
+			m = math.Max(m, float64(x))
+		}
+		var z, s float64
+		for _, x := range row {
+			e := math.Exp(float64(x) - m)
+			z += e
+			s += e * (float64(x) - m)
+		}
+		out[r] = math.Log(z) - s/z
+	}
+	return out
+}
+
+// LogProbsBackward implements kernels.Trainer.
+func (*Backend) LogProbsBackward(dlogits, dout, logits kernels.Tensor, targets []int) {
+	l := host(logits)
+	LogProbGatherBackward(data(dlogits), data(dout), l.Data, targets, l.Dims[len(l.Dims)-1])
+}
+
+// SumSquares implements kernels.Trainer.
+func (*Backend) SumSquares(acc, x kernels.Tensor) {
+	var s float64
+	for _, v := range data(x) {
+		s += float64(v) * float64(v)
+	}
+	data(acc)[0] += float32(s)
+}
+
+// AdamW implements kernels.Trainer, the arithmetic of optim.AdamW.
+func (*Backend) AdamW(w, g, m, v, sumSq kernels.Tensor, s kernels.AdamWStep) {
+	scale := 1.0
+	if sumSq != nil && s.MaxNorm > 0 {
+		if norm := math.Sqrt(float64(data(sumSq)[0])); norm > s.MaxNorm {
+			scale = s.MaxNorm / (norm + 1e-6)
+		}
+	}
+	wd, gd, md, vd := data(w), data(g), data(m), data(v)
+	parallelFor(len(wd), 16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gv := float64(gd[i]) * scale
+			mi := s.Beta1*float64(md[i]) + (1-s.Beta1)*gv
+			vi := s.Beta2*float64(vd[i]) + (1-s.Beta2)*gv*gv
+			md[i], vd[i] = float32(mi), float32(vi)
+			wd[i] = float32(float64(wd[i])*s.Decay - s.LR*(mi/s.BC1)/(math.Sqrt(vi/s.BC2)+s.Eps))
+		}
+	})
+}

@@ -1,0 +1,143 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/agemem/agemem/kernels"
+)
+
+var _ kernels.Trainer = (*Backend)(nil)
+
+// Attention launches: four warps a (token, head), each with its partial
+// softmax state in shared memory for the final merge.
+const attnThreads = 128
+
+func attnShared(hd int) int {
+	if hd > 256 {
+		panic(fmt.Sprintf("cuda attention: head_dim %d > 256", hd))
+	}
+	return attnThreads / 32 * (hd + 2) * 4
+}
+
+// Zero implements kernels.Trainer.
+func (b *Backend) Zero(t kernels.Tensor) {
+	defer b.enter()()
+	must(libs.cu.MemsetD8(ptr(t), 0, uint64(4*t.Len())).err("cuMemsetD8"))
+}
+
+// AddScaled implements kernels.Trainer.
+func (b *Backend) AddScaled(y, x kernels.Tensor, s float32) {
+	n := y.Len()
+	b.launch("add_scaled", blocks(n, 256), 256, 0, ptr(y), ptr(x), s, int64(n))
+}
+
+// Mul implements kernels.Trainer.
+func (b *Backend) Mul(y, a, c kernels.Tensor) {
+	n := y.Len()
+	b.launch("mul", blocks(n, 256), 256, 0, ptr(y), ptr(a), ptr(c), int64(n))
+}
+
+// MatMulBackward implements kernels.Trainer with two cuBLAS GEMMs that
+// accumulate (beta = 1). Column-major, for y[m,n] = x[m,k]·w[n,k]ᵀ:
+// dxᵀ(k×m) += w(k×n)·dyᵀ(n×m) and dwᵀ(k×n) += xᵀ(k×m)·dy(m×n).
+func (b *Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
+	defer b.enter()()
+	wt := dev(w)
+	if wt.bf16 {
+		panic("cuda backend: training needs float32 weights, not a BF16-mode upload")
+	}
+	n, k := wt.Dims[0], wt.Dims[1]
+	m := x.Len() / k
+	one := float32(1)
+	if dx != nil {
+		if st := libs.blas.Sgemm(b.blas, 0, 0, int32(k), int32(m), int32(n), &one, wt.ptr, int32(k), ptr(dy), int32(n), &one, ptr(dx), int32(k)); st != 0 {
+			panic(fmt.Sprintf("cublasSgemm (dx): status %d", st))
+		}
+	}
+	if dw != nil {
+		if st := libs.blas.Sgemm(b.blas, 0, 1, int32(k), int32(n), int32(m), &one, ptr(x), int32(k), ptr(dy), int32(n), &one, ptr(dw), int32(k)); st != 0 {
+			panic(fmt.Sprintf("cublasSgemm (dw): status %d", st))
+		}
+	}
+	if db != nil {
+		b.launch("col_sum", blocks(n, 256), 256, 0, ptr(db), ptr(dy), int32(m), int32(n))
+	}
+}
+
+// RMSNormBackward implements kernels.Trainer.
+func (b *Backend) RMSNormBackward(dx, dw, dy, x, w kernels.Tensor, eps float32) {
+	d := w.Len()
+	b.launch("rmsnorm_backward", x.Len()/d, 256, 0, ptr(dx), ptr(dw), ptr(dy), ptr(x), ptr(w), int32(d), eps)
+}
+
+// RopeBackward implements kernels.Trainer: the forward kernel rotating by
+// the opposite angle.
+func (b *Backend) RopeBackward(dy kernels.Tensor, pos []int, heads, headDim int, theta float64) {
+	pt := b.ints(pos)
+	n := len(pos) * heads * headDim / 2
+	b.launch("rope", blocks(n, 256), 256, 0, ptr(dy), pt.ptr, int32(len(pos)), int32(heads), int32(headDim), theta, float32(-1))
+	runtime.KeepAlive(pt)
+}
+
+// SiLUMulBackward implements kernels.Trainer.
+func (b *Backend) SiLUMulBackward(dgate, dup, dy, gate, up kernels.Tensor) {
+	n := dy.Len()
+	b.launch("silu_mul_backward", blocks(n, 256), 256, 0, ptr(dgate), ptr(dup), ptr(dy), ptr(gate), ptr(up), int64(n))
+}
+
+// EmbeddingBackward implements kernels.Trainer.
+func (b *Backend) EmbeddingBackward(dtable, dy kernels.Tensor, ids []int) {
+	if len(ids) == 0 {
+		return
+	}
+	d := dtable.Shape()[len(dtable.Shape())-1]
+	idt := b.ints(ids)
+	b.launch("embedding_backward", len(ids), 256, 0, ptr(dtable), ptr(dy), idt.ptr, int32(d))
+	runtime.KeepAlive(idt)
+}
+
+// AttentionBackward implements kernels.Trainer (flash-style: the scores
+// are recomputed, never stored).
+func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
+	t := q.Len() / (heads * hd)
+	b.launch("attention_backward", t*heads, attnThreads, attnShared(hd), ptr(dq), ptr(dk), ptr(dv), ptr(dout), ptr(out),
+		ptr(q), ptr(k), ptr(v), int32(start), int32(heads), int32(kvHeads), int32(hd))
+}
+
+// LogProbs implements kernels.Trainer.
+func (b *Backend) LogProbs(out, ent, logits kernels.Tensor, targets []int) {
+	b.logprob(out, ent, nil, nil, logits, targets)
+}
+
+// LogProbsBackward implements kernels.Trainer.
+func (b *Backend) LogProbsBackward(dlogits, dout, logits kernels.Tensor, targets []int) {
+	b.logprob(nil, nil, dlogits, dout, logits, targets)
+}
+
+func (b *Backend) logprob(out, ent, dlogits, dout, logits kernels.Tensor, targets []int) {
+	if len(targets) == 0 {
+		return
+	}
+	v := logits.Shape()[len(logits.Shape())-1]
+	tt := b.ints(targets)
+	b.launch("logprob", len(targets), 256, 0, ptr(out), ptr(ent), ptr(dlogits), ptr(dout), ptr(logits), tt.ptr, int32(v))
+	runtime.KeepAlive(tt)
+}
+
+// SumSquares implements kernels.Trainer.
+func (b *Backend) SumSquares(acc, x kernels.Tensor) {
+	n := x.Len()
+	b.launch("sum_squares", min(blocks(n, 256), 1024), 256, 0, ptr(acc), ptr(x), int64(n))
+}
+
+// AdamW implements kernels.Trainer: one fused kernel, clipping included.
+func (b *Backend) AdamW(w, g, m, v, sumSq kernels.Tensor, s kernels.AdamWStep) {
+	n := w.Len()
+	if math.IsNaN(s.LR) {
+		panic("cuda AdamW: learning rate is NaN")
+	}
+	b.launch("adamw", blocks(n, 256), 256, 0, ptr(w), ptr(g), ptr(m), ptr(v), int64(n), s.LR, s.Beta1, s.Beta2, s.Eps,
+		s.Decay, s.BC1, s.BC2, ptr(sumSq), s.MaxNorm)
+}

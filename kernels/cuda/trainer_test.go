@@ -1,0 +1,103 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
+)
+
+// TestTrainerOpsMatchCPU runs every backward op and the optimiser on both
+// backends with the same inputs; the CPU ones are finite-difference checked
+// in kernels/cpu.
+func TestTrainerOpsMatchCPU(t *testing.T) {
+	g := gpu(t)
+	c := cpu.New()
+	r := rand.New(rand.NewPCG(3, 4))
+	// run gives f each backend and compares every tensor it returns.
+	run := func(name string, tol float64, f func(be kernels.Trainer) []kernels.Tensor) {
+		t.Helper()
+		gs, cs := f(g), f(c)
+		for i := range gs {
+			close(t, name, g.ToHost(gs[i]), c.ToHost(cs[i]), tol)
+		}
+	}
+	const m, k, n = 37, 300, 129
+	x, w, dy := rnd(r, m*k), rnd(r, n*k), rnd(r, m*n)
+	run("matmul bwd", 1e-4, func(be kernels.Trainer) []kernels.Tensor {
+		dx, dw, db := be.FromHost(rnd(rand.New(rand.NewPCG(1, 1)), m*k), m, k), be.Zeros(n, k), be.Zeros(n)
+		be.MatMulBackward(dx, dw, db, be.FromHost(dy, m, n), be.FromHost(x, m, k), be.FromHost(w, n, k))
+		return []kernels.Tensor{dx, dw, db}
+	})
+	const d = 64
+	rows := m * k / d
+	run("rmsnorm bwd", 1e-4, func(be kernels.Trainer) []kernels.Tensor {
+		dx, dw := be.Zeros(rows, d), be.Zeros(d)
+		be.RMSNormBackward(dx, dw, be.FromHost(x[:rows*d], rows, d), be.FromHost(w[:rows*d], rows, d), be.FromHost(dy[:d], d), 1e-6)
+		return []kernels.Tensor{dx, dw}
+	})
+	pos := []int{3, 4, 5, 90, 91}
+	run("rope bwd", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+		y := be.FromHost(x[:5*4*32], 5, 4*32)
+		be.RopeBackward(y, pos, 4, 32, 1e6)
+		return []kernels.Tensor{y}
+	})
+	run("silu bwd", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+		dg, du := be.Zeros(1000), be.Zeros(1000)
+		be.SiLUMulBackward(dg, du, be.FromHost(dy[:1000], 1000), be.FromHost(x[:1000], 1000), be.FromHost(w[:1000], 1000))
+		return []kernels.Tensor{dg, du}
+	})
+	run("embed bwd", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+		dt := be.Zeros(10, k)
+		be.EmbeddingBackward(dt, be.FromHost(x[:4*k], 4, k), []int{3, 7, 3, 0})
+		return []kernels.Tensor{dt}
+	})
+	tg := []int{5, -1, 128, 0, 77}
+	run("logprobs", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+		lg := be.FromHost(x[:5*n], 5, n)
+		out, ent, dl := be.Zeros(5), be.Zeros(5), be.Zeros(5, n)
+		be.LogProbs(out, ent, lg, tg)
+		be.LogProbsBackward(dl, be.FromHost([]float32{1, 2, -0.5, 0, 3}, 5), lg, tg)
+		return []kernels.Tensor{out, ent, dl}
+	})
+	// Attention forward and backward over a segment with a 3-row prefix,
+	// and a long one (more keys than a block has threads), head_dim 128.
+	for _, sh := range []struct{ t, start, heads, kvh, hd int }{{6, 3, 4, 2, 32}, {300, 0, 2, 1, 128}, {40, 10, 6, 3, 24}} {
+		nk := sh.start + sh.t
+		q, kk, vv := rnd(r, sh.t*sh.heads*sh.hd), rnd(r, nk*sh.kvh*sh.hd), rnd(r, nk*sh.kvh*sh.hd)
+		do := rnd(r, sh.t*sh.heads*sh.hd)
+		run("attention fwd+bwd", 1e-4, func(be kernels.Trainer) []kernels.Tensor {
+			qt, kt, vt := be.FromHost(q, sh.t, sh.heads*sh.hd), be.FromHost(kk, nk, sh.kvh*sh.hd), be.FromHost(vv, nk, sh.kvh*sh.hd)
+			out := be.Zeros(sh.t, sh.heads*sh.hd)
+			be.Attention(out, qt, kt, vt, nil, sh.start, sh.heads, sh.kvh, sh.hd)
+			dq, dk, dv := be.Zeros(sh.t, sh.heads*sh.hd), be.Zeros(nk, sh.kvh*sh.hd), be.Zeros(nk, sh.kvh*sh.hd)
+			be.AttentionBackward(dq, dk, dv, be.FromHost(do, sh.t, sh.heads*sh.hd), out, qt, kt, vt, sh.start, sh.heads, sh.kvh, sh.hd)
+			return []kernels.Tensor{out, dq, dk, dv}
+		})
+	}
+	// AdamW with clipping (the norm is above MaxNorm) after two steps.
+	run("adamw", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+		wt, mt, vt := be.FromHost(w[:1000], 1000), be.Zeros(1000), be.Zeros(1000)
+		gt := be.FromHost(dy[:1000], 1000)
+		for step := 1; step <= 2; step++ {
+			ss := be.Zeros(1)
+			be.SumSquares(ss, gt)
+			be.AdamW(wt, gt, mt, vt, ss, kernels.AdamWStep{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Decay: 1 - 1e-4,
+				BC1: 1 - pow(0.9, step), BC2: 1 - pow(0.999, step), MaxNorm: 1})
+		}
+		acc := be.FromHost([]float32{0.5}, 1)
+		be.AddScaled(acc, be.FromHost([]float32{2}, 1), 3)
+		y := be.Zeros(1000)
+		be.Mul(y, gt, wt)
+		return []kernels.Tensor{wt, mt, vt, acc, y}
+	})
+}
+
+func pow(b float64, n int) float64 {
+	r := 1.0
+	for range n {
+		r *= b
+	}
+	return r
+}
