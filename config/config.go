@@ -238,8 +238,12 @@ type Model struct {
 	// Dtype is the dtype of saved full weights: f32 | bf16 (masters stay f32).
 	Dtype string `yaml:"dtype"`
 	// Device runs generation (rollouts, eval): auto | cpu | cuda | cuda:N.
-	// Gradients are computed on the CPU for now.
 	Device string `yaml:"device"`
+	// Devices run the training steps (SFT and GRPO), data-parallel: empty
+	// trains on the CPU autodiff tape; [cuda:0, cuda:1] keeps a replica on
+	// each GPU and all-reduces the gradients (NCCL when it loads, else
+	// host memory); cpu entries are simulated devices.
+	Devices []string `yaml:"devices"`
 	// Init is the shape `agemem-train init-model --config` writes.
 	Init ModelInit `yaml:"init"`
 }
@@ -405,7 +409,7 @@ func Default() Config {
 		Agent:   Agent{MaxSteps: 4, ContextBudget: 8192, ResponseBudget: 2048, SystemPrompt: "paper"},
 		Episode: Episode{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3},
 		Data:    Data{Train: "data/synth.json", Eval: "data/synth-eval.json"},
-		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Device: "auto", Init: ModelInit{
+		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Device: "auto", Devices: []string{}, Init: ModelInit{
 			ModelType: "qwen3", HiddenSize: 96, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 24,
 			Intermediate: 256, RopeTheta: 10000, MaxPositions: 4096, TieEmbeddings: true}},
 		LoRA: LoRA{R: 8, Alpha: 16, Dropout: 0.05,
@@ -498,6 +502,11 @@ func (c Config) Validate() error {
 	oneOf("model.dtype", c.Model.Dtype, "f32", "bf16")
 	if d := c.Model.Device; d != "auto" && d != "cpu" && d != "cuda" && !strings.HasPrefix(d, "cuda:") {
 		bad("model.device", "%q is not auto, cpu, cuda or cuda:N", d)
+	}
+	for i, d := range c.Model.Devices {
+		if d != "cpu" && d != "cuda" && !strings.HasPrefix(d, "cuda:") {
+			bad(fmt.Sprintf("model.devices[%d]", i), "%q is not cpu, cuda or cuda:N", d)
+		}
 	}
 	mi := c.Model.Init
 	oneOf("model.init.model_type", mi.ModelType, "qwen2", "qwen3")

@@ -39,15 +39,16 @@ type Backend struct {
 	// match the CPU backend to float32 rounding.
 	BF16 bool
 
-	dev    int32
-	ctx    uintptr
-	blas   uintptr
-	fns    map[string]uintptr
-	name   string
-	arch   string
-	mu     sync.Mutex
-	freeMu sync.Mutex
-	free   []alloc // allocations whose tensors were collected
+	dev     int32
+	ordinal int32
+	ctx     uintptr
+	blas    uintptr
+	fns     map[string]uintptr
+	name    string
+	arch    string
+	mu      sync.Mutex
+	freeMu  sync.Mutex
+	free    []alloc // allocations whose tensors were collected
 
 	// The caching allocator: freed blocks wait in per-size-class lists for
 	// reuse instead of going back to the driver (cuMemAlloc and cuMemFree
@@ -91,7 +92,7 @@ func New(dev int) (*Backend, error) {
 	if err := cu.DeviceGetCount(&n).err("cuDeviceGetCount"); err != nil || int(n) <= dev {
 		return nil, fmt.Errorf("%w: device %d of %d", ErrNoDevice, dev, n)
 	}
-	b := &Backend{fns: map[string]uintptr{}, cache: map[uint64][]uint64{}}
+	b := &Backend{fns: map[string]uintptr{}, cache: map[uint64][]uint64{}, ordinal: int32(dev)}
 	if err := cu.DeviceGet(&b.dev, int32(dev)).err("cuDeviceGet"); err != nil {
 		return nil, err
 	}

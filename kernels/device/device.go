@@ -60,3 +60,53 @@ func describe(log io.Writer, g *cuda.Backend) {
 	free, total := g.MemInfo()
 	fmt.Fprintf(log, "using %s, %.1f of %.1f GiB free\n", g.Device(), float64(free)/(1<<30), float64(total)/(1<<30))
 }
+
+// OpenTrainers opens the training devices named by model.devices (each as
+// Open takes it, "auto" excepted) and the reducer that all-reduces their
+// gradients: NCCL for two or more GPUs when libnccl.so.2 loads, else host
+// memory (said on log).
+func OpenTrainers(specs []string, log io.Writer) ([]kernels.Trainer, kernels.Reducer, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	var bes []kernels.Trainer
+	gpus := 0
+	for i, s := range specs {
+		if s == "auto" || s == "" {
+			return nil, nil, fmt.Errorf("model.devices[%d]: name the device (cpu, cuda:N), not %q", i, s)
+		}
+		be, err := Open(s, log)
+		if err != nil {
+			return nil, nil, fmt.Errorf("model.devices[%d]: %w", i, err)
+		}
+		tr, ok := be.(kernels.Trainer)
+		if !ok {
+			return nil, nil, fmt.Errorf("model.devices[%d]: the %s backend cannot train", i, be.Name())
+		}
+		if _, ok := be.(*cuda.Backend); ok {
+			gpus++
+		}
+		bes = append(bes, tr)
+	}
+	var reduce kernels.Reducer = kernels.HostReduce{}
+	if gpus == len(bes) && gpus > 1 {
+		n, err := cuda.NewNCCL(bes)
+		if err == nil {
+			return bes, n, nil
+		}
+		fmt.Fprintf(log, "NCCL unavailable (%v); all-reducing through host memory\n", err)
+	}
+	return bes, reduce, nil
+}
+
+// Memory describes a device's memory use for the logs: live tensors, the
+// allocator's cache and the device's free memory (empty on the CPU).
+func Memory(be kernels.Backend) string {
+	g, ok := be.(*cuda.Backend)
+	if !ok {
+		return ""
+	}
+	live, cached := g.MemStats()
+	free, total := g.MemInfo()
+	return fmt.Sprintf("%s: %.2f GiB in tensors, %.2f GiB cached, %.1f of %.1f GiB free", g.Device(), float64(live)/(1<<30), float64(cached)/(1<<30), float64(free)/(1<<30), float64(total)/(1<<30))
+}

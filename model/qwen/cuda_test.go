@@ -101,3 +101,17 @@ func argmax(v []float32) int {
 	}
 	return best
 }
+
+// TestCUDADeviceTrainerMatchesTape holds the GPU training step (forward,
+// backward, clipped AdamW) to the CPU tape, as TestDeviceTrainerMatchesTape
+// holds the CPU backend.
+func TestCUDADeviceTrainerMatchesTape(t *testing.T) {
+	g, err := cuda.New(0)
+	if errors.Is(err, cuda.ErrNoDevice) {
+		t.Skipf("GPU test skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDeviceTrainer(t, g, 1e-4)
+}

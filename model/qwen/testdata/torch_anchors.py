@@ -51,3 +51,28 @@ with torch.no_grad():
     torch.cuda.synchronize()
     n_new = out.shape[1] - ids.shape[1]
     print(f"transformers generate (greedy, KV cache): {n_new / (time.perf_counter() - t):.0f} tok/s")
+
+# Training anchor for BenchmarkCUDATrain: one full fine-tuning step in
+# float32 (TF32 off, fused AdamW, gradient clipping), 2 x 512 tokens.
+del model
+torch.cuda.empty_cache()
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1] + "/q05", dtype=torch.float32).cuda().train()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, fused=True)
+ids = torch.tensor([[(i * 7919 + s * 13) % model.config.vocab_size for i in range(512)] for s in range(2)], device="cuda")
+
+
+def train_step():
+    model(ids, labels=ids).loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=False)
+
+
+train_step()
+torch.cuda.synchronize()
+t = time.perf_counter()
+for _ in range(5):
+    train_step()
+torch.cuda.synchronize()
+print(f"torch f32 training step (2 x 512 tokens, AdamW): {1024 * 5 / (time.perf_counter() - t):.0f} tok/s, "
+      f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")

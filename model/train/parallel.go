@@ -1,0 +1,117 @@
+package train
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sync"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/model/qwen"
+)
+
+// Parallel is data-parallel training over devices: every device holds a
+// replica of the trainable weights with their gradients and AdamW moments
+// (qwen.DeviceTrainer); a step's micro-batches are spread over the
+// replicas, which run at once; the gradients are summed across replicas
+// (all-reduce) and every replica takes the same AdamW step, so they stay
+// identical. Because the loss weights of a step's tokens are fixed over
+// the whole step, the summed gradient is the one device's gradient of the
+// combined batch. The Trainer keeps the schedule, the step count and the
+// host copy of the weights that rollouts and checkpoints read.
+type Parallel struct {
+	T        *Trainer
+	Replicas []*qwen.DeviceTrainer
+	Reduce   kernels.Reducer
+}
+
+// NewParallel puts a replica of t's policy on each backend, starting from
+// the trainer's current weights and moments (a resumed run's included).
+// reduce may be nil: kernels.HostReduce.
+func NewParallel(t *Trainer, bes []kernels.Trainer, reduce kernels.Reducer, log io.Writer) (*Parallel, error) {
+	if len(bes) == 0 {
+		return nil, fmt.Errorf("data-parallel training needs at least one device")
+	}
+	if reduce == nil {
+		reduce = kernels.HostReduce{}
+	}
+	p := &Parallel{T: t, Reduce: reduce}
+	for _, be := range bes {
+		r := qwen.NewDeviceTrainer(be, t.P.W)
+		r.Upload(t.P.W, t.Opt)
+		p.Replicas = append(p.Replicas, r)
+	}
+	if log != nil {
+		fmt.Fprintf(log, "training on %d device(s), gradients all-reduced through %s\n", len(bes), reduce.Name())
+	}
+	return p, nil
+}
+
+// Run runs job(replica, i) for i in [0, n): job i on replica i mod N, the
+// replicas concurrently and each replica's jobs in order. The first error
+// is returned.
+func (p *Parallel) Run(n int, job func(r *qwen.DeviceTrainer, i int) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(p.Replicas))
+	for ri, r := range p.Replicas {
+		wg.Go(func() {
+			defer func() {
+				if e := recover(); e != nil {
+					errs[ri] = fmt.Errorf("device %d (%s): %v", ri, r.Backend().Name(), e)
+				}
+			}()
+			for i := ri; i < n; i += len(p.Replicas) {
+				if err := job(r, i); err != nil {
+					errs[ri] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Update all-reduces the gradients, takes one clipped AdamW step on every
+// replica at the scheduled rate and copies the weights back to the host
+// policy. It returns the gradient norm before clipping and the rate.
+func (p *Parallel) Update() (gradNorm, lr float64, err error) {
+	bes := make([]kernels.Trainer, len(p.Replicas))
+	grads := make([][]kernels.Tensor, len(p.Replicas))
+	for r, rep := range p.Replicas {
+		bes[r] = rep.Backend()
+		for _, prm := range rep.Params {
+			grads[r] = append(grads[r], prm.G)
+		}
+	}
+	if err := p.Reduce.AllReduce(bes, grads); err != nil {
+		return 0, 0, err
+	}
+	t := p.T
+	lr = t.Schedule.LR(t.LR, t.Step)
+	t.Opt.StepN++
+	var ss kernels.Tensor
+	for _, rep := range p.Replicas {
+		s := rep.Step(t.Opt.Config, t.Opt.StepN, lr, t.ClipNorm)
+		if ss == nil {
+			ss = s
+		}
+	}
+	t.Step++
+	p.Replicas[0].Download(t.P.W, nil)
+	return math.Sqrt(float64(bes[0].ToHost(ss)[0])), lr, nil
+}
+
+// Sync copies the AdamW moments to the trainer, for a checkpoint.
+func (p *Parallel) Sync() { p.Replicas[0].Download(p.T.P.W, p.T.Opt) }
+
+// Save syncs and writes a checkpoint (Trainer.Save).
+func (p *Parallel) Save(dir string) error {
+	p.Sync()
+	return p.T.Save(dir)
+}
