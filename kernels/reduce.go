@@ -35,4 +35,3 @@ func (HostReduce) AllReduce(bes []Trainer, grads [][]Tensor) error {
 	}
 	return nil
 }
-
