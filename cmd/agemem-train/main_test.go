@@ -304,6 +304,7 @@ func TestCLISFTErrors(t *testing.T) {
 	}{
 		{[]string{"sft", "--set", "sft.lr=-1"}, "sft.lr: -1 must be positive"},
 		{[]string{"sft", "--set", "sft.loss_on=some"}, `sft.loss_on: "some" is not one of last, all`},
+		{[]string{"sft", "--devices", "0,tpu"}, `model.devices[1]: "tpu" is not cpu, cuda or cuda:N`},
 		{[]string{"sft", "--set", "model.path=" + dir}, "tokenizer.json"},
 		{[]string{"tokenizer", "train", "--out", dir, "--template", "llama"}, `--template "llama"`},
 		{[]string{"init-model", "--config", "../../configs/tiny.yaml", "--out", dir}, "--tokenizer is required"},

@@ -74,6 +74,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
+	learner, err := train.NewLearner(tr, c.Model.Devices, o.Log)
+	if err != nil {
+		return res, err
+	}
 	batches := Plan(trainSet, s.BatchTokens, s.Steps*s.GradAccum, uint64(c.Seed))
 	evalBatches := Plan(evalSet, s.BatchTokens, 0, 0)
 	metrics, err := train.OpenMetrics(filepath.Join(s.Out, "metrics.jsonl"), o.Resume != "")
@@ -106,21 +110,30 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		for _, b := range micro {
 			learned += len(b.LossRows)
 		}
-		var loss float64
+		parts := make([]float64, len(micro))
 		stepTokens := 0
-		for i, b := range micro {
-			tp := tape.New[float32]()
-			lp := p.W.LogProbs(tp, b, qwen.TrainOptions{Recompute: s.Recompute, Dropout: true, Seed: uint64(c.Seed)<<32 ^ uint64(tr.Step*s.GradAccum+i)})
-			d := make([]float32, len(lp.Val))
-			for j, v := range lp.Val {
-				loss -= float64(v)
-				d[j] = -1 / float32(learned) // d(mean NLL)/d logp
-			}
-			tp.Backward(lp, d)
+		for _, b := range micro {
 			stepTokens += len(b.Tokens)
 		}
+		err := learner.Accumulate(micro, func(i int) qwen.TrainOptions {
+			return qwen.TrainOptions{Recompute: s.Recompute, Dropout: true, Seed: uint64(c.Seed)<<32 ^ uint64(tr.Step*s.GradAccum+i)}
+		}, func(i int, lp []float32, _ []float64) []float32 {
+			d := make([]float32, len(lp))
+			for j, v := range lp {
+				parts[i] -= float64(v)
+				d[j] = -1 / float32(learned) // d(mean NLL)/d logp
+			}
+			return d
+		})
+		if err != nil {
+			return res, err
+		}
+		var loss float64
+		for _, v := range parts {
+			loss += v
+		}
 		loss /= float64(max(learned, 1))
-		norm, lr, err := tr.Update()
+		norm, lr, err := learner.Update()
 		if err != nil {
 			return res, err
 		}
@@ -136,7 +149,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			evaluate()
 		}
 		if s.SaveEvery > 0 && tr.Step%s.SaveEvery == 0 && tr.Step < s.Steps {
-			if err := tr.Save(filepath.Join(s.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
+			if err := learner.Save(filepath.Join(s.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
 				return res, err
 			}
 		}
@@ -147,7 +160,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if len(evalSet) > 0 {
 		res.EvalLoss = evaluate()
 	}
-	if err := tr.Save(filepath.Join(s.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
+	if par, ok := learner.(*train.Parallel); ok {
+		par.MemoryReport()
+	}
+	if err := learner.Save(filepath.Join(s.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
 		return res, err
 	}
 	dtype := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16}[c.Model.Dtype]

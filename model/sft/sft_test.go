@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -194,4 +195,44 @@ func TestSFTLearns(t *testing.T) {
 		t.Fatalf("resumed run ends at train %v eval %v, uninterrupted %v %v", res2.TrainEnd, res2.EvalLoss, res.TrainEnd, res.EvalLoss)
 	}
 	t.Logf("held-out loss %.3f -> %.3f, %d/%d parse, %.0f tokens/s", res.EvalLossStart, res.EvalLoss, res.ParseOK, res.ParseN, res.TokensPerSec)
+}
+
+// TestSFTOnSimulatedDevices: model.devices [cpu, cpu] trains data-parallel
+// (two micro-batches a step, one per device) to the loss the tape reaches,
+// and a run resumed from a device checkpoint (weights and AdamW moments
+// brought back from the devices) ends exactly where the uninterrupted one
+// did.
+func TestSFTOnSimulatedDevices(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "sft.jsonl")
+	texts := records(t, data, 60, 3)
+	model := tinyPolicy(t, texts)
+	cfg := config.Default()
+	cfg.Model.Path = model
+	cfg.SFT.Data = data
+	cfg.SFT.Steps, cfg.SFT.BatchTokens, cfg.SFT.GradAccum, cfg.SFT.LR, cfg.SFT.WarmupSteps = 20, 512, 2, 1e-2, 2
+	cfg.SFT.EvalFraction, cfg.SFT.EvalEvery, cfg.SFT.SaveEvery = 0.1, 0, 10
+	runOn := func(devices []string, out, resume string) Result {
+		c := cfg
+		c.Model.Devices, c.SFT.Out = devices, filepath.Join(dir, out)
+		os.MkdirAll(c.SFT.Out, 0o755)
+		res, err := Run(context.Background(), Options{Config: c, YAML: c.YAML(), Log: io.Discard, Resume: resume})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	tapeRes := runOn(nil, "tape", "")
+	dev := runOn([]string{"cpu", "cpu"}, "dev", "")
+	if !(dev.EvalLoss < 0.7*dev.EvalLossStart) {
+		t.Fatalf("devices: held-out loss %.3f -> %.3f", dev.EvalLossStart, dev.EvalLoss)
+	}
+	if math.Abs(dev.EvalLoss-tapeRes.EvalLoss) > 0.02*tapeRes.EvalLoss {
+		t.Fatalf("devices end at held-out loss %.4f, the tape at %.4f", dev.EvalLoss, tapeRes.EvalLoss)
+	}
+	resumed := runOn([]string{"cpu", "cpu"}, "dev2", filepath.Join(dir, "dev", "checkpoint-10"))
+	if resumed.TrainEnd != dev.TrainEnd || resumed.EvalLoss != dev.EvalLoss {
+		t.Fatalf("resumed device run ends at train %v eval %v, uninterrupted %v %v", resumed.TrainEnd, resumed.EvalLoss, dev.TrainEnd, dev.EvalLoss)
+	}
+	t.Logf("held-out loss: tape %.4f, 2 simulated devices %.4f (from %.4f)", tapeRes.EvalLoss, dev.EvalLoss, dev.EvalLossStart)
 }

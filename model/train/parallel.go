@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/qwen"
 )
 
@@ -23,6 +24,8 @@ type Parallel struct {
 	T        *Trainer
 	Replicas []*qwen.DeviceTrainer
 	Reduce   kernels.Reducer
+	frozen   map[*qwen.Weights[float32]][]*qwen.DeviceTrainer // Score's reference replicas
+	log      io.Writer
 }
 
 // NewParallel puts a replica of t's policy on each backend, starting from
@@ -35,7 +38,7 @@ func NewParallel(t *Trainer, bes []kernels.Trainer, reduce kernels.Reducer, log 
 	if reduce == nil {
 		reduce = kernels.HostReduce{}
 	}
-	p := &Parallel{T: t, Reduce: reduce}
+	p := &Parallel{T: t, Reduce: reduce, frozen: map[*qwen.Weights[float32]][]*qwen.DeviceTrainer{}, log: log}
 	for _, be := range bes {
 		r := qwen.NewDeviceTrainer(be, t.P.W)
 		r.Upload(t.P.W, t.Opt)
@@ -51,16 +54,20 @@ func NewParallel(t *Trainer, bes []kernels.Trainer, reduce kernels.Reducer, log 
 // replicas concurrently and each replica's jobs in order. The first error
 // is returned.
 func (p *Parallel) Run(n int, job func(r *qwen.DeviceTrainer, i int) error) error {
+	return runOn(p.Replicas, n, job)
+}
+
+func runOn(reps []*qwen.DeviceTrainer, n int, job func(r *qwen.DeviceTrainer, i int) error) error {
 	var wg sync.WaitGroup
-	errs := make([]error, len(p.Replicas))
-	for ri, r := range p.Replicas {
+	errs := make([]error, len(reps))
+	for ri, r := range reps {
 		wg.Go(func() {
 			defer func() {
 				if e := recover(); e != nil {
 					errs[ri] = fmt.Errorf("device %d (%s): %v", ri, r.Backend().Name(), e)
 				}
 			}()
-			for i := ri; i < n; i += len(p.Replicas) {
+			for i := ri; i < n; i += len(reps) {
 				if err := job(r, i); err != nil {
 					errs[ri] = err
 					return
@@ -114,4 +121,55 @@ func (p *Parallel) Sync() { p.Replicas[0].Download(p.T.P.W, p.T.Opt) }
 func (p *Parallel) Save(dir string) error {
 	p.Sync()
 	return p.T.Save(dir)
+}
+
+// Accumulate implements Learner: micro-batch i on replica i mod N.
+func (p *Parallel) Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, loss LossFunc) error {
+	return p.Run(len(batches), func(r *qwen.DeviceTrainer, i int) error {
+		be := r.Backend()
+		acts := r.Forward(batches[i], opts(i))
+		lp, e := be.ToHost(acts.LogProbs), be.ToHost(acts.Ent)
+		ent := make([]float64, len(e))
+		for j, v := range e {
+			ent[j] = float64(v)
+		}
+		d := loss(i, lp, ent)
+		if len(d) != len(lp) {
+			return fmt.Errorf("micro-batch %d: %d gradients for %d log-probabilities", i, len(d), len(lp))
+		}
+		r.Backward(acts, be.FromHost(d, len(d)))
+		return nil
+	})
+}
+
+// Score implements Learner. A w other than the policy (a frozen
+// reference) gets replicas of its own on the same devices, made once.
+func (p *Parallel) Score(w *qwen.Weights[float32], batches []qwen.Batch, o qwen.TrainOptions) ([][]float32, error) {
+	reps := p.Replicas
+	if w != p.T.P.W {
+		if reps = p.frozen[w]; reps == nil {
+			for _, r := range p.Replicas {
+				reps = append(reps, qwen.NewDeviceTrainer(r.Backend(), w))
+			}
+			p.frozen[w] = reps
+		}
+	}
+	out := make([][]float32, len(batches))
+	err := runOn(reps, len(batches), func(r *qwen.DeviceTrainer, i int) error {
+		out[i] = r.Backend().ToHost(r.Forward(batches[i], o).LogProbs)
+		return nil
+	})
+	return out, err
+}
+
+// MemoryReport writes each device's memory use to the log (GPUs only).
+func (p *Parallel) MemoryReport() {
+	if p.log == nil {
+		return
+	}
+	for i, r := range p.Replicas {
+		if m := device.Memory(r.Backend()); m != "" {
+			fmt.Fprintf(p.log, "device %d: %s\n", i, m)
+		}
+	}
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
-	"github.com/agemem/agemem/model/tape"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl/grpo"
@@ -118,6 +117,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
+	learner, err := train.NewLearner(tr, c.Model.Devices, o.Log)
+	if err != nil {
+		return res, err
+	}
 	metrics, err := train.OpenMetrics(filepath.Join(rc.Out, "metrics.jsonl"), o.Resume != "")
 	if err != nil {
 		return res, err
@@ -195,7 +198,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			trajOf[i] = e.Rollout
 		}
 		expAdv := grpo.Broadcast(adv, trajOf)
-		if err := update(tr, ref, exps, expAdv, rc, &st); err != nil {
+		if err := update(tr, learner, ref, exps, expAdv, rc, &st); err != nil {
 			return res, err
 		}
 		st.Seconds = time.Since(t0).Seconds()
@@ -214,12 +217,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.Steps = append(res.Steps, st)
 		prog.Update(tr.Step, fmt.Sprintf("reward %.3f kl %.4f", st.Reward, st.KL))
 		if rc.SaveEvery > 0 && tr.Step%rc.SaveEvery == 0 && tr.Step < rc.Steps {
-			if err := tr.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
+			if err := learner.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
 				return res, err
 			}
 		}
 	}
-	if err := tr.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
+	if par, ok := learner.(*train.Parallel); ok {
+		par.MemoryReport()
+	}
+	if err := learner.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
 		return res, err
 	}
 	dtype := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16}[c.Model.Dtype]
@@ -240,7 +246,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 // update runs rl.epochs passes over the step's experiences in
 // rl.minibatches optimiser steps each.
-func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv []float64, rc config.RL, st *StepStats) error {
+func update(tr *train.Trainer, l train.Learner, ref *train.Policy, exps []rollout.Experience, adv []float64, rc config.RL, st *StepStats) error {
 	if len(exps) == 0 {
 		return nil
 	}
@@ -254,10 +260,16 @@ func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv
 	// the first ratio is exactly 1 (with one epoch of one minibatch it is
 	// the current log-probability itself, detached); π_ref per token.
 	var old [][]float64
+	var err error
 	if rc.Epochs*rc.Minibatches > 1 {
-		old = score(w, seqs, rc.BatchTokens, qwen.TrainOptions{})
+		if old, err = score(l, w, seqs, rc.BatchTokens, qwen.TrainOptions{}); err != nil {
+			return err
+		}
 	}
-	refLp := score(ref.W, seqs, rc.BatchTokens, qwen.TrainOptions{NoAdapter: true})
+	refLp, err := score(l, ref.W, seqs, rc.BatchTokens, qwen.TrainOptions{NoAdapter: true})
+	if err != nil {
+		return err
+	}
 	rng := rand.New(rand.NewPCG(uint64(tr.Step), 0x67727077))
 	var kl, loss, ent float64
 	var clipped, tokens, updates int
@@ -268,52 +280,60 @@ func update(tr *train.Trainer, ref *train.Policy, exps []rollout.Experience, adv
 			mb := order[lo:min(lo+per, len(order))]
 			groups := microBatches(mb, seqs, rc.BatchTokens)
 			var seqOf []int // the experience of every learned token, in micro-batch order
-			for _, g := range groups {
+			offs := make([]int, len(groups))
+			batches := make([]qwen.Batch, len(groups))
+			for gi, g := range groups {
+				offs[gi] = len(seqOf)
+				var sub []qwen.Sequence
 				for _, c := range g {
+					sub = append(sub, seqs[c])
 					for _, t := range chs[c].tokens {
 						seqOf = append(seqOf, t.exp)
 					}
 				}
+				batches[gi] = qwen.Pack(sub)
 			}
 			weights, err := grpo.TokenWeights(rc.Aggregation, seqOf)
 			if err != nil {
 				return err
 			}
-			off := 0
-			for _, group := range groups {
-				var sub []qwen.Sequence
-				for _, c := range group {
-					sub = append(sub, seqs[c])
-				}
-				b := qwen.Pack(sub)
-				tp := tape.New[float32]()
-				lp, e := w.LogProbsEntropy(tp, b, qwen.TrainOptions{Recompute: rc.Recompute, Dropout: true, Seed: uint64(tr.Step)<<16 ^ uint64(off)})
-				toks := make([]grpo.Token, len(lp.Val))
+			stats, ents := make([]grpo.Stats, len(groups)), make([]float64, len(groups))
+			err = l.Accumulate(batches, func(gi int) qwen.TrainOptions {
+				return qwen.TrainOptions{Recompute: rc.Recompute, Dropout: true, Seed: uint64(tr.Step)<<16 ^ uint64(offs[gi])}
+			}, func(gi int, lp []float32, e []float64) []float32 {
+				group, b := groups[gi], batches[gi]
+				toks := make([]grpo.Token, len(lp))
 				pos := map[int]int{}
 				for k, s := range b.Seq {
 					c := group[s]
 					n := pos[c]
 					pos[c]++
 					i := chs[c].tokens[n].exp
-					toks[k] = grpo.Token{Seq: i, Logp: float64(lp.Val[k]), OldLogp: float64(lp.Val[k]), RefLogp: refLp[c][n], Adv: adv[i]}
+					toks[k] = grpo.Token{Seq: i, Logp: float64(lp[k]), OldLogp: float64(lp[k]), RefLogp: refLp[c][n], Adv: adv[i]}
 					if old != nil {
 						toks[k].OldLogp = old[c][n]
 					}
-					ent += e[k]
+					ents[gi] += e[k]
 				}
-				s, grad := grpo.Loss(grpo.Config{Clip: rc.Clip, Beta: rc.Beta}, toks, weights[off:off+len(toks)])
-				off += len(toks)
+				s, grad := grpo.Loss(grpo.Config{Clip: rc.Clip, Beta: rc.Beta}, toks, weights[offs[gi]:offs[gi]+len(toks)])
+				stats[gi] = s
 				d := make([]float32, len(grad))
 				for k, g := range grad {
 					d[k] = float32(g)
 				}
-				tp.Backward(lp, d)
+				return d
+			})
+			if err != nil {
+				return err
+			}
+			for gi, s := range stats {
 				loss += s.Loss
 				kl += s.KL
 				clipped += s.Clipped
 				tokens += s.Tokens
+				ent += ents[gi]
 			}
-			norm, _, err := tr.Update()
+			norm, _, err := l.Update()
 			if err != nil {
 				return err
 			}
@@ -401,28 +421,33 @@ func microBatches(idx []int, seqs []qwen.Sequence, batchTokens int) [][]int {
 	return out
 }
 
-// score returns each sequence's learned-token log-probabilities, without
-// gradients.
-func score(w *qwen.Weights[float32], seqs []qwen.Sequence, batchTokens int, o qwen.TrainOptions) [][]float64 {
-	out := make([][]float64, len(seqs))
+// score returns each sequence's learned-token log-probabilities under w,
+// without gradients.
+func score(l train.Learner, w *qwen.Weights[float32], seqs []qwen.Sequence, batchTokens int, o qwen.TrainOptions) ([][]float64, error) {
 	idx := make([]int, len(seqs))
 	for i := range idx {
 		idx[i] = i
 	}
-	for _, group := range microBatches(idx, seqs, batchTokens) {
+	groups := microBatches(idx, seqs, batchTokens)
+	batches := make([]qwen.Batch, len(groups))
+	for gi, group := range groups {
 		var sub []qwen.Sequence
 		for _, i := range group {
 			sub = append(sub, seqs[i])
 		}
-		b := qwen.Pack(sub)
-		tp := tape.New[float32]()
-		lp := w.LogProbs(tp, b, o)
-		for k, s := range b.Seq {
-			out[group[s]] = append(out[group[s]], float64(lp.Val[k]))
-		}
-		tp.Release()
+		batches[gi] = qwen.Pack(sub)
 	}
-	return out
+	lps, err := l.Score(w, batches, o)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]float64, len(seqs))
+	for gi, group := range groups {
+		for k, s := range batches[gi].Seq {
+			out[group[s]] = append(out[group[s]], float64(lps[gi][k]))
+		}
+	}
+	return out, nil
 }
 
 // tasksFor picks step's tasks: a seeded shuffle of the task list, walked in

@@ -39,7 +39,11 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 		lora       bool
 		agg        string
 		mb, epochs int
-	}{{"full, token-mean, one epoch of one minibatch", false, "token-mean", 1, 1}, {"lora, seq-mean, 2 epochs of 2 minibatches", true, "seq-mean-token-mean", 2, 2}} {
+		devices    []string
+	}{{"full, token-mean, one epoch of one minibatch", false, "token-mean", 1, 1, nil},
+		{"lora, seq-mean, 2 epochs of 2 minibatches", true, "seq-mean-token-mean", 2, 2, nil},
+		{"full, 2 simulated devices, 2 minibatches", false, "token-mean", 2, 1, []string{"cpu", "cpu"}},
+		{"lora, 3 simulated devices", true, "token-mean", 1, 1, []string{"cpu", "cpu", "cpu"}}} {
 		t.Run(c.name, func(t *testing.T) {
 			l := config.Default().LoRA
 			l.Enabled = c.lora
@@ -64,14 +68,18 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 			for _, c := range chains(exps) {
 				seqs = append(seqs, c.seq)
 			}
-			before := score(p.W, seqs, 1<<20, qwen.TrainOptions{})
+			learner, err := train.NewLearner(tr, c.devices, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := mustScore(t, p.W, seqs)
 			var st StepStats
 			for range 3 {
-				if err := update(tr, ref, exps, adv, rc, &st); err != nil {
+				if err := update(tr, learner, ref, exps, adv, rc, &st); err != nil {
 					t.Fatal(err)
 				}
 			}
-			after := score(p.W, seqs, 1<<20, qwen.TrainOptions{})
+			after := mustScore(t, p.W, seqs)
 			for i := range exps {
 				var d float64
 				for j := range before[i] {
@@ -134,14 +142,25 @@ func TestChainsScoreLikeSeparateCalls(t *testing.T) {
 	for _, c := range chs {
 		seqs = append(seqs, c.seq)
 	}
-	merged := score(p.W, seqs, 1<<20, qwen.TrainOptions{})
+	merged := mustScore(t, p.W, seqs)
 	for ci, c := range chs {
 		for n, tk := range c.tokens {
 			alone := chains(exps[tk.exp : tk.exp+1])
-			want := score(p.W, []qwen.Sequence{alone[0].seq}, 1<<20, qwen.TrainOptions{})[0][tk.pos]
+			want := mustScore(t, p.W, []qwen.Sequence{alone[0].seq})[0][tk.pos]
 			if d := merged[ci][n] - want; d > 1e-5 || d < -1e-5 {
 				t.Fatalf("experience %d token %d: %g in the chain, %g alone", tk.exp, tk.pos, merged[ci][n], want)
 			}
 		}
 	}
+}
+
+// mustScore scores on the tape (the host weights, which device training
+// keeps in step).
+func mustScore(t *testing.T, w *qwen.Weights[float32], seqs []qwen.Sequence) [][]float64 {
+	t.Helper()
+	out, err := score(train.Tape{}, w, seqs, 1<<20, qwen.TrainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -1,0 +1,79 @@
+package train
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/tape"
+)
+
+// Learner is where a policy's gradients are computed and its updates
+// applied: the CPU autodiff tape (Tape) or device replicas (Parallel).
+// SFT and GRPO are written against it.
+type Learner interface {
+	// Accumulate runs each micro-batch forward, hands its learned tokens'
+	// log-probabilities and entropies to loss, which returns dL/dlogp, and
+	// accumulates the gradient. Micro-batches may run concurrently (on
+	// different devices), so loss must be safe for that.
+	Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, loss LossFunc) error
+	// Score returns each micro-batch's learned-token log-probabilities
+	// under w (the policy, or a frozen reference), without gradients.
+	Score(w *qwen.Weights[float32], batches []qwen.Batch, o qwen.TrainOptions) ([][]float32, error)
+	// Update clips, steps and clears the gradients (Trainer.Update).
+	Update() (gradNorm, lr float64, err error)
+	// Save writes a checkpoint (Trainer.Save).
+	Save(dir string) error
+}
+
+// LossFunc gets micro-batch i's log-probabilities and entropies and
+// returns the loss's gradient with respect to the log-probabilities.
+type LossFunc func(i int, lp []float32, ent []float64) []float32
+
+// Tape is the Learner on the CPU autodiff tape, one micro-batch at a time.
+type Tape struct{ T *Trainer }
+
+// Accumulate implements Learner.
+func (l Tape) Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, loss LossFunc) error {
+	for i, b := range batches {
+		tp := tape.New[float32]()
+		lp, ent := l.T.P.W.LogProbsEntropy(tp, b, opts(i))
+		d := loss(i, lp.Val, ent)
+		if len(d) != len(lp.Val) {
+			return fmt.Errorf("micro-batch %d: %d gradients for %d log-probabilities", i, len(d), len(lp.Val))
+		}
+		tp.Backward(lp, d)
+	}
+	return nil
+}
+
+// Score implements Learner.
+func (Tape) Score(w *qwen.Weights[float32], batches []qwen.Batch, o qwen.TrainOptions) ([][]float32, error) {
+	out := make([][]float32, len(batches))
+	for i, b := range batches {
+		tp := tape.New[float32]()
+		out[i] = append([]float32(nil), w.LogProbs(tp, b, o).Val...)
+		tp.Release()
+	}
+	return out, nil
+}
+
+// Update implements Learner.
+func (l Tape) Update() (float64, float64, error) { return l.T.Update() }
+
+// Save implements Learner.
+func (l Tape) Save(dir string) error { return l.T.Save(dir) }
+
+// NewLearner returns the Learner model.devices asks for: the tape when it
+// is empty, else data-parallel replicas on those devices.
+func NewLearner(t *Trainer, devices []string, log io.Writer) (Learner, error) {
+	if len(devices) == 0 {
+		return Tape{t}, nil
+	}
+	bes, reduce, err := device.OpenTrainers(devices, log)
+	if err != nil {
+		return nil, err
+	}
+	return NewParallel(t, bes, reduce, log)
+}
