@@ -53,16 +53,34 @@ type Options struct {
 // order (task-major: rollouts g·K … g·K+K−1 belong to tasks[g]) with their
 // experiences.
 func Run(ctx context.Context, pol memtools.BatchPolicy, tasks []env.Task, o Options) ([]Rollout, []Experience, error) {
+	return RunOn(ctx, []memtools.BatchPolicy{pol}, tasks, o)
+}
+
+// RunOn is Run with the rollouts spread over several policies, the same
+// weights on different devices: rollout i is decoded by pols[i mod N],
+// each policy batching its own rollouts, so N GPUs decode at once.
+func RunOn(ctx context.Context, pols []memtools.BatchPolicy, tasks []env.Task, o Options) ([]Rollout, []Experience, error) {
 	if o.K < 1 {
 		return nil, nil, fmt.Errorf("rollout: K = %d, want at least 1", o.K)
 	}
+	if len(pols) == 0 {
+		return nil, nil, fmt.Errorf("rollout: no policy")
+	}
 	n := len(tasks) * o.K
 	rs := make([]Rollout, n)
-	b := newBatcher(pol, n, o.Seed)
+	bs := make([]*batcher, len(pols))
+	for d, pol := range pols {
+		live := 0
+		for i := d; i < n; i += len(pols) {
+			live++
+		}
+		bs[d] = newBatcher(pol, live, o.Seed^uint64(d)<<48)
+	}
 	var wg sync.WaitGroup
 	for i := range n {
 		g := i / o.K
 		rs[i] = Rollout{Task: tasks[g], Group: g}
+		b := bs[i%len(pols)]
 		wg.Go(func() {
 			defer b.done()
 			res, err := env.RunEpisode(ctx, b.policy(i), o.NewRuntime(i), tasks[g], o.Episode)

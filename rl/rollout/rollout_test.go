@@ -128,3 +128,34 @@ func TestKMustBePositive(t *testing.T) {
 		t.Fatal("K = 0 accepted")
 	}
 }
+
+// TestRunOnSpreadsOverPolicies: with two policies (two GPUs), each decodes
+// its half of the rollouts in batches of that half, and the rollouts come
+// back in task-major order with every experience.
+func TestRunOnSpreadsOverPolicies(t *testing.T) {
+	cfg := config.Default()
+	ts := tasks(2)
+	a, b := &echo{}, &echo{}
+	o := Options{K: 3, Seed: 9, Episode: EpisodeConfig(cfg), NewRuntime: func(i int) *memtools.Runtime { return NewRuntime(cfg, uint64(i), nil) }}
+	rs, exps, err := RunOn(context.Background(), []memtools.BatchPolicy{a, b}, ts, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, oneExps, _ := Run(context.Background(), &echo{}, ts, o)
+	if len(rs) != 6 || len(exps) != len(oneExps) {
+		t.Fatalf("%d rollouts, %d experiences; one policy: %d, %d", len(rs), len(exps), len(one), len(oneExps))
+	}
+	for i, r := range rs {
+		if r.Group != i/3 || r.Task.ID != ts[i/3].ID || r.Err != nil {
+			t.Fatalf("rollout %d: group %d task %s err %v", i, r.Group, r.Task.ID, r.Err)
+		}
+	}
+	for _, p := range []*echo{a, b} {
+		if len(p.batches) == 0 || p.batches[0] != 3 {
+			t.Fatalf("each policy must batch its 3 rollouts together: %v", p.batches)
+		}
+	}
+	if _, _, err := RunOn(context.Background(), nil, ts, o); err == nil {
+		t.Fatal("no policy must be an error")
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
@@ -143,13 +144,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		step := tr.Step
 		batch := tasksFor(tasks, step, rc.BatchTasks, uint64(c.Seed))
 		// Rollouts with the current weights.
-		m, err := p.W.Engine(be)
-		if err != nil {
-			return res, err
+		var pols []memtools.BatchPolicy
+		for _, g := range rolloutBackends(be, learner) {
+			m, err := p.W.Engine(g)
+			if err != nil {
+				return res, err
+			}
+			pol := policy.New(m, tok, qwen.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: c.Agent.ResponseBudget})
+			pol.Template = tmpl
+			pols = append(pols, pol)
 		}
-		pol := policy.New(m, tok, qwen.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: c.Agent.ResponseBudget})
-		pol.Template = tmpl
-		rs, exps, err := rollout.Run(ctx, pol, batch, rollout.Options{K: rc.K, Seed: uint64(c.Seed)<<20 ^ uint64(step),
+		rs, exps, err := rollout.RunOn(ctx, pols, batch, rollout.Options{K: rc.K, Seed: uint64(c.Seed)<<20 ^ uint64(step),
 			Episode: ep, NewRuntime: func(i int) *memtools.Runtime { return helpers.Apply(rollout.NewRuntime(c, uint64(step*100000+i), tok)) }})
 		if err != nil {
 			return res, err
@@ -242,6 +247,26 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// rolloutBackends are the devices rollouts decode on: every training GPU
+// when training is data-parallel on GPUs (one engine each, the rollouts
+// spread over them), else model.device alone.
+func rolloutBackends(be kernels.Backend, l train.Learner) []kernels.Backend {
+	par, ok := l.(*train.Parallel)
+	if !ok {
+		return []kernels.Backend{be}
+	}
+	var gpus []kernels.Backend
+	for _, r := range par.Replicas {
+		if r.Backend().Name() == "cuda" {
+			gpus = append(gpus, r.Backend())
+		}
+	}
+	if len(gpus) == 0 {
+		return []kernels.Backend{be}
+	}
+	return gpus
 }
 
 // update runs rl.epochs passes over the step's experiences in
