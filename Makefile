@@ -31,7 +31,8 @@ test: deps
 # (libcuda.so.1) is found. LD_LIBRARY_PATH must reach libnvrtc and libcublas
 # (CUDA 11-13; a PyTorch install's nvidia/*/lib folders work).
 test-gpu:
-	$(GO) test -count=1 -v -run 'CUDA|Ops|Kernels' ./kernels/cuda/ ./model/qwen/
+	$(GO) test -count=1 -v -run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK' ./kernels/cuda/ ./model/qwen/
+	$(GO) test -count=1 -v -run 'DataParallelGPU' ./model/train/
 	$(GO) test -run '^$$' -bench CUDA -benchtime 3x ./model/qwen/
 
 # Benchmarks print each figure beside its anchor measured in the same run.
