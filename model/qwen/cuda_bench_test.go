@@ -25,26 +25,15 @@ func BenchmarkCUDA(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const n = 4096
-	x := g.Zeros(n, n)
-	w := g.Upload(kernels.Weight{Rows: n, Cols: n, F32: make([]float32, n*n)})
-	y := g.Zeros(n, n)
-	g.MatMul(y, x, w, nil)
-	g.Sync()
-	start := time.Now()
+	tflops := f32GEMMRate(g) / 1e12
 	const reps = 10
-	for range reps {
-		g.MatMul(y, x, w, nil)
-	}
-	g.Sync()
-	tflops := 2 * float64(n) * n * n * reps / time.Since(start).Seconds() / 1e12
 	// bf16 tensor-core GEMM at 8192³.
 	const nb = 8192
 	g.BF16 = true
 	xb, wb, yb := g.Zeros(nb, nb), g.Upload(kernels.Weight{Rows: nb, Cols: nb, F32: make([]float32, nb*nb)}), g.Zeros(nb, nb)
 	g.MatMul(yb, xb, wb, nil)
 	g.Sync()
-	start = time.Now()
+	start := time.Now()
 	for range reps {
 		g.MatMul(yb, xb, wb, nil)
 	}
@@ -53,17 +42,7 @@ func BenchmarkCUDA(b *testing.B) {
 	xb, wb, yb = nil, nil, nil
 	g.BF16 = os.Getenv("AGEMEM_BENCH_BF16") != ""
 
-	dir := os.Getenv("AGEMEM_BENCH_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
-	dir = filepath.Join(dir, "q05")
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		if err := InitRandom(dir, Presets["qwen2.5-0.5b-shape"], safetensors.BF16, 1); err != nil {
-			b.Fatal(err)
-		}
-	}
-	m, err := LoadOn(g, dir)
+	m, err := LoadOn(g, benchModelDir(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,29 +88,8 @@ func BenchmarkCUDATrain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const n = 4096
-	x, y := g.Zeros(n, n), g.Zeros(n, n)
-	w := g.Upload(kernels.Weight{Rows: n, Cols: n, F32: make([]float32, n*n)})
-	g.MatMul(y, x, w, nil)
-	g.Sync()
-	t0 := time.Now()
-	for range 10 {
-		g.MatMul(y, x, w, nil)
-	}
-	g.Sync()
-	peak := 2 * float64(n) * n * n * 10 / time.Since(t0).Seconds()
-	x, y, w = nil, nil, nil
-
-	dir := os.Getenv("AGEMEM_BENCH_DIR")
-	if dir == "" {
-		dir = b.TempDir()
-	}
-	dir = filepath.Join(dir, "q05")
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		if err := InitRandom(dir, Presets["qwen2.5-0.5b-shape"], safetensors.BF16, 1); err != nil {
-			b.Fatal(err)
-		}
-	}
+	peak := f32GEMMRate(g)
+	dir := benchModelDir(b)
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		b.Fatal(err)
@@ -187,4 +145,35 @@ func BenchmarkCUDATrain(b *testing.B) {
 	b.ReportMetric(6*float64(params)*tps/peak, "MFU_vs_f32gemm")
 	b.ReportMetric(peak/1e12, "f32gemm_TFLOP/s")
 	b.ReportMetric(float64(live+cached)/(1<<30), "device_GiB")
+}
+
+// f32GEMMRate measures cuBLAS f32 GEMM FLOP/s at 4096³ through the backend.
+func f32GEMMRate(g *cuda.Backend) float64 {
+	const n, reps = 4096, 10
+	x, y := g.Zeros(n, n), g.Zeros(n, n)
+	w := g.Upload(kernels.Weight{Rows: n, Cols: n, F32: make([]float32, n*n)})
+	g.MatMul(y, x, w, nil)
+	g.Sync()
+	t0 := time.Now()
+	for range reps {
+		g.MatMul(y, x, w, nil)
+	}
+	g.Sync()
+	return 2 * float64(n) * n * n * reps / time.Since(t0).Seconds()
+}
+
+// benchModelDir is the Qwen2.5-0.5B-shaped bf16 checkpoint the benchmarks
+// and the PyTorch anchors share: $AGEMEM_BENCH_DIR/q05, written once.
+func benchModelDir(b *testing.B) string {
+	dir := os.Getenv("AGEMEM_BENCH_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	dir = filepath.Join(dir, "q05")
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		if err := InitRandom(dir, Presets["qwen2.5-0.5b-shape"], safetensors.BF16, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
 }
