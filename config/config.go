@@ -244,6 +244,10 @@ type Model struct {
 	// each GPU and all-reduces the gradients (NCCL when it loads, else
 	// host memory); cpu entries are simulated devices.
 	Devices []string `yaml:"devices"`
+	// TrainDtype is the precision of the training matmuls on GPUs: f32, or
+	// bf16 (tensor cores, f32 accumulation; weights, gradients and AdamW
+	// stay f32).
+	TrainDtype string `yaml:"train_dtype"`
 	// Init is the shape `agemem-train init-model --config` writes.
 	Init ModelInit `yaml:"init"`
 }
@@ -409,7 +413,7 @@ func Default() Config {
 		Agent:   Agent{MaxSteps: 4, ContextBudget: 8192, ResponseBudget: 2048, SystemPrompt: "paper"},
 		Episode: Episode{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3},
 		Data:    Data{Train: "data/synth.json", Eval: "data/synth-eval.json"},
-		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Device: "auto", Devices: []string{}, Init: ModelInit{
+		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Device: "auto", Devices: []string{}, TrainDtype: "f32", Init: ModelInit{
 			ModelType: "qwen3", HiddenSize: 96, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 24,
 			Intermediate: 256, RopeTheta: 10000, MaxPositions: 4096, TieEmbeddings: true}},
 		LoRA: LoRA{R: 8, Alpha: 16, Dropout: 0.05,
@@ -500,6 +504,7 @@ func (c Config) Validate() error {
 	atLeast("episode.stage2_max_turns", c.Episode.Stage2MaxTurns, 0)
 	atLeast("episode.auto_retrieve_k", c.Episode.AutoRetrieveK, 0)
 	oneOf("model.dtype", c.Model.Dtype, "f32", "bf16")
+	oneOf("model.train_dtype", c.Model.TrainDtype, "f32", "bf16")
 	if d := c.Model.Device; d != "auto" && d != "cpu" && d != "cuda" && !strings.HasPrefix(d, "cuda:") {
 		bad("model.device", "%q is not auto, cpu, cuda or cuda:N", d)
 	}

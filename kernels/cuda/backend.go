@@ -35,8 +35,9 @@ type alloc struct {
 type Backend struct {
 	// BF16 selects tensor-core GEMMs: weights uploaded afterwards stay
 	// bfloat16 on the device (half the memory), each product rounds its
-	// activations to bf16 and accumulates in f32. Off, GEMMs are f32 and
-	// match the CPU backend to float32 rounding.
+	// activations (and f32 weights: training's master copies, autocast
+	// style) to bf16 and accumulates in f32; the backward GEMMs likewise.
+	// Off, GEMMs are f32 and match the CPU backend to float32 rounding.
 	BF16 bool
 
 	dev     int32
@@ -450,21 +451,44 @@ func (b *Backend) MatMul(y, x, w, bias kernels.Tensor) {
 	n, k := wt.Dims[0], wt.Dims[1]
 	m := dev(x).Len() / k
 	alpha, beta := float32(1), float32(0)
-	if wt.bf16 {
-		// Round the activations to bf16, then a tensor-core GEMM with f32
-		// accumulation and output (CUDA_R_16BF = 14, CUDA_R_32F = 0,
-		// CUBLAS_COMPUTE_32F = 68, CUBLAS_GEMM_DEFAULT = -1).
-		xb := b.alloc((m*k+1)/2, []int{m * k})
-		b.launch("narrow_bf16", blocks(m*k, 256), 256, 0, xb.ptr, ptr(x), int64(m*k))
-		if st := libs.blas.GemmEx(b.blas, 1, 0, int32(n), int32(m), int32(k), unsafe.Pointer(&alpha), wt.ptr, 14, int32(k), xb.ptr, 14, int32(k), unsafe.Pointer(&beta), ptr(y), 0, int32(n), 68, -1); st != 0 {
-			panic(fmt.Sprintf("cublasGemmEx: status %d", st))
-		}
-		runtime.KeepAlive(xb)
+	if wt.bf16 || b.BF16 {
+		// Round the activations (and an f32 weight: training's autocast) to
+		// bf16, then a tensor-core GEMM with f32 accumulation and output.
+		wp, wk := b.asBF16(w)
+		xp, xk := b.asBF16(x)
+		b.gemmBF16(1, 0, n, m, k, wp, k, xp, k, 0, ptr(y), n)
+		runtime.KeepAlive(wk)
+		runtime.KeepAlive(xk)
 	} else if st := libs.blas.Sgemm(b.blas, 1, 0, int32(n), int32(m), int32(k), &alpha, wt.ptr, int32(k), ptr(x), int32(k), &beta, ptr(y), int32(n)); st != 0 {
 		panic(fmt.Sprintf("cublasSgemm: status %d", st))
 	}
 	if bias != nil {
 		b.launch("bias_add", blocks(m*n, 256), 256, 0, ptr(y), ptr(bias), int64(m*n), int32(n))
+	}
+}
+
+// asBF16 returns t's data as bfloat16 on the device: t itself when it is
+// held so, else a rounded copy (returned too, to keep it alive).
+func (b *Backend) asBF16(t kernels.Tensor) (uint64, *Tensor) {
+	ct := dev(t)
+	if ct.bf16 {
+		return ct.ptr, nil
+	}
+	n := ct.Len()
+	c := b.alloc((n+1)/2, []int{n})
+	b.launch("narrow_bf16", blocks(n, 256), 256, 0, c.ptr, ct.ptr, int64(n))
+	return c.ptr, c
+}
+
+// gemmBF16 is cublasGemmEx on bf16 A and B with f32 C, accumulation in f32
+// (CUDA_R_16BF = 14, CUDA_R_32F = 0, CUBLAS_COMPUTE_32F = 68,
+// CUBLAS_GEMM_DEFAULT = -1): C = A·B + beta·C, column-major, op codes as
+// cuBLAS's (0 N, 1 T).
+func (b *Backend) gemmBF16(ta, tb int32, m, n, k int, a uint64, lda int, bm uint64, ldb int, beta float32, c uint64, ldc int) {
+	alpha := float32(1)
+	if st := libs.blas.GemmEx(b.blas, ta, tb, int32(m), int32(n), int32(k), unsafe.Pointer(&alpha), a, 14, int32(lda), bm, 14, int32(ldb),
+		unsafe.Pointer(&beta), c, 0, int32(ldc), 68, -1); st != 0 {
+		panic(fmt.Sprintf("cublasGemmEx: status %d", st))
 	}
 }
 

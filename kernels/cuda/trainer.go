@@ -41,24 +41,40 @@ func (b *Backend) Mul(y, a, c kernels.Tensor) {
 
 // MatMulBackward implements kernels.Trainer with two cuBLAS GEMMs that
 // accumulate (beta = 1). Column-major, for y[m,n] = x[m,k]·w[n,k]ᵀ:
-// dxᵀ(k×m) += w(k×n)·dyᵀ(n×m) and dwᵀ(k×n) += xᵀ(k×m)·dy(m×n).
+// dxᵀ(k×m) += w(k×n)·dyᵀ(n×m) and dwᵀ(k×n) += xᵀ(k×m)·dy(m×n). In BF16
+// mode both run on tensor cores with bf16 inputs (mixed precision: the
+// weights, gradients and optimiser stay f32).
 func (b *Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 	defer b.enter()()
 	wt := dev(w)
-	if wt.bf16 {
-		panic("cuda backend: training needs float32 weights, not a BF16-mode upload")
-	}
 	n, k := wt.Dims[0], wt.Dims[1]
 	m := x.Len() / k
-	one := float32(1)
-	if dx != nil {
-		if st := libs.blas.Sgemm(b.blas, 0, 0, int32(k), int32(m), int32(n), &one, wt.ptr, int32(k), ptr(dy), int32(n), &one, ptr(dx), int32(k)); st != 0 {
-			panic(fmt.Sprintf("cublasSgemm (dx): status %d", st))
+	if b.BF16 || wt.bf16 {
+		// Tensor cores: bf16 copies of dy, w and x, f32 accumulation into
+		// the f32 gradients.
+		dyp, dyk := b.asBF16(dy)
+		if dx != nil {
+			wp, wk := b.asBF16(w)
+			b.gemmBF16(0, 0, k, m, n, wp, k, dyp, n, 1, ptr(dx), k)
+			runtime.KeepAlive(wk)
 		}
-	}
-	if dw != nil {
-		if st := libs.blas.Sgemm(b.blas, 0, 1, int32(k), int32(n), int32(m), &one, ptr(x), int32(k), ptr(dy), int32(n), &one, ptr(dw), int32(k)); st != 0 {
-			panic(fmt.Sprintf("cublasSgemm (dw): status %d", st))
+		if dw != nil {
+			xp, xk := b.asBF16(x)
+			b.gemmBF16(0, 1, k, n, m, xp, k, dyp, n, 1, ptr(dw), k)
+			runtime.KeepAlive(xk)
+		}
+		runtime.KeepAlive(dyk)
+	} else {
+		one := float32(1)
+		if dx != nil {
+			if st := libs.blas.Sgemm(b.blas, 0, 0, int32(k), int32(m), int32(n), &one, wt.ptr, int32(k), ptr(dy), int32(n), &one, ptr(dx), int32(k)); st != 0 {
+				panic(fmt.Sprintf("cublasSgemm (dx): status %d", st))
+			}
+		}
+		if dw != nil {
+			if st := libs.blas.Sgemm(b.blas, 0, 1, int32(k), int32(n), int32(m), &one, ptr(x), int32(k), ptr(dy), int32(n), &one, ptr(dw), int32(k)); st != 0 {
+				panic(fmt.Sprintf("cublasSgemm (dw): status %d", st))
+			}
 		}
 	}
 	if db != nil {

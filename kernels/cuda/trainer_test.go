@@ -30,6 +30,23 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 		be.MatMulBackward(dx, dw, db, be.FromHost(dy, m, n), be.FromHost(x, m, k), be.FromHost(w, n, k))
 		return []kernels.Tensor{dx, dw, db}
 	})
+	// BF16 mode: tensor-core backward GEMMs on bf16-rounded dy, w and x
+	// equal the CPU's f32 backward of the rounded values.
+	round := func(v []float32) []float32 {
+		out := make([]float32, len(v))
+		for i, x := range v {
+			out[i] = bf16Round(x)
+		}
+		return out
+	}
+	g.BF16 = true
+	gdx, gdw := g.Zeros(m, k), g.Zeros(n, k)
+	g.MatMulBackward(gdx, gdw, nil, g.FromHost(dy, m, n), g.FromHost(x, m, k), g.FromHost(w, n, k))
+	g.BF16 = false
+	cdx, cdw := c.Zeros(m, k), c.Zeros(n, k)
+	c.MatMulBackward(cdx, cdw, nil, c.FromHost(round(dy), m, n), c.FromHost(round(x), m, k), c.FromHost(round(w), n, k))
+	close(t, "matmul bwd bf16", g.ToHost(gdx), c.ToHost(cdx), 1e-4)
+	close(t, "matmul bwd bf16", g.ToHost(gdw), c.ToHost(cdw), 1e-4)
 	const d = 64
 	rows := m * k / d
 	run("rmsnorm bwd", 1e-4, func(be kernels.Trainer) []kernels.Tensor {

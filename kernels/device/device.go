@@ -64,8 +64,9 @@ func describe(log io.Writer, g *cuda.Backend) {
 // OpenTrainers opens the training devices named by model.devices (each as
 // Open takes it, "auto" excepted) and the reducer that all-reduces their
 // gradients: NCCL for two or more GPUs when libnccl.so.2 loads, else host
-// memory (said on log).
-func OpenTrainers(specs []string, log io.Writer) ([]kernels.Trainer, kernels.Reducer, error) {
+// memory (said on log). bf16 runs the GPUs' matmuls on tensor cores with
+// bf16 inputs (model.train_dtype).
+func OpenTrainers(specs []string, bf16 bool, log io.Writer) ([]kernels.Trainer, kernels.Reducer, error) {
 	if log == nil {
 		log = io.Discard
 	}
@@ -83,7 +84,8 @@ func OpenTrainers(specs []string, log io.Writer) ([]kernels.Trainer, kernels.Red
 		if !ok {
 			return nil, nil, fmt.Errorf("model.devices[%d]: the %s backend cannot train", i, be.Name())
 		}
-		if _, ok := be.(*cuda.Backend); ok {
+		if g, ok := be.(*cuda.Backend); ok {
+			g.BF16 = bf16
 			gpus++
 		}
 		bes = append(bes, tr)

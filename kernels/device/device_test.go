@@ -35,7 +35,7 @@ func TestOpen(t *testing.T) {
 }
 
 func TestOpenTrainers(t *testing.T) {
-	bes, reduce, err := OpenTrainers([]string{"cpu", "cpu"}, nil)
+	bes, reduce, err := OpenTrainers([]string{"cpu", "cpu"}, false, nil)
 	if err != nil || len(bes) != 2 || reduce.Name() != "host memory" {
 		t.Fatalf("cpu, cpu: %d devices, %v, %v", len(bes), reduce, err)
 	}
@@ -46,12 +46,12 @@ func TestOpenTrainers(t *testing.T) {
 		{[]string{"cpu", "auto"}, `model.devices[1]: name the device`},
 		{[]string{"tpu"}, `model.devices[0]: device "tpu"`},
 	} {
-		if _, _, err := OpenTrainers(tc.specs, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := OpenTrainers(tc.specs, false, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.specs, err, tc.want)
 		}
 	}
 	if _, gpuErr := cuda.New(0); gpuErr != nil {
-		if _, _, err := OpenTrainers([]string{"cuda:0"}, nil); err == nil || !strings.Contains(err.Error(), "no CUDA device found") {
+		if _, _, err := OpenTrainers([]string{"cuda:0"}, false, nil); err == nil || !strings.Contains(err.Error(), "no CUDA device found") {
 			t.Errorf("cuda:0 without a GPU: %v", err)
 		}
 	}

@@ -25,21 +25,8 @@ func BenchmarkCUDA(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tflops := f32GEMMRate(g) / 1e12
-	const reps = 10
-	// bf16 tensor-core GEMM at 8192³.
-	const nb = 8192
-	g.BF16 = true
-	xb, wb, yb := g.Zeros(nb, nb), g.Upload(kernels.Weight{Rows: nb, Cols: nb, F32: make([]float32, nb*nb)}), g.Zeros(nb, nb)
-	g.MatMul(yb, xb, wb, nil)
-	g.Sync()
-	start := time.Now()
-	for range reps {
-		g.MatMul(yb, xb, wb, nil)
-	}
-	g.Sync()
-	bf16tflops := 2 * float64(nb) * nb * nb * reps / time.Since(start).Seconds() / 1e12
-	xb, wb, yb = nil, nil, nil
+	tflops := gemmRate(g, false) / 1e12
+	bf16tflops := gemmRate(g, true) / 1e12
 	g.BF16 = os.Getenv("AGEMEM_BENCH_BF16") != ""
 
 	m, err := LoadOn(g, benchModelDir(b))
@@ -76,10 +63,12 @@ func BenchmarkCUDA(b *testing.B) {
 }
 
 // BenchmarkCUDATrain reports a full fine-tuning step (forward, backward,
-// clipped AdamW, all on the GPU in float32) of the Qwen2.5-0.5B-shaped
-// model on 2 × 512 learned tokens: tokens/s, MFU (6·params·tokens/s over
-// the f32 GEMM rate measured in the same run) and device memory. The
-// anchor is testdata/torch_anchors.py's f32 PyTorch step on the same model.
+// clipped AdamW, all on the GPU) of the Qwen2.5-0.5B-shaped model on
+// 2 × 512 learned tokens, with f32 matmuls and with bf16 tensor-core
+// matmuls (mixed precision): tokens/s, MFU (6·params·tokens/s over the
+// GEMM rate of that precision measured in the same run) and device memory.
+// The anchors are testdata/torch_anchors.py's PyTorch steps on the same
+// model (f32, and bf16 autocast).
 func BenchmarkCUDATrain(b *testing.B) {
 	g, err := cuda.New(0)
 	if errors.Is(err, cuda.ErrNoDevice) {
@@ -88,26 +77,11 @@ func BenchmarkCUDATrain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	peak := f32GEMMRate(g)
 	dir := benchModelDir(b)
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := safetensors.OpenDir(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	wts, err := NewWeights[float32](cfg, st)
-	st.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
-	params := 0
-	for _, nv := range wts.Trainable() {
-		params += len(nv.V.Val)
-	}
-	d := NewDeviceTrainer(g, wts)
 	var seqs []Sequence
 	for s := range 2 {
 		ids, loss := make([]int, 512), make([]bool, 512)
@@ -123,33 +97,62 @@ func BenchmarkCUDATrain(b *testing.B) {
 		dl[i] = -1 / float32(len(dl))
 	}
 	oc := optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
-	stepN := 0
-	step := func() {
-		stepN++
-		acts := d.Forward(batch, TrainOptions{})
-		d.Backward(acts, g.FromHost(dl, len(dl)))
-		d.Step(oc, stepN, 1e-5, 1)
+	for _, bf16 := range []bool{false, true} {
+		name := map[bool]string{false: "f32", true: "bf16"}[bf16]
+		b.Run(name, func(b *testing.B) {
+			g.BF16 = bf16
+			defer func() { g.BF16 = false }()
+			peak := gemmRate(g, bf16)
+			st, err := safetensors.OpenDir(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			wts, err := NewWeights[float32](cfg, st)
+			st.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			params := 0
+			for _, nv := range wts.Trainable() {
+				params += len(nv.V.Val)
+			}
+			d := NewDeviceTrainer(g, wts)
+			stepN := 0
+			step := func() {
+				stepN++
+				acts := d.Forward(batch, TrainOptions{})
+				d.Backward(acts, g.FromHost(dl, len(dl)))
+				d.Step(oc, stepN, 1e-5, 1)
+			}
+			step()
+			g.Sync()
+			var elapsed time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				step()
+				g.Sync()
+				elapsed += time.Since(t0)
+			}
+			tps := float64(len(batch.Tokens)*b.N) / elapsed.Seconds()
+			live, cached := g.MemStats()
+			b.ReportMetric(tps, "train_tok/s")
+			b.ReportMetric(6*float64(params)*tps/peak, "MFU_vs_gemm")
+			b.ReportMetric(peak/1e12, "gemm_TFLOP/s")
+			b.ReportMetric(float64(live+cached)/(1<<30), "device_GiB")
+		})
 	}
-	step()
-	g.Sync()
-	var elapsed time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		step()
-		g.Sync()
-		elapsed += time.Since(t0)
-	}
-	tps := float64(len(batch.Tokens)*b.N) / elapsed.Seconds()
-	live, cached := g.MemStats()
-	b.ReportMetric(tps, "train_tok/s")
-	b.ReportMetric(6*float64(params)*tps/peak, "MFU_vs_f32gemm")
-	b.ReportMetric(peak/1e12, "f32gemm_TFLOP/s")
-	b.ReportMetric(float64(live+cached)/(1<<30), "device_GiB")
 }
 
-// f32GEMMRate measures cuBLAS f32 GEMM FLOP/s at 4096³ through the backend.
-func f32GEMMRate(g *cuda.Backend) float64 {
-	const n, reps = 4096, 10
+// gemmRate measures cuBLAS GEMM FLOP/s through the backend: f32 at 4096³,
+// or bf16 on tensor cores at 8192³.
+func gemmRate(g *cuda.Backend, bf16 bool) float64 {
+	n, reps := 4096, 10
+	if bf16 {
+		n = 8192
+	}
+	saved := g.BF16
+	g.BF16 = bf16
+	defer func() { g.BF16 = saved }()
 	x, y := g.Zeros(n, n), g.Zeros(n, n)
 	w := g.Upload(kernels.Weight{Rows: n, Cols: n, F32: make([]float32, n*n)})
 	g.MatMul(y, x, w, nil)
@@ -159,7 +162,7 @@ func f32GEMMRate(g *cuda.Backend) float64 {
 		g.MatMul(y, x, w, nil)
 	}
 	g.Sync()
-	return 2 * float64(n) * n * n * reps / time.Since(t0).Seconds()
+	return 2 * float64(n) * float64(n) * float64(n) * float64(reps) / time.Since(t0).Seconds()
 }
 
 // benchModelDir is the Qwen2.5-0.5B-shaped bf16 checkpoint the benchmarks

@@ -74,7 +74,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
-	learner, err := train.NewLearner(tr, c.Model.Devices, o.Log)
+	learner, err := train.NewLearner(tr, c.Model, o.Log)
 	if err != nil {
 		return res, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tape"
@@ -65,13 +66,14 @@ func (l Tape) Update() (float64, float64, error) { return l.T.Update() }
 // Save implements Learner.
 func (l Tape) Save(dir string) error { return l.T.Save(dir) }
 
-// NewLearner returns the Learner model.devices asks for: the tape when it
-// is empty, else data-parallel replicas on those devices.
-func NewLearner(t *Trainer, devices []string, log io.Writer) (Learner, error) {
-	if len(devices) == 0 {
+// NewLearner returns the Learner m.Devices asks for: the tape when it is
+// empty, else data-parallel replicas on those devices (m.TrainDtype
+// choosing the GPUs' matmul precision).
+func NewLearner(t *Trainer, m config.Model, log io.Writer) (Learner, error) {
+	if len(m.Devices) == 0 {
 		return Tape{t}, nil
 	}
-	bes, reduce, err := device.OpenTrainers(devices, log)
+	bes, reduce, err := device.OpenTrainers(m.Devices, m.TrainDtype == "bf16", log)
 	if err != nil {
 		return nil, err
 	}

@@ -68,7 +68,7 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 			for _, c := range chains(exps) {
 				seqs = append(seqs, c.seq)
 			}
-			learner, err := train.NewLearner(tr, c.devices, nil)
+			learner, err := train.NewLearner(tr, config.Model{Devices: c.devices}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
