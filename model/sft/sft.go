@@ -88,6 +88,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	fmt.Fprintf(o.Log, "sft: %d records (%d train, %d held out), %d trainable parameters, %d steps of %d micro-batch(es)\n",
 		len(all), len(trainSet), len(evalSet), tr.NumParams(), s.Steps, s.GradAccum)
 	evaluate := func() float64 {
+		learner.SyncHost()
 		l := EvalLoss(p.W, evalBatches)
 		metrics.Log(map[string]any{"step": tr.Step, "eval_loss": l})
 		return l
@@ -166,6 +167,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := learner.Save(filepath.Join(s.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
 		return res, err
 	}
+	learner.SyncHost()
 	dtype := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16}[c.Model.Dtype]
 	res.Policy = filepath.Join(s.Out, "policy")
 	if err := p.Export(res.Policy, dtype); err != nil {

@@ -26,6 +26,9 @@ type Learner interface {
 	Update() (gradNorm, lr float64, err error)
 	// Save writes a checkpoint (Trainer.Save).
 	Save(dir string) error
+	// SyncHost brings the host copy of the weights (what rollout engines,
+	// evaluation and export read) up to date with the last update.
+	SyncHost()
 }
 
 // LossFunc gets micro-batch i's log-probabilities and entropies and
@@ -65,6 +68,9 @@ func (l Tape) Update() (float64, float64, error) { return l.T.Update() }
 
 // Save implements Learner.
 func (l Tape) Save(dir string) error { return l.T.Save(dir) }
+
+// SyncHost implements Learner: the tape trains the host copy itself.
+func (Tape) SyncHost() {}
 
 // NewLearner returns the Learner m.Devices asks for: the tape when it is
 // empty, else data-parallel replicas on those devices (m.TrainDtype

@@ -26,6 +26,7 @@ type Parallel struct {
 	Reduce   kernels.Reducer
 	frozen   map[*qwen.Weights[float32]][]*qwen.DeviceTrainer // Score's reference replicas
 	log      io.Writer
+	stale    bool // the host weights lag the replicas (SyncHost)
 }
 
 // NewParallel puts a replica of t's policy on each backend, starting from
@@ -84,9 +85,10 @@ func runOn(reps []*qwen.DeviceTrainer, n int, job func(r *qwen.DeviceTrainer, i 
 	return nil
 }
 
-// Update all-reduces the gradients, takes one clipped AdamW step on every
-// replica at the scheduled rate and copies the weights back to the host
-// policy. It returns the gradient norm before clipping and the rate.
+// Update all-reduces the gradients and takes one clipped AdamW step on
+// every replica at the scheduled rate; the host copy of the weights is
+// brought up to date by SyncHost, only when something reads it. It
+// returns the gradient norm before clipping and the rate.
 func (p *Parallel) Update() (gradNorm, lr float64, err error) {
 	bes := make([]kernels.Trainer, len(p.Replicas))
 	grads := make([][]kernels.Tensor, len(p.Replicas))
@@ -110,16 +112,24 @@ func (p *Parallel) Update() (gradNorm, lr float64, err error) {
 		}
 	}
 	t.Step++
-	p.Replicas[0].Download(t.P.W, nil)
+	p.stale = true
 	return math.Sqrt(float64(bes[0].ToHost(ss)[0])), lr, nil
 }
 
-// Sync copies the AdamW moments to the trainer, for a checkpoint.
-func (p *Parallel) Sync() { p.Replicas[0].Download(p.T.P.W, p.T.Opt) }
+// SyncHost implements Learner: one device-to-host copy of the trainable
+// weights after an update, none when nothing changed.
+func (p *Parallel) SyncHost() {
+	if p.stale {
+		p.Replicas[0].Download(p.T.P.W, nil)
+		p.stale = false
+	}
+}
 
-// Save syncs and writes a checkpoint (Trainer.Save).
+// Save copies the weights and AdamW moments to the trainer and writes a
+// checkpoint (Trainer.Save).
 func (p *Parallel) Save(dir string) error {
-	p.Sync()
+	p.Replicas[0].Download(p.T.P.W, p.T.Opt)
+	p.stale = false
 	return p.T.Save(dir)
 }
 

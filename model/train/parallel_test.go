@@ -69,6 +69,7 @@ func parallelOn(t *testing.T, dir string, bes []kernels.Trainer, reduce kernels.
 			t.Fatal(err)
 		}
 	}
+	par.SyncHost()
 	out := map[string][]float32{}
 	for _, nv := range p.W.Trainable() {
 		out[nv.Name] = append([]float32(nil), nv.V.Val...)

@@ -144,6 +144,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		step := tr.Step
 		batch := tasksFor(tasks, step, rc.BatchTasks, uint64(c.Seed))
 		// Rollouts with the current weights.
+		learner.SyncHost()
 		var pols []memtools.BatchPolicy
 		for _, g := range rolloutBackends(be, learner) {
 			m, err := p.W.Engine(g)
@@ -233,6 +234,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := learner.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
 		return res, err
 	}
+	learner.SyncHost()
 	dtype := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16}[c.Model.Dtype]
 	res.Policy = filepath.Join(rc.Out, "policy")
 	if err := p.Export(res.Policy, dtype); err != nil {

@@ -79,6 +79,7 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			learner.SyncHost()
 			after := mustScore(t, p.W, seqs)
 			for i := range exps {
 				var d float64
