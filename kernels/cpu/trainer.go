@@ -132,7 +132,7 @@ func (*Backend) SumSquares(acc, x kernels.Tensor) {
 	data(acc)[0] += float32(s)
 }
 
-// AdamW implements kernels.Trainer, the arithmetic of optim.AdamW.
+// AdamW implements kernels.Trainer.
 func (*Backend) AdamW(w, g, m, v, sumSq kernels.Tensor, s kernels.AdamWStep) {
 	scale := 1.0
 	if sumSq != nil && s.MaxNorm > 0 {
@@ -140,14 +140,20 @@ func (*Backend) AdamW(w, g, m, v, sumSq kernels.Tensor, s kernels.AdamWStep) {
 			scale = s.MaxNorm / (norm + 1e-6)
 		}
 	}
-	wd, gd, md, vd := data(w), data(g), data(m), data(v)
-	parallelFor(len(wd), 16, func(lo, hi int) {
+	AdamWUpdate(data(w), data(g), data(m), data(v), scale, s)
+}
+
+// AdamWUpdate is the elementwise AdamW step (s's formula) in float64
+// arithmetic on float32 storage, each gradient first multiplied by scale;
+// parallel over cores. optim.AdamW runs the same function.
+func AdamWUpdate(w, g, m, v []float32, scale float64, s kernels.AdamWStep) {
+	parallelFor(len(w), 16, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			gv := float64(gd[i]) * scale
-			mi := s.Beta1*float64(md[i]) + (1-s.Beta1)*gv
-			vi := s.Beta2*float64(vd[i]) + (1-s.Beta2)*gv*gv
-			md[i], vd[i] = float32(mi), float32(vi)
-			wd[i] = float32(float64(wd[i])*s.Decay - s.LR*(mi/s.BC1)/(math.Sqrt(vi/s.BC2)+s.Eps))
+			gv := float64(g[i]) * scale
+			mi := s.Beta1*float64(m[i]) + (1-s.Beta1)*gv
+			vi := s.Beta2*float64(v[i]) + (1-s.Beta2)*gv*gv
+			m[i], v[i] = float32(mi), float32(vi)
+			w[i] = float32(float64(w[i])*s.Decay - s.LR*(mi/s.BC1)/(math.Sqrt(vi/s.BC2)+s.Eps))
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -101,7 +102,7 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 			ss := be.Zeros(1)
 			be.SumSquares(ss, gt)
 			be.AdamW(wt, gt, mt, vt, ss, kernels.AdamWStep{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Decay: 1 - 1e-4,
-				BC1: 1 - pow(0.9, step), BC2: 1 - pow(0.999, step), MaxNorm: 1})
+				BC1: 1 - math.Pow(0.9, float64(step)), BC2: 1 - math.Pow(0.999, float64(step)), MaxNorm: 1})
 		}
 		acc := be.FromHost([]float32{0.5}, 1)
 		be.AddScaled(acc, be.FromHost([]float32{2}, 1), 3)
@@ -109,12 +110,4 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 		be.Mul(y, gt, wt)
 		return []kernels.Tensor{wt, mt, vt, acc, y}
 	})
-}
-
-func pow(b float64, n int) float64 {
-	r := 1.0
-	for range n {
-		r *= b
-	}
-	return r
 }

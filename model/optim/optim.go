@@ -10,6 +10,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
 )
 
 // Param is one trainable tensor with its gradient.
@@ -52,9 +55,6 @@ func NewAdamW(c AdamWConfig) *AdamW {
 // Step applies one update with learning rate lr.
 func (a *AdamW) Step(params []Param, lr float64) error {
 	a.StepN++
-	c := a.Config
-	bc1 := 1 - math.Pow(c.Beta1, float64(a.StepN))
-	bc2 := 1 - math.Pow(c.Beta2, float64(a.StepN))
 	for _, p := range params {
 		if len(p.W) != len(p.G) {
 			return fmt.Errorf("parameter %s: %d weights, %d gradients", p.Name, len(p.W), len(p.G))
@@ -64,25 +64,20 @@ func (a *AdamW) Step(params []Param, lr float64) error {
 			m, v = make([]float32, len(p.W)), make([]float32, len(p.W))
 			a.M[p.Name], a.V[p.Name] = m, v
 		}
-		decay := 1.0
-		if p.Decay {
-			decay = 1 - lr*c.WeightDecay
-		}
-		// Elementwise, so chunks run on all cores (a 0.5B model's update
-		// is otherwise seconds on one).
-		chunks(len(p.G), func(_, lo, hi int) {
-			for i := lo; i < hi; i++ {
-				gf := float64(p.G[i])
-				mi := c.Beta1*float64(m[i]) + (1-c.Beta1)*gf
-				vi := c.Beta2*float64(v[i]) + (1-c.Beta2)*gf*gf
-				m[i], v[i] = float32(mi), float32(vi)
-				w := float64(p.W[i]) * decay
-				w -= lr * (mi / bc1) / (math.Sqrt(vi/bc2) + c.Eps)
-				p.W[i] = float32(w)
-			}
-		})
+		cpu.AdamWUpdate(p.W, p.G, m, v, 1, a.Config.Step(a.StepN, lr, p.Decay))
 	}
 	return nil
+}
+
+// Step returns the scalars of update number stepN (1-based) at rate lr:
+// the bias corrections, and the decoupled decay when decay applies.
+func (c AdamWConfig) Step(stepN int, lr float64, decay bool) kernels.AdamWStep {
+	s := kernels.AdamWStep{LR: lr, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, Decay: 1,
+		BC1: 1 - math.Pow(c.Beta1, float64(stepN)), BC2: 1 - math.Pow(c.Beta2, float64(stepN))}
+	if decay {
+		s.Decay = 1 - lr*c.WeightDecay
+	}
+	return s
 }
 
 // chunks runs f(c, lo, hi) over [0, n) split into at most GOMAXPROCS

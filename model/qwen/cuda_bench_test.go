@@ -1,7 +1,6 @@
 package qwen
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,13 +17,7 @@ import (
 // bf16 model. $AGEMEM_BENCH_DIR keeps the model for the PyTorch anchors
 // (testdata/torch_anchors.py). Skipped without a GPU.
 func BenchmarkCUDA(b *testing.B) {
-	g, err := cuda.New(0)
-	if errors.Is(err, cuda.ErrNoDevice) {
-		b.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	g := gpuOrSkip(b)
 	tflops := gemmRate(g, false) / 1e12
 	bf16tflops := gemmRate(g, true) / 1e12
 	g.BF16 = os.Getenv("AGEMEM_BENCH_BF16") != ""
@@ -70,13 +63,7 @@ func BenchmarkCUDA(b *testing.B) {
 // The anchors are testdata/torch_anchors.py's PyTorch steps on the same
 // model (f32, and bf16 autocast).
 func BenchmarkCUDATrain(b *testing.B) {
-	g, err := cuda.New(0)
-	if errors.Is(err, cuda.ErrNoDevice) {
-		b.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	g := gpuOrSkip(b)
 	dir := benchModelDir(b)
 	cfg, err := LoadConfig(dir)
 	if err != nil {

@@ -18,13 +18,7 @@ import (
 // on the CPU: logits must agree and greedy generation must pick the same
 // tokens. Skipped without a GPU (make test-gpu runs it).
 func TestCUDAMatchesCPU(t *testing.T) {
-	g, err := cuda.New(0)
-	if errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("GPU test skipped: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := gpuOrSkip(t)
 	tokens := []int{1, 17, 300, 42, 42, 7, 511, 0, 99, 256, 3}
 	for _, preset := range []string{"tiny-qwen2", "tiny-qwen3"} {
 		dir := filepath.Join(t.TempDir(), preset)
@@ -108,13 +102,7 @@ func argmax(v []float32) int {
 // backward, clipped AdamW) to the CPU tape, as TestDeviceTrainerMatchesTape
 // holds the CPU backend.
 func TestCUDADeviceTrainerMatchesTape(t *testing.T) {
-	g, err := cuda.New(0)
-	if errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("GPU test skipped: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := gpuOrSkip(t)
 	checkDeviceTrainer(t, g, 1e-4)
 }
 
@@ -122,13 +110,7 @@ func TestCUDADeviceTrainerMatchesTape(t *testing.T) {
 // precision) the step stays close to the f32 tape: log-probabilities within
 // bf16 rounding and every gradient pointing the same way (cosine > 0.99).
 func TestCUDADeviceTrainerBF16(t *testing.T) {
-	g, err := cuda.New(0)
-	if errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("GPU test skipped: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := gpuOrSkip(t)
 	g.BF16 = true
 	for _, c := range deviceCases(t) {
 		w := c.w
@@ -160,4 +142,17 @@ func TestCUDADeviceTrainerBF16(t *testing.T) {
 			}
 		}
 	}
+}
+
+// gpuOrSkip opens GPU 0, or skips the test or benchmark saying why.
+func gpuOrSkip(tb testing.TB) *cuda.Backend {
+	tb.Helper()
+	g, err := cuda.New(0)
+	if errors.Is(err, cuda.ErrNoDevice) {
+		tb.Skipf("GPU test skipped: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g
 }

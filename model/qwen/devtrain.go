@@ -2,7 +2,6 @@ package qwen
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 
 	"github.com/agemem/agemem/kernels"
@@ -25,7 +24,6 @@ type DeviceTrainer struct {
 	norm   *DeviceParam
 	lmHead *DeviceParam
 	layers []devLayer
-	lora   bool
 }
 
 // DeviceParam is one parameter on the device; G, M and V are nil when it
@@ -49,7 +47,7 @@ type devLayer struct {
 // NewDeviceTrainer uploads w's parameters (and adapter) to be. Only
 // float32 weights train.
 func NewDeviceTrainer(be kernels.Trainer, w *Weights[float32]) *DeviceTrainer {
-	d := &DeviceTrainer{Config: w.Config, be: be, all: map[string]*DeviceParam{}, lora: w.LoRA != nil}
+	d := &DeviceTrainer{Config: w.Config, be: be, all: map[string]*DeviceParam{}}
 	for _, nv := range w.Named {
 		p := &DeviceParam{Name: nv.Name, W: be.FromHost(nv.V.Val, nv.V.Rows, nv.V.Cols)}
 		if nv.V.Requires {
@@ -345,16 +343,12 @@ func (d *DeviceTrainer) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64
 	for _, p := range d.Params {
 		be.SumSquares(ss, p.G)
 	}
-	s := kernels.AdamWStep{LR: lr, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps,
-		BC1: 1 - math.Pow(c.Beta1, float64(stepN)), BC2: 1 - math.Pow(c.Beta2, float64(stepN)), MaxNorm: maxNorm}
 	for _, p := range d.Params {
 		if p.M == nil {
 			p.M, p.V = be.Zeros(p.W.Shape()...), be.Zeros(p.W.Shape()...)
 		}
-		s.Decay = 1
-		if p.Decay {
-			s.Decay = 1 - lr*c.WeightDecay
-		}
+		s := c.Step(stepN, lr, p.Decay)
+		s.MaxNorm = maxNorm
 		be.AdamW(p.W, p.G, p.M, p.V, ss, s)
 		be.Zero(p.G)
 	}
@@ -374,14 +368,12 @@ func (d *DeviceTrainer) Download(w *Weights[float32], opt *optim.AdamW) {
 	}
 }
 
-// Upload sets the trainable parameters (and moments, when opt holds them)
-// from the host: a resumed run's state.
-func (d *DeviceTrainer) Upload(w *Weights[float32], opt *optim.AdamW) {
-	for _, nv := range w.Trainable() {
-		p := d.all[nv.Name]
-		p.W = d.be.FromHost(nv.V.Val, p.W.Shape()...)
-		if opt != nil && opt.M[nv.Name] != nil {
-			p.M, p.V = d.be.FromHost(opt.M[nv.Name], p.W.Shape()...), d.be.FromHost(opt.V[nv.Name], p.W.Shape()...)
+// LoadMoments sets the AdamW moments the host optimiser holds (a resumed
+// run's); parameters without any start from zero at the first step.
+func (d *DeviceTrainer) LoadMoments(opt *optim.AdamW) {
+	for _, p := range d.Params {
+		if m, v := opt.M[p.Name], opt.V[p.Name]; m != nil {
+			p.M, p.V = d.be.FromHost(m, p.W.Shape()...), d.be.FromHost(v, p.W.Shape()...)
 		}
 	}
 }

@@ -42,7 +42,7 @@ func NewParallel(t *Trainer, bes []kernels.Trainer, reduce kernels.Reducer, log 
 	p := &Parallel{T: t, Reduce: reduce, frozen: map[*qwen.Weights[float32]][]*qwen.DeviceTrainer{}, log: log}
 	for _, be := range bes {
 		r := qwen.NewDeviceTrainer(be, t.P.W)
-		r.Upload(t.P.W, t.Opt)
+		r.LoadMoments(t.Opt)
 		p.Replicas = append(p.Replicas, r)
 	}
 	if log != nil {

@@ -61,26 +61,8 @@ opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, fused=Tr
 ids = torch.tensor([[(i * 7919 + s * 13) % model.config.vocab_size for i in range(512)] for s in range(2)], device="cuda")
 
 
-def train_step():
-    model(ids, labels=ids).loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=False)
-
-
-train_step()
-torch.cuda.synchronize()
-t = time.perf_counter()
-for _ in range(5):
-    train_step()
-torch.cuda.synchronize()
-print(f"torch f32 training step (2 x 512 tokens, AdamW): {1024 * 5 / (time.perf_counter() - t):.0f} tok/s, "
-      f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
-
-
-# The same step with bf16 autocast (tensor-core matmuls, f32 master weights).
-def train_step_bf16():
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+def train_step(dtype):
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
         loss = model(ids, labels=ids).loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -88,12 +70,14 @@ def train_step_bf16():
     opt.zero_grad(set_to_none=False)
 
 
-train_step_bf16()
-torch.cuda.synchronize()
-torch.cuda.reset_peak_memory_stats()
-t = time.perf_counter()
-for _ in range(5):
-    train_step_bf16()
-torch.cuda.synchronize()
-print(f"torch bf16-autocast training step (2 x 512 tokens, AdamW): {1024 * 5 / (time.perf_counter() - t):.0f} tok/s, "
-      f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+# f32, then bf16 autocast (tensor-core matmuls, f32 master weights).
+for dtype, label in (("f32", "f32"), ("bf16", "bf16-autocast")):
+    train_step(dtype)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    for _ in range(5):
+        train_step(dtype)
+    torch.cuda.synchronize()
+    print(f"torch {label} training step (2 x 512 tokens, AdamW): {1024 * 5 / (time.perf_counter() - t):.0f} tok/s, "
+          f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
