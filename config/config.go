@@ -330,6 +330,10 @@ type Embed struct {
 	Pooling string `yaml:"pooling"`
 	// BatchTokens bounds the tokens of one encoder batch.
 	BatchTokens int `yaml:"batch_tokens"`
+	// Device runs the encoder's batches and the cosine top-k of large
+	// memory indexes (at least embed.DeviceMinFloats): auto | cpu | cuda |
+	// cuda:N.
+	Device string `yaml:"device"`
 	// Dim is the embedding dimension.
 	Dim int `yaml:"dim"`
 	// CharNgrams are the character n-gram lengths hashed besides words.
@@ -401,7 +405,7 @@ type Data struct {
 func Default() Config {
 	return Config{
 		Seed:   1,
-		Embed:  Embed{Backend: "hashing", Dim: 384, CharNgrams: []int{3, 4}, Pooling: "mean", BatchTokens: 8192},
+		Embed:  Embed{Backend: "hashing", Dim: 384, CharNgrams: []int{3, 4}, Pooling: "mean", BatchTokens: 8192, Device: "auto"},
 		Memory: Memory{Store: "sqlite", Path: "data/memory.db", Namespace: "default", Sync: "normal"},
 		Tools: Tools{
 			RetrieveTopK:     3,
@@ -505,8 +509,10 @@ func (c Config) Validate() error {
 	atLeast("episode.auto_retrieve_k", c.Episode.AutoRetrieveK, 0)
 	oneOf("model.dtype", c.Model.Dtype, "f32", "bf16")
 	oneOf("model.train_dtype", c.Model.TrainDtype, "f32", "bf16")
-	if d := c.Model.Device; d != "auto" && d != "cpu" && d != "cuda" && !strings.HasPrefix(d, "cuda:") {
-		bad("model.device", "%q is not auto, cpu, cuda or cuda:N", d)
+	for _, kv := range [][2]string{{"model.device", c.Model.Device}, {"embed.device", c.Embed.Device}} {
+		if d := kv[1]; d != "auto" && d != "cpu" && d != "cuda" && !strings.HasPrefix(d, "cuda:") {
+			bad(kv[0], "%q is not auto, cpu, cuda or cuda:N", d)
+		}
 	}
 	for i, d := range c.Model.Devices {
 		if d != "cpu" && d != "cuda" && !strings.HasPrefix(d, "cuda:") {

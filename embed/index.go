@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/vec"
 )
 
@@ -18,12 +19,44 @@ type Hit struct {
 // Index is an exact cosine top-k index (Eq. 8-9) over rows stored
 // contiguously and L2-normalised, so a score is one dot product. Search
 // splits the rows across cores; each worker keeps a bounded min-heap, so the
-// scan allocates nothing. Index is not safe for concurrent mutation; Search
-// may run concurrently with other Searches.
+// scan allocates nothing. With OnDevice, large indexes are searched on a
+// GPU instead. Index is not safe for concurrent mutation; Search may run
+// concurrently with other Searches.
 type Index struct {
 	dim  int
 	data []float32
 	pool sync.Pool // *scratch
+	dev  *mirror
+}
+
+// DeviceMinFloats is the index size (rows × dimension) from which Search
+// runs on the device given to OnDevice: below it a core scans the rows in
+// less time than a kernel launch and two copies take.
+const DeviceMinFloats = 1 << 20
+
+// mirror is the index's rows on a device that selects top-k there. Rows
+// are copied lazily, before a search, and only those changed since the
+// last one.
+type mirror struct {
+	mu     sync.Mutex
+	be     kernels.TopKer
+	rows   kernels.Tensor // [capacity, dim]
+	cap    int
+	synced int // device rows [0, synced) equal the host's
+}
+
+// OnDevice makes Search select on be (cosine scores as one matrix product,
+// then a top-k kernel) whenever the index holds at least DeviceMinFloats
+// and k is at most kernels.MaxTopK.
+func (x *Index) OnDevice(be kernels.TopKer) { x.dev = &mirror{be: be} }
+
+// stale marks device rows from row on as out of date.
+func (x *Index) stale(row int) {
+	if x.dev != nil {
+		x.dev.mu.Lock()
+		x.dev.synced = min(x.dev.synced, row)
+		x.dev.mu.Unlock()
+	}
 }
 
 type scratch struct {
@@ -59,6 +92,7 @@ func (x *Index) Set(row int, v []float32) error {
 	dst := x.data[row*x.dim : (row+1)*x.dim]
 	copy(dst, v)
 	Normalize(dst)
+	x.stale(row)
 	return nil
 }
 
@@ -68,6 +102,7 @@ func (x *Index) SwapRemove(row int) {
 	last := x.Len() - 1
 	copy(x.data[row*x.dim:(row+1)*x.dim], x.data[last*x.dim:])
 	x.data = x.data[:last*x.dim]
+	x.stale(row)
 }
 
 // Row returns row's stored (normalised) vector.
@@ -89,6 +124,13 @@ func (x *Index) Search(q []float32, k int, keep func(row int) bool) ([]Hit, erro
 		return nil, nil
 	}
 	k = min(k, n)
+	if x.dev != nil && len(x.data) >= DeviceMinFloats && k <= kernels.MaxTopK {
+		q = append([]float32(nil), q...)
+		Normalize(q)
+		if hits, ok, err := x.searchDevice(q, k, keep); ok || err != nil {
+			return hits, err
+		}
+	}
 	workers := 1
 	if len(x.data) >= parallelMin {
 		workers = min(runtime.GOMAXPROCS(0), n)
@@ -128,6 +170,37 @@ func (x *Index) Search(q []float32, k int, keep func(row int) bool) ([]Hit, erro
 	x.pool.Put(s)
 	sortHits(merged)
 	return merged, nil
+}
+
+// searchDevice selects on the device. With a filter it asks for the most
+// rows the kernel gives and filters them; ok is false when fewer than k
+// pass and rows were left unseen, and the caller scans instead.
+func (x *Index) searchDevice(q []float32, k int, keep func(row int) bool) (hits []Hit, ok bool, err error) {
+	m, n, d := x.dev, x.Len(), x.dim
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rows == nil || m.cap < n {
+		m.cap = max(n, m.cap+m.cap/4)
+		m.rows, m.synced = m.be.Zeros(m.cap, d), 0
+	}
+	if m.synced < n {
+		m.be.CopyRows(m.rows, m.synced, m.be.FromHost(x.data[m.synced*d:n*d], n-m.synced, d), 0, n-m.synced)
+		m.synced = n
+	}
+	want := k
+	if keep != nil {
+		want = min(n, kernels.MaxTopK)
+	}
+	rows, scores, err := m.be.TopK(m.be.Rows(m.rows, 0, n), m.be.FromHost(q, 1, d), want)
+	if err != nil {
+		return nil, false, err
+	}
+	for i, r := range rows[0] {
+		if len(hits) < k && (keep == nil || keep(r)) {
+			hits = append(hits, Hit{r, scores[0][i]})
+		}
+	}
+	return hits, len(hits) == k || want == n, nil
 }
 
 // scan scores rows [lo, hi) into heap h (a min-heap of at most k hits).

@@ -59,6 +59,38 @@ type Backend interface {
 	Softmax(y, x Tensor)
 	// LogSoftmax over the last dimension: y = x - logsumexp(x).
 	LogSoftmax(y, x Tensor)
+
+	// The ops of bidirectional encoders (BERT, RoBERTa):
+
+	// LayerNorm: y[r, :] = (x[r, :] − mean)/sqrt(var + eps)·w + b, rows of
+	// len(w), the variance biased (PyTorch's).
+	LayerNorm(y, x, w, b Tensor, eps float32)
+	// GELU: y = x·Φ(x) (erf), or with tanh the tanh approximation.
+	GELU(y, x Tensor, tanh bool)
+	// Tanh: y = tanh(x).
+	Tanh(y, x Tensor)
+	// SegmentAttention is bidirectional multi-head attention over packed
+	// sequences: q, k, v, out [t, heads·hd], and row i attends to every
+	// row of its segment, segment s being rows [bounds[s], bounds[s+1])
+	// (bounds runs from 0 to t). The same result as a padded batch with a
+	// padding mask, without work on padding.
+	SegmentAttention(out, q, k, v Tensor, bounds []int, heads, hd int)
+	// SegmentMean: out[s, :] = the mean of x's rows in segment s (bounds
+	// as SegmentAttention's).
+	SegmentMean(out, x Tensor, bounds []int)
+}
+
+// MaxTopK is the largest k a TopKer must select.
+const MaxTopK = 64
+
+// TopKer is a backend that selects nearest neighbours on its device: for
+// each row of queries [q, d], the k rows of index [n, d] with the largest
+// dot product (cosine similarity for L2-normalised rows), best first, ties
+// to the lower row, with their scores; fewer than k when n < k. k is at
+// most MaxTopK.
+type TopKer interface {
+	Backend
+	TopK(index, queries Tensor, k int) (rows [][]int, scores [][]float32, err error)
 }
 
 // Dims is a tensor shape; backends embed it in their tensor types.

@@ -7,10 +7,15 @@ package roles
 import (
 	"context"
 	"fmt"
+	"os"
+	"sync"
 
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/rl/reward"
@@ -23,7 +28,11 @@ func Embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
 	e := cfg.Embed
 	switch e.Backend {
 	case "encoder":
-		enc, err := bert.LoadEncoder(e.Path, e.Pooling, e.BatchTokens)
+		be, err := device.Open(e.Device, os.Stderr)
+		if err != nil {
+			return nil, fmt.Errorf("embed.device: %w", err)
+		}
+		enc, err := bert.LoadEncoder(e.Path, e.Pooling, e.BatchTokens, be)
 		if err != nil {
 			return nil, fmt.Errorf("embed.path: %w", err)
 		}
@@ -41,6 +50,32 @@ func Embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
 		return oe, nil
 	}
 	return embed.NewHashing(e.Dim, e.CharNgrams), nil
+}
+
+// StoreOptions are the SQLite memory store's options: memory.sync, and
+// embed.device for the top-k of large namespaces, opened when the first
+// one needs it (a GPU only: the CPU's own scan beats a CPU top-k kernel).
+func StoreOptions(cfg config.Config) ltm.SQLiteOptions {
+	var (
+		once sync.Once
+		be   kernels.TopKer
+	)
+	return ltm.SQLiteOptions{
+		SyncFull: cfg.Memory.Sync == "full",
+		Device: func() kernels.TopKer {
+			once.Do(func() {
+				d, err := device.Open(cfg.Embed.Device, os.Stderr)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "embed.device: %v; memory top-k stays on the CPU\n", err)
+					return
+				}
+				if t, ok := d.(kernels.TopKer); ok && d.Name() != "cpu" {
+					be = t
+				}
+			})
+			return be
+		},
+	}
 }
 
 // Helpers are the runtime's embedder and summariser when the config asks

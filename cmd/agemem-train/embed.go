@@ -13,6 +13,7 @@ import (
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/simcse"
 )
@@ -298,13 +299,17 @@ file, where each question retrieves its top k among its task's sentences.`,
 			if err != nil {
 				return err
 			}
+			be, err := device.Open(cfg.Embed.Device, cmd.ErrOrStderr())
+			if err != nil {
+				return fmt.Errorf("embed.device: %w", err)
+			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "%-36s %10s %10s\n", "embedder", "spearman", fmt.Sprintf("recall@%d", k))
 			for _, a := range args {
 				var e embed.Embedder
 				if a == "hashing" {
 					e = embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams)
-				} else if e, err = bert.LoadEncoder(a, pooling, cfg.Embed.BatchTokens); err != nil {
+				} else if e, err = bert.LoadEncoder(a, pooling, cfg.Embed.BatchTokens, be); err != nil {
 					return err
 				}
 				m, err := ev(cmd.Context(), e)

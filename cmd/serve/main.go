@@ -117,7 +117,7 @@ func openStore(cfg config.Config) (*ltm.SQLite, error) {
 	if cfg.Memory.Store != "sqlite" {
 		return nil, fmt.Errorf("memory.store is %q: serve keeps users' memory in a sqlite store", cfg.Memory.Store)
 	}
-	return ltm.OpenSQLite(cfg.Memory.Path, ltm.SQLiteOptions{SyncFull: cfg.Memory.Sync == "full"})
+	return ltm.OpenSQLite(cfg.Memory.Path, roles.StoreOptions(cfg))
 }
 
 // run serves until ctx ends. be, if not nil, replaces the configured policy

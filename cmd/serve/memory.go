@@ -13,6 +13,7 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/roles"
 )
 
 // session is an open namespace of the configured SQLite store.
@@ -31,7 +32,7 @@ func open(g *globals) (*session, error) {
 	if cfg.Memory.Store != "sqlite" {
 		return nil, fmt.Errorf("memory.store is %q: the memory commands administer a sqlite store", cfg.Memory.Store)
 	}
-	db, err := ltm.OpenSQLite(cfg.Memory.Path, ltm.SQLiteOptions{SyncFull: cfg.Memory.Sync == "full"})
+	db, err := ltm.OpenSQLite(cfg.Memory.Path, roles.StoreOptions(cfg))
 	if err != nil {
 		return nil, err
 	}

@@ -197,24 +197,51 @@ func LogSoftmax(y, x []float32) {
 // (the cache, new tokens already written). valid, if not nil, masks cache
 // positions (false = padding) on top of causality. out[t, heads, d].
 func Attention(out, q, kc, vc []float32, valid []bool, t, start, heads, kvHeads, d int) {
+	attend(out, q, kc, vc, valid, t, heads, kvHeads, d, start+t, func(i int) (int, int) {
+		return 0, start + i + 1 // causal: keys 0..start+i
+	})
+}
+
+// SegmentAttention is bidirectional attention over packed sequences:
+// q, k, v, out [t, heads, d], row i attending to the rows of its segment
+// [bounds[s], bounds[s+1]).
+func SegmentAttention(out, q, k, v []float32, bounds []int, heads, d int) {
+	t := bounds[len(bounds)-1]
+	seg := make([]int, t)
+	longest := 0
+	for s := range len(bounds) - 1 {
+		for i := bounds[s]; i < bounds[s+1]; i++ {
+			seg[i] = s
+		}
+		longest = max(longest, bounds[s+1]-bounds[s])
+	}
+	attend(out, q, k, v, nil, t, heads, heads, d, longest, func(i int) (int, int) {
+		return bounds[seg[i]], bounds[seg[i]+1]
+	})
+}
+
+// attend is softmax attention of each query row i over the key rows
+// keys(i) = [lo, hi) (at most span of them), valid masking keys.
+func attend(out, q, kc, vc []float32, valid []bool, t, heads, kvHeads, d, span int, keys func(i int) (lo, hi int)) {
 	group := heads / kvHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
-	total := start + t
-	parallelFor(t*heads, total*d, func(lo, hi int) {
-		scores := make([]float32, total)
+	parallelFor(t*heads, span*d, func(lo, hi int) {
+		buf := make([]float32, span)
 		for th := lo; th < hi; th++ {
 			i, h := th/heads, th%heads
 			kvh := h / group
 			qv := q[(i*heads+h)*d : (i*heads+h+1)*d]
-			n := start + i + 1 // causal: keys 0..start+i
+			j0, j1 := keys(i)
+			scores := buf[:j1-j0]
 			m := float32(math.Inf(-1))
-			for j := range n {
+			for jj := range scores {
+				j := j0 + jj
 				if valid != nil && !valid[j] {
-					scores[j] = float32(math.Inf(-1))
+					scores[jj] = float32(math.Inf(-1))
 					continue
 				}
-				scores[j] = vec.Dot(qv, kc[(j*kvHeads+kvh)*d:(j*kvHeads+kvh+1)*d]) * scale
-				m = max(m, scores[j])
+				scores[jj] = vec.Dot(qv, kc[(j*kvHeads+kvh)*d:(j*kvHeads+kvh+1)*d]) * scale
+				m = max(m, scores[jj])
 			}
 			o := out[(i*heads+h)*d : (i*heads+h+1)*d]
 			clear(o)
@@ -222,16 +249,17 @@ func Attention(out, q, kc, vc []float32, valid []bool, t, start, heads, kvHeads,
 				continue // every key masked: output zeros, not NaN
 			}
 			var s float32
-			for j := range n {
-				e := float32(math.Exp(float64(scores[j] - m)))
-				scores[j] = e
+			for jj := range scores {
+				e := float32(math.Exp(float64(scores[jj] - m)))
+				scores[jj] = e
 				s += e
 			}
-			for j := range n {
-				p := scores[j] / s
+			for jj := range scores {
+				p := scores[jj] / s
 				if p == 0 {
 					continue
 				}
+				j := j0 + jj
 				vv := vc[(j*kvHeads+kvh)*d : (j*kvHeads+kvh+1)*d]
 				for x := range d {
 					o[x] += p * vv[x]

@@ -118,7 +118,7 @@ func New(dev int) (*Backend, error) {
 	}
 	for _, k := range []string{"rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16", "topk_select",
 		"attention_backward", "rmsnorm_backward", "silu_mul_backward", "embedding_backward", "col_sum", "logprob",
-		"add_scaled", "mul", "sum_squares", "adamw"} {
+		"add_scaled", "mul", "sum_squares", "adamw", "layernorm", "gelu", "act_tanh", "segment_mean"} {
 		var f uintptr
 		if err := cu.ModuleGetFunction(&f, mod, cstr(k)).err("cuModuleGetFunction " + k); err != nil {
 			return nil, err
@@ -522,7 +522,7 @@ func (b *Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, 
 		vt = b.ints(v)
 		vp = vt.ptr
 	}
-	b.launch("attention", t*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), ptr(kc), ptr(vc), vp, int32(start), int32(heads), int32(kvHeads), int32(hd))
+	b.launch("attention", t*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), ptr(kc), ptr(vc), vp, uint64(0), int32(start), int32(heads), int32(kvHeads), int32(hd))
 	runtime.KeepAlive(vt)
 }
 
@@ -550,20 +550,17 @@ func (b *Backend) Softmax(y, x kernels.Tensor) { b.softmax(y, x, 0) }
 // LogSoftmax implements kernels.Backend.
 func (b *Backend) LogSoftmax(y, x kernels.Tensor) { b.softmax(y, x, 1) }
 
-// MaxTopK is the largest k TopK selects.
-const MaxTopK = 64
-
-// TopK returns, for each row of queries [q, d], the k rows of index [n, d]
-// with the largest dot product, best first (ties: lower row), and their
-// scores. With L2-normalised rows that is cosine top-k (Eq. 8-9): one GEMM
-// for all the scores, then one selection block per query.
+// TopK implements kernels.TopKer: for each row of queries [q, d], the k
+// rows of index [n, d] with the largest dot product, best first (ties:
+// lower row), and their scores. With L2-normalised rows that is cosine
+// top-k (Eq. 8-9): one GEMM for all the scores, then selection blocks.
 func (b *Backend) TopK(index, queries kernels.Tensor, k int) ([][]int, [][]float32, error) {
 	defer b.enter()()
 	it, qt := dev(index), dev(queries)
 	n, d := it.Dims[0], it.Dims[1]
 	q := qt.Len() / d
-	if k < 1 || k > MaxTopK {
-		return nil, nil, fmt.Errorf("top-k: k = %d is outside [1, %d]", k, MaxTopK)
+	if k < 1 || k > kernels.MaxTopK {
+		return nil, nil, fmt.Errorf("top-k: k = %d is outside [1, %d]", k, kernels.MaxTopK)
 	}
 	if qt.Dims[len(qt.Dims)-1] != d {
 		return nil, nil, fmt.Errorf("top-k: queries have dimension %d, the index %d", qt.Dims[len(qt.Dims)-1], d)
@@ -613,4 +610,4 @@ func (b *Backend) MemInfo() (free, total uint64) {
 	return
 }
 
-var _ kernels.Backend = (*Backend)(nil)
+var _ kernels.TopKer = (*Backend)(nil)

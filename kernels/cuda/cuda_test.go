@@ -156,6 +156,41 @@ func TestOpsMatchCPU(t *testing.T) {
 		return dst
 	})
 	close(t, "embed+copy", got, want, 0)
+
+	// The encoder ops: LayerNorm (rows offset far from zero), both GELUs,
+	// tanh, attention within packed sequences, per-sequence means.
+	const ed = 96
+	xe := rnd(r, 20*ed)
+	for i := range xe[:ed] {
+		xe[i] += 50
+	}
+	got, want = both(func(be kernels.Backend) kernels.Tensor {
+		y := be.Zeros(20, ed)
+		be.LayerNorm(y, be.FromHost(xe, 20, ed), be.FromHost(w[:ed], ed), be.FromHost(bias[:ed], ed), 1e-12)
+		return y
+	})
+	close(t, "layernorm", got, want, 1e-5)
+	for _, approx := range []bool{false, true} {
+		got, want = both(func(be kernels.Backend) kernels.Tensor {
+			y, th := be.Zeros(20, ed), be.Zeros(20, ed)
+			be.GELU(y, be.FromHost(xe, 20, ed), approx)
+			be.Tanh(th, y)
+			be.Add(y, th)
+			return y
+		})
+		close(t, "gelu+tanh", got, want, 1e-5)
+	}
+	bounds := []int{0, 3, 4, 11, 20} // a one-token sequence among them
+	const eh, ehd = 3, 32
+	qe, ke, ve := rnd(r, 20*eh*ehd), rnd(r, 20*eh*ehd), rnd(r, 20*eh*ehd)
+	got, want = both(func(be kernels.Backend) kernels.Tensor {
+		out := be.Zeros(20, eh*ehd)
+		be.SegmentAttention(out, be.FromHost(qe, 20, eh*ehd), be.FromHost(ke, 20, eh*ehd), be.FromHost(ve, 20, eh*ehd), bounds, eh, ehd)
+		m := be.Zeros(len(bounds)-1, eh*ehd)
+		be.SegmentMean(m, out, bounds)
+		return m
+	})
+	close(t, "segment attention+mean", got, want, 1e-5)
 }
 
 // bf16Round rounds to the nearest bfloat16, ties to even, as the device does.
@@ -214,12 +249,12 @@ func TestTopKMatchesCPUIndex(t *testing.T) {
 		}
 	}
 	// k = MaxTopK, and an index smaller than k.
-	rows, _, err = g.TopK(g.FromHost(data, n, d), g.FromHost(qs, q, d), MaxTopK)
+	rows, _, err = g.TopK(g.FromHost(data, n, d), g.FromHost(qs, q, d), kernels.MaxTopK)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := idx.Search(qs[:d], MaxTopK, nil)
-	for j := range MaxTopK {
+	want, _ := idx.Search(qs[:d], kernels.MaxTopK, nil)
+	for j := range kernels.MaxTopK {
 		if rows[0][j] != want[j].Row {
 			t.Fatalf("k=64 rank %d: GPU row %d, CPU row %d", j, rows[0][j], want[j].Row)
 		}

@@ -72,7 +72,7 @@ __device__ float warp_sum(float v) {
 // kc, vc [maxT, kvheads*hd]; valid (nullable) masks cache positions.
 // Dynamic shared memory: (nwarps * (hd + 2)) floats.
 extern "C" __global__ void attention(float* out, const float* q, const float* kc, const float* vc,
-                                     const int* valid, int start, int heads, int kvheads, int hd) {
+                                     const int* valid, const int* span, int start, int heads, int kvheads, int hd) {
     extern __shared__ float sh[];
     int i = blockIdx.x / heads, h = blockIdx.x % heads;
     int kvh = h / (heads / kvheads);
@@ -86,8 +86,12 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
         qv[r] = d < hd ? qr[d] * scale : 0.f;
         acc[r] = 0.f;
     }
+    // Causal: keys 0..start+i; with span (bidirectional encoders over packed
+    // sequences): keys span[2i]..span[2i+1]-1, the query's own sequence.
+    int jlo = 0, jhi = start + i + 1;
+    if (span) { jlo = span[2 * i]; jhi = span[2 * i + 1]; }
     float m = NEG_INF, l = 0.f;
-    for (int j = warp; j <= start + i; j += nw) {
+    for (int j = jlo + warp; j < jhi; j += nw) {
         if (valid && !valid[j]) continue;
         const float* kr = kc + ((long)j * kvheads + kvh) * hd;
         const float* vr = vc + ((long)j * kvheads + kvh) * hd;
@@ -458,4 +462,51 @@ extern "C" __global__ void adamw(float* w, const float* g, float* m, float* v, l
     m[i] = (float)mi;
     v[i] = (float)vi;
     w[i] = (float)((double)w[i] * decay - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+}
+
+// The forward ops of bidirectional encoders (BERT, RoBERTa).
+
+// layernorm: y[r, :] = (x[r, :] - mean) * rsqrt(var + eps) * w + b (biased
+// variance, two passes); one block of 256 a row of d.
+extern "C" __global__ void layernorm(float* y, const float* x, const float* w, const float* b, int d, float eps) {
+    __shared__ float s[256];
+    const float* xr = x + (long)blockIdx.x * d;
+    float* yr = y + (long)blockIdx.x * d;
+    float acc = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) acc += xr[i];
+    float mean = block_sum(acc, s) / d;
+    float v = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float c = xr[i] - mean;
+        v += c * c;
+    }
+    float inv = rsqrtf(block_sum(v, s) / d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+}
+
+// gelu: y = x * Phi(x) (erf), or with approx the tanh approximation.
+extern "C" __global__ void gelu(float* y, const float* x, long n, int approx) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = x[i];
+    y[i] = approx ? 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))
+                  : 0.5f * v * (1.f + erff(v * 0.7071067811865476f));
+}
+
+// act_tanh: y = tanh(x) (BERT's pooler).
+extern "C" __global__ void act_tanh(float* y, const float* x, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = tanhf(x[i]);
+}
+
+// segment_mean: out[s, :] = mean of x[bounds[s]..bounds[s+1]-1, :], rows of d;
+// one block a segment.
+extern "C" __global__ void segment_mean(float* out, const float* x, const int* bounds, int d) {
+    int lo = bounds[blockIdx.x], hi = bounds[blockIdx.x + 1];
+    float inv = 1.f / (float)(hi - lo);
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float a = 0.f;
+        for (int r = lo; r < hi; r++) a += x[(long)r * d + c];
+        out[(long)blockIdx.x * d + c] = a * inv;
+    }
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
 )
 
 var enc = embed.NewHashing(64, []int{3})
@@ -342,5 +344,51 @@ func TestSQLiteConcurrentWriters(t *testing.T) {
 	ns, _ := s.Namespace("user0")
 	if n, _ := ns.Count(context.Background()); n != 16*5 {
 		t.Fatalf("user0 holds %d entries, want 80", n)
+	}
+}
+
+// TestSQLiteLargeNamespaceOnDevice: a namespace that crosses
+// embed.DeviceMinFloats asks SQLiteOptions.Device for a device once and
+// retrieves through it the same memories, filters included, as a store
+// scanning on the CPU.
+func TestSQLiteLargeNamespaceOnDevice(t *testing.T) {
+	ctx := context.Background()
+	asked := 0
+	devEnc := embed.NewHashing(1024, []int{3})
+	open := func(opt SQLiteOptions) Store {
+		db, err := OpenSQLite(filepath.Join(t.TempDir(), "m.db"), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		ns, _ := db.Namespace("big")
+		return ns
+	}
+	onDev := open(SQLiteOptions{Device: func() kernels.TopKer { asked++; return cpu.New() }})
+	onCPU := open(SQLiteOptions{})
+	rows := embed.DeviceMinFloats / 1024
+	for i := range rows {
+		text := fmt.Sprintf("fact %d about city %d and river %d", i, i%37, i%11)
+		for _, s := range []Store{onDev, onCPU} {
+			if _, err := s.Add(ctx, Entry{Content: text, Embedding: devEnc.One(text), Metadata: map[string]any{"odd": i%2 == 1}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	q := devEnc.One("city 5 and river 3")
+	for _, filter := range []map[string]any{nil, {"odd": true}} {
+		got, err := onDev.Retrieve(ctx, q, 5, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := onCPU.Retrieve(ctx, q, 5, filter)
+		for i := range want {
+			if got[i].Content != want[i].Content {
+				t.Fatalf("filter %v hit %d: %q on the device, %q scanned", filter, i, got[i].Content, want[i].Content)
+			}
+		}
+	}
+	if asked != 1 {
+		t.Fatalf("the device was asked for %d times, want once", asked)
 	}
 }

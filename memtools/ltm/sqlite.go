@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/kernels"
 	_ "modernc.org/sqlite" // pure-Go SQLite driver: no cgo
 )
 
@@ -50,6 +51,10 @@ type SQLiteOptions struct {
 	// SyncFull sets synchronous=FULL: an acknowledged write then survives
 	// power loss, not only a killed process, at one fsync per write.
 	SyncFull bool
+	// Device, if set, is asked for a device when a namespace's index holds
+	// at least embed.DeviceMinFloats, and the index's top-k then runs there
+	// (nil answer: the CPU scans).
+	Device func() kernels.TopKer
 }
 
 // SQLite is a durable file of namespaces. WAL mode: a write that returned
@@ -57,6 +62,7 @@ type SQLiteOptions struct {
 type SQLite struct {
 	db   *sql.DB
 	path string
+	opt  SQLiteOptions
 
 	mu    sync.Mutex
 	cache map[string]*nsCache
@@ -85,7 +91,7 @@ func OpenSQLite(path string, opt SQLiteOptions) (*SQLite, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open memory store %s: %w", path, err)
 	}
-	s := &SQLite{db: db, path: path, cache: map[string]*nsCache{}}
+	s := &SQLite{db: db, path: path, opt: opt, cache: map[string]*nsCache{}}
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open memory store %s: %w", path, err)
@@ -332,6 +338,11 @@ func (n *sqliteNS) cached(ctx context.Context) (*nsCache, error) {
 		}
 		if _, err := c.idx.Add(e.Embedding); err != nil {
 			return nil, fmt.Errorf("memory %s: %w", e.ID, err)
+		}
+	}
+	if c.idx != nil && n.s.opt.Device != nil && c.idx.Len()*c.idx.Dim() >= embed.DeviceMinFloats {
+		if be := n.s.opt.Device(); be != nil {
+			c.idx.OnDevice(be)
 		}
 	}
 	n.s.cache[n.ns] = c

@@ -9,15 +9,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/device"
 )
 
 // BenchmarkEncoder embeds 64 sentences of 16 tokens with a BERT-base-shaped
 // encoder (768 hidden, 12 layers, random weights) and with the tiny demo
-// shape, and reports sentences/s and the encoder's GFLOP/s beside the
-// GFLOP/s of the matmul kernel on the encoder's own feed-forward shape,
-// measured in the same run: the encoder cannot beat its matmuls.
+// shape, on the CPU and (when one is present) the GPU, and reports
+// sentences/s and the encoder's GFLOP/s beside the GFLOP/s of the
+// device's matmul on the encoder's own feed-forward shape, measured in
+// the same run: the encoder cannot beat its matmuls.
 func BenchmarkEncoder(b *testing.B) {
+	for _, dev := range []string{"cpu", "cuda"} {
+		b.Run(dev, func(b *testing.B) { benchEncoder(b, dev) })
+	}
+}
+
+func benchEncoder(b *testing.B, dev string) {
+	be, err := device.Open(dev, nil)
+	if err != nil {
+		b.Skipf("no %s device: %v", dev, err)
+	}
 	for _, c := range []struct {
 		name string
 		cfg  Config
@@ -34,7 +46,7 @@ func BenchmarkEncoder(b *testing.B) {
 			if err := InitRandom(dir, c.cfg, vocab, true, 1); err != nil {
 				b.Fatal(err)
 			}
-			e, err := LoadEncoder(dir, PoolCLS, 8192)
+			e, err := LoadEncoder(dir, PoolCLS, 8192, be)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -53,12 +65,18 @@ func BenchmarkEncoder(b *testing.B) {
 			// per layer, plus attention over 16 keys: 2·16·h.
 			flops := float64(tokens) * float64(c.cfg.Layers) * 2 * (4*float64(h*h) + 2*float64(h*in) + 2*16*float64(h))
 			// The anchor: the feed-forward matmul at the same token count.
-			x, w, y := make([]float32, tokens*h), make([]float32, in*h), make([]float32, tokens*in)
+			x, w, y := be.Zeros(tokens, h), be.Upload(kernels.Weight{Rows: in, Cols: h, F32: make([]float32, in*h)}), be.Zeros(tokens, in)
+			be.MatMul(y, x, w, nil)
+			be.ToHost(be.Rows(y, 0, 1)) // waits for the device
 			t0 := time.Now()
-			for range 3 {
-				cpu.MatMulT(y, x, w, nil, tokens, h, in)
+			for range 10 {
+				be.MatMul(y, x, w, nil)
 			}
-			mmGF := 3 * 2 * float64(tokens*h*in) / time.Since(t0).Seconds() / 1e9
+			be.ToHost(be.Rows(y, 0, 1))
+			mmGF := 10 * 2 * float64(tokens*h*in) / time.Since(t0).Seconds() / 1e9
+			if _, err := e.Embed(context.Background(), texts); err != nil { // upload, warm up
+				b.Fatal(err)
+			}
 			b.ResetTimer()
 			start := time.Now()
 			for b.Loop() {

@@ -3,23 +3,32 @@ package bert
 import (
 	"context"
 	"fmt"
+	"sync"
 
-	"github.com/agemem/agemem/model/tape"
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
 )
 
 // Encoder embeds sentences with a loaded encoder: an embed.Embedder.
 // Texts are tokenised, truncated to the position table, packed end to end
 // into batches of at most BatchTokens tokens (so a batch is sized by its
-// tokens, not its count), encoded without gradients and pooled.
+// tokens, not its count), encoded on Backend (the CPU when nil) and pooled.
+// W is uploaded on first use; after changing W (training), call Reload.
+// Embed is safe for concurrent use; batches run one at a time.
 type Encoder struct {
 	W           *Weights[float32]
 	Tok         Tokenizer
 	Pooling     string
 	BatchTokens int
+	Backend     kernels.Backend
+
+	mu  sync.Mutex
+	dev *deviceModel
 }
 
-// LoadEncoder opens the encoder and tokenizer in dir.
-func LoadEncoder(dir, pooling string, batchTokens int) (*Encoder, error) {
+// LoadEncoder opens the encoder and tokenizer in dir, to run on be (nil:
+// the CPU).
+func LoadEncoder(dir, pooling string, batchTokens int, be kernels.Backend) (*Encoder, error) {
 	w, err := Load[float32](dir, false)
 	if err != nil {
 		return nil, err
@@ -31,7 +40,7 @@ func LoadEncoder(dir, pooling string, batchTokens int) (*Encoder, error) {
 	if tok.VocabSize() > w.VocabSize {
 		return nil, fmt.Errorf("%s: the tokenizer has %d ids but the embedding only %d rows", dir, tok.VocabSize(), w.VocabSize)
 	}
-	e := &Encoder{W: w, Tok: tok, Pooling: pooling, BatchTokens: batchTokens}
+	e := &Encoder{W: w, Tok: tok, Pooling: pooling, BatchTokens: batchTokens, Backend: be}
 	if pooling == PoolCLSMLP && w.Pooler == nil {
 		return nil, fmt.Errorf("%s: pooling cls_mlp needs pooler.dense, which the checkpoint lacks", dir)
 	}
@@ -86,21 +95,22 @@ func (e *Encoder) Embed(ctx context.Context, texts []string) ([][]float32, error
 	return out, nil
 }
 
+// Reload makes the next batch upload W again (its values changed).
+func (e *Encoder) Reload() {
+	e.mu.Lock()
+	e.dev = nil
+	e.mu.Unlock()
+}
+
 func (e *Encoder) encode(batch [][]int) ([][]float32, error) {
-	tp := tape.New[float32]()
-	defer tp.Release()
-	h, segs, err := e.W.Forward(tp, batch, 0, 0)
-	if err != nil {
-		return nil, err
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.dev == nil {
+		be := e.Backend
+		if be == nil {
+			be = cpu.New()
+		}
+		e.dev = upload(be, e.W)
 	}
-	p, err := e.W.Pool(tp, h, segs, e.Pooling)
-	if err != nil {
-		return nil, err
-	}
-	d := p.Cols
-	vs := make([][]float32, len(batch))
-	for i := range vs {
-		vs[i] = append([]float32(nil), p.Val[i*d:(i+1)*d]...)
-	}
-	return vs, nil
+	return e.dev.encode(batch, e.Pooling)
 }

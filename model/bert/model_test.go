@@ -229,7 +229,7 @@ func TestEncoderMatchesReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			enc, err := LoadEncoder(dir, pool, 24) // a batch per sentence or two
+			enc, err := LoadEncoder(dir, pool, 24, nil) // a batch per sentence or two
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -320,7 +320,7 @@ func TestLoadErrors(t *testing.T) {
 		}
 	}
 	good := tinyBERT(t, tinyCfg)
-	if _, err := LoadEncoder(good, "max", 0); err == nil || !strings.Contains(err.Error(), "pooling") {
+	if _, err := LoadEncoder(good, "max", 0, nil); err == nil || !strings.Contains(err.Error(), "pooling") {
 		t.Errorf("bad pooling: %v", err)
 	}
 	w, _ := Load[float32](good, false)

@@ -119,6 +119,7 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 		if o.Eval == nil {
 			return nil
 		}
+		enc.Reload() // the weights moved since the last evaluation
 		m, err := o.Eval(ctx, enc)
 		if err != nil {
 			return err

@@ -98,7 +98,7 @@ func TestUnsupervisedSimCSELearns(t *testing.T) {
 	dir := tinyEncoder(t, corpus)
 	sts := NewGenerator(7).STS(300)
 	score := func(path string) float64 {
-		e, err := bert.LoadEncoder(path, bert.PoolMean, 0)
+		e, err := bert.LoadEncoder(path, bert.PoolMean, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
