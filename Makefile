@@ -31,9 +31,11 @@ test: deps
 # (libcuda.so.1) is found. LD_LIBRARY_PATH must reach libnvrtc and libcublas
 # (CUDA 11-13; a PyTorch install's nvidia/*/lib folders work).
 test-gpu:
-	$(GO) test -count=1 -v -run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK' ./kernels/cuda/ ./model/qwen/
+	$(GO) test -count=1 -v -run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU' ./kernels/cuda/ ./model/qwen/ ./model/bert/
 	$(GO) test -count=1 -v -run 'DataParallelGPU' ./model/train/
 	$(GO) test -run '^$$' -bench CUDA -benchtime 3x ./model/qwen/
+	$(GO) test -run '^$$' -bench 'GPU|TopK' -benchtime 20x ./kernels/cuda/
+	$(GO) test -run '^$$' -bench 'Encoder/cuda' -benchtime 5x ./model/bert/
 
 # Benchmarks print each figure beside its anchor measured in the same run.
 # The matmul anchor is OpenBLAS (apt-get install libopenblas0); without it

@@ -72,10 +72,12 @@ type SimCSE struct {
 	// LR is the peak learning rate after WarmupSteps of linear warmup.
 	LR          float64 `yaml:"lr"`
 	WarmupSteps int     `yaml:"warmup_steps"`
-	// Temperature is τ of InfoNCE; Dropout the hidden dropout that makes
-	// the unsupervised positive pairs.
+	// Temperature is τ of InfoNCE; Dropout the hidden dropout and
+	// AttnDropout the dropout on attention probabilities that together
+	// make the unsupervised positive pairs (BERT's 0.1 and 0.1).
 	Temperature float64 `yaml:"temperature"`
 	Dropout     float64 `yaml:"dropout"`
+	AttnDropout float64 `yaml:"attn_dropout"`
 	// Pooling is what the loss sees: cls_mlp (SimCSE's), cls or mean.
 	Pooling string `yaml:"pooling"`
 	// SaveEvery and EvalEvery are in steps (0: only at the end).
@@ -435,7 +437,7 @@ func Default() Config {
 			PNoAnswer: -1, PRounds: -1, POverflow: -0.5, TMax: 8192, Judge: "f1", StorageJudge: "f1", StorageF1Threshold: 0.5, RelevanceJudge: "cosine"},
 		Eval: Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
 		SimCSE: SimCSE{Init: "runs/tiny/encoder", Data: "data/simcse/corpus.txt", Mode: "unsup", Steps: 1000, Batch: 64, LR: 5e-4,
-			WarmupSteps: 20, Temperature: 0.05, Dropout: 0.1, Pooling: "mean", SaveEvery: 500, EvalEvery: 200,
+			WarmupSteps: 20, Temperature: 0.05, Dropout: 0.1, AttnDropout: 0.1, Pooling: "mean", SaveEvery: 500, EvalEvery: 200,
 			STS: "data/simcse/sts-dev.tsv", Tasks: "data/simcse/tasks-eval.json", RecallK: 3, Out: "runs/tiny/simcse"},
 		Ollama: Ollama{Format: "raw", KeepAlive: 5 * time.Minute, Think: "default"},
 		Serve: Serve{Addr: "127.0.0.1:8080", Backend: "native", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
@@ -645,6 +647,9 @@ func (c Config) Validate() error {
 	}
 	if sc.Dropout < 0 || sc.Dropout >= 1 {
 		bad("simcse.dropout", "%g is outside [0, 1)", sc.Dropout)
+	}
+	if sc.AttnDropout < 0 || sc.AttnDropout >= 1 {
+		bad("simcse.attn_dropout", "%g is outside [0, 1)", sc.AttnDropout)
 	}
 	oneOf("simcse.pooling", sc.Pooling, "cls", "cls_mlp", "mean")
 	atLeast("simcse.save_every", sc.SaveEvery, 0)

@@ -260,7 +260,7 @@ reads it), checkpoint-N/, metrics.jsonl, loss.png and eval.png.`,
 			}
 			res, err := simcse.Train(cmd.Context(), sc.Init, data, simcse.Options{
 				Steps: sc.Steps, Batch: sc.Batch, LR: sc.LR, Warmup: sc.WarmupSteps, Temperature: sc.Temperature,
-				Dropout: sc.Dropout, Pooling: sc.Pooling, Seed: uint64(cfg.Seed), Optim: cfg.Optim, SaveEvery: sc.SaveEvery,
+				Dropout: sc.Dropout, AttnDropout: sc.AttnDropout, Pooling: sc.Pooling, Seed: uint64(cfg.Seed), Optim: cfg.Optim, SaveEvery: sc.SaveEvery,
 				EvalEvery: sc.EvalEvery, Out: sc.Out, Resume: resume, Config: cfg.YAML(), Log: cmd.ErrOrStderr(),
 				Eval: func(ctx context.Context, e *bert.Encoder) (map[string]float64, error) { return ev(ctx, e) },
 			})

@@ -237,8 +237,10 @@ func (w *Weights[T]) bind() {
 
 // Forward encodes a batch of token-id sequences packed end to end and
 // returns the last hidden states [Σ len, hidden] and each sequence's rows.
-// dropout > 0 applies hidden dropout (training; seed picks the masks).
-func (w *Weights[T]) Forward(tp *tape.Tape[T], batch [][]int, dropout float64, seed uint64) (*tape.Var[T], []tape.Segment, error) {
+// Training applies dropout (seed picks the masks): hidden > 0 after the
+// embeddings and each sublayer (hidden_dropout_prob), attn > 0 on the
+// attention probabilities (attention_probs_dropout_prob).
+func (w *Weights[T]) Forward(tp *tape.Tape[T], batch [][]int, hidden, attn float64, seed uint64) (*tape.Var[T], []tape.Segment, error) {
 	var ids, pos, types []int
 	var segs []tape.Segment
 	off := w.PositionOffset()
@@ -257,17 +259,17 @@ func (w *Weights[T]) Forward(tp *tape.Tape[T], batch [][]int, dropout float64, s
 	eps := w.LayerNormEps
 	tanh := w.HiddenAct != "gelu"
 	drop := func(x *tape.Var[T], k uint64) *tape.Var[T] {
-		if dropout <= 0 {
+		if hidden <= 0 {
 			return x
 		}
-		return tp.Dropout(x, dropout, seed*1000003+k)
+		return tp.Dropout(x, hidden, seed*1000003+k)
 	}
 	x := tp.Add(tp.Add(tp.Embedding(w.Word, ids), tp.Embedding(w.Pos, pos)), tp.Embedding(w.Type, types))
 	x = drop(tp.LayerNorm(x, w.EmbLNW, w.EmbLNB, eps), 0)
 	hd := w.HiddenSize / w.Heads
 	for l, L := range w.Layers {
 		q, k, v := tp.Linear(x, L.Q.W, L.Q.B), tp.Linear(x, L.K.W, L.K.B), tp.Linear(x, L.V.W, L.V.B)
-		a := tp.BiAttention(q, k, v, segs, w.Heads, hd)
+		a := tp.BiAttention(q, k, v, segs, w.Heads, hd, attn, seed*1000003+uint64(w.Config.Layers*2+1+l))
 		x = tp.LayerNorm(tp.Add(drop(tp.Linear(a, L.AttnOut.W, L.AttnOut.B), uint64(2*l+1)), x), L.AttnLNW, L.AttnLNB, eps)
 		h := tp.GELU(tp.Linear(x, L.Inter.W, L.Inter.B), tanh)
 		x = tp.LayerNorm(tp.Add(drop(tp.Linear(h, L.Out.W, L.Out.B), uint64(2*l+2)), x), L.OutLNW, L.OutLNB, eps)

@@ -209,7 +209,7 @@ func TestEncoderMatchesReference(t *testing.T) {
 		}
 		wantH, wantP := reference(p, w64.Config, batch)
 		tp := tape.New[float64]()
-		h, segs, err := w64.Forward(tp, batch, 0, 0)
+		h, segs, err := w64.Forward(tp, batch, 0, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func TestEncoderGradients(t *testing.T) {
 	batch := [][]int{tok.Encode("marla was born in oslo", 0), tok.Encode("the capital of norway", 0), tok.Encode("oslo", 0)}
 	loss := func() (float64, *tape.Tape[float64], *tape.Var[float64]) {
 		tp := tape.New[float64]()
-		h, segs, _ := w.Forward(tp, batch, 0, 0)
+		h, segs, _ := w.Forward(tp, batch, 0, 0, 0)
 		a, _ := w.Pool(tp, h, segs, PoolCLSMLP)
 		b, _ := w.Pool(tp, h, segs, PoolMean)
 		lp := tp.LogProbs(tp.Scale(tp.Linear(a, b, nil), 1/0.05), []int{0, 1, 2})
@@ -324,10 +324,10 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("bad pooling: %v", err)
 	}
 	w, _ := Load[float32](good, false)
-	if _, _, err := w.Forward(tape.New[float32](), [][]int{make([]int, 30)}, 0, 0); err == nil || !strings.Contains(err.Error(), "1 to 24") {
+	if _, _, err := w.Forward(tape.New[float32](), [][]int{make([]int, 30)}, 0, 0, 0); err == nil || !strings.Contains(err.Error(), "1 to 24") {
 		t.Errorf("too long: %v", err)
 	}
-	if _, _, err := w.Forward(tape.New[float32](), [][]int{{2, 9999}}, 0, 0); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+	if _, _, err := w.Forward(tape.New[float32](), [][]int{{2, 9999}}, 0, 0, 0); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
 		t.Errorf("bad id: %v", err)
 	}
 }

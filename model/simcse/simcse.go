@@ -38,6 +38,7 @@ type Options struct {
 	Warmup      int
 	Temperature float64 // τ, 0.05 in the paper
 	Dropout     float64 // hidden dropout, the unsupervised noise (0.1)
+	AttnDropout float64 // dropout on attention probabilities (0.1)
 	// Pooling trains through cls_mlp (SimCSE's MLP head over [CLS]) or
 	// cls or mean.
 	Pooling   string
@@ -112,7 +113,7 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 	enc := &bert.Encoder{W: w, Tok: tok, Pooling: evalPool}
 	maxLen := w.MaxTokens()
 	encode := func(s string) []int { return tok.Encode(s, maxLen) }
-	fmt.Fprintf(o.Log, "simcse: %d examples, %d steps of %d, %d parameters, τ %g, dropout %g\n", len(data), o.Steps, o.Batch, w.NumParams(), o.Temperature, o.Dropout)
+	fmt.Fprintf(o.Log, "simcse: %d examples, %d steps of %d, %d parameters, τ %g, dropout %g (attention %g)\n", len(data), o.Steps, o.Batch, w.NumParams(), o.Temperature, o.Dropout, o.AttnDropout)
 	order := rng.Perm(len(data))
 	pos := (step * o.Batch) % len(data)
 	evaluate := func() error {
@@ -250,7 +251,7 @@ func trainStep(w *bert.Weights[float32], batch []Example, encode func(string) []
 	}
 	tp := tape.New[float32]()
 	defer tp.Release()
-	h, segs, err := w.Forward(tp, seqs, o.Dropout, seed)
+	h, segs, err := w.Forward(tp, seqs, o.Dropout, o.AttnDropout, seed)
 	if err != nil {
 		return 0, err
 	}

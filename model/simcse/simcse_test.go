@@ -114,7 +114,7 @@ func TestUnsupervisedSimCSELearns(t *testing.T) {
 		data = append(data, Example{Anchor: s, Positive: s})
 	}
 	out := filepath.Join(t.TempDir(), "run")
-	o := Options{Steps: 80, Batch: 64, LR: 1e-3, Warmup: 5, Temperature: 0.05, Dropout: 0.1, Pooling: bert.PoolMean,
+	o := Options{Steps: 80, Batch: 64, LR: 1e-3, Warmup: 5, Temperature: 0.05, Dropout: 0.1, AttnDropout: 0.1, Pooling: bert.PoolMean,
 		Optim: config.Default().Optim, SaveEvery: 40, EvalEvery: 40, Out: out, Log: io.Discard,
 		Eval: func(ctx context.Context, e *bert.Encoder) (map[string]float64, error) {
 			s, err := STS(ctx, e, sts)

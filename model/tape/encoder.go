@@ -2,6 +2,7 @@ package tape
 
 import (
 	"math"
+	"math/rand/v2"
 
 	"github.com/agemem/agemem/kernels/cpu"
 )
@@ -126,8 +127,9 @@ func (t *Tape[T]) Tanh(x *Var[T]) *Var[T] {
 // of packed rows (segments [Lo, Hi) tile the rows; Prefix must be 0):
 // q, k, v, y [t, heads·hd]. Packing sequences end to end gives each the
 // same result as a padded batch with a padding mask, with no work spent
-// on padding.
-func (t *Tape[T]) BiAttention(q, k, v *Var[T], segs []Segment, heads, hd int) *Var[T] {
+// on padding. drop > 0 applies dropout to the attention probabilities
+// (BERT's attention_probs_dropout_prob), masks drawn from seed.
+func (t *Tape[T]) BiAttention(q, k, v *Var[T], segs []Segment, heads, hd int, drop float64, seed uint64) *Var[T] {
 	w := heads * hd
 	check(q.Cols == w && k.Cols == w && v.Cols == w && k.Rows == q.Rows && v.Rows == q.Rows,
 		"biattention: q [%d, %d], k [%d, %d], v [%d, %d] for %d heads of %d", q.Rows, q.Cols, k.Rows, k.Cols, v.Rows, v.Cols, heads, hd)
@@ -139,11 +141,16 @@ func (t *Tape[T]) BiAttention(q, k, v *Var[T], segs []Segment, heads, hd int) *V
 	check(covered == q.Rows, "biattention: segments cover %d of %d rows", covered, q.Rows)
 	y := t.out(q.Rows, w, q.Requires || k.Requires || v.Requires)
 	scale := 1 / math.Sqrt(float64(hd))
-	// probs[s][h] keeps each segment's attention probabilities [n, n].
-	probs := make([][][]T, len(segs))
+	// probs[s][h] keeps each segment's attention probabilities [n, n] and
+	// dropped[s][h] them after dropout (the same slice without it).
+	probs, dropped := make([][][]T, len(segs)), make([][][]T, len(segs))
+	var r *rand.Rand
+	if drop > 0 {
+		r = rand.New(rand.NewPCG(seed, 0x61747464))
+	}
 	for si, s := range segs {
 		n := s.Hi - s.Lo
-		probs[si] = make([][]T, heads)
+		probs[si], dropped[si] = make([][]T, heads), make([][]T, heads)
 		for h := range heads {
 			qh, kh, vh := headOf(q.Val, s, h, w, hd), headOf(k.Val, s, h, w, hd), headOf(v.Val, s, h, w, hd)
 			p := make([]T, n*n)
@@ -151,10 +158,19 @@ func (t *Tape[T]) BiAttention(q, k, v *Var[T], segs []Segment, heads, hd int) *V
 			for i := range n {
 				softmaxRow(p[i*n:(i+1)*n], scale)
 			}
+			pd := p
+			if r != nil {
+				pd = make([]T, n*n)
+				for i, e := range p {
+					if r.Float64() >= drop {
+						pd[i] = e / T(1-drop)
+					}
+				}
+			}
 			o := make([]T, n*hd)
-			matMulNN(o, p, vh, n, n, hd)
+			matMulNN(o, pd, vh, n, n, hd)
 			putHead(y.Val, o, s, h, w, hd)
-			probs[si][h] = p
+			probs[si][h], dropped[si][h] = p, pd
 		}
 	}
 	t.record(y, func() {
@@ -165,20 +181,29 @@ func (t *Tape[T]) BiAttention(q, k, v *Var[T], segs []Segment, heads, hd int) *V
 		for si, s := range segs {
 			n := s.Hi - s.Lo
 			for h := range heads {
-				p := probs[si][h]
+				p, pd := probs[si][h], dropped[si][h]
 				qh, kh, vh := headOf(q.Val, s, h, w, hd), headOf(k.Val, s, h, w, hd), headOf(v.Val, s, h, w, hd)
 				doh := headOf(y.Grad, s, h, w, hd)
-				if dv != nil { // dV = Pᵀ dO
+				if dv != nil { // dV = P̃ᵀ dO, P̃ the probabilities after dropout
 					g := make([]T, n*hd)
-					matMulNN(g, transpose(p, n, n), doh, n, n, hd)
+					matMulNN(g, transpose(pd, n, n), doh, n, n, hd)
 					addHead(dv, g, s, h, w, hd)
 				}
 				if dq == nil && dk == nil {
 					continue
 				}
-				// dP = dO Vᵀ; dS = P∘(dP − rowsum(P∘dP))·scale.
+				// dP = (dO Vᵀ)∘mask/(1−drop); dS = P∘(dP − rowsum(P∘dP))·scale.
 				ds := make([]T, n*n)
 				matMulT(ds, doh, vh, n, hd, n)
+				if r != nil {
+					for i := range ds {
+						if pd[i] == 0 && p[i] != 0 { // dropped
+							ds[i] = 0
+						} else {
+							ds[i] /= T(1 - drop)
+						}
+					}
+				}
 				for i := range n {
 					row, pr := ds[i*n:(i+1)*n], p[i*n:(i+1)*n]
 					var dot T

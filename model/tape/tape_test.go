@@ -102,7 +102,10 @@ func TestOpsFiniteDifferences(t *testing.T) {
 		{"gelu (tanh)", [][2]int{{3, 5}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] { return tp.GELU(p[0], true) }},
 		{"tanh", [][2]int{{3, 5}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] { return tp.Tanh(p[0]) }},
 		{"bidirectional attention over packed segments", [][2]int{{7, 2 * 3}, {7, 2 * 3}, {7, 2 * 3}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] {
-			return tp.BiAttention(p[0], p[1], p[2], []Segment{{0, 3, 0}, {3, 4, 0}, {4, 7, 0}}, 2, 3)
+			return tp.BiAttention(p[0], p[1], p[2], []Segment{{0, 3, 0}, {3, 4, 0}, {4, 7, 0}}, 2, 3, 0, 0)
+		}},
+		{"bidirectional attention with dropout on the probabilities", [][2]int{{7, 2 * 3}, {7, 2 * 3}, {7, 2 * 3}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] {
+			return tp.BiAttention(p[0], p[1], p[2], []Segment{{0, 3, 0}, {3, 4, 0}, {4, 7, 0}}, 2, 3, 0.3, 9)
 		}},
 		{"mean pool and l2 normalise", [][2]int{{7, 4}}, func(tp *Tape[float64], p []*Var[float64]) *Var[float64] {
 			return tp.L2Normalize(tp.MeanPool(p[0], []Segment{{0, 3, 0}, {3, 4, 0}, {4, 7, 0}}))
