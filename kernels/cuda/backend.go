@@ -60,7 +60,25 @@ type Backend struct {
 	cachedBytes uint64
 	sinceGC     uint64
 	liveBytes   uint64
+
+	// Every kernel, GEMM, copy and memset of this backend is queued on
+	// stream, in order, so the host only waits where it reads results.
+	// Small uploads (token ids, positions, activations) go through pinned
+	// staging memory as asynchronous copies: a copy from pageable memory
+	// would make the host wait until the GPU has drained the stream.
+	stream uintptr
+	pinMu  sync.Mutex
+	pin    unsafe.Pointer // pinBytes of page-locked host memory
+	pinOff uint64         // the next free byte of the upload ring
 }
+
+// The pinned staging buffer: its first half is the ring of pending
+// uploads, its second half receives downloads. Transfers larger than a
+// half go straight from or to pageable memory (weights, whole tensors).
+const (
+	pinBytes = 16 << 20
+	pinHalf  = pinBytes / 2
+)
 
 // Allocator limits.
 const (
@@ -125,8 +143,19 @@ func New(dev int) (*Backend, error) {
 		}
 		b.fns[k] = f
 	}
+	// A blocking stream (flags 0): ordered with anything on the legacy
+	// default stream, where synchronous copies run.
+	if err := cu.StreamCreate(&b.stream, 0).err("cuStreamCreate"); err != nil {
+		return nil, err
+	}
+	if err := cu.MemAllocHost(&b.pin, pinBytes).err("cuMemAllocHost"); err != nil {
+		return nil, err
+	}
 	if st := libs.blas.Create(&b.blas); st != 0 {
 		return nil, fmt.Errorf("cublasCreate: status %d", st)
+	}
+	if st := libs.blas.SetStream(b.blas, b.stream); st != 0 {
+		return nil, fmt.Errorf("cublasSetStream: status %d", st)
 	}
 	return b, nil
 }
@@ -333,7 +362,7 @@ func (b *Backend) launch(k string, grid, block, shared int, args ...any) {
 			panic(fmt.Sprintf("cuda: kernel argument of type %T", a))
 		}
 	}
-	must(libs.cu.LaunchKernel(b.fns[k], uint32(max(grid, 1)), 1, 1, uint32(block), 1, 1, uint32(shared), 0, &params[0], nil).err("launch " + k))
+	must(libs.cu.LaunchKernel(b.fns[k], uint32(max(grid, 1)), 1, 1, uint32(block), 1, 1, uint32(shared), b.stream, &params[0], nil).err("launch " + k))
 	runtime.KeepAlive(keep)
 }
 
@@ -345,8 +374,57 @@ func (b *Backend) Zeros(shape ...int) kernels.Tensor {
 	t := &Tensor{Dims: shape}
 	n := t.Len()
 	t = b.alloc(n, shape)
-	must(libs.cu.MemsetD8(t.ptr, 0, uint64(n*4)).err("cuMemsetD8"))
+	b.zero(t.ptr, uint64(n*4))
 	return t
+}
+
+func (b *Backend) zero(p, n uint64) {
+	must(libs.cu.MemsetD8Async(p, 0, n, b.stream).err("cuMemsetD8Async"))
+}
+
+// upload copies n bytes from host memory at src to the device at dst, in
+// stream order. Small copies are staged in the pinned ring and queued
+// without waiting; when the ring wraps, the stream is synchronised first,
+// so no queued copy still reads the bytes being overwritten.
+func (b *Backend) upload(dst uint64, src unsafe.Pointer, n uint64) {
+	if n == 0 {
+		return
+	}
+	if n > pinHalf/4 {
+		// Synchronous from pageable memory, on the legacy stream, which
+		// the blocking stream is ordered with.
+		must(libs.cu.MemcpyHtoD(dst, src, n).err("cuMemcpyHtoD"))
+		return
+	}
+	b.pinMu.Lock()
+	defer b.pinMu.Unlock()
+	if b.pinOff+n > pinHalf {
+		must(libs.cu.StreamSynchronize(b.stream).err("cuStreamSynchronize"))
+		b.pinOff = 0
+	}
+	stage := unsafe.Add(b.pin, b.pinOff)
+	copy(unsafe.Slice((*byte)(stage), n), unsafe.Slice((*byte)(src), n))
+	must(libs.cu.MemcpyHtoDAsync(dst, stage, n, b.stream).err("cuMemcpyHtoDAsync"))
+	b.pinOff = (b.pinOff + n + 255) &^ 255
+}
+
+// download copies n bytes from the device at src to host memory at dst
+// once the work queued before it is done (through the pinned half when it
+// fits).
+func (b *Backend) download(dst unsafe.Pointer, src uint64, n uint64) {
+	if n == 0 {
+		return
+	}
+	if n > pinHalf {
+		must(libs.cu.MemcpyDtoH(dst, src, n).err("cuMemcpyDtoH"))
+		return
+	}
+	b.pinMu.Lock()
+	defer b.pinMu.Unlock()
+	stage := unsafe.Add(b.pin, pinHalf)
+	must(libs.cu.MemcpyDtoHAsync(stage, src, n, b.stream).err("cuMemcpyDtoHAsync"))
+	must(libs.cu.StreamSynchronize(b.stream).err("cuStreamSynchronize"))
+	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(stage), n))
 }
 
 // FromHost implements kernels.Backend.
@@ -354,7 +432,7 @@ func (b *Backend) FromHost(d []float32, shape ...int) kernels.Tensor {
 	defer b.enter()()
 	t := b.alloc(len(d), shape)
 	if len(d) > 0 {
-		must(libs.cu.MemcpyHtoD(t.ptr, unsafe.Pointer(&d[0]), uint64(4*len(d))).err("cuMemcpyHtoD"))
+		b.upload(t.ptr, unsafe.Pointer(&d[0]), uint64(4*len(d)))
 	}
 	return t
 }
@@ -367,7 +445,7 @@ func (b *Backend) ints(v []int) *Tensor {
 	}
 	t := b.alloc(len(x), []int{len(x)})
 	if len(x) > 0 {
-		must(libs.cu.MemcpyHtoD(t.ptr, unsafe.Pointer(&x[0]), uint64(4*len(x))).err("cuMemcpyHtoD"))
+		b.upload(t.ptr, unsafe.Pointer(&x[0]), uint64(4*len(x)))
 	}
 	return t
 }
@@ -378,7 +456,7 @@ func (b *Backend) ToHost(t kernels.Tensor) []float32 {
 	ct := dev(t)
 	out := make([]float32, ct.Len())
 	if len(out) > 0 {
-		must(libs.cu.MemcpyDtoH(unsafe.Pointer(&out[0]), ct.ptr, uint64(4*len(out))).err("cuMemcpyDtoH"))
+		b.download(unsafe.Pointer(&out[0]), ct.ptr, uint64(4*len(out)))
 	}
 	return out
 }
@@ -392,7 +470,7 @@ func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
 		t := b.alloc((n+1)/2, []int{w.Rows, w.Cols})
 		t.bf16 = true
 		if w.BF16 != nil {
-			must(libs.cu.MemcpyHtoD(t.ptr, unsafe.Pointer(&w.BF16[0]), uint64(2*n)).err("cuMemcpyHtoD"))
+			b.upload(t.ptr, unsafe.Pointer(&w.BF16[0]), uint64(2*n))
 		} else {
 			f := b.FromHost(w.F32, n)
 			b.launch("narrow_bf16", blocks(n, 256), 256, 0, t.ptr, ptr(f), int64(n))
@@ -404,7 +482,7 @@ func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
 		return b.FromHost(w.F32, w.Rows, w.Cols)
 	}
 	raw := b.alloc((n+1)/2, []int{n})
-	must(libs.cu.MemcpyHtoD(raw.ptr, unsafe.Pointer(&w.BF16[0]), uint64(2*n)).err("cuMemcpyHtoD"))
+	b.upload(raw.ptr, unsafe.Pointer(&w.BF16[0]), uint64(2*n))
 	t := b.alloc(n, []int{w.Rows, w.Cols})
 	b.launch("widen_bf16", blocks(n, 256), 256, 0, t.ptr, raw.ptr, int64(n))
 	runtime.KeepAlive(raw)
@@ -426,7 +504,7 @@ func (b *Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, s
 	if n == 0 {
 		return
 	}
-	must(libs.cu.MemcpyDtoD(d.ptr+uint64(4*dstRow*width), s.ptr+uint64(4*srcRow*width), uint64(4*n*width)).err("cuMemcpyDtoD"))
+	must(libs.cu.MemcpyDtoDAsync(d.ptr+uint64(4*dstRow*width), s.ptr+uint64(4*srcRow*width), uint64(4*n*width), b.stream).err("cuMemcpyDtoDAsync"))
 }
 
 // Embedding implements kernels.Backend.
@@ -581,7 +659,7 @@ func (b *Backend) TopK(index, queries kernels.Tensor, k int) ([][]int, [][]float
 	runtime.KeepAlive(pIdx)
 	runtime.KeepAlive(pVal)
 	rawIdx := make([]int32, q*k)
-	must(libs.cu.MemcpyDtoH(unsafe.Pointer(&rawIdx[0]), idx.ptr, uint64(4*q*k)).err("cuMemcpyDtoH"))
+	b.download(unsafe.Pointer(&rawIdx[0]), idx.ptr, uint64(4*q*k))
 	vals := b.ToHost(val)
 	rows, scs := make([][]int, q), make([][]float32, q)
 	for i := range q {

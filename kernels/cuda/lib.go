@@ -37,6 +37,13 @@ type driver struct {
 	MemcpyHtoD             func(dst uint64, src unsafe.Pointer, n uint64) cuResult
 	MemcpyDtoH             func(dst unsafe.Pointer, src uint64, n uint64) cuResult
 	MemcpyDtoD             func(dst, src uint64, n uint64) cuResult
+	MemsetD8Async          func(ptr uint64, v uint8, n uint64, stream uintptr) cuResult
+	MemcpyHtoDAsync        func(dst uint64, src unsafe.Pointer, n uint64, stream uintptr) cuResult
+	MemcpyDtoHAsync        func(dst unsafe.Pointer, src uint64, n uint64, stream uintptr) cuResult
+	MemcpyDtoDAsync        func(dst, src uint64, n uint64, stream uintptr) cuResult
+	MemAllocHost           func(p *unsafe.Pointer, size uint64) cuResult
+	StreamCreate           func(stream *uintptr, flags uint32) cuResult
+	StreamSynchronize      func(stream uintptr) cuResult
 	ModuleLoadData         func(mod *uintptr, image unsafe.Pointer) cuResult
 	ModuleGetFunction      func(fn *uintptr, mod uintptr, name *byte) cuResult
 	LaunchKernel           func(fn uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params *unsafe.Pointer, extra *unsafe.Pointer) cuResult
@@ -56,8 +63,9 @@ type nvrtcLib struct {
 }
 
 type cublasLib struct {
-	Create func(h *uintptr) int32
-	Sgemm  func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a uint64, lda int32, b uint64, ldb int32, beta *float32, c uint64, ldc int32) int32
+	Create    func(h *uintptr) int32
+	SetStream func(h uintptr, stream uintptr) int32
+	Sgemm     func(h uintptr, ta, tb int32, m, n, k int32, alpha *float32, a uint64, lda int32, b uint64, ldb int32, beta *float32, c uint64, ldc int32) int32
 	// GemmEx runs mixed-type GEMMs: bf16 inputs, f32 output and accumulation.
 	GemmEx func(h uintptr, ta, tb int32, m, n, k int32, alpha unsafe.Pointer, a uint64, atype, lda int32, b uint64, btype, ldb int32, beta unsafe.Pointer, c uint64, ctype, ldc int32, compute, algo int32) int32
 }
@@ -103,7 +111,8 @@ var (
 
 // driverVersioned are driver symbols whose current version has a _v2 suffix.
 var driverVersioned = map[string]bool{"MemAlloc": true, "MemFree": true, "MemsetD8": true, "MemcpyHtoD": true,
-	"MemcpyDtoH": true, "MemcpyDtoD": true, "MemGetInfo": true}
+	"MemcpyDtoH": true, "MemcpyDtoD": true, "MemGetInfo": true, "MemAllocHost": true,
+	"MemcpyHtoDAsync": true, "MemcpyDtoHAsync": true, "MemcpyDtoDAsync": true}
 
 func loadLibs() error {
 	loadOnce.Do(func() {

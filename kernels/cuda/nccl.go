@@ -78,8 +78,9 @@ func (n *NCCL) AllReduce(_ []kernels.Trainer, grads [][]kernels.Tensor) error {
 		g.bind()
 		for _, t := range grads[i] {
 			p := ptr(t)
-			// ncclFloat32 = 7, ncclSum = 0, the default stream.
-			if r := nccl.AllReduce(p, p, uint64(t.Len()), 7, 0, n.comms[i], 0); r != 0 {
+			// ncclFloat32 = 7, ncclSum = 0, on the GPU's stream: after
+			// the backward that wrote the gradient, before the optimiser.
+			if r := nccl.AllReduce(p, p, uint64(t.Len()), 7, 0, n.comms[i], g.stream); r != 0 {
 				nccl.GroupEnd()
 				return fmt.Errorf("ncclAllReduce: %s", goString(nccl.GetErrorString(r)))
 			}

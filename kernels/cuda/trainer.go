@@ -24,7 +24,7 @@ func attnShared(hd int) int {
 // Zero implements kernels.Trainer.
 func (b *Backend) Zero(t kernels.Tensor) {
 	defer b.enter()()
-	must(libs.cu.MemsetD8(ptr(t), 0, uint64(4*t.Len())).err("cuMemsetD8"))
+	b.zero(ptr(t), uint64(4*t.Len()))
 }
 
 // AddScaled implements kernels.Trainer.
