@@ -12,26 +12,37 @@ import (
 // slices, and the Backend methods over them.
 
 // LayerNorm: y[r, :] = (x[r, :] − mean)/sqrt(var + eps)·w + b over rows of
-// d = len(w); the statistics are accumulated in float64.
+// d = len(w).
 func LayerNorm(y, x, w, b []float32, eps float32) {
 	d := len(w)
 	parallelFor(len(x)/d, 4*d, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, yr := x[r*d:(r+1)*d], y[r*d:(r+1)*d]
-			var mean, v float64
-			for _, e := range xr {
-				mean += float64(e)
-			}
-			mean /= float64(d)
-			for _, e := range xr {
-				v += (float64(e) - mean) * (float64(e) - mean)
-			}
-			rs := 1 / math.Sqrt(v/float64(d)+float64(eps))
-			for i, e := range xr {
-				yr[i] = float32((float64(e)-mean)*rs)*w[i] + b[i]
-			}
+			LayerNormRow(y[r*d:(r+1)*d], nil, x[r*d:(r+1)*d], w, b, float64(eps))
 		}
 	})
+}
+
+// LayerNormRow normalises one row, the statistics accumulated in float64:
+// y = x̂·w + b with x̂ = (x − mean)·rstd. It keeps x̂ in xhat (unless nil)
+// and returns rstd = 1/sqrt(var + eps), what the backward needs.
+func LayerNormRow[T Float](y, xhat, x, w, b []T, eps float64) T {
+	var mean, v float64
+	for _, e := range x {
+		mean += float64(e)
+	}
+	mean /= float64(len(x))
+	for _, e := range x {
+		v += (float64(e) - mean) * (float64(e) - mean)
+	}
+	rs := 1 / math.Sqrt(v/float64(len(x))+eps)
+	for i, e := range x {
+		h := T((float64(e) - mean) * rs)
+		if xhat != nil {
+			xhat[i] = h
+		}
+		y[i] = h*w[i] + b[i]
+	}
+	return T(rs)
 }
 
 // GELUExact is x·Φ(x), Φ the standard normal CDF (BERT's "gelu").

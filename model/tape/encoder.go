@@ -21,22 +21,7 @@ func (t *Tape[T]) LayerNorm(x, w, b *Var[T], eps float64) *Var[T] {
 	xhat := make([]T, len(x.Val)) // kept for backward
 	rstd := make([]T, x.Rows)
 	for r := range x.Rows {
-		row := x.Val[r*d : (r+1)*d]
-		var mean, v float64
-		for _, e := range row {
-			mean += float64(e)
-		}
-		mean /= float64(d)
-		for _, e := range row {
-			v += (float64(e) - mean) * (float64(e) - mean)
-		}
-		rs := 1 / math.Sqrt(v/float64(d)+eps)
-		rstd[r] = T(rs)
-		for i, e := range row {
-			h := T((float64(e) - mean) * rs)
-			xhat[r*d+i] = h
-			y.Val[r*d+i] = h*w.Val[i] + b.Val[i]
-		}
+		rstd[r] = cpu.LayerNormRow(y.Val[r*d:(r+1)*d], xhat[r*d:(r+1)*d], x.Val[r*d:(r+1)*d], w.Val, b.Val, eps)
 	}
 	t.record(y, func() {
 		if y.Grad == nil {
