@@ -148,6 +148,15 @@ type Trainer interface {
 	// softmax(logits[i, :])).
 	LogProbsBackward(dlogits, dout, logits Tensor, targets []int)
 
+	// PolicyGradient is step-wise GRPO's per-token objective (Eq. 6)
+	// where the log-probabilities are, so a step reads nothing back: with
+	// ρ = exp(logp − old) (old nil: ρ = 1, π_old = π_θ detached),
+	// ℓ = −min(ρA, clip(ρ, 1−ε, 1+ε)A) and Schulman's k3
+	// kl = exp(ref − logp) − (ref − logp) − 1, it writes
+	// dlogp[i] = w[i]·(dℓ/dlogp + β·dkl/dlogp) and adds Σ w·ℓ, Σ w·kl, the
+	// clipped tokens and Σ ent (ent may be nil) into stats[0..3].
+	PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w Tensor, clip, beta float32)
+
 	// SumSquares: acc[0] += Σ x² (the global gradient norm, summed over
 	// parameters on the device).
 	SumSquares(acc, x Tensor)

@@ -157,3 +157,41 @@ func AdamWUpdate(w, g, m, v []float32, scale float64, s kernels.AdamWStep) {
 		}
 	})
 }
+
+// PolicyGradient implements kernels.Trainer.
+func (*Backend) PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w kernels.Tensor, clip, beta float32) {
+	st := PolicyGradient(data(dlogp), data(logp), data(ent), data(old), data(ref), data(adv), data(w), float64(clip), float64(beta))
+	s := data(stats)
+	for i, v := range st {
+		s[i] += float32(v)
+	}
+}
+
+// PolicyGradient is kernels.Trainer's PolicyGradient on slices (old and ent
+// may be nil), computed in float64; it returns Σ w·ℓ, Σ w·kl, the clipped
+// tokens and Σ ent.
+func PolicyGradient(dlogp, logp, ent, old, ref, adv, w []float32, clip, beta float64) [4]float64 {
+	var st [4]float64
+	for i, l := range logp {
+		lp, o := float64(l), float64(l)
+		if old != nil {
+			o = float64(old[i])
+		}
+		a, wi := float64(adv[i]), float64(w[i])
+		rho := math.Exp(lp - o)
+		loss, g := -rho*a, -rho*a
+		if c := math.Min(math.Max(rho, 1-clip), 1+clip) * a; c < rho*a {
+			loss, g = -c, 0 // the clipped term does not depend on θ
+			st[2]++
+		}
+		d := float64(ref[i]) - lp
+		e := math.Exp(d)
+		dlogp[i] = float32(wi * (g + beta*(1-e)))
+		st[0] += wi * loss
+		st[1] += wi * (e - d - 1)
+		if ent != nil {
+			st[3] += float64(ent[i])
+		}
+	}
+	return st
+}

@@ -136,7 +136,7 @@ func New(dev int) (*Backend, error) {
 	}
 	for _, k := range []string{"rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16", "topk_select",
 		"attention_backward", "rmsnorm_backward", "silu_mul_backward", "embedding_backward", "col_sum", "logprob",
-		"add_scaled", "mul", "sum_squares", "adamw", "layernorm", "gelu", "act_tanh", "segment_mean"} {
+		"add_scaled", "mul", "sum_squares", "adamw", "layernorm", "gelu", "act_tanh", "segment_mean", "policy_gradient"} {
 		var f uintptr
 		if err := cu.ModuleGetFunction(&f, mod, cstr(k)).err("cuModuleGetFunction " + k); err != nil {
 			return nil, err

@@ -510,3 +510,38 @@ extern "C" __global__ void segment_mean(float* out, const float* x, const int* b
         out[(long)blockIdx.x * d + c] = a * inv;
     }
 }
+
+// policy_gradient: step-wise GRPO's per-token objective (kernels.Trainer's
+// PolicyGradient): dlogp[i] = w[i] * (dl/dlogp + beta * dkl/dlogp) with the
+// clipped surrogate l and k3 kl; stats[0..3] += sum w*l, sum w*kl, clipped
+// tokens, sum ent. old or ent may be null. Blocks of 256.
+extern "C" __global__ void policy_gradient(float* dlogp, float* stats, const float* logp, const float* ent,
+                                           const float* old, const float* ref, const float* adv, const float* w,
+                                           int n, float clip, float beta) {
+    __shared__ float s[256];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float l = 0.f, kl = 0.f, cl = 0.f, e = 0.f;
+    if (i < n) {
+        float lp = logp[i], a = adv[i];
+        float rho = old ? expf(lp - old[i]) : 1.f;
+        float un = rho * a, g = -un;
+        float c = fminf(fmaxf(rho, 1.f - clip), 1.f + clip) * a;
+        l = -un;
+        if (c < un) { l = -c; g = 0.f; cl = 1.f; }
+        float d = ref[i] - lp, ed = expf(d);
+        dlogp[i] = w[i] * (g + beta * (1.f - ed));
+        l *= w[i];
+        kl = w[i] * (ed - d - 1.f);
+        if (ent) e = ent[i];
+    }
+    l = block_sum(l, s);
+    kl = block_sum(kl, s);
+    cl = block_sum(cl, s);
+    e = block_sum(e, s);
+    if (threadIdx.x == 0) {
+        atomicAdd(stats, l);
+        atomicAdd(stats + 1, kl);
+        atomicAdd(stats + 2, cl);
+        atomicAdd(stats + 3, e);
+    }
+}

@@ -24,6 +24,26 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 			close(t, name, g.ToHost(gs[i]), c.ToHost(cs[i]), tol)
 		}
 	}
+	// GRPO's loss: ratios on both sides of the clip range, both signs of
+	// the advantage, with and without π_old; 1000 tokens span 4 blocks.
+	const nt = 1000
+	lp, old, ref, adv, wt, ent := rnd(r, nt), rnd(r, nt), rnd(r, nt), rnd(r, nt), rnd(r, nt), rnd(r, nt)
+	for i := range nt {
+		old[i] = lp[i] + 0.3*old[i]
+		ref[i] = lp[i] + 0.5*ref[i]
+		wt[i] = float32(math.Abs(float64(wt[i]))) / nt
+	}
+	for _, withOld := range []bool{true, false} {
+		run("policy gradient", 1e-4, func(be kernels.Trainer) []kernels.Tensor {
+			d, st := be.Zeros(nt), be.Zeros(4)
+			var o kernels.Tensor
+			if withOld {
+				o = be.FromHost(old, nt)
+			}
+			be.PolicyGradient(d, st, be.FromHost(lp, nt), be.FromHost(ent, nt), o, be.FromHost(ref, nt), be.FromHost(adv, nt), be.FromHost(wt, nt), 0.2, 0.04)
+			return []kernels.Tensor{d, st}
+		})
+	}
 	const m, k, n = 37, 300, 129
 	x, w, dy := rnd(r, m*k), rnd(r, n*k), rnd(r, m*n)
 	run("matmul bwd", 1e-4, func(be kernels.Trainer) []kernels.Tensor {

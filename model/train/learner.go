@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tape"
@@ -19,6 +20,11 @@ type Learner interface {
 	// accumulates the gradient. Micro-batches may run concurrently (on
 	// different devices), so loss must be safe for that.
 	Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, loss LossFunc) error
+	// AccumulatePolicy is Accumulate with step-wise GRPO's loss (Eq. 6,
+	// kernels.Trainer's PolicyGradient) over each micro-batch's inputs,
+	// computed where the log-probabilities are: on a GPU the step then
+	// reads nothing back. It returns the loss's sums over the tokens.
+	AccumulatePolicy(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error)
 	// Score returns each micro-batch's learned-token log-probabilities
 	// under w (the policy, or a frozen reference), without gradients.
 	Score(w *qwen.Weights[float32], batches []qwen.Batch, o qwen.TrainOptions) ([][]float32, error)
@@ -35,6 +41,33 @@ type Learner interface {
 // returns the loss's gradient with respect to the log-probabilities.
 type LossFunc func(i int, lp []float32, ent []float64) []float32
 
+// PolicyInputs are a micro-batch's per-token inputs to GRPO's loss, in
+// its learned-token order: log π_old (nil: π_θ itself, detached, so every
+// ratio is 1), log π_ref, the advantage and the aggregation weight.
+type PolicyInputs struct{ Old, Ref, Adv, Weight []float32 }
+
+// PolicyStats are the loss's sums over the tokens: Σ w·ℓ_clip, Σ w·kl,
+// clipped tokens, Σ entropy, and the token count.
+type PolicyStats struct {
+	Surrogate, KL, Clipped, Entropy float64
+	Tokens                          int
+}
+
+func (s *PolicyStats) add(st [4]float64, tokens int) {
+	s.Surrogate += st[0]
+	s.KL += st[1]
+	s.Clipped += st[2]
+	s.Entropy += st[3]
+	s.Tokens += tokens
+}
+
+func (in PolicyInputs) check(i, n int) error {
+	if (in.Old != nil && len(in.Old) != n) || len(in.Ref) != n || len(in.Adv) != n || len(in.Weight) != n {
+		return fmt.Errorf("micro-batch %d: policy inputs of %d, %d, %d and %d tokens for %d log-probabilities", i, len(in.Old), len(in.Ref), len(in.Adv), len(in.Weight), n)
+	}
+	return nil
+}
+
 // Tape is the Learner on the CPU autodiff tape, one micro-batch at a time.
 type Tape struct{ T *Trainer }
 
@@ -50,6 +83,27 @@ func (l Tape) Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOption
 		tp.Backward(lp, d)
 	}
 	return nil
+}
+
+// AccumulatePolicy implements Learner.
+func (l Tape) AccumulatePolicy(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error) {
+	var st PolicyStats
+	for i, b := range batches {
+		tp := tape.New[float32]()
+		lp, ent := l.T.P.W.LogProbsEntropy(tp, b, opts(i))
+		x := in(i)
+		if err := x.check(i, len(lp.Val)); err != nil {
+			return st, err
+		}
+		e := make([]float32, len(ent))
+		for j, v := range ent {
+			e[j] = float32(v)
+		}
+		d := make([]float32, len(lp.Val))
+		st.add(cpu.PolicyGradient(d, lp.Val, e, x.Old, x.Ref, x.Adv, x.Weight, clip, beta), len(d))
+		tp.Backward(lp, d)
+	}
+	return st, nil
 }
 
 // Score implements Learner.

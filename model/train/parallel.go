@@ -152,6 +152,49 @@ func (p *Parallel) Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainO
 	})
 }
 
+// AccumulatePolicy implements Learner: the loss runs on each replica's
+// device (PolicyGradient), its inputs uploaded without waiting and its
+// sums read once all micro-batches are done.
+func (p *Parallel) AccumulatePolicy(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error) {
+	sums := make([]kernels.Tensor, len(p.Replicas))
+	for k, r := range p.Replicas {
+		sums[k] = r.Backend().Zeros(4)
+	}
+	tokens := make([]int, len(batches))
+	err := p.Run(len(batches), func(r *qwen.DeviceTrainer, i int) error {
+		be := r.Backend()
+		acts := r.Forward(batches[i], opts(i))
+		n := acts.LogProbs.Len()
+		x := in(i)
+		if err := x.check(i, n); err != nil {
+			return err
+		}
+		up := func(v []float32) kernels.Tensor {
+			if v == nil {
+				return nil
+			}
+			return be.FromHost(v, n)
+		}
+		d := be.Zeros(n)
+		be.PolicyGradient(d, sums[i%len(p.Replicas)], acts.LogProbs, acts.Ent, up(x.Old), up(x.Ref), up(x.Adv), up(x.Weight), float32(clip), float32(beta))
+		r.Backward(acts, d)
+		tokens[i] = n
+		return nil
+	})
+	var st PolicyStats
+	if err != nil {
+		return st, err
+	}
+	for k, r := range p.Replicas {
+		v := r.Backend().ToHost(sums[k])
+		st.add([4]float64{float64(v[0]), float64(v[1]), float64(v[2]), float64(v[3])}, 0)
+	}
+	for _, n := range tokens {
+		st.Tokens += n
+	}
+	return st, nil
+}
+
 // Score implements Learner. A w other than the policy (a frozen
 // reference) gets replicas of its own on the same devices, made once.
 func (p *Parallel) Score(w *qwen.Weights[float32], batches []qwen.Batch, o qwen.TrainOptions) ([][]float32, error) {

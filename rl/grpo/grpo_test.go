@@ -2,8 +2,11 @@ package grpo
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/agemem/agemem/kernels/cpu"
 )
 
 func near(t *testing.T, what string, got, want float64) {
@@ -137,5 +140,57 @@ func TestLossAggregationAndGradient(t *testing.T) {
 	}
 	if st, _ := Loss(c, toks, w); st.Clipped != 1 {
 		t.Fatalf("%d tokens clipped, want 1: only token 0 (ratio e^0.2 > 1.2, A > 0)", st.Clipped)
+	}
+}
+
+// TestDeviceLossMatchesLoss: the loss the training devices run
+// (kernels.Trainer's PolicyGradient, here the CPU's) gives Loss's
+// gradient and sums, with π_old and without (ratio 1), across clipped and
+// unclipped tokens of both advantage signs.
+func TestDeviceLossMatchesLoss(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 500
+	c := Config{Clip: 0.2, Beta: 0.04}
+	lp, old, ref, adv, w, ent := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+	toks := make([]Token, n)
+	weights := make([]float64, n)
+	for i := range n {
+		lp[i] = float32(-3 * r.Float64())
+		old[i] = lp[i] + float32(0.4*r.NormFloat64())
+		ref[i] = lp[i] + float32(0.5*r.NormFloat64())
+		adv[i] = float32(r.NormFloat64())
+		w[i] = float32(r.Float64() / n)
+		ent[i] = float32(r.Float64())
+		weights[i] = float64(w[i])
+	}
+	clippedSomewhere := false
+	for _, withOld := range []bool{true, false} {
+		o := old
+		if !withOld {
+			o = nil
+		}
+		var entSum float64
+		for i := range n {
+			toks[i] = Token{Logp: float64(lp[i]), OldLogp: float64(lp[i]), RefLogp: float64(ref[i]), Adv: float64(adv[i])}
+			if withOld {
+				toks[i].OldLogp = float64(old[i])
+			}
+			entSum += float64(ent[i])
+		}
+		want, grad := Loss(c, toks, weights)
+		d := make([]float32, n)
+		got := cpu.PolicyGradient(d, lp, ent, o, ref, adv, w, c.Clip, c.Beta)
+		for i := range n {
+			if math.Abs(float64(d[i])-grad[i]) > 1e-7*math.Max(1, math.Abs(grad[i])) {
+				t.Fatalf("token %d: gradient %v, Loss's %v", i, d[i], grad[i])
+			}
+		}
+		if math.Abs(got[0]-want.Surrogate) > 1e-9 || math.Abs(got[1]-want.KL) > 1e-9 || int(got[2]) != want.Clipped || math.Abs(got[3]-entSum) > 1e-6 {
+			t.Fatalf("sums %v, Loss's surrogate %v, KL %v, clipped %d, entropy %v", got, want.Surrogate, want.KL, want.Clipped, entSum)
+		}
+		clippedSomewhere = clippedSomewhere || want.Clipped > 0
+	}
+	if !clippedSomewhere {
+		t.Fatal("no token was clipped: the test does not reach the clipped branch")
 	}
 }

@@ -324,42 +324,36 @@ func update(tr *train.Trainer, l train.Learner, ref *train.Policy, exps []rollou
 			if err != nil {
 				return err
 			}
-			stats, ents := make([]grpo.Stats, len(groups)), make([]float64, len(groups))
-			err = l.Accumulate(batches, func(gi int) qwen.TrainOptions {
+			ps, err := l.AccumulatePolicy(batches, func(gi int) qwen.TrainOptions {
 				return qwen.TrainOptions{Recompute: rc.Recompute, Dropout: true, Seed: uint64(tr.Step)<<16 ^ uint64(offs[gi])}
-			}, func(gi int, lp []float32, e []float64) []float32 {
+			}, func(gi int) train.PolicyInputs {
 				group, b := groups[gi], batches[gi]
-				toks := make([]grpo.Token, len(lp))
+				n := len(b.Seq)
+				x := train.PolicyInputs{Ref: make([]float32, n), Adv: make([]float32, n), Weight: make([]float32, n)}
+				if old != nil {
+					x.Old = make([]float32, n)
+				}
 				pos := map[int]int{}
 				for k, s := range b.Seq {
 					c := group[s]
-					n := pos[c]
+					j := pos[c]
 					pos[c]++
-					i := chs[c].tokens[n].exp
-					toks[k] = grpo.Token{Seq: i, Logp: float64(lp[k]), OldLogp: float64(lp[k]), RefLogp: refLp[c][n], Adv: adv[i]}
+					x.Ref[k], x.Adv[k] = float32(refLp[c][j]), float32(adv[chs[c].tokens[j].exp])
+					x.Weight[k] = float32(weights[offs[gi]+k])
 					if old != nil {
-						toks[k].OldLogp = old[c][n]
+						x.Old[k] = float32(old[c][j])
 					}
-					ents[gi] += e[k]
 				}
-				s, grad := grpo.Loss(grpo.Config{Clip: rc.Clip, Beta: rc.Beta}, toks, weights[offs[gi]:offs[gi]+len(toks)])
-				stats[gi] = s
-				d := make([]float32, len(grad))
-				for k, g := range grad {
-					d[k] = float32(g)
-				}
-				return d
-			})
+				return x
+			}, rc.Clip, rc.Beta)
 			if err != nil {
 				return err
 			}
-			for gi, s := range stats {
-				loss += s.Loss
-				kl += s.KL
-				clipped += s.Clipped
-				tokens += s.Tokens
-				ent += ents[gi]
-			}
+			loss += ps.Surrogate + rc.Beta*ps.KL
+			kl += ps.KL
+			clipped += int(ps.Clipped)
+			tokens += ps.Tokens
+			ent += ps.Entropy
 			norm, _, err := l.Update()
 			if err != nil {
 				return err
