@@ -3,7 +3,8 @@
 Usage: python3 torch_anchors.py DIR   (DIR/q05 written by BenchmarkCUDA)
 Prints torch.matmul TFLOP/s (f32 with TF32 off, and bf16) at 4096^3 and the
 prefill and greedy-decode tokens/s of transformers on the same checkpoint
-(bf16, SDPA attention, KV cache).
+(bf16, SDPA attention, KV cache), torch top-k over 1M x 768 vectors, a
+BertModel's sentences/s (the encoder anchor) and the training steps.
 """
 import sys
 import time
@@ -33,6 +34,31 @@ for _ in range(20):
     torch.topk(Q @ X.T, 10)
 torch.cuda.synchronize()
 print(f"torch top-10 over 1M x 768: {32 * 20 / (time.perf_counter() - t):.0f} queries/s")
+
+# Single-query top-10 over the same index (BenchmarkIndexSearchGPU's case,
+# the query uploaded and the result read back each time).
+q1 = torch.nn.functional.normalize(torch.randn(768), dim=0)
+torch.topk(X @ q1.cuda(), 10).indices.cpu()
+t = time.perf_counter()
+for _ in range(200):
+    torch.topk(X @ q1.cuda(), 10).indices.cpu()
+print(f"torch single-query top-10 over 1M x 768: {200 / (time.perf_counter() - t):.0f} queries/s")
+
+# Encoder anchor for BenchmarkEncoder/cuda: a BERT-base-shaped BertModel
+# (random weights, float32, TF32 off), 64 sentences of 16 tokens, CLS
+# vectors read back to the host.
+from transformers import BertConfig, BertModel
+
+for name, cfg in (("bert-base-shape", BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)),
+                  ("tiny-demo-shape", BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512, max_position_embeddings=128))):
+    enc = BertModel(cfg).cuda().eval()
+    ids = torch.randint(5, cfg.vocab_size, (64, 16), device="cuda")
+    with torch.no_grad():
+        enc(input_ids=ids).last_hidden_state[:, 0].cpu()
+        t = time.perf_counter()
+        for _ in range(20):
+            enc(input_ids=ids).last_hidden_state[:, 0].cpu()
+    print(f"transformers BertModel {name}, 64 x 16 tokens: {64 * 20 / (time.perf_counter() - t):.0f} sentences/s")
 del X, Q
 
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1] + "/q05", dtype=torch.bfloat16).cuda().eval()
