@@ -41,8 +41,7 @@ type mirror struct {
 	mu     sync.Mutex
 	be     kernels.TopKer
 	rows   kernels.Tensor // [capacity, dim]
-	cap    int
-	synced int // device rows [0, synced) equal the host's
+	synced int            // device rows [0, synced) equal the host's
 }
 
 // OnDevice makes Search select on be (cosine scores as one matrix product,
@@ -179,9 +178,12 @@ func (x *Index) searchDevice(q []float32, k int, keep func(row int) bool) (hits 
 	m, n, d := x.dev, x.Len(), x.dim
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.rows == nil || m.cap < n {
-		m.cap = max(n, m.cap+m.cap/4)
-		m.rows, m.synced = m.be.Zeros(m.cap, d), 0
+	capacity := 0
+	if m.rows != nil {
+		capacity = m.rows.Shape()[0]
+	}
+	if capacity < n {
+		m.rows, m.synced = m.be.Zeros(max(n, capacity+capacity/4), d), 0
 	}
 	if m.synced < n {
 		m.be.CopyRows(m.rows, m.synced, m.be.FromHost(x.data[m.synced*d:n*d], n-m.synced, d), 0, n-m.synced)

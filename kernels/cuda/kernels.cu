@@ -28,6 +28,16 @@ __device__ float block_max(float v, float* s) {
     return r;
 }
 
+// row_lse: log(sum exp(row[0..d-1])) over the block, max-shifted.
+__device__ float row_lse(const float* row, int d, float* s) {
+    float m = NEG_INF;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, row[i]);
+    m = block_max(m, s);
+    float z = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) z += expf(row[i] - m);
+    return m + logf(block_sum(z, s));
+}
+
 // rmsnorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w; one block a row of d.
 extern "C" __global__ void rmsnorm(float* y, const float* x, const float* w, int d, float eps) {
     __shared__ float s[256];
@@ -258,13 +268,7 @@ extern "C" __global__ void softmax_rows(float* y, const float* x, int d, int log
     __shared__ float s[256];
     const float* xr = x + (long)blockIdx.x * d;
     float* yr = y + (long)blockIdx.x * d;
-    float m = NEG_INF;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, xr[i]);
-    m = block_max(m, s);
-    float z = 0.f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) z += expf(xr[i] - m);
-    z = block_sum(z, s);
-    float lz = m + logf(z);
+    float lz = row_lse(xr, d, s);
     for (int i = threadIdx.x; i < d; i += blockDim.x) yr[i] = logp ? xr[i] - lz : expf(xr[i] - lz);
 }
 
@@ -398,13 +402,7 @@ extern "C" __global__ void logprob(float* out, float* ent, float* dlogits, const
     __shared__ float s[256];
     const float* row = logits + (long)blockIdx.x * v;
     int t = targets[blockIdx.x];
-    float m = NEG_INF;
-    for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, row[j]);
-    m = block_max(m, s);
-    float z = 0.f;
-    for (int j = threadIdx.x; j < v; j += blockDim.x) z += expf(row[j] - m);
-    z = block_sum(z, s);
-    float lse = m + logf(z);
+    float lse = row_lse(row, v, s);
     if (!dlogits) {
         if (ent) {  // H = lse - sum p x
             float px = 0.f;

@@ -70,15 +70,7 @@ func matchAt(rs []rune, i int) int {
 		return 1
 	}
 	// 4.  ?[^\s\p{L}\p{N}]+[\r\n]*
-	j = i
-	if rs[j] == ' ' {
-		j++
-	}
-	k := j
-	for k < n && !isSpace(rs[k]) && !isLetter(rs[k]) && !isNumber(rs[k]) {
-		k++
-	}
-	if k > j {
+	if j, k := punctRun(rs, i); k > j {
 		for k < n && isNL(rs[k]) {
 			k++
 		}
@@ -145,15 +137,7 @@ func matchGPT2(rs []rune, i int) int {
 		}
 	}
 	// " ?[^\s\p{L}\p{N}]+"
-	j := i
-	if rs[j] == ' ' {
-		j++
-	}
-	k := j
-	for k < n && !isSpace(rs[k]) && !isLetter(rs[k]) && !isNumber(rs[k]) {
-		k++
-	}
-	if k > j {
+	if j, k := punctRun(rs, i); k > j {
 		return k - i
 	}
 	// "\s+(?!\S)" then "\s+"
@@ -170,4 +154,18 @@ func matchGPT2(rs []rune, i int) int {
 		return w - 1 - i
 	}
 	return w - i
+}
+
+// punctRun matches " ?[^\s\p{L}\p{N}]+" at i: the run is rs[j:k], after
+// an optional space (k == j: no match).
+func punctRun(rs []rune, i int) (j, k int) {
+	j = i
+	if rs[j] == ' ' {
+		j++
+	}
+	k = j
+	for k < len(rs) && !isSpace(rs[k]) && !isLetter(rs[k]) && !isNumber(rs[k]) {
+		k++
+	}
+	return j, k
 }
