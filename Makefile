@@ -1,5 +1,7 @@
 # agemem: the README's commands. Everything here runs on a fresh machine with
-# Go 1.26 and needs no GPU and no downloads beyond the Go module proxy.
+# Go 1.26 and no GPU. Downloads: Go modules (the module proxy), and for the
+# tests and benchmarks (`deps`) four npm packages the parity tests compare
+# against. `make demo` downloads nothing beyond the Go modules.
 
 GO ?= go
 BIN := bin

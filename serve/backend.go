@@ -44,8 +44,9 @@ func NewNative(p *policy.Native, maxBatch int, system string, onStep func(seqs, 
 	sc := qwen.NewScheduler(p.Model, p.Tokenizer, qwen.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep})
 	if system != "" {
 		// The rendered system turn is a prefix of every conversation's
-		// prompt ids; its last token is left out so that a tokenizer merge
-		// across the boundary cannot make it a non-prefix.
+		// prompt ids; its last eight tokens are left out so that a
+		// tokenizer merge across the boundary (the turn's closing tag and
+		// the next turn's opening) cannot make it a non-prefix.
 		ids, err := p.Prompt([]stm.Message{{Role: stm.System, Content: system}})
 		if err == nil && len(ids) > 8 {
 			err = sc.SetPrefix(ids[:len(ids)-8])
