@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/agemem/agemem/config"
-	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // FromConfig connects to the server of the ollama section.
@@ -35,9 +35,9 @@ func PolicyFromConfig(c *Client, cfg config.Config, model string, f Format) *Pol
 
 // TemplateFor is the chat template a raw-format policy renders with:
 // Qwen2.5's for qwen2-family models, Qwen3's otherwise.
-func TemplateFor(modelType string) qwen.Template {
+func TemplateFor(modelType string) chat.Template {
 	if modelType == "qwen2" {
-		return qwen.TemplateQwen25
+		return chat.Qwen25
 	}
-	return qwen.TemplateQwen3
+	return chat.Qwen3
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/rl/reward"
 )
 
@@ -49,7 +49,7 @@ func TestRawPolicyKeepsTheAgeMemFormat(t *testing.T) {
 	for _, streamed := range []bool{false, true} {
 		f.push(reply{chunks: []string{want[:20], want[20:77], want[77:]}})
 		var sofar []string
-		p := &Policy{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw, Template: qwen.TemplateQwen3,
+		p := &Policy{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw, Template: chat.Qwen3,
 			NumCtx: 4096, Temperature: 0.7, TopP: 0.9, MaxTokens: 256, Seed: 42, KeepAlive: 10 * time.Minute}
 		if streamed {
 			p.OnText = func(s string) { sofar = append(sofar, s) }
@@ -66,11 +66,11 @@ func TestRawPolicyKeepsTheAgeMemFormat(t *testing.T) {
 			t.Fatalf("parsed %+v", parsed)
 		}
 		req := f.generates[len(f.generates)-1]
-		qm := make([]qwen.Message, len(conv))
+		qm := make([]chat.Message, len(conv))
 		for i, m := range conv {
-			qm[i] = qwen.Message{Role: m.Role, Content: m.Content}
+			qm[i] = chat.Message{Role: m.Role, Content: m.Content}
 		}
-		prompt, _ := qwen.RenderChat(qm, qwen.ChatOptions{Template: qwen.TemplateQwen3, AddGenerationPrompt: true})
+		prompt, _ := chat.Render(qm, chat.Options{Template: chat.Qwen3, AddGenerationPrompt: true})
 		if !req.Raw || req.Prompt != prompt {
 			t.Fatalf("raw %v, prompt\n%s\nwant\n%s", req.Raw, req.Prompt, prompt)
 		}
@@ -356,7 +356,7 @@ func TestPublishAndTemplate(t *testing.T) {
 		append(slices.Clone(conv[:3]), stm.Message{Role: stm.Tool, Content: "first"}, stm.Message{Role: stm.Tool, Content: "second"}),
 	} {
 		var am []api.Message
-		qm := make([]qwen.Message, len(msgs))
+		qm := make([]chat.Message, len(msgs))
 		for i, m := range msgs {
 			// Ollama keeps a thinking model's reasoning apart from its
 			// reply, as its parser splits it.
@@ -366,13 +366,13 @@ func TestPublishAndTemplate(t *testing.T) {
 				content = strings.TrimLeft(after, "\n")
 			}
 			am = append(am, api.Message{Role: m.Role, Content: content, Thinking: thinking})
-			qm[i] = qwen.Message{Role: m.Role, Content: m.Content}
+			qm[i] = chat.Message{Role: m.Role, Content: m.Content}
 		}
 		var b strings.Builder
 		if err := tmpl.Execute(&b, ollamatemplate.Values{Messages: am}); err != nil {
 			t.Fatal(err)
 		}
-		want, _ := qwen.RenderChat(qm, qwen.ChatOptions{Template: qwen.TemplateQwen3, AddGenerationPrompt: true})
+		want, _ := chat.Render(qm, chat.Options{Template: chat.Qwen3, AddGenerationPrompt: true})
 		if b.String() != want {
 			t.Errorf("Ollama renders\n%q\nthe engine renders\n%q", b.String(), want)
 		}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Format is how a policy talks to Ollama.
@@ -52,7 +52,7 @@ type Policy struct {
 	Model  string
 	Format Format
 	// Template renders Raw prompts (Qwen3's or Qwen2.5's).
-	Template qwen.Template
+	Template chat.Template
 	// Sampling and context, passed through as Ollama options. NumCtx 0
 	// keeps the model's default; MaxTokens 0 lets the model stop itself.
 	NumCtx            int
@@ -116,11 +116,11 @@ func (p *Policy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Com
 }
 
 func (p *Policy) raw(ctx context.Context, msgs []stm.Message, truncate, stream *bool) (memtools.Completion, error) {
-	qm := make([]qwen.Message, len(msgs))
+	qm := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
-		qm[i] = qwen.Message{Role: m.Role, Content: m.Content}
+		qm[i] = chat.Message{Role: m.Role, Content: m.Content}
 	}
-	prompt, err := qwen.RenderChat(qm, qwen.ChatOptions{Template: p.Template, AddGenerationPrompt: true})
+	prompt, err := chat.Render(qm, chat.Options{Template: p.Template, AddGenerationPrompt: true})
 	if err != nil {
 		return memtools.Completion{}, err
 	}

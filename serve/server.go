@@ -20,7 +20,7 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/decode"
 )
 
 // Options assemble a server.
@@ -29,7 +29,7 @@ type Options struct {
 	// Backend is the policy; or Policy, which New serves through a
 	// continuous-batching scheduler (serve.max_batch).
 	Backend  Backend
-	Policy   *policy.Native
+	Policy   *decode.Generator
 	Store    *ltm.SQLite
 	Embedder embed.Embedder
 	// Summarizer, if set, replaces the extractive summariser of

@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/agemem/agemem/rl/rollout"
 	"os"
 	"path/filepath"
+
+	"github.com/agemem/agemem/rl/rollout"
 
 	"github.com/spf13/cobra"
 

@@ -20,8 +20,7 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/policy"
-	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/roles"
 )
@@ -50,7 +49,7 @@ func policyFor(name string, t env.Task, cfg config.Config, native, ol memtools.P
 
 func episodeCmd(g *globals) *cobra.Command {
 	var data, taskID, policyNames, modelDir, adapterDir, dev, ollamaModel string
-	var sampling qwen.Sampling
+	var sampling decode.Sampling
 	var first int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -80,14 +79,14 @@ tool calling such as qwen3:4b).`,
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")
 			}
-			var native *policy.Native
+			var native *decode.Generator
 			if modelDir != "" {
 				sampling.MaxTokens = cfg.Agent.ResponseBudget
 				be, err := device.Open(dev, cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}
-				if native, err = policy.Load(be, modelDir, adapterDir, sampling); err != nil {
+				if native, err = decode.LoadGenerator(be, modelDir, adapterDir, sampling); err != nil {
 					return err
 				}
 				defer native.Model.Close()
@@ -270,8 +269,8 @@ func printTrace(w io.Writer, t env.Task, r env.Result) {
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
 
-// nativeOrNil keeps a nil *policy.Native from becoming a non-nil interface.
-func nativeOrNil(p *policy.Native) memtools.Policy {
+// nativeOrNil keeps a nil *decode.Generator from becoming a non-nil interface.
+func nativeOrNil(p *decode.Generator) memtools.Policy {
 	if p == nil {
 		return nil
 	}

@@ -14,8 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/lora"
-	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -158,7 +159,7 @@ func tokenizeCmd() *cobra.Command {
 
 func generateCmd() *cobra.Command {
 	var dir, system, adapter, dev string
-	var s qwen.Sampling
+	var s decode.Sampling
 	cmd := &cobra.Command{
 		Use:   "generate",
 		Short: "Chat with a model from the terminal, streaming its replies",
@@ -171,15 +172,15 @@ keeping the conversation. An empty line or end of input stops.`,
 			if err != nil {
 				return err
 			}
-			p, err := policy.Load(be, dir, adapter, s)
+			p, err := decode.LoadGenerator(be, dir, adapter, s)
 			if err != nil {
 				return err
 			}
 			defer p.Model.Close()
 			m, tok, s := p.Model, p.Tokenizer, p.Sampling
-			var msgs []qwen.Message
+			var msgs []chat.Message
 			if system != "" {
-				msgs = append(msgs, qwen.Message{Role: "system", Content: system})
+				msgs = append(msgs, chat.Message{Role: "system", Content: system})
 			}
 			out := cmd.OutOrStdout()
 			in := bufio.NewScanner(cmd.InOrStdin())
@@ -189,8 +190,8 @@ keeping the conversation. An empty line or end of input stops.`,
 				if !in.Scan() || strings.TrimSpace(in.Text()) == "" {
 					return in.Err()
 				}
-				msgs = append(msgs, qwen.Message{Role: "user", Content: in.Text()})
-				text, err := qwen.RenderChat(msgs, qwen.ChatOptions{Template: p.Template, AddGenerationPrompt: true})
+				msgs = append(msgs, chat.Message{Role: "user", Content: in.Text()})
+				text, err := chat.Render(msgs, chat.Options{Template: p.Template, AddGenerationPrompt: true})
 				if err != nil {
 					return err
 				}
@@ -201,14 +202,14 @@ keeping the conversation. An empty line or end of input stops.`,
 					reply.WriteString(piece)
 					fmt.Fprint(out, piece)
 				}
-				_, err = m.GenerateStream(context.Background(), tok.Encode(text), s, tok, stream)
+				_, err = decode.GenerateStream(context.Background(), m, tok.Encode(text), s, tok, stream)
 				if err != nil {
 					return err
 				}
 				rest := dec.Flush()
 				reply.WriteString(rest)
 				fmt.Fprintln(out, rest)
-				msgs = append(msgs, qwen.Message{Role: "assistant", Content: reply.String()})
+				msgs = append(msgs, chat.Message{Role: "assistant", Content: reply.String()})
 			}
 		},
 	}

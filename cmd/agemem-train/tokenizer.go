@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/rl/rollout"
 )
@@ -42,7 +42,7 @@ format the parser demands.`,
 			if out == "" {
 				return fmt.Errorf("--out is required")
 			}
-			text := map[string]string{"qwen2.5": qwen.Qwen25TemplateText, "qwen3": qwen.Qwen3TemplateText}[tmpl]
+			text := map[string]string{"qwen2.5": chat.Qwen25Text, "qwen3": chat.Qwen3Text}[tmpl]
 			if text == "" {
 				return fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)
 			}

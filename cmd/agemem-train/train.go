@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/mattn/go-isatty"
@@ -15,7 +16,7 @@ import (
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/model/policy"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/rl/rollout"
@@ -78,20 +79,19 @@ func printPlan(w io.Writer, cfg config.Config) error {
 	}
 	h, hd, L := float64(mc.HiddenSize), float64(mc.HeadDim), float64(mc.Layers)
 	qw, kvw, inter := float64(mc.Heads)*hd, float64(mc.KVHeads)*hd, float64(mc.Intermediate)
-	perLayer := h*qw*2 + h*kvw*2 + 3*h*inter
-	params := L*perLayer + float64(mc.VocabSize)*h
-	if !mc.TieEmbeddings {
-		params += float64(mc.VocabSize) * h
-	}
-	trainable := params
-	if cfg.LoRA.Enabled {
-		r := float64(cfg.LoRA.R)
-		shapes := map[string][2]float64{"q_proj": {qw, h}, "k_proj": {kvw, h}, "v_proj": {kvw, h}, "o_proj": {h, qw},
-			"gate_proj": {inter, h}, "up_proj": {inter, h}, "down_proj": {h, inter}}
-		trainable = 0
-		for _, m := range cfg.LoRA.TargetModules {
-			trainable += L * r * (shapes[m][0] + shapes[m][1])
+	var params, trainable float64
+	for _, p := range qwen.Params(mc) {
+		n := 1.0
+		for _, d := range p.Shape {
+			n *= float64(d)
 		}
+		params += n
+		if p.Role == qwen.Weight && slices.Contains(cfg.LoRA.TargetModules, p.Target) {
+			trainable += float64(cfg.LoRA.R) * float64(p.Shape[0]+p.Shape[1])
+		}
+	}
+	if !cfg.LoRA.Enabled {
+		trainable = params
 	}
 	rc := cfg.RL
 	gib := func(b float64) string { return fmt.Sprintf("%.2f GiB", b/(1<<30)) }
@@ -227,7 +227,7 @@ func evaluate(ctx context.Context, cfg config.Config, name, dir string, tasks []
 		if err != nil {
 			return row, err
 		}
-		pol, err := policy.Load(be, dir, "", qwen.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		pol, err := decode.LoadGenerator(be, dir, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
 		if err != nil {
 			return row, err
 		}

@@ -21,8 +21,7 @@ import (
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/policy"
-	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/roles"
 	"github.com/agemem/agemem/serve"
@@ -149,7 +148,7 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 		if err != nil {
 			return err
 		}
-		o.Policy, err = policy.Load(dev, cfg.Serve.Policy, cfg.Serve.Adapter, qwen.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		o.Policy, err = decode.LoadGenerator(dev, cfg.Serve.Policy, cfg.Serve.Adapter, decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
 		if err != nil {
 			return fmt.Errorf("serve.policy %s: %w", cfg.Serve.Policy, err)
 		}

@@ -233,9 +233,8 @@ func TestExportReadBackByOllama(t *testing.T) {
 					t.Fatalf("%d tensors (summary %d), want %d", len(ts.Items()), sum.Tensors, nTensors)
 				}
 				hfName := map[string]string{}
-				for _, n := range st.Names() {
-					g, _ := GGUFName(n)
-					hfName[g] = n
+				for _, p := range qwen.Params(cfg) {
+					hfName[p.GGUF] = p.Name
 				}
 				for _, tt := range ts.Items() {
 					src, ok := st.Tensor(hfName[tt.Name])

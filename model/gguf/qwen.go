@@ -6,8 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
+	"slices"
 
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
@@ -93,10 +92,7 @@ func ExportQwen(dir string, w io.Writer, o ExportOptions) (Summary, error) {
 	if err != nil {
 		return Summary{}, fmt.Errorf("%s: %w", dir, err)
 	}
-	nVocab := cfg.VocabSize
-	if emb, ok := st.Tensor("model.embed_tokens.weight"); ok {
-		nVocab = emb.Shape[0]
-	}
+	nVocab := cfg.VocabSize // the embedding's rows, checked by qwenTensors
 	if nVocab < tok.VocabSize() {
 		return Summary{}, fmt.Errorf("%s: the tokenizer has %d ids but the embedding only %d rows", dir, tok.VocabSize(), nVocab)
 	}
@@ -133,89 +129,24 @@ func ExportQwenFile(dir, path string, o ExportOptions) (Summary, error) {
 	return s, os.Rename(f.Name(), path)
 }
 
-var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.(.+)$`)
-
-// ggufNames maps a layer's Hugging Face tensor suffix to its GGUF name.
-var ggufNames = map[string]string{
-	"input_layernorm.weight":          "attn_norm.weight",
-	"self_attn.q_proj.weight":         "attn_q.weight",
-	"self_attn.k_proj.weight":         "attn_k.weight",
-	"self_attn.v_proj.weight":         "attn_v.weight",
-	"self_attn.o_proj.weight":         "attn_output.weight",
-	"self_attn.q_proj.bias":           "attn_q.bias",
-	"self_attn.k_proj.bias":           "attn_k.bias",
-	"self_attn.v_proj.bias":           "attn_v.bias",
-	"self_attn.q_norm.weight":         "attn_q_norm.weight",
-	"self_attn.k_norm.weight":         "attn_k_norm.weight",
-	"post_attention_layernorm.weight": "ffn_norm.weight",
-	"mlp.gate_proj.weight":            "ffn_gate.weight",
-	"mlp.up_proj.weight":              "ffn_up.weight",
-	"mlp.down_proj.weight":            "ffn_down.weight",
-}
-
-// GGUFName maps a Hugging Face Qwen tensor name to llama.cpp's; ok is
-// false for a name the architecture does not have.
-func GGUFName(hf string) (string, bool) {
-	switch hf {
-	case "model.embed_tokens.weight":
-		return "token_embd.weight", true
-	case "model.norm.weight":
-		return "output_norm.weight", true
-	case "lm_head.weight":
-		return "output.weight", true
-	}
-	m := layerName.FindStringSubmatch(hf)
-	if m == nil {
-		return "", false
-	}
-	g, ok := ggufNames[m[2]]
-	if !ok {
-		return "", false
-	}
-	return "blk." + m[1] + "." + g, true
-}
-
-// qwenTensors converts every tensor of the checkpoint, in llama.cpp's
-// order (embedding, layers, output), refusing any it cannot place.
+// qwenTensors converts every tensor of the checkpoint, in the declaration's
+// order (embedding, layers, output: llama.cpp's), under llama.cpp's names,
+// refusing any the architecture does not have.
 func qwenTensors(cfg qwen.Config, st *safetensors.Dir, typ Type) ([]Tensor, error) {
-	need := []string{"model.embed_tokens.weight", "model.norm.weight"}
-	if !cfg.TieEmbeddings {
-		need = append(need, "lm_head.weight")
+	left := map[string]bool{}
+	for _, n := range st.Names() {
+		left[n] = true
 	}
-	for _, n := range need {
-		if _, ok := st.Tensor(n); !ok {
-			return nil, fmt.Errorf("the checkpoint has no %s", n)
-		}
-	}
-	byGGUF := map[string]string{}
-	for _, name := range st.Names() {
-		g, ok := GGUFName(name)
-		if !ok {
-			return nil, fmt.Errorf("tensor %q has no GGUF name for %s", name, cfg.ModelType)
-		}
-		if name == "lm_head.weight" && cfg.TieEmbeddings {
-			continue // tied: llama.cpp reads output from token_embd
-		}
-		byGGUF[g] = name
-	}
-	order := []string{"token_embd.weight"}
-	for i := range cfg.Layers {
-		for _, hf := range []string{"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
-			"self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
-			"self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-			"post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"} {
-			order = append(order, "blk."+strconv.Itoa(i)+"."+ggufNames[hf])
-		}
-	}
-	order = append(order, "output_norm.weight", "output.weight")
 	var out []Tensor
-	for _, g := range order {
-		hf, ok := byGGUF[g]
+	for _, p := range qwen.Params(cfg) {
+		t, ok := st.Tensor(p.Name)
 		if !ok {
-			continue
+			return nil, fmt.Errorf("the checkpoint has no %s", p.Name)
 		}
-		delete(byGGUF, g)
-		t, _ := st.Tensor(hf)
+		if !slices.Equal(t.Shape, p.Shape) {
+			return nil, fmt.Errorf("tensor %q has shape %v, config.json implies %v", p.Name, t.Shape, p.Shape)
+		}
+		delete(left, p.Name)
 		dims := make([]uint64, len(t.Shape))
 		for i, d := range t.Shape {
 			dims[len(t.Shape)-1-i] = uint64(d)
@@ -226,10 +157,23 @@ func qwenTensors(cfg qwen.Config, st *safetensors.Dir, typ Type) ([]Tensor, erro
 		} else if tt == Q8_0 && dims[0]%QK8_0 != 0 {
 			tt = F16
 		}
-		out = append(out, Tensor{Name: g, Dims: dims, Type: tt, Data: t.Float32()})
+		out = append(out, Tensor{Name: p.GGUF, Dims: dims, Type: tt, Data: t.Float32()})
 	}
-	for g, hf := range byGGUF {
-		return nil, fmt.Errorf("tensor %q (%s) is beyond the model's %d layers", hf, g, cfg.Layers)
+	if cfg.TieEmbeddings {
+		// A tied checkpoint may still hold a copy of the head: llama.cpp
+		// reads output from token_embd, so it is left out.
+		untied := cfg
+		untied.TieEmbeddings = false
+		for _, p := range qwen.Params(untied) {
+			if p.Role == qwen.Head {
+				delete(left, p.Name)
+			}
+		}
+	}
+	for _, n := range st.Names() {
+		if left[n] {
+			return nil, fmt.Errorf("tensor %q is not part of a %d-layer %s model", n, cfg.Layers, cfg.ModelType)
+		}
 	}
 	return out, nil
 }

@@ -103,8 +103,8 @@ func New(cfg Config, modules []string, shape Shape, seed uint64, randomB bool) (
 	return a, nil
 }
 
-// tensorName is PEFT's saved name for a module's A or B.
-func tensorName(module, ab string) string {
+// TensorName is PEFT's saved name for a module's A or B ("A" or "B").
+func TensorName(module, ab string) string {
 	return "base_model.model." + module + ".lora_" + ab + ".weight"
 }
 
@@ -123,8 +123,8 @@ func (a *Adapter) Save(dir string) error {
 	var ts []safetensors.Tensor
 	for _, m := range a.Modules {
 		ts = append(ts,
-			safetensors.FromFloat32(tensorName(m.Name, "A"), safetensors.F32, []int{m.A.Rows, m.A.Cols}, m.A.Data),
-			safetensors.FromFloat32(tensorName(m.Name, "B"), safetensors.F32, []int{m.B.Rows, m.B.Cols}, m.B.Data))
+			safetensors.FromFloat32(TensorName(m.Name, "A"), safetensors.F32, []int{m.A.Rows, m.A.Cols}, m.A.Data),
+			safetensors.FromFloat32(TensorName(m.Name, "B"), safetensors.F32, []int{m.B.Rows, m.B.Cols}, m.B.Data))
 	}
 	return safetensors.Write(filepath.Join(dir, "adapter_model.safetensors"), ts, map[string]string{"format": "pt"})
 }

@@ -86,28 +86,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Linears lists the linear layers by module name (as PEFT names them, e.g.
-// model.layers.0.self_attn.q_proj) with their (out, in) shapes.
+// Linears lists the projections by PEFT module name (model.layers.0.
+// self_attn.q_proj) with their (out, in) shapes, as lora.New takes them.
 func (c Config) Linears() ([]string, func(string) (int, int, bool)) {
-	hd := c.HeadDim
-	if hd == 0 {
-		hd = c.HiddenSize / c.Heads
-	}
-	shapes := map[string][2]int{}
 	var names []string
-	for i := range c.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		for _, l := range []struct {
-			name    string
-			out, in int
-		}{
-			{"self_attn.q_proj", c.Heads * hd, c.HiddenSize}, {"self_attn.k_proj", c.KVHeads * hd, c.HiddenSize},
-			{"self_attn.v_proj", c.KVHeads * hd, c.HiddenSize}, {"self_attn.o_proj", c.HiddenSize, c.Heads * hd},
-			{"mlp.gate_proj", c.Intermediate, c.HiddenSize}, {"mlp.up_proj", c.Intermediate, c.HiddenSize},
-			{"mlp.down_proj", c.HiddenSize, c.Intermediate},
-		} {
-			names = append(names, p+l.name)
-			shapes[p+l.name] = [2]int{l.out, l.in}
+	shapes := map[string][2]int{}
+	for _, p := range Params(c) {
+		if p.Role == Weight {
+			names = append(names, p.Module)
+			shapes[p.Module] = [2]int{p.Shape[0], p.Shape[1]}
 		}
 	}
 	return names, func(m string) (int, int, bool) {

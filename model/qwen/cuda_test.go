@@ -1,7 +1,6 @@
 package qwen
 
 import (
-	"context"
 	"errors"
 	"math"
 	"path/filepath"
@@ -45,16 +44,11 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		if worst > 1e-4 {
 			t.Fatalf("%s: max |logit diff| %.3g", preset, worst)
 		}
-		s := Sampling{MaxTokens: 12}
 		prompts := [][]int{tokens, tokens[:5]}
-		cg, _ := cm.Generate(context.Background(), prompts, s, nil)
-		gg, err := gm.Generate(context.Background(), prompts, s, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cg, gg := greedy(t, cm, prompts, 12), greedy(t, gm, prompts, 12)
 		for i := range cg {
-			if !slices.Equal(cg[i].Tokens, gg[i].Tokens) {
-				t.Fatalf("%s: greedy tokens differ: cpu %v gpu %v", preset, cg[i].Tokens, gg[i].Tokens)
+			if !slices.Equal(cg[i], gg[i]) {
+				t.Fatalf("%s: greedy tokens differ: cpu %v gpu %v", preset, cg[i], gg[i])
 			}
 		}
 		t.Logf("%s: max |logit diff| GPU vs CPU %.2e; greedy generation identical", preset, worst)
@@ -86,6 +80,29 @@ func TestCUDAMatchesCPU(t *testing.T) {
 		}
 		t.Logf("%s bf16 GEMMs: max |logit diff| %.2e (scale %.2e), argmax agrees on %d/%d", preset, worst, scale, agree, len(tokens))
 	}
+}
+
+// greedy decodes n tokens after each prompt, batched (decode.Generate's
+// greedy path, without the sampler).
+func greedy(t *testing.T, m *Model, prompts [][]int, n int) [][]int {
+	caches := make([]*Cache, len(prompts))
+	next := make([][]int, len(prompts))
+	for i, p := range prompts {
+		caches[i], next[i] = m.NewCache(len(p)+n), p
+	}
+	out := make([][]int, len(prompts))
+	for range n {
+		logits, err := m.ForwardLast(next, caches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range logits {
+			id := argmax(l)
+			out[i] = append(out[i], id)
+			next[i] = []int{id}
+		}
+	}
+	return out
 }
 
 func argmax(v []float32) int {

@@ -2,9 +2,9 @@ package qwen
 
 import (
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/tape"
 )
@@ -16,14 +16,10 @@ import (
 // written out layer by layer, as llm.c does, over the same architecture
 // as Weights.LogProbs on the tape, which the tests hold it to.
 type DeviceTrainer struct {
-	Config
+	*Decoder[*DeviceParam]
 	be     kernels.Trainer
 	Params []*DeviceParam // trainable ones, in Weights.Trainable order
 	all    map[string]*DeviceParam
-	embed  *DeviceParam
-	norm   *DeviceParam
-	lmHead *DeviceParam
-	layers []devLayer
 }
 
 // DeviceParam is one parameter on the device; G, M and V are nil when it
@@ -34,20 +30,10 @@ type DeviceParam struct {
 	Decay      bool
 }
 
-type devLinear struct {
-	w, b, a, lb    *DeviceParam
-	scale, dropout float64
-}
-
-type devLayer struct {
-	attnNorm, mlpNorm, qNorm, kNorm *DeviceParam
-	lin                             [7]devLinear // Q K V O Gate Up Down
-}
-
 // NewDeviceTrainer uploads w's parameters (and adapter) to be. Only
 // float32 weights train.
 func NewDeviceTrainer(be kernels.Trainer, w *Weights[float32]) *DeviceTrainer {
-	d := &DeviceTrainer{Config: w.Config, be: be, all: map[string]*DeviceParam{}}
+	d := &DeviceTrainer{be: be, all: map[string]*DeviceParam{}}
 	for _, nv := range w.Named {
 		p := &DeviceParam{Name: nv.Name, W: be.FromHost(nv.V.Val, nv.V.Rows, nv.V.Cols)}
 		if nv.V.Requires {
@@ -57,37 +43,23 @@ func NewDeviceTrainer(be kernels.Trainer, w *Weights[float32]) *DeviceTrainer {
 		}
 		d.all[nv.Name] = p
 	}
-	get := func(name string) *DeviceParam { return d.all[name] }
-	d.embed, d.norm = get("model.embed_tokens.weight"), get("model.norm.weight")
-	d.lmHead = d.embed
-	if !w.TieEmbeddings {
-		d.lmHead = get("lm_head.weight")
-	}
-	for i := range w.Layers {
-		src := &w.Layers[i]
-		p := fmt.Sprintf("model.layers.%d.", i)
-		l := devLayer{attnNorm: get(p + "input_layernorm.weight"), mlpNorm: get(p + "post_attention_layernorm.weight")}
-		if src.QNorm != nil {
-			l.qNorm, l.kNorm = get(p+"self_attn.q_norm.weight"), get(p+"self_attn.k_norm.weight")
+	// The same declaration as w's, its parameters the uploaded ones; every
+	// name was uploaded above, since w was bound by the same declaration.
+	d.Decoder, _ = Bind(w.Config, func(p Param, dst **DeviceParam) error { *dst = d.all[p.Name]; return nil })
+	src, dst := w.Linears(), d.Linears()
+	for i, s := range src {
+		if s.A != nil {
+			dst[i].A, dst[i].LB = d.all[lora.TensorName(s.Module, "A")], d.all[lora.TensorName(s.Module, "B")]
+			dst[i].Scale, dst[i].Dropout = s.Scale, s.Dropout
 		}
-		for j, s := range src.linears() {
-			dl := devLinear{w: get(s.Module + ".weight"), scale: s.Scale, dropout: s.Dropout}
-			if s.B != nil {
-				dl.b = get(s.Module + ".bias")
-			}
-			if s.A != nil {
-				dl.a = get("base_model.model." + s.Module + ".lora_A.weight")
-				dl.lb = get("base_model.model." + s.Module + ".lora_B.weight")
-			}
-			l.lin[j] = dl
-		}
-		d.layers = append(d.layers, l)
 	}
 	return d
 }
 
 // Backend is the device the trainer runs on.
 func (d *DeviceTrainer) Backend() kernels.Trainer { return d.be }
+
+type devLinear = Linear[*DeviceParam]
 
 // devLinAct is what one projection's backward needs from its forward.
 type devLinAct struct {
@@ -98,7 +70,7 @@ type devLinAct struct {
 // devLayerAct holds one layer's forward activations for its backward.
 type devLayerAct struct {
 	x, xn1, qPre, kPre, q, k, v, att, xMid, xn2, gate, up, act kernels.Tensor
-	lin                                                        [7]devLinAct
+	lin                                                        struct{ q, k, v, o, gate, up, down devLinAct }
 }
 
 // DeviceActs is a forward's saved state: pass it to Backward.
@@ -124,8 +96,8 @@ func (d *DeviceTrainer) Forward(b Batch, o TrainOptions) *DeviceActs {
 	}
 	acts := &DeviceActs{b: b, o: o}
 	x := be.Zeros(n, h)
-	be.Embedding(x, d.embed.W, b.Tokens)
-	for li := range d.layers {
+	be.Embedding(x, d.Embed.W, b.Tokens)
+	for li := range d.Layers {
 		var a devLayerAct
 		x = d.layerForward(li, x, b, o, &a)
 		acts.layers = append(acts.layers, a)
@@ -134,36 +106,35 @@ func (d *DeviceTrainer) Forward(b Batch, o TrainOptions) *DeviceActs {
 	m := len(b.LossRows)
 	acts.xf, acts.xfn = be.Zeros(m, h), be.Zeros(m, h)
 	be.Embedding(acts.xf, x, b.LossRows)
-	be.RMSNorm(acts.xfn, acts.xf, d.norm.W, float32(d.RMSNormEps))
+	be.RMSNorm(acts.xfn, acts.xf, d.Norm.W, float32(d.RMSNormEps))
 	acts.logits = be.Zeros(m, d.VocabSize)
-	be.MatMul(acts.logits, acts.xfn, d.lmHead.W, nil)
+	be.MatMul(acts.logits, acts.xfn, d.LMHead.W, nil)
 	acts.LogProbs, acts.Ent = be.Zeros(m), be.Zeros(m)
 	be.LogProbs(acts.LogProbs, acts.Ent, acts.logits, b.Targets)
 	return acts
 }
 
-func (d *DeviceTrainer) linear(p *devLinear, x kernels.Tensor, li, k int, o TrainOptions, act *devLinAct) kernels.Tensor {
+func (d *DeviceTrainer) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
 	be := d.be
 	rows := x.Shape()[0]
-	y := be.Zeros(rows, p.w.W.Shape()[0])
+	y := be.Zeros(rows, p.Out)
 	var bias kernels.Tensor
-	if p.b != nil {
-		bias = p.b.W
+	if p.B != nil {
+		bias = p.B.W
 	}
-	be.MatMul(y, x, p.w.W, bias)
+	be.MatMul(y, x, p.W.W, bias)
 	act.in = x
-	if p.a == nil || o.NoAdapter {
+	if p.A == nil || o.NoAdapter {
 		return y
 	}
 	xd := x
-	if o.Dropout && p.dropout > 0 {
-		// The tape's mask, from the same generator and seed, so that a run
-		// on either side draws the same adapter noise.
-		r := rand.New(rand.NewPCG(o.Seed^uint64(li*16+k+1)*0x9e3779b97f4a7c15, 0x64726f70))
+	if o.Dropout && p.Dropout > 0 {
+		// The tape's mask, so that a run on either side draws the same
+		// adapter noise.
 		mask := make([]float32, x.Len())
-		scale := float32(1 / (1 - p.dropout))
-		for i := range mask {
-			if r.Float64() >= p.dropout {
+		scale := float32(1 / (1 - p.Dropout))
+		for i, keep := range tape.DropoutKeep(len(mask), p.Dropout, p.DropoutSeed(o.Seed)) {
+			if keep {
 				mask[i] = scale
 			}
 		}
@@ -172,11 +143,11 @@ func (d *DeviceTrainer) linear(p *devLinear, x kernels.Tensor, li, k int, o Trai
 		be.Mul(xd, x, act.mask)
 	}
 	act.xd = xd
-	act.xa = be.Zeros(rows, p.a.W.Shape()[0])
-	be.MatMul(act.xa, xd, p.a.W, nil)
+	act.xa = be.Zeros(rows, p.A.W.Shape()[0])
+	be.MatMul(act.xa, xd, p.A.W, nil)
 	lo := be.Zeros(y.Shape()...)
-	be.MatMul(lo, act.xa, p.lb.W, nil)
-	be.AddScaled(y, lo, float32(p.scale))
+	be.MatMul(lo, act.xa, p.LB.W, nil)
+	be.AddScaled(y, lo, float32(p.Scale))
 	return y
 }
 
@@ -185,23 +156,23 @@ func (d *DeviceTrainer) linear(p *devLinear, x kernels.Tensor, li, k int, o Trai
 func (d *DeviceTrainer) linearBackward(p *devLinear, dx, dy kernels.Tensor, o TrainOptions, act *devLinAct) {
 	be := d.be
 	var db kernels.Tensor
-	if p.b != nil {
-		db = p.b.G
+	if p.B != nil {
+		db = p.B.G
 	}
-	be.MatMulBackward(dx, p.w.G, db, dy, act.in, p.w.W)
-	if p.a == nil || o.NoAdapter {
+	be.MatMulBackward(dx, p.W.G, db, dy, act.in, p.W.W)
+	if p.A == nil || o.NoAdapter {
 		return
 	}
 	dys := be.Zeros(dy.Shape()...)
-	be.AddScaled(dys, dy, float32(p.scale))
+	be.AddScaled(dys, dy, float32(p.Scale))
 	dxa := be.Zeros(act.xa.Shape()...)
-	be.MatMulBackward(dxa, p.lb.G, nil, dys, act.xa, p.lb.W)
+	be.MatMulBackward(dxa, p.LB.G, nil, dys, act.xa, p.LB.W)
 	if act.mask == nil {
-		be.MatMulBackward(dx, p.a.G, nil, dxa, act.xd, p.a.W)
+		be.MatMulBackward(dx, p.A.G, nil, dxa, act.xd, p.A.W)
 		return
 	}
 	dxd := be.Zeros(act.xd.Shape()...)
-	be.MatMulBackward(dxd, p.a.G, nil, dxa, act.xd, p.a.W)
+	be.MatMulBackward(dxd, p.A.G, nil, dxa, act.xd, p.A.W)
 	be.Mul(dxd, dxd, act.mask)
 	be.AddScaled(dx, dxd, 1)
 }
@@ -226,19 +197,20 @@ func (d *DeviceTrainer) segmentKV(x kernels.Tensor, s tape.Segment) kernels.Tens
 }
 
 func (d *DeviceTrainer) layerForward(li int, x kernels.Tensor, b Batch, o TrainOptions, a *devLayerAct) kernels.Tensor {
-	be, l := d.be, &d.layers[li]
+	be, l := d.be, &d.Layers[li]
 	n, h, eps := len(b.Tokens), d.HiddenSize, float32(d.RMSNormEps)
+	at, mlp := &l.Attn, &l.MLP
 	a.x = x
 	a.xn1 = be.Zeros(n, h)
-	be.RMSNorm(a.xn1, x, l.attnNorm.W, eps)
-	q := d.linear(&l.lin[0], a.xn1, li, 0, o, &a.lin[0])
-	k := d.linear(&l.lin[1], a.xn1, li, 1, o, &a.lin[1])
-	a.v = d.linear(&l.lin[2], a.xn1, li, 2, o, &a.lin[2])
-	if l.qNorm != nil {
+	be.RMSNorm(a.xn1, x, l.AttnNorm.W, eps)
+	q := d.linear(&at.Q, a.xn1, o, &a.lin.q)
+	k := d.linear(&at.K, a.xn1, o, &a.lin.k)
+	a.v = d.linear(&at.V, a.xn1, o, &a.lin.v)
+	if at.QKNorm {
 		a.qPre, a.kPre = q, k
 		q, k = be.Zeros(q.Shape()...), be.Zeros(k.Shape()...)
-		be.RMSNorm(q, a.qPre, l.qNorm.W, eps)
-		be.RMSNorm(k, a.kPre, l.kNorm.W, eps)
+		be.RMSNorm(q, a.qPre, at.QNorm.W, eps)
+		be.RMSNorm(k, a.kPre, at.KNorm.W, eps)
 	}
 	be.Rope(q, b.Pos, d.Heads, d.HeadDim, d.RopeTheta)
 	be.Rope(k, b.Pos, d.KVHeads, d.HeadDim, d.RopeTheta)
@@ -247,15 +219,15 @@ func (d *DeviceTrainer) layerForward(li int, x kernels.Tensor, b Batch, o TrainO
 	for _, s := range b.Segs {
 		be.Attention(be.Rows(a.att, s.Lo, s.Hi), be.Rows(q, s.Lo, s.Hi), d.segmentKV(k, s), d.segmentKV(a.v, s), nil, s.Prefix, d.Heads, d.KVHeads, d.HeadDim)
 	}
-	a.xMid = d.linear(&l.lin[3], a.att, li, 3, o, &a.lin[3])
+	a.xMid = d.linear(&at.O, a.att, o, &a.lin.o)
 	be.Add(a.xMid, x)
 	a.xn2 = be.Zeros(n, h)
-	be.RMSNorm(a.xn2, a.xMid, l.mlpNorm.W, eps)
-	a.gate = d.linear(&l.lin[4], a.xn2, li, 4, o, &a.lin[4])
-	a.up = d.linear(&l.lin[5], a.xn2, li, 5, o, &a.lin[5])
+	be.RMSNorm(a.xn2, a.xMid, l.MLPNorm.W, eps)
+	a.gate = d.linear(&mlp.Gate, a.xn2, o, &a.lin.gate)
+	a.up = d.linear(&mlp.Up, a.xn2, o, &a.lin.up)
 	a.act = be.Zeros(a.gate.Shape()...)
 	be.SiLUMul(a.act, a.gate, a.up)
-	y := d.linear(&l.lin[6], a.act, li, 6, o, &a.lin[6])
+	y := d.linear(&mlp.Down, a.act, o, &a.lin.down)
 	be.Add(y, a.xMid)
 	return y
 }
@@ -270,24 +242,25 @@ func (d *DeviceTrainer) Backward(acts *DeviceActs, dLogp kernels.Tensor) {
 	dlogits := be.Zeros(m, d.VocabSize)
 	be.LogProbsBackward(dlogits, dLogp, acts.logits, b.Targets)
 	dxfn, dxf := be.Zeros(m, d.HiddenSize), be.Zeros(m, d.HiddenSize)
-	be.MatMulBackward(dxfn, d.lmHead.G, nil, dlogits, acts.xfn, d.lmHead.W)
-	be.RMSNormBackward(dxf, d.norm.G, dxfn, acts.xf, d.norm.W, eps)
+	be.MatMulBackward(dxfn, d.LMHead.G, nil, dlogits, acts.xfn, d.LMHead.W)
+	be.RMSNormBackward(dxf, d.Norm.G, dxfn, acts.xf, d.Norm.W, eps)
 	dx := be.Zeros(len(b.Tokens), d.HiddenSize)
 	be.EmbeddingBackward(dx, dxf, b.LossRows)
-	for li := len(d.layers) - 1; li >= 0; li-- {
-		l, a := &d.layers[li], &acts.layers[li]
+	for li := len(d.Layers) - 1; li >= 0; li-- {
+		l, a := &d.Layers[li], &acts.layers[li]
+		at, mlp := &l.Attn, &l.MLP
 		// y = xMid + Down(act): dxMid starts as dy (dx's buffer, reused).
 		dact := be.Zeros(a.act.Shape()...)
-		d.linearBackward(&l.lin[6], dact, dx, o, &a.lin[6])
+		d.linearBackward(&mlp.Down, dact, dx, o, &a.lin.down)
 		dgate, dup := be.Zeros(a.gate.Shape()...), be.Zeros(a.up.Shape()...)
 		be.SiLUMulBackward(dgate, dup, dact, a.gate, a.up)
 		dxn2 := be.Zeros(a.xn2.Shape()...)
-		d.linearBackward(&l.lin[4], dxn2, dgate, o, &a.lin[4])
-		d.linearBackward(&l.lin[5], dxn2, dup, o, &a.lin[5])
-		be.RMSNormBackward(dx, grad(l.mlpNorm), dxn2, a.xMid, l.mlpNorm.W, eps)
+		d.linearBackward(&mlp.Gate, dxn2, dgate, o, &a.lin.gate)
+		d.linearBackward(&mlp.Up, dxn2, dup, o, &a.lin.up)
+		be.RMSNormBackward(dx, grad(l.MLPNorm), dxn2, a.xMid, l.MLPNorm.W, eps)
 		// xMid = x + O(att): dx carries on as d(x).
 		datt := be.Zeros(a.att.Shape()...)
-		d.linearBackward(&l.lin[3], datt, dx, o, &a.lin[3])
+		d.linearBackward(&at.O, datt, dx, o, &a.lin.o)
 		dq, dk, dv := be.Zeros(a.q.Shape()...), be.Zeros(a.k.Shape()...), be.Zeros(a.v.Shape()...)
 		for _, s := range b.Segs {
 			n := s.Hi - s.Lo
@@ -309,20 +282,20 @@ func (d *DeviceTrainer) Backward(acts *DeviceActs, dLogp kernels.Tensor) {
 		}
 		be.RopeBackward(dq, b.Pos, d.Heads, d.HeadDim, d.RopeTheta)
 		be.RopeBackward(dk, b.Pos, d.KVHeads, d.HeadDim, d.RopeTheta)
-		if l.qNorm != nil {
+		if at.QKNorm {
 			dqp, dkp := be.Zeros(dq.Shape()...), be.Zeros(dk.Shape()...)
-			be.RMSNormBackward(dqp, grad(l.qNorm), dq, a.qPre, l.qNorm.W, eps)
-			be.RMSNormBackward(dkp, grad(l.kNorm), dk, a.kPre, l.kNorm.W, eps)
+			be.RMSNormBackward(dqp, grad(at.QNorm), dq, a.qPre, at.QNorm.W, eps)
+			be.RMSNormBackward(dkp, grad(at.KNorm), dk, a.kPre, at.KNorm.W, eps)
 			dq, dk = dqp, dkp
 		}
 		dxn1 := be.Zeros(a.xn1.Shape()...)
-		d.linearBackward(&l.lin[0], dxn1, dq, o, &a.lin[0])
-		d.linearBackward(&l.lin[1], dxn1, dk, o, &a.lin[1])
-		d.linearBackward(&l.lin[2], dxn1, dv, o, &a.lin[2])
-		be.RMSNormBackward(dx, grad(l.attnNorm), dxn1, a.x, l.attnNorm.W, eps)
+		d.linearBackward(&at.Q, dxn1, dq, o, &a.lin.q)
+		d.linearBackward(&at.K, dxn1, dk, o, &a.lin.k)
+		d.linearBackward(&at.V, dxn1, dv, o, &a.lin.v)
+		be.RMSNormBackward(dx, grad(l.AttnNorm), dxn1, a.x, l.AttnNorm.W, eps)
 	}
-	if d.embed.G != nil {
-		be.EmbeddingBackward(d.embed.G, dx, b.Tokens)
+	if d.Embed.G != nil {
+		be.EmbeddingBackward(d.Embed.G, dx, b.Tokens)
 	}
 }
 

@@ -2,10 +2,10 @@ package qwen
 
 import (
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -37,43 +37,20 @@ func InitRandom(dir string, cfg Config, dtype safetensors.DType, seed uint64) er
 	}
 	r := rand.New(rand.NewPCG(seed, 0x7177656e))
 	var ts []safetensors.Tensor
-	add := func(name string, std, mean float64, shape ...int) {
+	for _, p := range drawOrder(Params(cfg)) {
+		std, mean := 0.02, 0.0
+		if p.Role == Norm || p.Role == HeadNorm {
+			std, mean = 0.1, 1
+		}
 		n := 1
-		for _, d := range shape {
+		for _, d := range p.Shape {
 			n *= d
 		}
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = float32(mean + std*r.NormFloat64())
 		}
-		ts = append(ts, safetensors.FromFloat32(name, dtype, shape, v))
-	}
-	h, hd := cfg.HiddenSize, cfg.HeadDim
-	add("model.embed_tokens.weight", 0.02, 0, cfg.VocabSize, h)
-	add("model.norm.weight", 0.1, 1, h)
-	if !cfg.TieEmbeddings {
-		add("lm_head.weight", 0.02, 0, cfg.VocabSize, h)
-	}
-	for i := range cfg.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		add(p+"input_layernorm.weight", 0.1, 1, h)
-		add(p+"post_attention_layernorm.weight", 0.1, 1, h)
-		add(p+"self_attn.q_proj.weight", 0.02, 0, cfg.Heads*hd, h)
-		add(p+"self_attn.k_proj.weight", 0.02, 0, cfg.KVHeads*hd, h)
-		add(p+"self_attn.v_proj.weight", 0.02, 0, cfg.KVHeads*hd, h)
-		add(p+"self_attn.o_proj.weight", 0.02, 0, h, cfg.Heads*hd)
-		if cfg.QKVBias() {
-			add(p+"self_attn.q_proj.bias", 0.02, 0, cfg.Heads*hd)
-			add(p+"self_attn.k_proj.bias", 0.02, 0, cfg.KVHeads*hd)
-			add(p+"self_attn.v_proj.bias", 0.02, 0, cfg.KVHeads*hd)
-		}
-		if cfg.QKNorm() {
-			add(p+"self_attn.q_norm.weight", 0.1, 1, hd)
-			add(p+"self_attn.k_norm.weight", 0.1, 1, hd)
-		}
-		add(p+"mlp.gate_proj.weight", 0.02, 0, cfg.Intermediate, h)
-		add(p+"mlp.up_proj.weight", 0.02, 0, cfg.Intermediate, h)
-		add(p+"mlp.down_proj.weight", 0.02, 0, h, cfg.Intermediate)
+		ts = append(ts, safetensors.FromFloat32(p.Name, dtype, p.Shape, v))
 	}
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
 		return err
@@ -96,4 +73,36 @@ func writeConfig(dir string, cfg Config, dtype safetensors.DType) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644)
+}
+
+// drawOrder is the order InitRandom draws tensors in: the globals first,
+// then per layer its two norms, the attention projections' weights, their
+// biases, the q/k norms and the MLP's weights. It is the order of the first
+// release, kept so that a seed still gives the same model.
+func drawOrder(ps []Param) []Param {
+	attention := LoRATargets[:4] // q, k, v, o
+	part := func(p Param) int {
+		switch {
+		case p.Role == Norm:
+			return 0
+		case p.Role == Weight && slices.Contains(attention, p.Target):
+			return 1
+		case p.Role == Bias:
+			return 2
+		case p.Role == HeadNorm:
+			return 3
+		}
+		return 4 // the MLP's weights
+	}
+	out := slices.Clone(ps)
+	slices.SortStableFunc(out, func(a, b Param) int {
+		if a.Layer != b.Layer {
+			return a.Layer - b.Layer
+		}
+		if a.Layer < 0 {
+			return 0
+		}
+		return part(a) - part(b)
+	})
+	return out
 }

@@ -3,61 +3,19 @@ package qwen
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/safetensors"
 )
 
-// Linear is y = x Wᵀ + b with W[out, in] as PyTorch stores it, plus a
-// LoRA path s·(x Aᵀ) Bᵀ when an adapter is applied (s folded into LoraB).
-type Linear struct {
-	W kernels.Tensor
-	B kernels.Tensor // nil without bias
-
-	LoraA, LoraB kernels.Tensor // [r, in], [out, r]; nil without an adapter
-}
-
-// Forward maps x[t, in] to y[t, out].
-func (l *Linear) Forward(be kernels.Backend, y, x kernels.Tensor) {
-	be.MatMul(y, x, l.W, l.B)
-	if l.LoraA != nil {
-		t := x.Shape()[0]
-		h := be.Zeros(t, l.LoraA.Shape()[0])
-		be.MatMul(h, x, l.LoraA, nil)
-		d := be.Zeros(y.Shape()...)
-		be.MatMul(d, h, l.LoraB, nil)
-		be.Add(y, d)
-	}
-}
-
-// Attention is grouped-query self-attention with rotary positions.
-type Attention struct {
-	Q, K, V, O   Linear
-	QNorm, KNorm kernels.Tensor // Qwen3 only
-}
-
-// MLP is the SwiGLU feed-forward block.
-type MLP struct{ Gate, Up, Down Linear }
-
-// Layer is one decoder block.
-type Layer struct {
-	AttnNorm kernels.Tensor
-	Attn     Attention
-	MLPNorm  kernels.Tensor
-	MLP      MLP
-}
-
-// Model is a Qwen decoder on a compute backend.
+// Model is a Qwen decoder on a compute backend: the engine.
 type Model struct {
-	Config
+	*Decoder[kernels.Tensor]
 	B       kernels.Backend
-	Embed   kernels.Tensor // [vocab, hidden]
-	Layers  []Layer
-	Norm    kernels.Tensor
-	LMHead  kernels.Tensor // [vocab, hidden]; the embedding when tied
-	weights int            // bytes of the weights as held
-	closer  io.Closer      // the mapped checkpoint BF16 weights point into
+	weights int       // bytes of the weights as held
+	closer  io.Closer // the mapped checkpoint BF16 weights point into
 }
 
 // Close releases the memory-mapped checkpoint. The model must not be used
@@ -106,92 +64,37 @@ type TensorSource interface {
 }
 
 // FromTensors builds the model from named tensors, checking every shape.
+// BF16 matrices stay views of their source; others are read as float32.
 func FromTensors(be kernels.Backend, cfg Config, src TensorSource) (*Model, error) {
-	m := &Model{Config: cfg, B: be}
-	h, hd := cfg.HiddenSize, cfg.HeadDim
-	tensor := func(name string, shape ...int) (safetensors.Tensor, error) {
-		t, ok := src.Tensor(name)
+	m := &Model{B: be}
+	d, err := Bind(cfg, func(p Param, dst *kernels.Tensor) error {
+		t, ok := src.Tensor(p.Name)
 		if !ok {
-			return t, fmt.Errorf("tensor %q is missing", name)
+			return fmt.Errorf("tensor %q is missing", p.Name)
 		}
-		if fmt.Sprint(t.Shape) != fmt.Sprint(shape) {
-			return t, fmt.Errorf("tensor %q has shape %v, config.json implies %v", name, t.Shape, shape)
+		if !slices.Equal(t.Shape, p.Shape) {
+			return fmt.Errorf("tensor %q has shape %v, config.json implies %v", p.Name, t.Shape, p.Shape)
 		}
-		return t, nil
-	}
-	vector := func(name string, n int) (kernels.Tensor, error) {
-		t, err := tensor(name, n)
-		if err != nil {
-			return nil, err
+		if len(p.Shape) == 1 {
+			m.weights += 4 * p.Shape[0]
+			*dst = be.FromHost(t.Float32(), p.Shape[0])
+			return nil
 		}
-		m.weights += 4 * n
-		return be.FromHost(t.Float32(), n), nil
-	}
-	matrix := func(name string, rows, cols int) (kernels.Tensor, error) {
-		t, err := tensor(name, rows, cols)
-		if err != nil {
-			return nil, err
-		}
-		w := kernels.Weight{Rows: rows, Cols: cols}
+		w := kernels.Weight{Rows: p.Shape[0], Cols: p.Shape[1]}
 		if t.DType == safetensors.BF16 {
 			w.BF16 = t.Uint16()
-			m.weights += 2 * rows * cols
+			m.weights += 2 * w.Rows * w.Cols
 		} else {
 			w.F32 = t.Float32()
-			m.weights += 4 * rows * cols
+			m.weights += 4 * w.Rows * w.Cols
 		}
-		return be.Upload(w), nil
-	}
-	linear := func(name string, in, out int, bias bool) (Linear, error) {
-		var l Linear
-		var err error
-		if l.W, err = matrix(name+".weight", out, in); err != nil {
-			return l, err
-		}
-		if bias {
-			l.B, err = vector(name+".bias", out)
-		}
-		return l, err
-	}
-	var err error
-	if m.Embed, err = matrix("model.embed_tokens.weight", cfg.VocabSize, h); err != nil {
+		*dst = be.Upload(w)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	if m.Norm, err = vector("model.norm.weight", h); err != nil {
-		return nil, err
-	}
-	if cfg.TieEmbeddings {
-		m.LMHead = m.Embed
-	} else if m.LMHead, err = matrix("lm_head.weight", cfg.VocabSize, h); err != nil {
-		return nil, err
-	}
-	bias := cfg.QKVBias()
-	for i := range cfg.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		var l Layer
-		steps := []func() error{
-			func() (e error) { l.AttnNorm, e = vector(p+"input_layernorm.weight", h); return },
-			func() (e error) { l.MLPNorm, e = vector(p+"post_attention_layernorm.weight", h); return },
-			func() (e error) { l.Attn.Q, e = linear(p+"self_attn.q_proj", h, cfg.Heads*hd, bias); return },
-			func() (e error) { l.Attn.K, e = linear(p+"self_attn.k_proj", h, cfg.KVHeads*hd, bias); return },
-			func() (e error) { l.Attn.V, e = linear(p+"self_attn.v_proj", h, cfg.KVHeads*hd, bias); return },
-			func() (e error) { l.Attn.O, e = linear(p+"self_attn.o_proj", cfg.Heads*hd, h, false); return },
-			func() (e error) { l.MLP.Gate, e = linear(p+"mlp.gate_proj", h, cfg.Intermediate, false); return },
-			func() (e error) { l.MLP.Up, e = linear(p+"mlp.up_proj", h, cfg.Intermediate, false); return },
-			func() (e error) { l.MLP.Down, e = linear(p+"mlp.down_proj", cfg.Intermediate, h, false); return },
-		}
-		if cfg.QKNorm() {
-			steps = append(steps,
-				func() (e error) { l.Attn.QNorm, e = vector(p+"self_attn.q_norm.weight", hd); return },
-				func() (e error) { l.Attn.KNorm, e = vector(p+"self_attn.k_norm.weight", hd); return })
-		}
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return nil, err
-			}
-		}
-		m.Layers = append(m.Layers, l)
-	}
+	m.Decoder = d
 	return m, nil
 }
 
@@ -245,14 +148,19 @@ func (m *Model) ForwardBatch(tokens [][]int, caches []*Cache) ([][]float32, erro
 	return m.forward(tokens, caches, false)
 }
 
-// forward is ForwardBatch; with lastOnly it computes the logits of each
-// sequence's last token only (generation needs no others, and the vocabulary
-// projection of a whole prompt would cost more than the prompt itself).
+// ForwardLast is ForwardBatch returning only each sequence's last logits
+// [vocab] (generation needs no others, and the vocabulary projection of a
+// whole prompt would cost more than the prompt itself).
+func (m *Model) ForwardLast(tokens [][]int, caches []*Cache) ([][]float32, error) {
+	return m.forward(tokens, caches, true)
+}
+
+// forward is ForwardBatch, or with lastOnly ForwardLast.
 func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]float32, error) {
 	if len(tokens) != len(caches) {
 		return nil, fmt.Errorf("%d token lists for %d caches", len(tokens), len(caches))
 	}
-	be, h, hd := m.B, m.HiddenSize, m.HeadDim
+	be, h := m.B, m.HiddenSize
 	total := 0
 	var ids, pos []int
 	for s, toks := range tokens {
@@ -269,46 +177,14 @@ func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]flo
 		total += len(toks)
 	}
 	t := total
-	eps := float32(m.RMSNormEps)
-	qw, kvw := m.Heads*hd, m.KVHeads*hd
 	x := be.Zeros(t, h)
 	be.Embedding(x, m.Embed, ids)
-	xn, proj := be.Zeros(t, h), be.Zeros(t, h)
-	q, attn := be.Zeros(t, qw), be.Zeros(t, qw)
-	k, v := be.Zeros(t, kvw), be.Zeros(t, kvw)
-	gate, up := be.Zeros(t, m.Intermediate), be.Zeros(t, m.Intermediate)
+	op := engineOps{m: m, pos: pos, tokens: tokens, caches: caches}
 	for li := range m.Layers {
-		l := &m.Layers[li]
-		// Attention block: x += O(attn(rope(norm(Q xn)), rope(norm(K xn)), V xn))
-		be.RMSNorm(xn, x, l.AttnNorm, eps)
-		l.Attn.Q.Forward(be, q, xn)
-		l.Attn.K.Forward(be, k, xn)
-		l.Attn.V.Forward(be, v, xn)
-		if l.Attn.QNorm != nil {
-			be.RMSNorm(q, q, l.Attn.QNorm, eps)
-			be.RMSNorm(k, k, l.Attn.KNorm, eps)
-		}
-		be.Rope(q, pos, m.Heads, hd, m.RopeTheta)
-		be.Rope(k, pos, m.KVHeads, hd, m.RopeTheta)
-		row := 0
-		for s, toks := range tokens {
-			c, n := caches[s], len(toks)
-			be.CopyRows(c.K[li], c.Len, k, row, n)
-			be.CopyRows(c.V[li], c.Len, v, row, n)
-			be.Attention(be.Rows(attn, row, row+n), be.Rows(q, row, row+n), c.K[li], c.V[li], nil, c.Len, m.Heads, m.KVHeads, hd)
-			row += n
-		}
-		l.Attn.O.Forward(be, proj, attn)
-		be.Add(x, proj)
-		// MLP block: x += Down(silu(Gate xn) * Up xn)
-		be.RMSNorm(xn, x, l.MLPNorm, eps)
-		l.MLP.Gate.Forward(be, gate, xn)
-		l.MLP.Up.Forward(be, up, xn)
-		be.SiLUMul(gate, gate, up)
-		l.MLP.Down.Forward(be, proj, gate)
-		be.Add(x, proj)
+		x = m.Layers[li].Forward(op, li, x)
 	}
-	be.RMSNorm(xn, x, m.Norm, eps)
+	xn := be.Zeros(t, h)
+	be.RMSNorm(xn, x, m.Norm, float32(m.RMSNormEps))
 	for s, toks := range tokens {
 		caches[s].Len += len(toks)
 	}
@@ -336,6 +212,97 @@ func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]flo
 		}
 		out[s] = flat[row*m.VocabSize : (row+n)*m.VocabSize]
 		row += n
+	}
+	return out, nil
+}
+
+// engineOps run a block for inference: the new tokens of several
+// sequences stacked as rows, each sequence's keys and values appended to
+// its cache, attention per sequence over its cache.
+type engineOps struct {
+	m      *Model
+	pos    []int
+	tokens [][]int
+	caches []*Cache
+}
+
+func (o engineOps) RMSNorm(x, w kernels.Tensor) kernels.Tensor {
+	y := o.m.B.Zeros(x.Shape()...)
+	o.m.B.RMSNorm(y, x, w, float32(o.m.RMSNormEps))
+	return y
+}
+
+// Linear adds the adapter's path unmerged, so removing it gives back the
+// exact base; its scale is folded into LB.
+func (o engineOps) Linear(l *Linear[kernels.Tensor], x kernels.Tensor) kernels.Tensor {
+	be, t := o.m.B, x.Shape()[0]
+	y := be.Zeros(t, l.Out)
+	be.MatMul(y, x, l.W, l.B)
+	if l.A != nil {
+		h := be.Zeros(t, l.A.Shape()[0])
+		be.MatMul(h, x, l.A, nil)
+		d := be.Zeros(t, l.Out)
+		be.MatMul(d, h, l.LB, nil)
+		be.Add(y, d)
+	}
+	return y
+}
+
+func (o engineOps) Rope(x kernels.Tensor, heads int) kernels.Tensor {
+	o.m.B.Rope(x, o.pos, heads, o.m.HeadDim, o.m.RopeTheta)
+	return x
+}
+
+func (o engineOps) Attention(li int, q, k, v kernels.Tensor) kernels.Tensor {
+	be, m := o.m.B, o.m
+	out := be.Zeros(q.Shape()...)
+	row := 0
+	for s, toks := range o.tokens {
+		c, n := o.caches[s], len(toks)
+		be.CopyRows(c.K[li], c.Len, k, row, n)
+		be.CopyRows(c.V[li], c.Len, v, row, n)
+		be.Attention(be.Rows(out, row, row+n), be.Rows(q, row, row+n), c.K[li], c.V[li], nil, c.Len, m.Heads, m.KVHeads, m.HeadDim)
+		row += n
+	}
+	return out
+}
+
+func (o engineOps) SiLUMul(gate, up kernels.Tensor) kernels.Tensor {
+	o.m.B.SiLUMul(gate, gate, up)
+	return gate
+}
+
+func (o engineOps) Add(a, b kernels.Tensor) kernels.Tensor {
+	o.m.B.Add(a, b)
+	return a
+}
+
+// Score returns log pi(continuation[i] | prompt, continuation[:i]) for each
+// continuation token: one forward pass over prompt and continuation (the
+// old- and reference-policy log-probabilities of GRPO).
+func (m *Model) Score(prompt, continuation []int) ([]float32, error) {
+	if len(prompt) == 0 || len(continuation) == 0 {
+		return nil, fmt.Errorf("score needs a non-empty prompt and continuation")
+	}
+	// The prompt but its last token goes through the cache without logits;
+	// only the positions that predict the continuation are projected.
+	cache := m.NewCache(len(prompt) + len(continuation))
+	if len(prompt) > 1 {
+		if _, err := m.forward([][]int{prompt[:len(prompt)-1]}, []*Cache{cache}, true); err != nil {
+			return nil, err
+		}
+	}
+	tail := append([]int{prompt[len(prompt)-1]}, continuation...)
+	logits, err := m.Forward(tail, cache)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(continuation))
+	logp := make([]float32, m.VocabSize)
+	for i, tok := range continuation {
+		row := logits[i*m.VocabSize : (i+1)*m.VocabSize]
+		cpu.LogSoftmax(logp, row)
+		out[i] = logp[tok]
 	}
 	return out, nil
 }

@@ -14,12 +14,10 @@ import (
 )
 
 // Weights are the decoder's parameters as tape variables: the training
-// side of the model. The forward below is the same architecture as
-// Model.Forward, written on the tape so that backward comes from it.
+// side of the model, the same Decoder and Layer.Forward as the engine's,
+// recorded on the tape so that backward comes from it.
 type Weights[T tape.Float] struct {
-	Config
-	Embed, Norm, LMHead *tape.Var[T] // LMHead is Embed when tied
-	Layers              []LayerWeights[T]
+	*Decoder[*tape.Var[T]]
 	// Named lists every parameter with its Hugging Face name, in file order;
 	// LoRA parameters carry PEFT's names.
 	Named []NamedVar[T]
@@ -31,26 +29,6 @@ type NamedVar[T tape.Float] struct {
 	Name  string
 	Shape []int // as the checkpoint stores it (vectors are 1-D)
 	V     *tape.Var[T]
-}
-
-// LinearWeights is one projection, y = x Wᵀ + b, plus the LoRA path
-// Scale·(dropout(x) Aᵀ) Bᵀ once an adapter is attached.
-type LinearWeights[T tape.Float] struct {
-	Module  string // e.g. model.layers.0.self_attn.q_proj
-	W, B    *tape.Var[T]
-	A, LB   *tape.Var[T] // [r, in], [out, r]
-	Scale   float64
-	Dropout float64
-}
-
-// LayerWeights is one decoder block.
-type LayerWeights[T tape.Float] struct {
-	AttnNorm, MLPNorm, QNorm, KNorm *tape.Var[T]
-	Q, K, V, O, Gate, Up, Down      LinearWeights[T]
-}
-
-func (l *LayerWeights[T]) linears() []*LinearWeights[T] {
-	return []*LinearWeights[T]{&l.Q, &l.K, &l.V, &l.O, &l.Gate, &l.Up, &l.Down}
 }
 
 // convert returns src as []T: the same slice for float32, a copy otherwise.
@@ -72,75 +50,27 @@ func NewWeights[T tape.Float](cfg Config, src TensorSource) (*Weights[T], error)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	w := &Weights[T]{Config: cfg}
-	get := func(name string, shape ...int) (*tape.Var[T], error) {
-		t, ok := src.Tensor(name)
+	w := &Weights[T]{}
+	d, err := Bind(cfg, func(p Param, dst **tape.Var[T]) error {
+		t, ok := src.Tensor(p.Name)
 		if !ok {
-			return nil, fmt.Errorf("tensor %q is missing", name)
+			return fmt.Errorf("tensor %q is missing", p.Name)
 		}
-		if !slices.Equal(t.Shape, shape) {
-			return nil, fmt.Errorf("tensor %q has shape %v, config.json implies %v", name, t.Shape, shape)
+		if !slices.Equal(t.Shape, p.Shape) {
+			return fmt.Errorf("tensor %q has shape %v, config.json implies %v", p.Name, t.Shape, p.Shape)
 		}
-		rows, cols := shape[0], 1
-		if len(shape) == 2 {
-			cols = shape[1]
-		} else {
-			rows, cols = 1, shape[0]
+		rows, cols := 1, p.Shape[0]
+		if len(p.Shape) == 2 {
+			rows, cols = p.Shape[0], p.Shape[1]
 		}
-		v := tape.Param(convert[T](t.Float32()), rows, cols, true)
-		w.Named = append(w.Named, NamedVar[T]{name, shape, v})
-		return v, nil
-	}
-	h, hd := cfg.HiddenSize, cfg.HeadDim
-	var err error
-	if w.Embed, err = get("model.embed_tokens.weight", cfg.VocabSize, h); err != nil {
+		*dst = tape.Param(convert[T](t.Float32()), rows, cols, true)
+		w.Named = append(w.Named, NamedVar[T]{p.Name, p.Shape, *dst})
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	for i := range cfg.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		var l LayerWeights[T]
-		lin := func(dst *LinearWeights[T], name string, out, in int, bias bool) func() error {
-			return func() (e error) {
-				dst.Module = p + name
-				if dst.W, e = get(p+name+".weight", out, in); e != nil || !bias {
-					return e
-				}
-				dst.B, e = get(p+name+".bias", out)
-				return e
-			}
-		}
-		bias := cfg.QKVBias()
-		steps := []func() error{
-			func() (e error) { l.AttnNorm, e = get(p+"input_layernorm.weight", h); return },
-			func() (e error) { l.MLPNorm, e = get(p+"post_attention_layernorm.weight", h); return },
-			lin(&l.Q, "self_attn.q_proj", cfg.Heads*hd, h, bias),
-			lin(&l.K, "self_attn.k_proj", cfg.KVHeads*hd, h, bias),
-			lin(&l.V, "self_attn.v_proj", cfg.KVHeads*hd, h, bias),
-			lin(&l.O, "self_attn.o_proj", h, cfg.Heads*hd, false),
-			lin(&l.Gate, "mlp.gate_proj", cfg.Intermediate, h, false),
-			lin(&l.Up, "mlp.up_proj", cfg.Intermediate, h, false),
-			lin(&l.Down, "mlp.down_proj", h, cfg.Intermediate, false),
-		}
-		if cfg.QKNorm() {
-			steps = append(steps,
-				func() (e error) { l.QNorm, e = get(p+"self_attn.q_norm.weight", hd); return },
-				func() (e error) { l.KNorm, e = get(p+"self_attn.k_norm.weight", hd); return })
-		}
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return nil, err
-			}
-		}
-		w.Layers = append(w.Layers, l)
-	}
-	if w.Norm, err = get("model.norm.weight", h); err != nil {
-		return nil, err
-	}
-	if cfg.TieEmbeddings {
-		w.LMHead = w.Embed
-	} else if w.LMHead, err = get("lm_head.weight", cfg.VocabSize, h); err != nil {
-		return nil, err
-	}
+	w.Decoder = d
 	return w, nil
 }
 
@@ -149,20 +79,16 @@ func NewWeights[T tape.Float](cfg Config, src TensorSource) (*Weights[T], error)
 // kept). With T = float32 the adapter's matrices are shared, so training
 // updates a.Modules in place and a.Save writes the trained adapter.
 func (w *Weights[T]) AttachLoRA(a *lora.Adapter) error {
-	byName := map[string]*LinearWeights[T]{}
-	for i := range w.Layers {
-		for _, l := range w.Layers[i].linears() {
-			byName[l.Module] = l
+	for _, m := range a.Modules {
+		if _, err := w.Linear(m.Name); err != nil {
+			return fmt.Errorf("adapter: %w", err)
 		}
 	}
 	for _, nv := range w.Named {
 		nv.V.Requires, nv.V.Grad = false, nil
 	}
 	for _, m := range a.Modules {
-		l := byName[m.Name]
-		if l == nil {
-			return fmt.Errorf("adapter module %s is not a linear layer of this model", m.Name)
-		}
+		l, _ := w.Linear(m.Name)
 		if m.A.Cols != l.W.Cols || m.B.Rows != l.W.Rows || m.A.Rows != m.B.Cols {
 			return fmt.Errorf("adapter module %s is [%d, %d] through rank %d, the layer is [%d, %d]", m.Name, m.B.Rows, m.A.Cols, m.A.Rows, l.W.Rows, l.W.Cols)
 		}
@@ -170,8 +96,8 @@ func (w *Weights[T]) AttachLoRA(a *lora.Adapter) error {
 		l.LB = tape.Param(convert[T](m.B.Data), m.B.Rows, m.B.Cols, true)
 		l.Scale, l.Dropout = a.Config.Scale(), a.Config.Dropout
 		w.Named = append(w.Named,
-			NamedVar[T]{"base_model.model." + m.Name + ".lora_A.weight", []int{l.A.Rows, l.A.Cols}, l.A},
-			NamedVar[T]{"base_model.model." + m.Name + ".lora_B.weight", []int{l.LB.Rows, l.LB.Cols}, l.LB})
+			NamedVar[T]{lora.TensorName(m.Name, "A"), []int{l.A.Rows, l.A.Cols}, l.A},
+			NamedVar[T]{lora.TensorName(m.Name, "B"), []int{l.LB.Rows, l.LB.Cols}, l.LB})
 	}
 	cfg := a.Config
 	w.LoRA = &cfg
@@ -225,18 +151,15 @@ func (w *Weights[T]) Adapter() *lora.Adapter {
 		return nil
 	}
 	a := &lora.Adapter{Config: *w.LoRA}
-	for i := range w.Layers {
-		for _, l := range w.Layers[i].linears() {
-			if l.A == nil {
-				continue
-			}
-			f := func(v *tape.Var[T]) lora.Matrix {
-				d := make([]float32, len(v.Val))
-				for i, x := range v.Val {
-					d[i] = float32(x)
-				}
-				return lora.Matrix{Rows: v.Rows, Cols: v.Cols, Data: d}
-			}
+	f := func(v *tape.Var[T]) lora.Matrix {
+		d := make([]float32, len(v.Val))
+		for i, x := range v.Val {
+			d[i] = float32(x)
+		}
+		return lora.Matrix{Rows: v.Rows, Cols: v.Cols, Data: d}
+	}
+	for _, l := range w.Linears() {
+		if l.A != nil {
 			a.Modules = append(a.Modules, lora.Module{Name: l.Module, A: f(l.A), B: f(l.LB)})
 		}
 	}
@@ -373,7 +296,7 @@ func (w *Weights[T]) logProbs(tp *tape.Tape[T], b Batch, o TrainOptions, entropy
 	for li := range w.Layers {
 		l := &w.Layers[li]
 		block := func(tp *tape.Tape[T], x *tape.Var[T]) *tape.Var[T] {
-			return w.layer(tp, l, li, x, b, o)
+			return l.Forward(tapeOps[T]{tp, &w.Config, b, o}, li, x)
 		}
 		if o.Recompute {
 			x = tp.Recompute(x, block)
@@ -390,33 +313,40 @@ func (w *Weights[T]) logProbs(tp *tape.Tape[T], b Batch, o TrainOptions, entropy
 	return tp.LogProbs(logits, b.Targets), ent
 }
 
-// layer is one decoder block:
-//
-//	x += O · attn(rope(norm(Q·norm(x))), rope(norm(K·norm(x))), V·norm(x))
-//	x += Down · (silu(Gate·norm(x)) ∘ Up·norm(x))
-func (w *Weights[T]) layer(tp *tape.Tape[T], l *LayerWeights[T], li int, x *tape.Var[T], b Batch, o TrainOptions) *tape.Var[T] {
-	eps := w.RMSNormEps
-	lin := func(p *LinearWeights[T], x *tape.Var[T], k int) *tape.Var[T] {
-		y := tp.Linear(x, p.W, p.B)
-		if p.A == nil || o.NoAdapter {
-			return y
-		}
-		in := x
-		if o.Dropout {
-			in = tp.Dropout(x, p.Dropout, o.Seed^uint64(li*16+k+1)*0x9e3779b97f4a7c15)
-		}
-		return tp.Add(y, tp.Scale(tp.Linear(tp.Linear(in, p.A, nil), p.LB, nil), p.Scale))
-	}
-	xn := tp.RMSNorm(x, l.AttnNorm, eps)
-	q, k, v := lin(&l.Q, xn, 0), lin(&l.K, xn, 1), lin(&l.V, xn, 2)
-	if l.QNorm != nil {
-		q, k = tp.RMSNorm(q, l.QNorm, eps), tp.RMSNorm(k, l.KNorm, eps)
-	}
-	q = tp.Rope(q, b.Pos, w.Heads, w.HeadDim, w.RopeTheta)
-	k = tp.Rope(k, b.Pos, w.KVHeads, w.HeadDim, w.RopeTheta)
-	a := tp.Attention(q, k, v, b.Segs, w.Heads, w.KVHeads, w.HeadDim)
-	x = tp.Add(x, lin(&l.O, a, 3))
-	xn = tp.RMSNorm(x, l.MLPNorm, eps)
-	g := tp.SiLUMul(lin(&l.Gate, xn, 4), lin(&l.Up, xn, 5))
-	return tp.Add(x, lin(&l.Down, g, 6))
+// tapeOps record a block on the tape: packed sequences, each attending
+// within its segment.
+type tapeOps[T tape.Float] struct {
+	tp  *tape.Tape[T]
+	cfg *Config
+	b   Batch
+	o   TrainOptions
 }
+
+func (o tapeOps[T]) RMSNorm(x, w *tape.Var[T]) *tape.Var[T] {
+	return o.tp.RMSNorm(x, w, o.cfg.RMSNormEps)
+}
+
+func (o tapeOps[T]) Linear(l *Linear[*tape.Var[T]], x *tape.Var[T]) *tape.Var[T] {
+	tp := o.tp
+	y := tp.Linear(x, l.W, l.B)
+	if l.A == nil || o.o.NoAdapter {
+		return y
+	}
+	in := x
+	if o.o.Dropout {
+		in = tp.Dropout(x, l.Dropout, l.DropoutSeed(o.o.Seed))
+	}
+	return tp.Add(y, tp.Scale(tp.Linear(tp.Linear(in, l.A, nil), l.LB, nil), l.Scale))
+}
+
+func (o tapeOps[T]) Rope(x *tape.Var[T], heads int) *tape.Var[T] {
+	return o.tp.Rope(x, o.b.Pos, heads, o.cfg.HeadDim, o.cfg.RopeTheta)
+}
+
+func (o tapeOps[T]) Attention(_ int, q, k, v *tape.Var[T]) *tape.Var[T] {
+	return o.tp.Attention(q, k, v, o.b.Segs, o.cfg.Heads, o.cfg.KVHeads, o.cfg.HeadDim)
+}
+
+func (o tapeOps[T]) SiLUMul(g, u *tape.Var[T]) *tape.Var[T] { return o.tp.SiLUMul(g, u) }
+
+func (o tapeOps[T]) Add(a, b *tape.Var[T]) *tape.Var[T] { return o.tp.Add(a, b) }

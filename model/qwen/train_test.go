@@ -113,25 +113,11 @@ func TestWholeModelFiniteDifferences(t *testing.T) {
 	}
 }
 
-func (w *Weights[T]) linearModules() []string {
-	var out []string
-	for i := range w.Layers {
-		for _, l := range w.Layers[i].linears() {
-			out = append(out, l.Module)
-		}
-	}
-	return out
-}
+func (w *Weights[T]) linearModules() []string { m, _ := w.Config.Linears(); return m }
 
 func (w *Weights[T]) linearShape(module string) (int, int, bool) {
-	for i := range w.Layers {
-		for _, l := range w.Layers[i].linears() {
-			if l.Module == module {
-				return l.W.Rows, l.W.Cols, true
-			}
-		}
-	}
-	return 0, 0, false
+	_, shape := w.Config.Linears()
+	return shape(module)
 }
 
 // TestTrainingForwardMatchesEngine: the tape's log-probabilities equal the

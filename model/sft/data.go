@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tokenizer"
 )
@@ -20,7 +21,7 @@ type Example struct {
 	Seq qwen.Sequence
 	// Prompt is the conversation before the last assistant message, for
 	// generating from held-out records.
-	Prompt []qwen.Message
+	Prompt []chat.Message
 }
 
 const (
@@ -32,7 +33,7 @@ const (
 // final assistant message of each record (one policy call, as `agemem-train
 // data sft` writes), "all" every assistant message. Errors name the file,
 // the line and what is wrong.
-func Load(path string, tok *tokenizer.Tokenizer, tmpl qwen.Template, lossOn string, maxTokens int) ([]Example, error) {
+func Load(path string, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn string, maxTokens int) ([]Example, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -64,9 +65,9 @@ func Load(path string, tok *tokenizer.Tokenizer, tmpl qwen.Template, lossOn stri
 	return out, nil
 }
 
-func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl qwen.Template, lossOn string) (Example, error) {
+func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn string) (Example, error) {
 	var rec struct {
-		Messages []qwen.Message `json:"messages"`
+		Messages []chat.Message `json:"messages"`
 	}
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return Example{}, fmt.Errorf("not a chat record: %w", err)
@@ -90,7 +91,7 @@ func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl qwen.Template, lossOn stri
 	if lossOn == "last" && last != len(rec.Messages)-1 {
 		return Example{}, fmt.Errorf("messages[%d]: the record must end with the assistant message it teaches (sft.loss_on: last)", len(rec.Messages)-1)
 	}
-	text, err := qwen.RenderChat(rec.Messages, qwen.ChatOptions{Template: tmpl})
+	text, err := chat.Render(rec.Messages, chat.Options{Template: tmpl})
 	if err != nil {
 		return Example{}, err
 	}

@@ -13,8 +13,9 @@ import (
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/optim"
-	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tape"
@@ -55,7 +56,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	tmpl, err := qwen.DetectTemplate(c.Model.Path, p.W.Config)
+	tmpl, err := chat.Detect(c.Model.Path, p.W.ModelType)
 	if err != nil {
 		return res, err
 	}
@@ -246,12 +247,12 @@ func EvalLoss(w *qwen.Weights[float32], batches []qwen.Batch) float64 {
 // FormatEval generates greedily from up to n held-out prompts and counts
 // the responses the AgeMem parser accepts: well-formed think, tool-call and
 // answer blocks with no format error.
-func FormatEval(ctx context.Context, w *qwen.Weights[float32], tok *tokenizer.Tokenizer, tmpl qwen.Template, ex []Example, n, maxTokens int) (ok, total int, err error) {
+func FormatEval(ctx context.Context, w *qwen.Weights[float32], tok *tokenizer.Tokenizer, tmpl chat.Template, ex []Example, n, maxTokens int) (ok, total int, err error) {
 	m, err := w.Engine(cpu.New())
 	if err != nil {
 		return 0, 0, err
 	}
-	pol := policy.New(m, tok, qwen.Sampling{MaxTokens: min(maxTokens, 256)})
+	pol := decode.NewGenerator(m, tok, decode.Sampling{MaxTokens: min(maxTokens, 256)})
 	pol.Template = tmpl
 	var convs [][]stm.Message
 	for _, e := range ex[:min(n, len(ex))] {

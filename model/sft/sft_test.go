@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -70,7 +71,7 @@ func tinyPolicy(t *testing.T, texts []string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tokenizer.WriteConfig(dir, tok, qwen.Qwen3TemplateText, 512); err != nil {
+	if err := tokenizer.WriteConfig(dir, tok, chat.Qwen3Text, 512); err != nil {
 		t.Fatal(err)
 	}
 	cfg := qwen.Config{ModelType: "qwen3", HiddenSize: 48, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 12, Intermediate: 96,
@@ -91,7 +92,7 @@ func TestLoadMasksAssistantTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, lossOn := range []string{"last", "all"} {
-		ex, err := Load(data, tok, qwen.TemplateQwen3, lossOn, 0)
+		ex, err := Load(data, tok, chat.Qwen3, lossOn, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,14 +136,14 @@ func TestLoadNamesBadRecords(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "sft.jsonl")
 		good := `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}`
 		os.WriteFile(path, []byte(good+"\n"+c.line+"\n"), 0o644)
-		_, err := Load(path, tok, qwen.TemplateQwen3, "last", 0)
+		_, err := Load(path, tok, chat.Qwen3, "last", 0)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.line, err, c.want)
 		}
 	}
 	path := filepath.Join(t.TempDir(), "sft.jsonl")
 	os.WriteFile(path, []byte(`{"messages": [{"role": "user", "content": "hi there, this is long"}, {"role": "assistant", "content": "yo"}]}`+"\n"), 0o644)
-	if _, err := Load(path, tok, qwen.TemplateQwen3, "last", 5); err == nil || !strings.Contains(err.Error(), "exceed the model's 5 positions") {
+	if _, err := Load(path, tok, chat.Qwen3, "last", 5); err == nil || !strings.Contains(err.Error(), "exceed the model's 5 positions") {
 		t.Errorf("over-long record: %v", err)
 	}
 }

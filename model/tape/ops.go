@@ -192,12 +192,11 @@ func (t *Tape[T]) Dropout(x *Var[T], p float64, seed uint64) *Var[T] {
 	if p <= 0 {
 		return x
 	}
-	r := rand.New(rand.NewPCG(seed, 0x64726f70))
-	keep := make([]bool, len(x.Val))
+	keep := DropoutKeep(len(x.Val), p, seed)
 	y := t.out(x.Rows, x.Cols, x.Requires)
 	scale := T(1 / (1 - p))
 	for i, v := range x.Val {
-		if keep[i] = r.Float64() >= p; keep[i] {
+		if keep[i] {
 			y.Val[i] = v * scale
 		}
 	}
@@ -213,6 +212,17 @@ func (t *Tape[T]) Dropout(x *Var[T], p float64, seed uint64) *Var[T] {
 		}
 	})
 	return y
+}
+
+// DropoutKeep draws which of n elements dropout with probability p keeps,
+// from seed alone: the mask the tape and device replicas share.
+func DropoutKeep(n int, p float64, seed uint64) []bool {
+	r := rand.New(rand.NewPCG(seed, 0x64726f70))
+	keep := make([]bool, n)
+	for i := range keep {
+		keep[i] = r.Float64() >= p
+	}
+	return keep
 }
 
 // Gather picks rows: y[i, :] = x[rows[i], :]. Training projects onto the

@@ -49,17 +49,10 @@ func Open(dir string, l config.LoRA, seed uint64) (*Policy, error) {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	if l.Enabled {
-		var modules []string
-		shapes := map[string][2]int{}
-		for _, nv := range w.Named {
-			if m, ok := cutSuffix(nv.Name, ".weight"); ok && len(nv.Shape) == 2 && nv.Name != "model.embed_tokens.weight" && nv.Name != "lm_head.weight" {
-				modules = append(modules, m)
-				shapes[m] = [2]int{nv.Shape[0], nv.Shape[1]}
-			}
-		}
+		modules, shape := cfg.Linears()
 		abs, _ := filepath.Abs(dir)
 		a, err := lora.New(lora.Config{BaseModel: abs, R: l.R, Alpha: l.Alpha, Dropout: l.Dropout, TargetModules: l.TargetModules},
-			modules, func(m string) (int, int, bool) { s, ok := shapes[m]; return s[0], s[1], ok }, seed, false)
+			modules, shape, seed, false)
 		if err != nil {
 			return nil, err
 		}
@@ -101,13 +94,6 @@ func openAdapter(dir string, l config.LoRA) (*Policy, error) {
 	}
 	p.Dir = dir // its tokenizer files travel with the exported policy
 	return p, nil
-}
-
-func cutSuffix(s, suffix string) (string, bool) {
-	if len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix {
-		return s[:len(s)-len(suffix)], true
-	}
-	return s, false
 }
 
 // Export writes the trained policy to dir: with LoRA, the adapter in PEFT's

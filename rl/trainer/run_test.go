@@ -13,6 +13,7 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -37,7 +38,7 @@ func microSetup(t testing.TB) config.Config {
 	os.MkdirAll(model, 0o755)
 	os.WriteFile(filepath.Join(model, "tokenizer.json"), raw, 0o644)
 	tok, _ := tokenizer.Parse(raw)
-	tokenizer.WriteConfig(model, tok, qwen.Qwen25TemplateText, 4096)
+	tokenizer.WriteConfig(model, tok, chat.Qwen25Text, 4096)
 	mc := qwen.Config{ModelType: "qwen3", HiddenSize: 32, Layers: 1, Heads: 2, KVHeads: 1, HeadDim: 16, Intermediate: 48,
 		RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: tok.VocabSize(), MaxPositions: 4096}
 	if err := qwen.InitRandom(model, mc, safetensors.F32, 1); err != nil {

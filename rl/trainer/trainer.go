@@ -19,8 +19,9 @@ import (
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/optim"
-	"github.com/agemem/agemem/model/policy"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -76,7 +77,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	tmpl, err := qwen.DetectTemplate(rc.Init, p.W.Config)
+	tmpl, err := chat.Detect(rc.Init, p.W.ModelType)
 	if err != nil {
 		return res, err
 	}
@@ -151,7 +152,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			if err != nil {
 				return res, err
 			}
-			pol := policy.New(m, tok, qwen.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: c.Agent.ResponseBudget})
+			pol := decode.NewGenerator(m, tok, decode.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: c.Agent.ResponseBudget})
 			pol.Template = tmpl
 			pols = append(pols, pol)
 		}
@@ -500,7 +501,7 @@ func components(b reward.Breakdown) map[string]float64 {
 // judgesFor builds the judges of the reward section: deterministic by
 // default; "policy" sends the paper's prompts to the starting policy
 // (rl.init), frozen, so the judge does not drift with what it judges.
-func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl qwen.Template) (reward.Judges, error) {
+func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl chat.Template) (reward.Judges, error) {
 	j := reward.Judges{Task: reward.F1Judge{}, Storage: reward.F1Storage{Threshold: c.Reward.StorageF1Threshold},
 		Relevance: reward.CosineRelevance{Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)}}
 	r := c.Reward
@@ -515,7 +516,7 @@ func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl 
 	if err != nil {
 		return j, err
 	}
-	pol := policy.New(m, tok, qwen.Sampling{MaxTokens: 16})
+	pol := decode.NewGenerator(m, tok, decode.Sampling{MaxTokens: 16})
 	pol.Template = tmpl
 	switch r.Judge {
 	case "em":

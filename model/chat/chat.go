@@ -1,4 +1,8 @@
-package qwen
+// Package chat renders conversations with Qwen's chat templates (Qwen3's
+// and Qwen2.5's), written out natively and checked against the Jinja
+// templates themselves, so that what a model sees here, through Ollama or
+// through transformers is the same text.
+package chat
 
 import (
 	"bytes"
@@ -29,36 +33,37 @@ type ToolCall struct {
 // The template texts, for tokenizer_config.json files the toolkit writes.
 var (
 	//go:embed templates/qwen3.jinja
-	Qwen3TemplateText string
+	Qwen3Text string
 	//go:embed templates/qwen2.5.jinja
-	Qwen25TemplateText string
+	Qwen25Text string
 )
 
 // Template names a Qwen chat template family.
 type Template int
 
 const (
-	// TemplateQwen3 is Qwen3's: reasoning blocks, no default system prompt.
-	TemplateQwen3 Template = iota
-	// TemplateQwen25 is Qwen2 / Qwen2.5's: a default system prompt, tool
+	// Qwen3 is Qwen3's: reasoning blocks, no default system prompt.
+	Qwen3 Template = iota
+	// Qwen25 is Qwen2 / Qwen2.5's: a default system prompt, tool
 	// arguments always as JSON.
-	TemplateQwen25
+	Qwen25
 )
 
 // qwen25DefaultSystem is what Qwen2.5's template says when no system
 // message is given.
 const qwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
-// DetectTemplate picks the template family of a model directory from the
+// Detect picks the template family of a model directory from the
 // chat_template in its tokenizer_config.json; without one, from the model
-// type. An unknown template is an error rather than a silent mismatch.
-func DetectTemplate(dir string, cfg Config) (Template, error) {
+// type (config.json's model_type). An unknown template is an error rather
+// than a silent mismatch.
+func Detect(dir, modelType string) (Template, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
 	if os.IsNotExist(err) {
-		if cfg.ModelType == "qwen2" {
-			return TemplateQwen25, nil
+		if modelType == "qwen2" {
+			return Qwen25, nil
 		}
-		return TemplateQwen3, nil
+		return Qwen3, nil
 	}
 	if err != nil {
 		return 0, err
@@ -72,17 +77,17 @@ func DetectTemplate(dir string, cfg Config) (Template, error) {
 	t, _ := tc.ChatTemplate.(string)
 	switch {
 	case strings.Contains(t, "reasoning_content") || strings.Contains(t, "</think>"):
-		return TemplateQwen3, nil
+		return Qwen3, nil
 	case strings.Contains(t, qwen25DefaultSystem):
-		return TemplateQwen25, nil
+		return Qwen25, nil
 	case t == "":
 		return 0, fmt.Errorf("%s/tokenizer_config.json has no chat_template string", dir)
 	}
 	return 0, fmt.Errorf("%s/tokenizer_config.json: the chat_template is neither Qwen3's nor Qwen2.5's, the two rendered natively", dir)
 }
 
-// ChatOptions are the template's switches.
-type ChatOptions struct {
+// Options are the template's switches.
+type Options struct {
 	Template            Template
 	Tools               []json.RawMessage // function definitions, rendered with tojson
 	AddGenerationPrompt bool
@@ -91,11 +96,11 @@ type ChatOptions struct {
 	EnableThinking *bool
 }
 
-// RenderChat renders messages exactly as the chat_template of Qwen3's
+// Render renders messages exactly as the chat_template of Qwen3's
 // tokenizer_config.json does (checked against the template itself in
 // tests), written out natively so that no template engine runs per request.
-func RenderChat(msgs []Message, o ChatOptions) (string, error) {
-	if o.Template == TemplateQwen25 {
+func Render(msgs []Message, o Options) (string, error) {
+	if o.Template == Qwen25 {
 		return renderQwen25(msgs, o)
 	}
 	var b strings.Builder
@@ -203,7 +208,7 @@ func writeToolResponse(b *strings.Builder, msgs []Message, i int) {
 	}
 }
 
-func writeGenPrompt(b *strings.Builder, o ChatOptions) {
+func writeGenPrompt(b *strings.Builder, o Options) {
 	b.WriteString("<|im_start|>assistant\n")
 	if o.EnableThinking != nil && !*o.EnableThinking {
 		b.WriteString("<think>\n\n</think>\n\n")
@@ -301,7 +306,7 @@ func pyString(b *strings.Builder, s string) {
 }
 
 // renderQwen25 renders as Qwen2.5's chat_template does.
-func renderQwen25(msgs []Message, o ChatOptions) (string, error) {
+func renderQwen25(msgs []Message, o Options) (string, error) {
 	var b strings.Builder
 	first := ""
 	hasSystem := len(msgs) > 0 && msgs[0].Role == "system"

@@ -1,4 +1,4 @@
-package qwen
+package decode
 
 import (
 	"context"
@@ -10,16 +10,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 )
 
-func tinyModel(t *testing.T, preset string) *Model {
+func tinyModel(t *testing.T, preset string) *qwen.Model {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "m")
-	if err := InitRandom(dir, Presets[preset], safetensors.F32, 3); err != nil {
+	if err := qwen.InitRandom(dir, qwen.Presets[preset], safetensors.F32, 3); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(dir)
+	m, err := qwen.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func tinyModel(t *testing.T, preset string) *Model {
 func TestBatchedEqualsUnbatched(t *testing.T) {
 	m := tinyModel(t, "tiny-qwen3")
 	seqs := [][]int{{5, 6, 7, 8, 9}, {100, 200}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}
-	var caches []*Cache
+	var caches []*qwen.Cache
 	for range seqs {
 		caches = append(caches, m.NewCache(32))
 	}
@@ -52,7 +53,7 @@ func TestGenerateLogProbsAgreeWithScore(t *testing.T) {
 	sys := []int{10, 11, 12, 13, 14, 15}
 	prompts := [][]int{append(slices.Clone(sys), 20, 21), append(slices.Clone(sys), 30), append(slices.Clone(sys), 20, 22, 23)}
 	s := Sampling{Temperature: 1, TopP: 0.95, TopK: 50, Seed: 9, MaxTokens: 12}
-	gens, err := m.Generate(context.Background(), prompts, s, nil)
+	gens, err := Generate(context.Background(), m, prompts, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,16 +72,16 @@ func TestGenerateLogProbsAgreeWithScore(t *testing.T) {
 		}
 	}
 	// Same seed, same output; each sequence alone equals its batched self.
-	again, _ := m.Generate(context.Background(), prompts, s, nil)
+	again, _ := Generate(context.Background(), m, prompts, s, nil)
 	for i := range gens {
 		if !slices.Equal(gens[i].Tokens, again[i].Tokens) {
 			t.Fatal("same seed gave different tokens")
 		}
 	}
 	// Greedy: every token is the argmax, and a stop id ends the sequence.
-	greedy, _ := m.Generate(context.Background(), prompts[:1], Sampling{MaxTokens: 8}, nil)
+	greedy, _ := Generate(context.Background(), m, prompts[:1], Sampling{MaxTokens: 8}, nil)
 	stopAt := greedy[0].Tokens[2]
-	stopped, _ := m.Generate(context.Background(), prompts[:1], Sampling{MaxTokens: 8, StopIDs: []int{stopAt}}, nil)
+	stopped, _ := Generate(context.Background(), m, prompts[:1], Sampling{MaxTokens: 8, StopIDs: []int{stopAt}}, nil)
 	first := slices.Index(greedy[0].Tokens, stopAt)
 	if stopped[0].FinishReason != "stop" || len(stopped[0].Tokens) != first+1 {
 		t.Fatalf("stop id: %+v (greedy %v)", stopped[0], greedy[0].Tokens)
@@ -125,9 +126,9 @@ func (digits) Decode(ids []int, _ bool) string {
 func TestGenerateStopsAtStopString(t *testing.T) {
 	m := tinyModel(t, "tiny-qwen2")
 	prompt := []int{4, 8, 15, 16}
-	full, _ := m.Generate(context.Background(), [][]int{prompt}, Sampling{MaxTokens: 8}, nil)
+	full, _ := Generate(context.Background(), m, [][]int{prompt}, Sampling{MaxTokens: 8}, nil)
 	stop := fmt.Sprintf("%d,", full[0].Tokens[2])
-	got, err := m.Generate(context.Background(), [][]int{prompt}, Sampling{MaxTokens: 8, Stop: []string{stop}}, digits{})
+	got, err := Generate(context.Background(), m, [][]int{prompt}, Sampling{MaxTokens: 8, Stop: []string{stop}}, digits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package qwen
+package chat
 
 import (
 	"encoding/json"
@@ -69,7 +69,7 @@ func TestChatTemplateMatchesJinja(t *testing.T) {
 		name string
 		t    Template
 		file string
-	}{{"qwen3", TemplateQwen3, "templates/qwen3.jinja"}, {"qwen2.5", TemplateQwen25, "templates/qwen2.5.jinja"}} {
+	}{{"qwen3", Qwen3, "templates/qwen3.jinja"}, {"qwen2.5", Qwen25, "templates/qwen2.5.jinja"}} {
 		t.Run(tmpl.name, func(t *testing.T) { compareWithJinja(t, cases, tmpl.t, tmpl.file) })
 	}
 }
@@ -96,7 +96,7 @@ func compareWithJinja(t *testing.T, cases []chatCase, tmpl Template, file string
 		t.Fatal(err)
 	}
 	for i, c := range cases {
-		got, err := RenderChat(c.Messages, ChatOptions{Template: tmpl, Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking})
+		got, err := Render(c.Messages, Options{Template: tmpl, Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,18 +108,18 @@ func compareWithJinja(t *testing.T, cases []chatCase, tmpl Template, file string
 
 func TestDetectTemplate(t *testing.T) {
 	dir := t.TempDir()
-	if tm, _ := DetectTemplate(dir, Config{ModelType: "qwen2"}); tm != TemplateQwen25 {
+	if tm, _ := Detect(dir, "qwen2"); tm != Qwen25 {
 		t.Fatal("a qwen2 directory without tokenizer_config.json should use Qwen2.5's template")
 	}
-	q25 := []byte(Qwen25TemplateText)
+	q25 := []byte(Qwen25Text)
 	for _, c := range []struct {
 		tmpl string
 		want Template
 		err  bool
-	}{{string(q25), TemplateQwen25, false}, {"{{ messages }} </think>", TemplateQwen3, false}, {"{{ llama }}", 0, true}} {
+	}{{string(q25), Qwen25, false}, {"{{ messages }} </think>", Qwen3, false}, {"{{ llama }}", 0, true}} {
 		raw, _ := json.Marshal(map[string]string{"chat_template": c.tmpl})
 		os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644)
-		got, err := DetectTemplate(dir, Config{ModelType: "qwen3"})
+		got, err := Detect(dir, "qwen3")
 		if (err != nil) != c.err || got != c.want {
 			t.Errorf("template %.20q: got %v, %v", c.tmpl, got, err)
 		}

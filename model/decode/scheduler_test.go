@@ -1,4 +1,4 @@
-package qwen
+package decode
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func TestSchedulerMatchesGenerateAlone(t *testing.T) {
 	}
 	want := make([]Generation, len(prompts))
 	for i, p := range prompts {
-		g, err := m.Generate(context.Background(), [][]int{p}, samplings[i], nil)
+		g, err := Generate(context.Background(), m, [][]int{p}, samplings[i], nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package qwen
+package decode
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/model/qwen"
 )
 
 // ErrSchedulerClosed is returned by Scheduler.Generate after Close.
@@ -35,8 +36,8 @@ type SchedulerOptions struct {
 // Generate therefore share weight reads instead of queueing behind each
 // other.
 type Scheduler struct {
-	m      *Model
-	dec    Decoder
+	m      *qwen.Model
+	dec    Detokenizer
 	opt    SchedulerOptions
 	in     chan *schedSeq
 	closed chan struct{}
@@ -44,8 +45,8 @@ type Scheduler struct {
 	done   sync.WaitGroup
 
 	mu     sync.Mutex
-	prefix []int  // token ids whose cache is kept (the system prompt)
-	pcache *Cache // their keys and values
+	prefix []int       // token ids whose cache is kept (the system prompt)
+	pcache *qwen.Cache // their keys and values
 }
 
 type schedSeq struct {
@@ -54,7 +55,7 @@ type schedSeq struct {
 	s       Sampling
 	onToken func(id int)
 
-	cache *Cache
+	cache *qwen.Cache
 	next  []int // tokens still to feed: the prompt's rest, then the last sample
 	rng   *rand.Rand
 	gen   Generation
@@ -63,7 +64,7 @@ type schedSeq struct {
 }
 
 // NewScheduler starts a scheduler over m; dec decodes for stop strings.
-func NewScheduler(m *Model, dec Decoder, o SchedulerOptions) *Scheduler {
+func NewScheduler(m *qwen.Model, dec Detokenizer, o SchedulerOptions) *Scheduler {
 	if o.MaxBatch < 1 {
 		o.MaxBatch = 1
 	}
@@ -88,7 +89,7 @@ func (sc *Scheduler) SetPrefix(ids []int) error {
 		return nil
 	}
 	c := sc.m.NewCache(len(ids))
-	if _, err := sc.m.forward([][]int{ids}, []*Cache{c}, true); err != nil {
+	if _, err := sc.m.ForwardLast([][]int{ids}, []*qwen.Cache{c}); err != nil {
 		return err
 	}
 	sc.mu.Lock()
@@ -185,14 +186,14 @@ func (sc *Scheduler) loop() {
 			continue
 		}
 		toks := make([][]int, len(live))
-		caches := make([]*Cache, len(live))
+		caches := make([]*qwen.Cache, len(live))
 		fed := 0
 		for j, q := range live {
 			n := min(len(q.next), sc.opt.PrefillChunk)
 			toks[j], caches[j] = q.next[:n], q.cache
 			fed += n
 		}
-		logits, err := sc.m.forward(toks, caches, true)
+		logits, err := sc.m.ForwardLast(toks, caches)
 		if err != nil {
 			for _, q := range live {
 				finish(q, err)

@@ -1,4 +1,9 @@
-package qwen
+// Package decode turns a Qwen engine into text: sampling, batched
+// generation, the continuous-batching scheduler that serves many requests
+// in shared decoding steps, and Generator, the engine as a memtools policy
+// (conversations rendered with the model's chat template, completions with
+// the token ids and log-probabilities training needs).
+package decode
 
 import (
 	"context"
@@ -10,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/model/qwen"
 )
 
 // Sampling controls generation. Temperature 0 is greedy decoding.
@@ -25,9 +31,9 @@ type Sampling struct {
 	onToken func(seq, id int) // set by GenerateStream
 }
 
-// Decoder turns ids into text; a tokenizer provides it. Generation needs it
+// Detokenizer turns ids into text; a tokenizer provides it. Generation needs it
 // only for stop strings.
-type Decoder interface {
+type Detokenizer interface {
 	Decode(ids []int, skipSpecial bool) string
 }
 
@@ -45,7 +51,7 @@ type Generation struct {
 // cache is copied. All live sequences advance together, one batched forward
 // per step. Sequence i samples from its own generator seeded with
 // (Seed, i), so a run is reproducible.
-func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec Decoder) ([]Generation, error) {
+func Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
 	if len(prompts) == 0 {
 		return nil, nil
 	}
@@ -76,12 +82,12 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec D
 	}
 	base := m.NewCache(maxLen)
 	if prefix > 0 {
-		if _, err := m.forward([][]int{prompts[0][:prefix]}, []*Cache{base}, true); err != nil {
+		if _, err := m.ForwardLast([][]int{prompts[0][:prefix]}, []*qwen.Cache{base}); err != nil {
 			return nil, err
 		}
 	}
 	n := len(prompts)
-	caches := make([]*Cache, n)
+	caches := make([]*qwen.Cache, n)
 	next := make([][]int, n)
 	rngs := make([]*rand.Rand, n)
 	out := make([]Generation, n)
@@ -104,11 +110,11 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec D
 			return nil, err
 		}
 		toks := make([][]int, len(live))
-		cs := make([]*Cache, len(live))
+		cs := make([]*qwen.Cache, len(live))
 		for j, i := range live {
 			toks[j], cs[j] = next[i], caches[i]
 		}
-		logits, err := m.forward(toks, cs, true)
+		logits, err := m.ForwardLast(toks, cs)
 		if err != nil {
 			return nil, err
 		}
@@ -143,9 +149,9 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, s Sampling, dec D
 // GenerateStream generates one sequence and calls onToken with each token as
 // it is sampled (the stop token included), for terminals and streaming
 // APIs.
-func (m *Model) GenerateStream(ctx context.Context, prompt []int, s Sampling, dec Decoder, onToken func(id int)) (Generation, error) {
+func GenerateStream(ctx context.Context, m *qwen.Model, prompt []int, s Sampling, dec Detokenizer, onToken func(id int)) (Generation, error) {
 	s.onToken = func(_, id int) { onToken(id) }
-	out, err := m.Generate(ctx, [][]int{prompt}, s, dec)
+	out, err := Generate(ctx, m, [][]int{prompt}, s, dec)
 	if err != nil {
 		return Generation{}, err
 	}
@@ -214,34 +220,4 @@ func sample(logits []float32, s Sampling, r *rand.Rand) int {
 		}
 	}
 	return cs[len(cs)-1].id
-}
-
-// Score returns log pi(continuation[i] | prompt, continuation[:i]) for each
-// continuation token: one forward pass over prompt and continuation (the
-// old- and reference-policy log-probabilities of GRPO).
-func (m *Model) Score(prompt, continuation []int) ([]float32, error) {
-	if len(prompt) == 0 || len(continuation) == 0 {
-		return nil, fmt.Errorf("score needs a non-empty prompt and continuation")
-	}
-	// The prompt but its last token goes through the cache without logits;
-	// only the positions that predict the continuation are projected.
-	cache := m.NewCache(len(prompt) + len(continuation))
-	if len(prompt) > 1 {
-		if _, err := m.forward([][]int{prompt[:len(prompt)-1]}, []*Cache{cache}, true); err != nil {
-			return nil, err
-		}
-	}
-	tail := append([]int{prompt[len(prompt)-1]}, continuation...)
-	logits, err := m.Forward(tail, cache)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]float32, len(continuation))
-	logp := make([]float32, m.VocabSize)
-	for i, tok := range continuation {
-		row := logits[i*m.VocabSize : (i+1)*m.VocabSize]
-		cpu.LogSoftmax(logp, row)
-		out[i] = logp[tok]
-	}
-	return out, nil
 }

@@ -1,8 +1,4 @@
-// Package policy adapts the native Qwen engine to the memtools agent loop:
-// conversations are rendered with the model's chat template, generated in
-// one batch, and returned with the token ids and log-probabilities that
-// training needs.
-package policy
+package decode
 
 import (
 	"context"
@@ -12,40 +8,41 @@ import (
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tokenizer"
 )
 
-// Native is a memtools.BatchPolicy backed by a Qwen model.
-type Native struct {
+// Generator is a memtools.BatchPolicy backed by a Qwen model.
+type Generator struct {
 	Model     *qwen.Model
 	Tokenizer *tokenizer.Tokenizer
-	Sampling  qwen.Sampling
+	Sampling  Sampling
 	// Template is the chat template family the model was trained with.
-	Template qwen.Template
+	Template chat.Template
 	// MaxPromptTokens refuses prompts longer than this (0: the model's
 	// positions less the response budget).
 	MaxPromptTokens int
 }
 
-// New returns a policy that stops at <|im_end|> and <|endoftext|>.
-func New(m *qwen.Model, tok *tokenizer.Tokenizer, s qwen.Sampling) *Native {
+// NewGenerator returns a policy that stops at <|im_end|> and <|endoftext|>.
+func NewGenerator(m *qwen.Model, tok *tokenizer.Tokenizer, s Sampling) *Generator {
 	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
 		if id, ok := tok.TokenID(name); ok {
 			s.StopIDs = append(s.StopIDs, id)
 		}
 	}
-	return &Native{Model: m, Tokenizer: tok, Sampling: s}
+	return &Generator{Model: m, Tokenizer: tok, Sampling: s}
 }
 
-// Load opens a model directory on a backend (config.json, tokenizer.json, safetensors,
+// LoadGenerator opens a model directory on a backend (config.json, tokenizer.json, safetensors,
 // tokenizer_config.json for the chat template) as a policy; a non-empty
 // adapter names a LoRA adapter directory (PEFT layout) applied on top.
 //
 // dir may itself be a PEFT adapter directory: its base_model_name_or_path
 // is loaded and the adapter applied.
-func Load(be kernels.Backend, dir, adapter string, s qwen.Sampling) (*Native, error) {
+func LoadGenerator(be kernels.Backend, dir, adapter string, s Sampling) (*Generator, error) {
 	if adapter == "" {
 		if a, err := lora.Load(dir); err == nil {
 			if a.Config.BaseModel == "" {
@@ -76,26 +73,26 @@ func Load(be kernels.Backend, dir, adapter string, s qwen.Sampling) (*Native, er
 			return nil, fmt.Errorf("adapter %s: %w", adapter, err)
 		}
 	}
-	tmpl, err := qwen.DetectTemplate(dir, m.Config)
+	tmpl, err := chat.Detect(dir, m.ModelType)
 	if err != nil {
 		m.Close()
 		return nil, err
 	}
-	p := New(m, tok, s)
+	p := NewGenerator(m, tok, s)
 	p.Template = tmpl
 	return p, nil
 }
 
 // SetSeed sets the sampling seed of the next batches (rollout.Seeder).
-func (p *Native) SetSeed(seed uint64) { p.Sampling.Seed = seed }
+func (p *Generator) SetSeed(seed uint64) { p.Sampling.Seed = seed }
 
 // Prompt renders a conversation with the generation prompt and encodes it.
-func (p *Native) Prompt(msgs []stm.Message) ([]int, error) {
-	qm := make([]qwen.Message, len(msgs))
+func (p *Generator) Prompt(msgs []stm.Message) ([]int, error) {
+	qm := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
-		qm[i] = qwen.Message{Role: m.Role, Content: m.Content}
+		qm[i] = chat.Message{Role: m.Role, Content: m.Content}
 	}
-	text, err := qwen.RenderChat(qm, qwen.ChatOptions{Template: p.Template, AddGenerationPrompt: true})
+	text, err := chat.Render(qm, chat.Options{Template: p.Template, AddGenerationPrompt: true})
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +100,7 @@ func (p *Native) Prompt(msgs []stm.Message) ([]int, error) {
 }
 
 // Complete implements memtools.Policy.
-func (p *Native) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+func (p *Generator) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
 	out, err := p.CompleteBatch(ctx, [][]stm.Message{msgs})
 	if err != nil {
 		return memtools.Completion{}, err
@@ -113,7 +110,7 @@ func (p *Native) Complete(ctx context.Context, msgs []stm.Message) (memtools.Com
 
 // CompleteBatch implements memtools.BatchPolicy: every conversation is
 // decoded in the same steps.
-func (p *Native) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
+func (p *Generator) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
 	prompts := make([][]int, len(convs))
 	limit := p.MaxPromptTokens
 	if limit == 0 && p.Model.MaxPositions > 0 {
@@ -129,7 +126,7 @@ func (p *Native) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]me
 		}
 		prompts[i] = ids
 	}
-	gens, err := p.Model.Generate(ctx, prompts, p.Sampling, p.Tokenizer)
+	gens, err := Generate(ctx, p.Model, prompts, p.Sampling, p.Tokenizer)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +137,7 @@ func (p *Native) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]me
 	return out, nil
 }
 
-func (p *Native) completion(prompt []int, g qwen.Generation, stops []int) memtools.Completion {
+func (p *Generator) completion(prompt []int, g Generation, stops []int) memtools.Completion {
 	text := g.Tokens
 	if g.FinishReason == "stop" && len(text) > 0 && isStop(text[len(text)-1], stops) {
 		text = text[:len(text)-1] // the end-of-turn token is not part of the message
@@ -161,30 +158,30 @@ func (p *Native) completion(prompt []int, g qwen.Generation, stops []int) memtoo
 // continuous-batching scheduler shared with every other request, and an
 // optional callback per sampled token for streaming.
 type Scheduled struct {
-	Native    *Native
-	Scheduler *qwen.Scheduler
-	Sampling  qwen.Sampling // StopIDs are the policy's when empty
+	Generator *Generator
+	Scheduler *Scheduler
+	Sampling  Sampling // StopIDs are the policy's when empty
 	OnToken   func(id int)
-	// MaxPromptTokens refuses longer prompts (0: Native's limit).
+	// MaxPromptTokens refuses longer prompts (0: Generator's limit).
 	MaxPromptTokens int
 }
 
 // Complete implements memtools.Policy.
 func (s Scheduled) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	ids, err := s.Native.Prompt(msgs)
+	ids, err := s.Generator.Prompt(msgs)
 	if err != nil {
 		return memtools.Completion{}, err
 	}
 	samp := s.Sampling
 	if len(samp.StopIDs) == 0 {
-		samp.StopIDs = s.Native.Sampling.StopIDs
+		samp.StopIDs = s.Generator.Sampling.StopIDs
 	}
 	limit := s.MaxPromptTokens
 	if limit == 0 {
-		limit = s.Native.MaxPromptTokens
+		limit = s.Generator.MaxPromptTokens
 	}
-	if limit == 0 && s.Native.Model.MaxPositions > 0 {
-		limit = s.Native.Model.MaxPositions - samp.MaxTokens
+	if limit == 0 && s.Generator.Model.MaxPositions > 0 {
+		limit = s.Generator.Model.MaxPositions - samp.MaxTokens
 	}
 	if limit > 0 && len(ids) > limit {
 		return memtools.Completion{}, &PromptTooLongError{Tokens: len(ids), Limit: limit}
@@ -193,7 +190,7 @@ func (s Scheduled) Complete(ctx context.Context, msgs []stm.Message) (memtools.C
 	if err != nil {
 		return memtools.Completion{}, err
 	}
-	return s.Native.completion(ids, g, samp.StopIDs), nil
+	return s.Generator.completion(ids, g, samp.StopIDs), nil
 }
 
 // PromptTooLongError is a conversation that does not fit the model.
@@ -212,4 +209,4 @@ func isStop(id int, stops []int) bool {
 	return false
 }
 
-var _ memtools.BatchPolicy = (*Native)(nil)
+var _ memtools.BatchPolicy = (*Generator)(nil)

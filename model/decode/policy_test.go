@@ -1,4 +1,4 @@
-package policy
+package decode
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func TestNativePolicyRunsTheAgentLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New(m, tok, qwen.Sampling{Temperature: 1, Seed: 3, MaxTokens: 24})
+	p := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 3, MaxTokens: 24})
 	c := stm.New(tok)
 	c.Append(stm.Message{Role: stm.System, Content: memtools.SystemPrompt()}, stm.Message{Role: stm.User, Content: "My cat is called Tabby."})
 	rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: c, Embedder: embed.NewHashing(64, nil), Summarizer: memtools.Extractive{}, Options: memtools.DefaultOptions()}
