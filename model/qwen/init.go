@@ -35,6 +35,14 @@ func InitRandom(dir string, cfg Config, dtype safetensors.DType, seed uint64) er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), RandomTensors(cfg, dtype, seed), map[string]string{"format": "pt"}); err != nil {
+		return err
+	}
+	return WriteConfig(dir, cfg, dtype)
+}
+
+// RandomTensors draws InitRandom's weights into memory.
+func RandomTensors(cfg Config, dtype safetensors.DType, seed uint64) []safetensors.Tensor {
 	r := rand.New(rand.NewPCG(seed, 0x7177656e))
 	var ts []safetensors.Tensor
 	for _, p := range drawOrder(Params(cfg)) {
@@ -52,14 +60,11 @@ func InitRandom(dir string, cfg Config, dtype safetensors.DType, seed uint64) er
 		}
 		ts = append(ts, safetensors.FromFloat32(p.Name, dtype, p.Shape, v))
 	}
-	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
-		return err
-	}
-	return writeConfig(dir, cfg, dtype)
+	return ts
 }
 
-// writeConfig writes a config.json that transformers loads too.
-func writeConfig(dir string, cfg Config, dtype safetensors.DType) error {
+// WriteConfig writes a config.json that transformers loads too.
+func WriteConfig(dir string, cfg Config, dtype safetensors.DType) error {
 	arch := map[string]string{"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[cfg.ModelType]
 	cfg.Architectures = []string{arch}
 	cfg.TorchDType = map[safetensors.DType]string{safetensors.F32: "float32", safetensors.F16: "float16", safetensors.BF16: "bfloat16"}[dtype]

@@ -58,9 +58,27 @@ func LoadOn(be kernels.Backend, dir string) (*Model, error) {
 	return m, nil
 }
 
-// TensorSource is where weights come from (a safetensors.Dir).
+// TensorSource is where weights come from (a safetensors.Dir, a TensorMap).
 type TensorSource interface {
 	Tensor(name string) (safetensors.Tensor, bool)
+}
+
+// TensorMap serves tensors from memory.
+type TensorMap map[string]safetensors.Tensor
+
+// Tensor implements TensorSource.
+func (m TensorMap) Tensor(name string) (safetensors.Tensor, bool) {
+	t, ok := m[name]
+	return t, ok
+}
+
+// MapOf indexes tensors by name.
+func MapOf(ts []safetensors.Tensor) TensorMap {
+	m := TensorMap{}
+	for _, t := range ts {
+		m[t.Name] = t
+	}
+	return m
 }
 
 // FromTensors builds the model from named tensors, checking every shape.

@@ -224,12 +224,12 @@ func TestBadCheckpoints(t *testing.T) {
 	// A config that disagrees with the weights names the tensor.
 	cfg := Presets["tiny-qwen3"]
 	cfg.Intermediate = 96
-	writeConfig(dir, cfg, safetensors.F32)
+	WriteConfig(dir, cfg, safetensors.F32)
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `"model.layers.0.mlp.gate_proj.weight" has shape [128 64], config.json implies [96 64]`) {
 		t.Fatalf("shape mismatch: %v", err)
 	}
 	cfg.Heads = 3
-	writeConfig(dir, cfg, safetensors.F32)
+	WriteConfig(dir, cfg, safetensors.F32)
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "not a multiple") {
 		t.Fatalf("bad heads: %v", err)
 	}

@@ -12,13 +12,13 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
 )
 
 // Example is one record ready to train on.
 type Example struct {
-	Seq qwen.Sequence
+	Seq train.Sequence
 	// Prompt is the conversation before the last assistant message, for
 	// generating from held-out records.
 	Prompt []chat.Message
@@ -116,7 +116,7 @@ func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn stri
 	if lossOn == "last" {
 		spans = spans[len(spans)-1:]
 	}
-	var seq qwen.Sequence
+	var seq train.Sequence
 	add := func(s string, learn bool) {
 		for _, id := range tok.Encode(s) {
 			seq.IDs = append(seq.IDs, id)

@@ -16,7 +16,6 @@ import (
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/optim"
-	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tape"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -117,8 +116,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		for _, b := range micro {
 			stepTokens += len(b.Tokens)
 		}
-		err := learner.Accumulate(micro, func(i int) qwen.TrainOptions {
-			return qwen.TrainOptions{Recompute: s.Recompute, Dropout: true, Seed: uint64(c.Seed)<<32 ^ uint64(tr.Step*s.GradAccum+i)}
+		err := learner.Accumulate(micro, func(i int) train.TrainOptions {
+			return train.TrainOptions{Recompute: s.Recompute, Dropout: true, Seed: uint64(c.Seed)<<32 ^ uint64(tr.Step*s.GradAccum+i)}
 		}, func(i int, lp []float32, _ []float64) []float32 {
 			d := make([]float32, len(lp))
 			for j, v := range lp {
@@ -191,11 +190,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 // Plan groups examples into micro-batches of at most batchTokens packed
 // tokens (a prefix the batch shares counts once), in a seeded order that
 // reshuffles each epoch, until n batches exist (n = 0: one pass, in order).
-func Plan(ex []Example, batchTokens, n int, seed uint64) []qwen.Batch {
+func Plan(ex []Example, batchTokens, n int, seed uint64) []train.Batch {
 	if len(ex) == 0 {
 		return nil
 	}
-	var out []qwen.Batch
+	var out []train.Batch
 	rng := rand.New(rand.NewPCG(seed, 0x706c616e))
 	for epoch := 0; n == 0 && epoch == 0 || len(out) < n; epoch++ {
 		order := make([]int, len(ex))
@@ -205,16 +204,16 @@ func Plan(ex []Example, batchTokens, n int, seed uint64) []qwen.Batch {
 		if n > 0 {
 			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		}
-		var cur []qwen.Sequence
+		var cur []train.Sequence
 		flush := func() {
 			if len(cur) > 0 {
-				out = append(out, qwen.Pack(cur))
+				out = append(out, train.Pack(cur))
 				cur = nil
 			}
 		}
 		for _, i := range order {
-			next := append(append([]qwen.Sequence(nil), cur...), ex[i].Seq)
-			if len(cur) > 0 && len(qwen.Pack(next).Tokens) > batchTokens {
+			next := append(append([]train.Sequence(nil), cur...), ex[i].Seq)
+			if len(cur) > 0 && len(train.Pack(next).Tokens) > batchTokens {
 				flush()
 			}
 			cur = append(cur, ex[i].Seq)
@@ -229,12 +228,12 @@ func Plan(ex []Example, batchTokens, n int, seed uint64) []qwen.Batch {
 
 // EvalLoss is the mean negative log-likelihood per learned token, without
 // gradients or dropout.
-func EvalLoss(w *qwen.Weights[float32], batches []qwen.Batch) float64 {
+func EvalLoss(w *train.Weights[float32], batches []train.Batch) float64 {
 	var sum float64
 	n := 0
 	for _, b := range batches {
 		tp := tape.New[float32]()
-		lp := w.LogProbs(tp, b, qwen.TrainOptions{})
+		lp := w.LogProbs(tp, b, train.TrainOptions{})
 		for _, v := range lp.Val {
 			sum -= float64(v)
 		}
@@ -247,7 +246,7 @@ func EvalLoss(w *qwen.Weights[float32], batches []qwen.Batch) float64 {
 // FormatEval generates greedily from up to n held-out prompts and counts
 // the responses the AgeMem parser accepts: well-formed think, tool-call and
 // answer blocks with no format error.
-func FormatEval(ctx context.Context, w *qwen.Weights[float32], tok *tokenizer.Tokenizer, tmpl chat.Template, ex []Example, n, maxTokens int) (ok, total int, err error) {
+func FormatEval(ctx context.Context, w *train.Weights[float32], tok *tokenizer.Tokenizer, tmpl chat.Template, ex []Example, n, maxTokens int) (ok, total int, err error) {
 	m, err := w.Engine(cpu.New())
 	if err != nil {
 		return 0, 0, err

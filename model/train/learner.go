@@ -7,7 +7,6 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tape"
 )
 
@@ -19,15 +18,15 @@ type Learner interface {
 	// log-probabilities and entropies to loss, which returns dL/dlogp, and
 	// accumulates the gradient. Micro-batches may run concurrently (on
 	// different devices), so loss must be safe for that.
-	Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, loss LossFunc) error
+	Accumulate(batches []Batch, opts func(i int) TrainOptions, loss LossFunc) error
 	// AccumulatePolicy is Accumulate with step-wise GRPO's loss (Eq. 6,
 	// kernels.Trainer's PolicyGradient) over each micro-batch's inputs,
 	// computed where the log-probabilities are: on a GPU the step then
 	// reads nothing back. It returns the loss's sums over the tokens.
-	AccumulatePolicy(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error)
+	AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error)
 	// Score returns each micro-batch's learned-token log-probabilities
 	// under w (the policy, or a frozen reference), without gradients.
-	Score(w *qwen.Weights[float32], batches []qwen.Batch, o qwen.TrainOptions) ([][]float32, error)
+	Score(w *Weights[float32], batches []Batch, o TrainOptions) ([][]float32, error)
 	// Update clips, steps and clears the gradients (Trainer.Update).
 	Update() (gradNorm, lr float64, err error)
 	// Save writes a checkpoint (Trainer.Save).
@@ -72,7 +71,7 @@ func (in PolicyInputs) check(i, n int) error {
 type Tape struct{ T *Trainer }
 
 // Accumulate implements Learner.
-func (l Tape) Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, loss LossFunc) error {
+func (l Tape) Accumulate(batches []Batch, opts func(i int) TrainOptions, loss LossFunc) error {
 	for i, b := range batches {
 		tp := tape.New[float32]()
 		lp, ent := l.T.P.W.LogProbsEntropy(tp, b, opts(i))
@@ -86,7 +85,7 @@ func (l Tape) Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOption
 }
 
 // AccumulatePolicy implements Learner.
-func (l Tape) AccumulatePolicy(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error) {
+func (l Tape) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error) {
 	var st PolicyStats
 	for i, b := range batches {
 		tp := tape.New[float32]()
@@ -107,7 +106,7 @@ func (l Tape) AccumulatePolicy(batches []qwen.Batch, opts func(i int) qwen.Train
 }
 
 // Score implements Learner.
-func (Tape) Score(w *qwen.Weights[float32], batches []qwen.Batch, o qwen.TrainOptions) ([][]float32, error) {
+func (Tape) Score(w *Weights[float32], batches []Batch, o TrainOptions) ([][]float32, error) {
 	out := make([][]float32, len(batches))
 	for i, b := range batches {
 		tp := tape.New[float32]()

@@ -8,12 +8,11 @@ import (
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/model/qwen"
 )
 
 // Parallel is data-parallel training over devices: every device holds a
 // replica of the trainable weights with their gradients and AdamW moments
-// (qwen.DeviceTrainer); a step's micro-batches are spread over the
+// (Replica); a step's micro-batches are spread over the
 // replicas, which run at once; the gradients are summed across replicas
 // (all-reduce) and every replica takes the same AdamW step, so they stay
 // identical. Because the loss weights of a step's tokens are fixed over
@@ -22,9 +21,9 @@ import (
 // host copy of the weights that rollouts and checkpoints read.
 type Parallel struct {
 	T        *Trainer
-	Replicas []*qwen.DeviceTrainer
+	Replicas []*Replica
 	Reduce   kernels.Reducer
-	frozen   map[*qwen.Weights[float32]][]*qwen.DeviceTrainer // Score's reference replicas
+	frozen   map[*Weights[float32]][]*Replica // Score's reference replicas
 	log      io.Writer
 	stale    bool // the host weights lag the replicas (SyncHost)
 }
@@ -39,9 +38,9 @@ func NewParallel(t *Trainer, bes []kernels.Trainer, reduce kernels.Reducer, log 
 	if reduce == nil {
 		reduce = kernels.HostReduce{}
 	}
-	p := &Parallel{T: t, Reduce: reduce, frozen: map[*qwen.Weights[float32]][]*qwen.DeviceTrainer{}, log: log}
+	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, log: log}
 	for _, be := range bes {
-		r := qwen.NewDeviceTrainer(be, t.P.W)
+		r := NewReplica(be, t.P.W)
 		r.LoadMoments(t.Opt)
 		p.Replicas = append(p.Replicas, r)
 	}
@@ -54,11 +53,11 @@ func NewParallel(t *Trainer, bes []kernels.Trainer, reduce kernels.Reducer, log 
 // Run runs job(replica, i) for i in [0, n): job i on replica i mod N, the
 // replicas concurrently and each replica's jobs in order. The first error
 // is returned.
-func (p *Parallel) Run(n int, job func(r *qwen.DeviceTrainer, i int) error) error {
+func (p *Parallel) Run(n int, job func(r *Replica, i int) error) error {
 	return runOn(p.Replicas, n, job)
 }
 
-func runOn(reps []*qwen.DeviceTrainer, n int, job func(r *qwen.DeviceTrainer, i int) error) error {
+func runOn(reps []*Replica, n int, job func(r *Replica, i int) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(reps))
 	for ri, r := range reps {
@@ -134,8 +133,8 @@ func (p *Parallel) Save(dir string) error {
 }
 
 // Accumulate implements Learner: micro-batch i on replica i mod N.
-func (p *Parallel) Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, loss LossFunc) error {
-	return p.Run(len(batches), func(r *qwen.DeviceTrainer, i int) error {
+func (p *Parallel) Accumulate(batches []Batch, opts func(i int) TrainOptions, loss LossFunc) error {
+	return p.Run(len(batches), func(r *Replica, i int) error {
 		be := r.Backend()
 		acts := r.Forward(batches[i], opts(i))
 		lp, e := be.ToHost(acts.LogProbs), be.ToHost(acts.Ent)
@@ -155,13 +154,13 @@ func (p *Parallel) Accumulate(batches []qwen.Batch, opts func(i int) qwen.TrainO
 // AccumulatePolicy implements Learner: the loss runs on each replica's
 // device (PolicyGradient), its inputs uploaded without waiting and its
 // sums read once all micro-batches are done.
-func (p *Parallel) AccumulatePolicy(batches []qwen.Batch, opts func(i int) qwen.TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error) {
+func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error) {
 	sums := make([]kernels.Tensor, len(p.Replicas))
 	for k, r := range p.Replicas {
 		sums[k] = r.Backend().Zeros(4)
 	}
 	tokens := make([]int, len(batches))
-	err := p.Run(len(batches), func(r *qwen.DeviceTrainer, i int) error {
+	err := p.Run(len(batches), func(r *Replica, i int) error {
 		be := r.Backend()
 		acts := r.Forward(batches[i], opts(i))
 		n := acts.LogProbs.Len()
@@ -197,18 +196,18 @@ func (p *Parallel) AccumulatePolicy(batches []qwen.Batch, opts func(i int) qwen.
 
 // Score implements Learner. A w other than the policy (a frozen
 // reference) gets replicas of its own on the same devices, made once.
-func (p *Parallel) Score(w *qwen.Weights[float32], batches []qwen.Batch, o qwen.TrainOptions) ([][]float32, error) {
+func (p *Parallel) Score(w *Weights[float32], batches []Batch, o TrainOptions) ([][]float32, error) {
 	reps := p.Replicas
 	if w != p.T.P.W {
 		if reps = p.frozen[w]; reps == nil {
 			for _, r := range p.Replicas {
-				reps = append(reps, qwen.NewDeviceTrainer(r.Backend(), w))
+				reps = append(reps, NewReplica(r.Backend(), w))
 			}
 			p.frozen[w] = reps
 		}
 	}
 	out := make([][]float32, len(batches))
-	err := runOn(reps, len(batches), func(r *qwen.DeviceTrainer, i int) error {
+	err := runOn(reps, len(batches), func(r *Replica, i int) error {
 		out[i] = r.Backend().ToHost(r.Forward(batches[i], o).LogProbs)
 		return nil
 	})

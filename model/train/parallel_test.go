@@ -10,7 +10,6 @@ import (
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/cuda"
 	"github.com/agemem/agemem/model/optim"
-	"github.com/agemem/agemem/model/qwen"
 )
 
 // parallelRun trains three steps of four micro-batches (a mean-NLL loss
@@ -38,15 +37,15 @@ func parallelOn(t *testing.T, dir string, bes []kernels.Trainer, reduce kernels.
 	}
 	var losses []float64
 	for s := range 3 {
-		micro := []qwen.Batch{batch(4 * s), batch(4*s + 1), batch(4*s + 2), batch(4*s + 3)}
+		micro := []Batch{batch(4 * s), batch(4*s + 1), batch(4*s + 2), batch(4*s + 3)}
 		learned := 0
 		for _, b := range micro {
 			learned += len(b.LossRows)
 		}
 		parts := make([]float64, len(micro))
-		err := par.Run(len(micro), func(r *qwen.DeviceTrainer, i int) error {
+		err := par.Run(len(micro), func(r *Replica, i int) error {
 			be := r.Backend()
-			acts := r.Forward(micro[i], qwen.TrainOptions{Dropout: true, Seed: uint64(100*s + i)})
+			acts := r.Forward(micro[i], TrainOptions{Dropout: true, Seed: uint64(100*s + i)})
 			d := make([]float32, len(micro[i].LossRows))
 			for j := range d {
 				d[j] = -1 / float32(learned)

@@ -24,7 +24,7 @@ import (
 // (bf16 checkpoints are widened), with a fresh LoRA adapter when asked.
 type Policy struct {
 	Dir string // the base model directory
-	W   *qwen.Weights[float32]
+	W   *Weights[float32]
 }
 
 // Open loads dir for training. With l.Enabled, the base is frozen and a new
@@ -44,7 +44,7 @@ func Open(dir string, l config.LoRA, seed uint64) (*Policy, error) {
 		return nil, err
 	}
 	defer st.Close()
-	w, err := qwen.NewWeights[float32](cfg, st)
+	w, err := NewWeights[float32](cfg, st)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
@@ -79,7 +79,7 @@ func openAdapter(dir string, l config.LoRA) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("adapter %s: base: %w", dir, err)
 	}
-	byName := map[string]qwen.NamedVar[float32]{}
+	byName := map[string]NamedVar[float32]{}
 	for _, nv := range p.W.Named {
 		byName[nv.Name] = nv
 	}

@@ -27,9 +27,9 @@ func tinyDir(t *testing.T) string {
 }
 
 // batch returns a fixed packed batch for step i.
-func batch(i int) qwen.Batch {
+func batch(i int) Batch {
 	r := rand.New(rand.NewPCG(uint64(i), 9))
-	var seqs []qwen.Sequence
+	var seqs []Sequence
 	for range 3 {
 		ids := []int{1, 2, 3, 4}
 		for range 12 {
@@ -39,16 +39,16 @@ func batch(i int) qwen.Batch {
 		for j := 8; j < len(ids); j++ {
 			loss[j] = true
 		}
-		seqs = append(seqs, qwen.Sequence{IDs: ids, Loss: loss})
+		seqs = append(seqs, Sequence{IDs: ids, Loss: loss})
 	}
-	return qwen.Pack(seqs)
+	return Pack(seqs)
 }
 
 // step trains one step on batch(t.Step) and returns the loss before it.
 func step(t *testing.T, tr *Trainer) float64 {
 	b := batch(tr.Step)
 	tp := tape.New[float32]()
-	lp := tr.P.W.LogProbs(tp, b, qwen.TrainOptions{Dropout: true, Seed: uint64(tr.Step)})
+	lp := tr.P.W.LogProbs(tp, b, TrainOptions{Dropout: true, Seed: uint64(tr.Step)})
 	d := make([]float32, len(lp.Val))
 	loss := 0.0
 	for i, v := range lp.Val {
@@ -162,7 +162,7 @@ func TestExportLoadsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := batch(0)
-		want := tr.P.W.LogProbs(tape.New[float32](), b, qwen.TrainOptions{}).Val
+		want := tr.P.W.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
 		var again *Policy
 		var err error
 		if withLoRA {
@@ -179,7 +179,7 @@ func TestExportLoadsBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := again.W.LogProbs(tape.New[float32](), b, qwen.TrainOptions{}).Val
+		got := again.W.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
 		for i := range want {
 			if math.Abs(float64(got[i]-want[i])) > 1e-5 {
 				t.Fatalf("lora=%v: log-prob %d is %g after export, %g before", withLoRA, i, got[i], want[i])
@@ -201,12 +201,12 @@ func TestOpenAnAdapterDirectory(t *testing.T) {
 	if err := tr.P.Export(out, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
-	want := tr.P.W.LogProbs(tape.New[float32](), batch(0), qwen.TrainOptions{}).Val
+	want := tr.P.W.LogProbs(tape.New[float32](), batch(0), TrainOptions{}).Val
 	p, err := Open(out, config.LoRA{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := p.W.LogProbs(tape.New[float32](), batch(0), qwen.TrainOptions{}).Val
+	got := p.W.LogProbs(tape.New[float32](), batch(0), TrainOptions{}).Val
 	for i := range want {
 		if math.Abs(float64(got[i]-want[i])) > 1e-5 {
 			t.Fatalf("log-prob %d: %g merged, %g with the adapter", i, got[i], want[i])

@@ -22,7 +22,6 @@ import (
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/optim"
-	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
@@ -280,7 +279,7 @@ func update(tr *train.Trainer, l train.Learner, ref *train.Policy, exps []rollou
 	}
 	w := tr.P.W
 	chs := chains(exps)
-	seqs := make([]qwen.Sequence, len(chs))
+	seqs := make([]train.Sequence, len(chs))
 	for i, c := range chs {
 		seqs[i] = c.seq
 	}
@@ -290,11 +289,11 @@ func update(tr *train.Trainer, l train.Learner, ref *train.Policy, exps []rollou
 	var old [][]float64
 	var err error
 	if rc.Epochs*rc.Minibatches > 1 {
-		if old, err = score(l, w, seqs, rc.BatchTokens, qwen.TrainOptions{}); err != nil {
+		if old, err = score(l, w, seqs, rc.BatchTokens, train.TrainOptions{}); err != nil {
 			return err
 		}
 	}
-	refLp, err := score(l, ref.W, seqs, rc.BatchTokens, qwen.TrainOptions{NoAdapter: true})
+	refLp, err := score(l, ref.W, seqs, rc.BatchTokens, train.TrainOptions{NoAdapter: true})
 	if err != nil {
 		return err
 	}
@@ -309,24 +308,24 @@ func update(tr *train.Trainer, l train.Learner, ref *train.Policy, exps []rollou
 			groups := microBatches(mb, seqs, rc.BatchTokens)
 			var seqOf []int // the experience of every learned token, in micro-batch order
 			offs := make([]int, len(groups))
-			batches := make([]qwen.Batch, len(groups))
+			batches := make([]train.Batch, len(groups))
 			for gi, g := range groups {
 				offs[gi] = len(seqOf)
-				var sub []qwen.Sequence
+				var sub []train.Sequence
 				for _, c := range g {
 					sub = append(sub, seqs[c])
 					for _, t := range chs[c].tokens {
 						seqOf = append(seqOf, t.exp)
 					}
 				}
-				batches[gi] = qwen.Pack(sub)
+				batches[gi] = train.Pack(sub)
 			}
 			weights, err := grpo.TokenWeights(rc.Aggregation, seqOf)
 			if err != nil {
 				return err
 			}
-			ps, err := l.AccumulatePolicy(batches, func(gi int) qwen.TrainOptions {
-				return qwen.TrainOptions{Recompute: rc.Recompute, Dropout: true, Seed: uint64(tr.Step)<<16 ^ uint64(offs[gi])}
+			ps, err := l.AccumulatePolicy(batches, func(gi int) train.TrainOptions {
+				return train.TrainOptions{Recompute: rc.Recompute, Dropout: true, Seed: uint64(tr.Step)<<16 ^ uint64(offs[gi])}
 			}, func(gi int) train.PolicyInputs {
 				group, b := groups[gi], batches[gi]
 				n := len(b.Seq)
@@ -377,7 +376,7 @@ func update(tr *train.Trainer, l train.Learner, ref *train.Policy, exps []rollou
 // reset rewrite the context and start a new chain. The loss is the same as
 // training each call on its own sequence, for a fraction of the tokens.
 type chain struct {
-	seq    qwen.Sequence
+	seq    train.Sequence
 	tokens []chainToken // the learned tokens, in order
 }
 
@@ -400,7 +399,7 @@ func chains(exps []rollout.Experience) []chain {
 			}
 			continue
 		}
-		c := chain{seq: qwen.Sequence{IDs: full, Loss: make([]bool, len(full))}}
+		c := chain{seq: train.Sequence{IDs: full, Loss: make([]bool, len(full))}}
 		for j := len(e.PromptIDs); j < len(full); j++ {
 			c.seq.Loss[j] = true
 			c.tokens = append(c.tokens, chainToken{i, j - len(e.PromptIDs)})
@@ -424,7 +423,7 @@ func hasPrefix(s, prefix []int) bool {
 }
 
 // microBatches groups sequence indices into packs of at most batchTokens.
-func microBatches(idx []int, seqs []qwen.Sequence, batchTokens int) [][]int {
+func microBatches(idx []int, seqs []train.Sequence, batchTokens int) [][]int {
 	var out [][]int
 	var cur []int
 	size := 0
@@ -445,19 +444,19 @@ func microBatches(idx []int, seqs []qwen.Sequence, batchTokens int) [][]int {
 
 // score returns each sequence's learned-token log-probabilities under w,
 // without gradients.
-func score(l train.Learner, w *qwen.Weights[float32], seqs []qwen.Sequence, batchTokens int, o qwen.TrainOptions) ([][]float64, error) {
+func score(l train.Learner, w *train.Weights[float32], seqs []train.Sequence, batchTokens int, o train.TrainOptions) ([][]float64, error) {
 	idx := make([]int, len(seqs))
 	for i := range idx {
 		idx[i] = i
 	}
 	groups := microBatches(idx, seqs, batchTokens)
-	batches := make([]qwen.Batch, len(groups))
+	batches := make([]train.Batch, len(groups))
 	for gi, group := range groups {
-		var sub []qwen.Sequence
+		var sub []train.Sequence
 		for _, i := range group {
 			sub = append(sub, seqs[i])
 		}
-		batches[gi] = qwen.Pack(sub)
+		batches[gi] = train.Pack(sub)
 	}
 	lps, err := l.Score(w, batches, o)
 	if err != nil {

@@ -64,7 +64,7 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 				lr = 1e-2
 			}
 			tr := train.NewTrainer(p, config.Default().Optim, lr, optim.Schedule{}, 1, "")
-			var seqs []qwen.Sequence
+			var seqs []train.Sequence
 			for _, c := range chains(exps) {
 				seqs = append(seqs, c.seq)
 			}
@@ -139,7 +139,7 @@ func TestChainsScoreLikeSeparateCalls(t *testing.T) {
 	if len(chs) != 3 {
 		t.Fatalf("%d chains, want 3 (e1+e2, e3, e4+e5)", len(chs))
 	}
-	var seqs []qwen.Sequence
+	var seqs []train.Sequence
 	for _, c := range chs {
 		seqs = append(seqs, c.seq)
 	}
@@ -147,7 +147,7 @@ func TestChainsScoreLikeSeparateCalls(t *testing.T) {
 	for ci, c := range chs {
 		for n, tk := range c.tokens {
 			alone := chains(exps[tk.exp : tk.exp+1])
-			want := mustScore(t, p.W, []qwen.Sequence{alone[0].seq})[0][tk.pos]
+			want := mustScore(t, p.W, []train.Sequence{alone[0].seq})[0][tk.pos]
 			if d := merged[ci][n] - want; d > 1e-5 || d < -1e-5 {
 				t.Fatalf("experience %d token %d: %g in the chain, %g alone", tk.exp, tk.pos, merged[ci][n], want)
 			}
@@ -157,9 +157,9 @@ func TestChainsScoreLikeSeparateCalls(t *testing.T) {
 
 // mustScore scores on the tape (the host weights, which device training
 // keeps in step).
-func mustScore(t *testing.T, w *qwen.Weights[float32], seqs []qwen.Sequence) [][]float64 {
+func mustScore(t *testing.T, w *train.Weights[float32], seqs []train.Sequence) [][]float64 {
 	t.Helper()
-	out, err := score(train.Tape{}, w, seqs, 1<<20, qwen.TrainOptions{})
+	out, err := score(train.Tape{}, w, seqs, 1<<20, train.TrainOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package qwen
+package train
 
 import (
 	"math"
@@ -60,15 +60,15 @@ func deviceCases(t *testing.T) []struct {
 	}{{"qwen3", mk("qwen3", false, false)}, {"qwen2 tied", mk("qwen2", true, false)}, {"qwen3 lora dropout", mk("qwen3", false, true)}}
 }
 
-// TestDeviceTrainerMatchesTape: on the CPU backend, the explicit
+// TestReplicaMatchesTape: on the CPU backend, the explicit
 // forward/backward gives the tape's log-probabilities, entropies and
 // gradients (the tape's are finite-difference checked), packed sequences
 // with a shared prefix included; the same function runs the GPU check.
-func TestDeviceTrainerMatchesTape(t *testing.T) {
-	checkDeviceTrainer(t, cpu.New(), 1e-5)
+func TestReplicaMatchesTape(t *testing.T) {
+	checkReplica(t, cpu.New(), 1e-5)
 }
 
-func checkDeviceTrainer(t *testing.T, be kernels.Trainer, tol float64) {
+func checkReplica(t *testing.T, be kernels.Trainer, tol float64) {
 	for _, c := range deviceCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			w := c.w
@@ -83,7 +83,7 @@ func checkDeviceTrainer(t *testing.T, be kernels.Trainer, tol float64) {
 			lp, ent := w.LogProbsEntropy(tp, b, o)
 			tp.Backward(lp, coef)
 
-			d := NewDeviceTrainer(be, w)
+			d := NewReplica(be, w)
 			acts := d.Forward(b, o)
 			relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp.Val, tol)
 			ent32 := make([]float32, len(ent))

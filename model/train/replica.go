@@ -1,4 +1,4 @@
-package qwen
+package train
 
 import (
 	"fmt"
@@ -6,17 +6,18 @@ import (
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tape"
 )
 
-// DeviceTrainer trains the decoder where a kernels.Trainer backend keeps
+// Replica trains the decoder where a kernels.Trainer backend keeps
 // it: the parameters, their gradients and AdamW moments live on the
 // device, and a step (forward, backward, clipping, update) launches
 // kernels without reading anything back. The forward and backward are
 // written out layer by layer, as llm.c does, over the same architecture
 // as Weights.LogProbs on the tape, which the tests hold it to.
-type DeviceTrainer struct {
-	*Decoder[*DeviceParam]
+type Replica struct {
+	*qwen.Decoder[*DeviceParam]
 	be     kernels.Trainer
 	Params []*DeviceParam // trainable ones, in Weights.Trainable order
 	all    map[string]*DeviceParam
@@ -30,10 +31,10 @@ type DeviceParam struct {
 	Decay      bool
 }
 
-// NewDeviceTrainer uploads w's parameters (and adapter) to be. Only
+// NewReplica uploads w's parameters (and adapter) to be. Only
 // float32 weights train.
-func NewDeviceTrainer(be kernels.Trainer, w *Weights[float32]) *DeviceTrainer {
-	d := &DeviceTrainer{be: be, all: map[string]*DeviceParam{}}
+func NewReplica(be kernels.Trainer, w *Weights[float32]) *Replica {
+	d := &Replica{be: be, all: map[string]*DeviceParam{}}
 	for _, nv := range w.Named {
 		p := &DeviceParam{Name: nv.Name, W: be.FromHost(nv.V.Val, nv.V.Rows, nv.V.Cols)}
 		if nv.V.Requires {
@@ -45,7 +46,7 @@ func NewDeviceTrainer(be kernels.Trainer, w *Weights[float32]) *DeviceTrainer {
 	}
 	// The same declaration as w's, its parameters the uploaded ones; every
 	// name was uploaded above, since w was bound by the same declaration.
-	d.Decoder, _ = Bind(w.Config, func(p Param, dst **DeviceParam) error { *dst = d.all[p.Name]; return nil })
+	d.Decoder, _ = qwen.Bind(w.Config, func(p qwen.Param, dst **DeviceParam) error { *dst = d.all[p.Name]; return nil })
 	src, dst := w.Linears(), d.Linears()
 	for i, s := range src {
 		if s.A != nil {
@@ -57,9 +58,9 @@ func NewDeviceTrainer(be kernels.Trainer, w *Weights[float32]) *DeviceTrainer {
 }
 
 // Backend is the device the trainer runs on.
-func (d *DeviceTrainer) Backend() kernels.Trainer { return d.be }
+func (d *Replica) Backend() kernels.Trainer { return d.be }
 
-type devLinear = Linear[*DeviceParam]
+type devLinear = qwen.Linear[*DeviceParam]
 
 // devLinAct is what one projection's backward needs from its forward.
 type devLinAct struct {
@@ -73,8 +74,8 @@ type devLayerAct struct {
 	lin                                                        struct{ q, k, v, o, gate, up, down devLinAct }
 }
 
-// DeviceActs is a forward's saved state: pass it to Backward.
-type DeviceActs struct {
+// ReplicaActs is a forward's saved state: pass it to Backward.
+type ReplicaActs struct {
 	b             Batch
 	o             TrainOptions
 	layers        []devLayerAct
@@ -85,7 +86,7 @@ type DeviceActs struct {
 
 // Forward runs the batch and returns the learned tokens' log-probabilities
 // (acts.LogProbs) and entropies, keeping what Backward needs.
-func (d *DeviceTrainer) Forward(b Batch, o TrainOptions) *DeviceActs {
+func (d *Replica) Forward(b Batch, o TrainOptions) *ReplicaActs {
 	be := d.be
 	h := d.HiddenSize
 	n := len(b.Tokens)
@@ -94,7 +95,7 @@ func (d *DeviceTrainer) Forward(b Batch, o TrainOptions) *DeviceActs {
 			panic(fmt.Sprintf("token id %d outside the vocabulary of %d", id, d.VocabSize))
 		}
 	}
-	acts := &DeviceActs{b: b, o: o}
+	acts := &ReplicaActs{b: b, o: o}
 	x := be.Zeros(n, h)
 	be.Embedding(x, d.Embed.W, b.Tokens)
 	for li := range d.Layers {
@@ -114,7 +115,7 @@ func (d *DeviceTrainer) Forward(b Batch, o TrainOptions) *DeviceActs {
 	return acts
 }
 
-func (d *DeviceTrainer) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
+func (d *Replica) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
 	be := d.be
 	rows := x.Shape()[0]
 	y := be.Zeros(rows, p.Out)
@@ -153,7 +154,7 @@ func (d *DeviceTrainer) linear(p *devLinear, x kernels.Tensor, o TrainOptions, a
 
 // linearBackward accumulates into dx (and the parameters' gradients) the
 // backward of linear given dy.
-func (d *DeviceTrainer) linearBackward(p *devLinear, dx, dy kernels.Tensor, o TrainOptions, act *devLinAct) {
+func (d *Replica) linearBackward(p *devLinear, dx, dy kernels.Tensor, o TrainOptions, act *devLinAct) {
 	be := d.be
 	var db kernels.Tensor
 	if p.B != nil {
@@ -186,7 +187,7 @@ func grad(p *DeviceParam) kernels.Tensor {
 
 // segmentKV returns a segment's keys (or values) as one run of rows: its
 // prefix rows, then its own (a copy only when there is a prefix).
-func (d *DeviceTrainer) segmentKV(x kernels.Tensor, s tape.Segment) kernels.Tensor {
+func (d *Replica) segmentKV(x kernels.Tensor, s tape.Segment) kernels.Tensor {
 	if s.Prefix == 0 {
 		return d.be.Rows(x, s.Lo, s.Hi)
 	}
@@ -196,7 +197,7 @@ func (d *DeviceTrainer) segmentKV(x kernels.Tensor, s tape.Segment) kernels.Tens
 	return c
 }
 
-func (d *DeviceTrainer) layerForward(li int, x kernels.Tensor, b Batch, o TrainOptions, a *devLayerAct) kernels.Tensor {
+func (d *Replica) layerForward(li int, x kernels.Tensor, b Batch, o TrainOptions, a *devLayerAct) kernels.Tensor {
 	be, l := d.be, &d.Layers[li]
 	n, h, eps := len(b.Tokens), d.HiddenSize, float32(d.RMSNormEps)
 	at, mlp := &l.Attn, &l.MLP
@@ -234,7 +235,7 @@ func (d *DeviceTrainer) layerForward(li int, x kernels.Tensor, b Batch, o TrainO
 
 // Backward accumulates into the parameters' gradients the gradient of
 // Σ dLogp[i]·logp[i] (dLogp [len(LossRows)], on the device).
-func (d *DeviceTrainer) Backward(acts *DeviceActs, dLogp kernels.Tensor) {
+func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 	be := d.be
 	b, o := acts.b, acts.o
 	eps := float32(d.RMSNormEps)
@@ -300,7 +301,7 @@ func (d *DeviceTrainer) Backward(acts *DeviceActs, dLogp kernels.Tensor) {
 }
 
 // ZeroGrad clears the gradients.
-func (d *DeviceTrainer) ZeroGrad() {
+func (d *Replica) ZeroGrad() {
 	for _, p := range d.Params {
 		d.be.Zero(p.G)
 	}
@@ -310,7 +311,7 @@ func (d *DeviceTrainer) ZeroGrad() {
 // takes AdamW step number stepN (1-based, for the bias corrections) at
 // rate lr, and clears the gradients. The squared norm stays on the
 // device; SumSq returns it for logging.
-func (d *DeviceTrainer) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64) kernels.Tensor {
+func (d *Replica) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64) kernels.Tensor {
 	be := d.be
 	ss := be.Zeros(1)
 	for _, p := range d.Params {
@@ -331,7 +332,7 @@ func (d *DeviceTrainer) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64
 // Download copies the trainable parameters back into w (the host master
 // copy that rollouts and checkpoints read) and, when opt is not nil, the
 // moments into it.
-func (d *DeviceTrainer) Download(w *Weights[float32], opt *optim.AdamW) {
+func (d *Replica) Download(w *Weights[float32], opt *optim.AdamW) {
 	for _, nv := range w.Trainable() {
 		p := d.all[nv.Name]
 		copy(nv.V.Val, d.be.ToHost(p.W))
@@ -343,7 +344,7 @@ func (d *DeviceTrainer) Download(w *Weights[float32], opt *optim.AdamW) {
 
 // LoadMoments sets the AdamW moments the host optimiser holds (a resumed
 // run's); parameters without any start from zero at the first step.
-func (d *DeviceTrainer) LoadMoments(opt *optim.AdamW) {
+func (d *Replica) LoadMoments(opt *optim.AdamW) {
 	for _, p := range d.Params {
 		if m, v := opt.M[p.Name], opt.V[p.Name]; m != nil {
 			p.M, p.V = d.be.FromHost(m, p.W.Shape()...), d.be.FromHost(v, p.W.Shape()...)

@@ -1,4 +1,4 @@
-package qwen
+package train
 
 import (
 	"math"
@@ -7,20 +7,21 @@ import (
 
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tape"
 )
 
 // micro is a Qwen shape small enough to finite-difference every parameter.
-func micro(modelType string, tied bool) Config {
-	return Config{ModelType: modelType, HiddenSize: 8, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 4,
+func micro(modelType string, tied bool) qwen.Config {
+	return qwen.Config{ModelType: modelType, HiddenSize: 8, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 4,
 		Intermediate: 12, RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: tied, VocabSize: 11, MaxPositions: 64}
 }
 
-func weightsFor[T tape.Float](t *testing.T, cfg Config, seed uint64) *Weights[T] {
+func weightsFor[T tape.Float](t *testing.T, cfg qwen.Config, seed uint64) *Weights[T] {
 	t.Helper()
 	dir := t.TempDir()
-	if err := InitRandom(dir, cfg, safetensors.F32, seed); err != nil {
+	if err := qwen.InitRandom(dir, cfg, safetensors.F32, seed); err != nil {
 		t.Fatal(err)
 	}
 	st, err := safetensors.OpenDir(dir)
@@ -48,7 +49,7 @@ var fdSeqs = []Sequence{
 func TestWholeModelFiniteDifferences(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		cfg  Config
+		cfg  qwen.Config
 		lora bool
 	}{
 		{"qwen3 full", micro("qwen3", false), false},
@@ -125,7 +126,7 @@ func (w *Weights[T]) linearShape(module string) (int, int, bool) {
 // Hugging Face transformers), with and without an adapter.
 func TestTrainingForwardMatchesEngine(t *testing.T) {
 	for _, preset := range []string{"tiny-qwen2", "tiny-qwen3"} {
-		cfg := Presets[preset]
+		cfg := qwen.Presets[preset]
 		w := weightsFor[float32](t, cfg, 11)
 		a, err := lora.New(lora.Config{R: 4, Alpha: 8, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, w.linearModules(), w.linearShape, 2, true)
 		if err != nil {
@@ -187,7 +188,7 @@ func TestTrainingForwardMatchesEngine(t *testing.T) {
 // TestNoAdapterIsTheBase: with an adapter attached, NoAdapter gives the
 // base's log-probabilities exactly (GRPO's reference under LoRA).
 func TestNoAdapterIsTheBase(t *testing.T) {
-	w := weightsFor[float32](t, Presets["tiny-qwen3"], 8)
+	w := weightsFor[float32](t, qwen.Presets["tiny-qwen3"], 8)
 	b := Pack(fdSeqs)
 	base := w.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
 	a, err := lora.New(lora.Config{R: 2, Alpha: 4, TargetModules: []string{"q_proj", "up_proj"}}, w.linearModules(), w.linearShape, 1, true)

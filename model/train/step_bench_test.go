@@ -1,4 +1,4 @@
-package qwen
+package train
 
 import (
 	"fmt"
@@ -8,54 +8,15 @@ import (
 
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tape"
 )
 
 // randomSource makes random weights of a shape in memory (no file: the
 // 0.5B shape would be 2 GB on disk).
-func randomSource(cfg Config, seed uint64) memSource {
-	r := rand.New(rand.NewPCG(seed, 1))
-	src := memSource{}
-	add := func(name string, mean float64, shape ...int) {
-		n := 1
-		for _, d := range shape {
-			n *= d
-		}
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(mean + 0.02*r.NormFloat64())
-		}
-		src[name] = safetensors.FromFloat32(name, safetensors.F32, shape, v)
-	}
-	h, hd := cfg.HiddenSize, cfg.HeadDim
-	add("model.embed_tokens.weight", 0, cfg.VocabSize, h)
-	add("model.norm.weight", 1, h)
-	if !cfg.TieEmbeddings {
-		add("lm_head.weight", 0, cfg.VocabSize, h)
-	}
-	for i := range cfg.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		add(p+"input_layernorm.weight", 1, h)
-		add(p+"post_attention_layernorm.weight", 1, h)
-		add(p+"self_attn.q_proj.weight", 0, cfg.Heads*hd, h)
-		add(p+"self_attn.k_proj.weight", 0, cfg.KVHeads*hd, h)
-		add(p+"self_attn.v_proj.weight", 0, cfg.KVHeads*hd, h)
-		add(p+"self_attn.o_proj.weight", 0, h, cfg.Heads*hd)
-		if cfg.QKVBias() {
-			add(p+"self_attn.q_proj.bias", 0, cfg.Heads*hd)
-			add(p+"self_attn.k_proj.bias", 0, cfg.KVHeads*hd)
-			add(p+"self_attn.v_proj.bias", 0, cfg.KVHeads*hd)
-		}
-		if cfg.QKNorm() {
-			add(p+"self_attn.q_norm.weight", 1, hd)
-			add(p+"self_attn.k_norm.weight", 1, hd)
-		}
-		add(p+"mlp.gate_proj.weight", 0, cfg.Intermediate, h)
-		add(p+"mlp.up_proj.weight", 0, cfg.Intermediate, h)
-		add(p+"mlp.down_proj.weight", 0, h, cfg.Intermediate)
-	}
-	return src
+func randomSource(cfg qwen.Config, seed uint64) qwen.TensorMap {
+	return qwen.MapOf(qwen.RandomTensors(cfg, safetensors.F32, seed))
 }
 
 // matmulPeak measures the CPU matmul's GFLOP/s on a 1024³ product: the
@@ -86,12 +47,12 @@ func BenchmarkTrainStep(b *testing.B) {
 	b.Logf("anchor: CPU matmul peak %.1f GFLOP/s (1024³)", peak)
 	shapes := []struct {
 		name       string
-		cfg        Config
+		cfg        qwen.Config
 		seqs, each int
 	}{
-		{"tiny", Config{ModelType: "qwen3", HiddenSize: 96, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 24, Intermediate: 256,
+		{"tiny", qwen.Config{ModelType: "qwen3", HiddenSize: 96, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 24, Intermediate: 256,
 			RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: 2048, MaxPositions: 4096}, 8, 512},
-		{"qwen2.5-0.5b-shape", Presets["qwen2.5-0.5b-shape"], 2, 128},
+		{"qwen2.5-0.5b-shape", qwen.Presets["qwen2.5-0.5b-shape"], 2, 128},
 	}
 	for _, s := range shapes {
 		w, err := NewWeights[float32](s.cfg, randomSource(s.cfg, 1))

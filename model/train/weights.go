@@ -1,4 +1,4 @@
-package qwen
+package train
 
 import (
 	"fmt"
@@ -9,15 +9,16 @@ import (
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tape"
 )
 
 // Weights are the decoder's parameters as tape variables: the training
-// side of the model, the same Decoder and Layer.Forward as the engine's,
+// side of the model, the same qwen.Decoder and qwen.Layer.Forward as the engine's,
 // recorded on the tape so that backward comes from it.
 type Weights[T tape.Float] struct {
-	*Decoder[*tape.Var[T]]
+	*qwen.Decoder[*tape.Var[T]]
 	// Named lists every parameter with its Hugging Face name, in file order;
 	// LoRA parameters carry PEFT's names.
 	Named []NamedVar[T]
@@ -46,12 +47,12 @@ func convert[T tape.Float](src []float32) []T {
 // NewWeights reads every parameter from src (a checkpoint directory or
 // in-memory tensors) into T, all trainable: full fine-tuning. bf16 and f16
 // checkpoints get float32 master weights.
-func NewWeights[T tape.Float](cfg Config, src TensorSource) (*Weights[T], error) {
+func NewWeights[T tape.Float](cfg qwen.Config, src qwen.TensorSource) (*Weights[T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	w := &Weights[T]{}
-	d, err := Bind(cfg, func(p Param, dst **tape.Var[T]) error {
+	d, err := qwen.Bind(cfg, func(p qwen.Param, dst **tape.Var[T]) error {
 		t, ok := src.Tensor(p.Name)
 		if !ok {
 			return fmt.Errorf("tensor %q is missing", p.Name)
@@ -141,7 +142,7 @@ func (w *Weights[T]) SaveHF(dir string, dtype safetensors.DType) error {
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), w.BaseTensors(dtype), map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
-	return writeConfig(dir, w.Config, dtype)
+	return qwen.WriteConfig(dir, w.Config, dtype)
 }
 
 // Adapter returns the attached LoRA adapter's current values in PEFT's
@@ -166,22 +167,14 @@ func (w *Weights[T]) Adapter() *lora.Adapter {
 	return a
 }
 
-// memSource serves tensors from memory (for Engine).
-type memSource map[string]safetensors.Tensor
-
-func (m memSource) Tensor(name string) (safetensors.Tensor, bool) {
-	t, ok := m[name]
-	return t, ok
-}
-
-// Engine builds an inference Model with the current weights (and adapter)
+// Engine builds an inference qwen.Model with the current weights (and adapter)
 // on a backend: rollouts generate with the policy being trained.
-func (w *Weights[T]) Engine(be kernels.Backend) (*Model, error) {
-	src := memSource{}
+func (w *Weights[T]) Engine(be kernels.Backend) (*qwen.Model, error) {
+	src := qwen.TensorMap{}
 	for _, t := range w.BaseTensors(safetensors.F32) {
 		src[t.Name] = t
 	}
-	m, err := FromTensors(be, w.Config, src)
+	m, err := qwen.FromTensors(be, w.Config, src)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +310,7 @@ func (w *Weights[T]) logProbs(tp *tape.Tape[T], b Batch, o TrainOptions, entropy
 // within its segment.
 type tapeOps[T tape.Float] struct {
 	tp  *tape.Tape[T]
-	cfg *Config
+	cfg *qwen.Config
 	b   Batch
 	o   TrainOptions
 }
@@ -326,7 +319,7 @@ func (o tapeOps[T]) RMSNorm(x, w *tape.Var[T]) *tape.Var[T] {
 	return o.tp.RMSNorm(x, w, o.cfg.RMSNormEps)
 }
 
-func (o tapeOps[T]) Linear(l *Linear[*tape.Var[T]], x *tape.Var[T]) *tape.Var[T] {
+func (o tapeOps[T]) Linear(l *qwen.Linear[*tape.Var[T]], x *tape.Var[T]) *tape.Var[T] {
 	tp := o.tp
 	y := tp.Linear(x, l.W, l.B)
 	if l.A == nil || o.o.NoAdapter {
