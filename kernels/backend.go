@@ -108,13 +108,13 @@ func (d Dims) Len() int {
 	return n
 }
 
-// Trainer is a Backend that also trains: the backward of each forward op
+// TrainBackend is a Backend that also trains: the backward of each forward op
 // and the optimiser, so that a training step (forward, backward, update)
 // runs where the weights live. Backward ops accumulate (+=) into their
 // gradient outputs, so a tensor used twice sums both contributions and
 // micro-batches add up; any gradient output may be nil where it is not
 // needed.
-type Trainer interface {
+type TrainBackend interface {
 	Backend
 
 	// Zero clears a tensor.

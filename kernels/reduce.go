@@ -3,7 +3,7 @@ package kernels
 // Reducer sums gradients across replicas in place: after AllReduce,
 // grads[r][j] on every replica r holds Σ_r grads[r][j].
 type Reducer interface {
-	AllReduce(bes []Trainer, grads [][]Tensor) error
+	AllReduce(bes []TrainBackend, grads [][]Tensor) error
 	Name() string
 }
 
@@ -16,7 +16,7 @@ type HostReduce struct{}
 func (HostReduce) Name() string { return "host memory" }
 
 // AllReduce implements Reducer.
-func (HostReduce) AllReduce(bes []Trainer, grads [][]Tensor) error {
+func (HostReduce) AllReduce(bes []TrainBackend, grads [][]Tensor) error {
 	if len(bes) < 2 {
 		return nil
 	}

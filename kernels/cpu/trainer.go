@@ -6,12 +6,12 @@ import (
 	"github.com/agemem/agemem/kernels"
 )
 
-var _ kernels.Trainer = (*Backend)(nil)
+var _ kernels.TrainBackend = (*Backend)(nil)
 
-// Zero implements kernels.Trainer.
+// Zero implements kernels.TrainBackend.
 func (*Backend) Zero(t kernels.Tensor) { clear(data(t)) }
 
-// AddScaled implements kernels.Trainer.
+// AddScaled implements kernels.TrainBackend.
 func (*Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	yd := data(y)
 	for i, v := range data(x) {
@@ -19,7 +19,7 @@ func (*Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	}
 }
 
-// Mul implements kernels.Trainer.
+// Mul implements kernels.TrainBackend.
 func (*Backend) Mul(y, a, b kernels.Tensor) {
 	yd, bd := data(y), data(b)
 	for i, v := range data(a) {
@@ -27,7 +27,7 @@ func (*Backend) Mul(y, a, b kernels.Tensor) {
 	}
 }
 
-// MatMulBackward implements kernels.Trainer (plain float32 weights only:
+// MatMulBackward implements kernels.TrainBackend (plain float32 weights only:
 // training keeps master weights in float32).
 func (*Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 	wt := host(w)
@@ -57,35 +57,35 @@ func LinearBackward(dx, dw, db, dy, x, w []float32, m, k, n int) {
 	}
 }
 
-// RMSNormBackward implements kernels.Trainer.
+// RMSNormBackward implements kernels.TrainBackend.
 func (*Backend) RMSNormBackward(dx, dw, dy, x, w kernels.Tensor, eps float32) {
 	wd := data(w)
 	RMSNormBackward(data(dx), data(dw), data(dy), data(x), wd, len(wd), eps)
 }
 
-// RopeBackward implements kernels.Trainer.
+// RopeBackward implements kernels.TrainBackend.
 func (*Backend) RopeBackward(dy kernels.Tensor, pos []int, heads, headDim int, theta float64) {
 	RopeBackward(data(dy), pos, heads, headDim, theta)
 }
 
-// SiLUMulBackward implements kernels.Trainer.
+// SiLUMulBackward implements kernels.TrainBackend.
 func (*Backend) SiLUMulBackward(dgate, dup, dy, gate, up kernels.Tensor) {
 	SiLUMulBackward(data(dgate), data(dup), data(dy), data(gate), data(up))
 }
 
-// EmbeddingBackward implements kernels.Trainer.
+// EmbeddingBackward implements kernels.TrainBackend.
 func (*Backend) EmbeddingBackward(dtable, dy kernels.Tensor, ids []int) {
 	t := host(dtable)
 	EmbeddingBackward(t.Data, data(dy), ids, t.Dims[len(t.Dims)-1])
 }
 
-// AttentionBackward implements kernels.Trainer.
+// AttentionBackward implements kernels.TrainBackend.
 func (*Backend) AttentionBackward(dq, dk, dv, dout, out, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
 	qd := data(q)
 	AttentionBackwardMatMul(data(dq), data(dk), data(dv), data(dout), qd, data(k), data(v), len(qd)/(heads*hd), start, heads, kvHeads, hd)
 }
 
-// LogProbs implements kernels.Trainer.
+// LogProbs implements kernels.TrainBackend.
 func (*Backend) LogProbs(out, ent, logits kernels.Tensor, targets []int) {
 	l := host(logits)
 	v := l.Dims[len(l.Dims)-1]
@@ -117,13 +117,13 @@ func Entropy[T Float](logits []T, v int) []float64 {
 	return out
 }
 
-// LogProbsBackward implements kernels.Trainer.
+// LogProbsBackward implements kernels.TrainBackend.
 func (*Backend) LogProbsBackward(dlogits, dout, logits kernels.Tensor, targets []int) {
 	l := host(logits)
 	LogProbGatherBackward(data(dlogits), data(dout), l.Data, targets, l.Dims[len(l.Dims)-1])
 }
 
-// SumSquares implements kernels.Trainer.
+// SumSquares implements kernels.TrainBackend.
 func (*Backend) SumSquares(acc, x kernels.Tensor) {
 	var s float64
 	for _, v := range data(x) {
@@ -132,7 +132,7 @@ func (*Backend) SumSquares(acc, x kernels.Tensor) {
 	data(acc)[0] += float32(s)
 }
 
-// AdamW implements kernels.Trainer.
+// AdamW implements kernels.TrainBackend.
 func (*Backend) AdamW(w, g, m, v, sumSq kernels.Tensor, s kernels.AdamWStep) {
 	scale := 1.0
 	if sumSq != nil && s.MaxNorm > 0 {
@@ -158,7 +158,7 @@ func AdamWUpdate(w, g, m, v []float32, scale float64, s kernels.AdamWStep) {
 	})
 }
 
-// PolicyGradient implements kernels.Trainer.
+// PolicyGradient implements kernels.TrainBackend.
 func (*Backend) PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w kernels.Tensor, clip, beta float32) {
 	st := PolicyGradient(data(dlogp), data(logp), data(ent), data(old), data(ref), data(adv), data(w), float64(clip), float64(beta))
 	s := data(stats)
@@ -167,7 +167,7 @@ func (*Backend) PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w kernels
 	}
 }
 
-// PolicyGradient is kernels.Trainer's PolicyGradient on slices (old and ent
+// PolicyGradient is kernels.TrainBackend's PolicyGradient on slices (old and ent
 // may be nil), computed in float64; it returns Σ w·ℓ, Σ w·kl, the clipped
 // tokens and Σ ent.
 func PolicyGradient(dlogp, logp, ent, old, ref, adv, w []float32, clip, beta float64) [4]float64 {

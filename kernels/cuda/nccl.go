@@ -32,7 +32,7 @@ type NCCL struct {
 
 // NewNCCL opens communicators over the backends' GPUs. It fails (and the
 // caller falls back to host memory) when libnccl.so.2 cannot be loaded.
-func NewNCCL(bes []kernels.Trainer) (*NCCL, error) {
+func NewNCCL(bes []kernels.TrainBackend) (*NCCL, error) {
 	ncclOnce.Do(func() {
 		lib, _, err := open([]string{"libnccl.so.2", "libnccl.so"})
 		if err != nil {
@@ -68,7 +68,7 @@ func (n *NCCL) Name() string { return "NCCL" }
 
 // AllReduce implements Reducer: one in-place ncclAllReduce (sum) per
 // parameter across the GPUs, grouped so that NCCL runs them together.
-func (n *NCCL) AllReduce(_ []kernels.Trainer, grads [][]kernels.Tensor) error {
+func (n *NCCL) AllReduce(_ []kernels.TrainBackend, grads [][]kernels.Tensor) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if r := nccl.GroupStart(); r != 0 {

@@ -8,7 +8,7 @@ import (
 	"github.com/agemem/agemem/kernels"
 )
 
-var _ kernels.Trainer = (*Backend)(nil)
+var _ kernels.TrainBackend = (*Backend)(nil)
 
 // Attention launches: four warps a (token, head), each with its partial
 // softmax state in shared memory for the final merge.
@@ -21,25 +21,25 @@ func attnShared(hd int) int {
 	return attnThreads / 32 * (hd + 2) * 4
 }
 
-// Zero implements kernels.Trainer.
+// Zero implements kernels.TrainBackend.
 func (b *Backend) Zero(t kernels.Tensor) {
 	defer b.enter()()
 	b.zero(ptr(t), uint64(4*t.Len()))
 }
 
-// AddScaled implements kernels.Trainer.
+// AddScaled implements kernels.TrainBackend.
 func (b *Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	n := y.Len()
 	b.launch("add_scaled", blocks(n, 256), 256, 0, ptr(y), ptr(x), s, int64(n))
 }
 
-// Mul implements kernels.Trainer.
+// Mul implements kernels.TrainBackend.
 func (b *Backend) Mul(y, a, c kernels.Tensor) {
 	n := y.Len()
 	b.launch("mul", blocks(n, 256), 256, 0, ptr(y), ptr(a), ptr(c), int64(n))
 }
 
-// MatMulBackward implements kernels.Trainer with two cuBLAS GEMMs that
+// MatMulBackward implements kernels.TrainBackend with two cuBLAS GEMMs that
 // accumulate (beta = 1). Column-major, for y[m,n] = x[m,k]·w[n,k]ᵀ:
 // dxᵀ(k×m) += w(k×n)·dyᵀ(n×m) and dwᵀ(k×n) += xᵀ(k×m)·dy(m×n). In BF16
 // mode both run on tensor cores with bf16 inputs (mixed precision: the
@@ -82,13 +82,13 @@ func (b *Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 	}
 }
 
-// RMSNormBackward implements kernels.Trainer.
+// RMSNormBackward implements kernels.TrainBackend.
 func (b *Backend) RMSNormBackward(dx, dw, dy, x, w kernels.Tensor, eps float32) {
 	d := w.Len()
 	b.launch("rmsnorm_backward", x.Len()/d, 256, 0, ptr(dx), ptr(dw), ptr(dy), ptr(x), ptr(w), int32(d), eps)
 }
 
-// RopeBackward implements kernels.Trainer: the forward kernel rotating by
+// RopeBackward implements kernels.TrainBackend: the forward kernel rotating by
 // the opposite angle.
 func (b *Backend) RopeBackward(dy kernels.Tensor, pos []int, heads, headDim int, theta float64) {
 	pt := b.ints(pos)
@@ -97,13 +97,13 @@ func (b *Backend) RopeBackward(dy kernels.Tensor, pos []int, heads, headDim int,
 	runtime.KeepAlive(pt)
 }
 
-// SiLUMulBackward implements kernels.Trainer.
+// SiLUMulBackward implements kernels.TrainBackend.
 func (b *Backend) SiLUMulBackward(dgate, dup, dy, gate, up kernels.Tensor) {
 	n := dy.Len()
 	b.launch("silu_mul_backward", blocks(n, 256), 256, 0, ptr(dgate), ptr(dup), ptr(dy), ptr(gate), ptr(up), int64(n))
 }
 
-// EmbeddingBackward implements kernels.Trainer.
+// EmbeddingBackward implements kernels.TrainBackend.
 func (b *Backend) EmbeddingBackward(dtable, dy kernels.Tensor, ids []int) {
 	if len(ids) == 0 {
 		return
@@ -114,7 +114,7 @@ func (b *Backend) EmbeddingBackward(dtable, dy kernels.Tensor, ids []int) {
 	runtime.KeepAlive(idt)
 }
 
-// AttentionBackward implements kernels.Trainer (flash-style: the scores
+// AttentionBackward implements kernels.TrainBackend (flash-style: the scores
 // are recomputed, never stored).
 func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
 	t := q.Len() / (heads * hd)
@@ -122,12 +122,12 @@ func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, q, k, v kernels.Tenso
 		ptr(q), ptr(k), ptr(v), int32(start), int32(heads), int32(kvHeads), int32(hd))
 }
 
-// LogProbs implements kernels.Trainer.
+// LogProbs implements kernels.TrainBackend.
 func (b *Backend) LogProbs(out, ent, logits kernels.Tensor, targets []int) {
 	b.logprob(out, ent, nil, nil, logits, targets)
 }
 
-// LogProbsBackward implements kernels.Trainer.
+// LogProbsBackward implements kernels.TrainBackend.
 func (b *Backend) LogProbsBackward(dlogits, dout, logits kernels.Tensor, targets []int) {
 	b.logprob(nil, nil, dlogits, dout, logits, targets)
 }
@@ -142,13 +142,13 @@ func (b *Backend) logprob(out, ent, dlogits, dout, logits kernels.Tensor, target
 	runtime.KeepAlive(tt)
 }
 
-// SumSquares implements kernels.Trainer.
+// SumSquares implements kernels.TrainBackend.
 func (b *Backend) SumSquares(acc, x kernels.Tensor) {
 	n := x.Len()
 	b.launch("sum_squares", min(blocks(n, 256), 1024), 256, 0, ptr(acc), ptr(x), int64(n))
 }
 
-// AdamW implements kernels.Trainer: one fused kernel, clipping included.
+// AdamW implements kernels.TrainBackend: one fused kernel, clipping included.
 func (b *Backend) AdamW(w, g, m, v, sumSq kernels.Tensor, s kernels.AdamWStep) {
 	n := w.Len()
 	if math.IsNaN(s.LR) {
@@ -158,7 +158,7 @@ func (b *Backend) AdamW(w, g, m, v, sumSq kernels.Tensor, s kernels.AdamWStep) {
 		s.Decay, s.BC1, s.BC2, ptr(sumSq), s.MaxNorm)
 }
 
-// PolicyGradient implements kernels.Trainer.
+// PolicyGradient implements kernels.TrainBackend.
 func (b *Backend) PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w kernels.Tensor, clip, beta float32) {
 	n := dev(logp).Len()
 	b.launch("policy_gradient", blocks(n, 256), 256, 0, ptr(dlogp), ptr(stats), ptr(logp), ptr(ent), ptr(old), ptr(ref), ptr(adv), ptr(w), int32(n), clip, beta)

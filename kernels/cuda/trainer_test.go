@@ -17,7 +17,7 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 	c := cpu.New()
 	r := rand.New(rand.NewPCG(3, 4))
 	// run gives f each backend and compares every tensor it returns.
-	run := func(name string, tol float64, f func(be kernels.Trainer) []kernels.Tensor) {
+	run := func(name string, tol float64, f func(be kernels.TrainBackend) []kernels.Tensor) {
 		t.Helper()
 		gs, cs := f(g), f(c)
 		for i := range gs {
@@ -34,7 +34,7 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 		wt[i] = float32(math.Abs(float64(wt[i]))) / nt
 	}
 	for _, withOld := range []bool{true, false} {
-		run("policy gradient", 1e-4, func(be kernels.Trainer) []kernels.Tensor {
+		run("policy gradient", 1e-4, func(be kernels.TrainBackend) []kernels.Tensor {
 			d, st := be.Zeros(nt), be.Zeros(4)
 			var o kernels.Tensor
 			if withOld {
@@ -46,7 +46,7 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 	}
 	const m, k, n = 37, 300, 129
 	x, w, dy := rnd(r, m*k), rnd(r, n*k), rnd(r, m*n)
-	run("matmul bwd", 1e-4, func(be kernels.Trainer) []kernels.Tensor {
+	run("matmul bwd", 1e-4, func(be kernels.TrainBackend) []kernels.Tensor {
 		dx, dw, db := be.FromHost(rnd(rand.New(rand.NewPCG(1, 1)), m*k), m, k), be.Zeros(n, k), be.Zeros(n)
 		be.MatMulBackward(dx, dw, db, be.FromHost(dy, m, n), be.FromHost(x, m, k), be.FromHost(w, n, k))
 		return []kernels.Tensor{dx, dw, db}
@@ -70,29 +70,29 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 	close(t, "matmul bwd bf16", g.ToHost(gdw), c.ToHost(cdw), 1e-4)
 	const d = 64
 	rows := m * k / d
-	run("rmsnorm bwd", 1e-4, func(be kernels.Trainer) []kernels.Tensor {
+	run("rmsnorm bwd", 1e-4, func(be kernels.TrainBackend) []kernels.Tensor {
 		dx, dw := be.Zeros(rows, d), be.Zeros(d)
 		be.RMSNormBackward(dx, dw, be.FromHost(x[:rows*d], rows, d), be.FromHost(w[:rows*d], rows, d), be.FromHost(dy[:d], d), 1e-6)
 		return []kernels.Tensor{dx, dw}
 	})
 	pos := []int{3, 4, 5, 90, 91}
-	run("rope bwd", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+	run("rope bwd", 1e-5, func(be kernels.TrainBackend) []kernels.Tensor {
 		y := be.FromHost(x[:5*4*32], 5, 4*32)
 		be.RopeBackward(y, pos, 4, 32, 1e6)
 		return []kernels.Tensor{y}
 	})
-	run("silu bwd", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+	run("silu bwd", 1e-5, func(be kernels.TrainBackend) []kernels.Tensor {
 		dg, du := be.Zeros(1000), be.Zeros(1000)
 		be.SiLUMulBackward(dg, du, be.FromHost(dy[:1000], 1000), be.FromHost(x[:1000], 1000), be.FromHost(w[:1000], 1000))
 		return []kernels.Tensor{dg, du}
 	})
-	run("embed bwd", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+	run("embed bwd", 1e-5, func(be kernels.TrainBackend) []kernels.Tensor {
 		dt := be.Zeros(10, k)
 		be.EmbeddingBackward(dt, be.FromHost(x[:4*k], 4, k), []int{3, 7, 3, 0})
 		return []kernels.Tensor{dt}
 	})
 	tg := []int{5, -1, 128, 0, 77}
-	run("logprobs", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+	run("logprobs", 1e-5, func(be kernels.TrainBackend) []kernels.Tensor {
 		lg := be.FromHost(x[:5*n], 5, n)
 		out, ent, dl := be.Zeros(5), be.Zeros(5), be.Zeros(5, n)
 		be.LogProbs(out, ent, lg, tg)
@@ -105,7 +105,7 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 		nk := sh.start + sh.t
 		q, kk, vv := rnd(r, sh.t*sh.heads*sh.hd), rnd(r, nk*sh.kvh*sh.hd), rnd(r, nk*sh.kvh*sh.hd)
 		do := rnd(r, sh.t*sh.heads*sh.hd)
-		run("attention fwd+bwd", 1e-4, func(be kernels.Trainer) []kernels.Tensor {
+		run("attention fwd+bwd", 1e-4, func(be kernels.TrainBackend) []kernels.Tensor {
 			qt, kt, vt := be.FromHost(q, sh.t, sh.heads*sh.hd), be.FromHost(kk, nk, sh.kvh*sh.hd), be.FromHost(vv, nk, sh.kvh*sh.hd)
 			out := be.Zeros(sh.t, sh.heads*sh.hd)
 			be.Attention(out, qt, kt, vt, nil, sh.start, sh.heads, sh.kvh, sh.hd)
@@ -115,7 +115,7 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 		})
 	}
 	// AdamW with clipping (the norm is above MaxNorm) after two steps.
-	run("adamw", 1e-5, func(be kernels.Trainer) []kernels.Tensor {
+	run("adamw", 1e-5, func(be kernels.TrainBackend) []kernels.Tensor {
 		wt, mt, vt := be.FromHost(w[:1000], 1000), be.Zeros(1000), be.Zeros(1000)
 		gt := be.FromHost(dy[:1000], 1000)
 		for step := 1; step <= 2; step++ {

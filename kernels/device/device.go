@@ -66,11 +66,11 @@ func describe(log io.Writer, g *cuda.Backend) {
 // gradients: NCCL for two or more GPUs when libnccl.so.2 loads, else host
 // memory (said on log). bf16 runs the GPUs' matmuls on tensor cores with
 // bf16 inputs (model.train_dtype).
-func OpenTrainers(specs []string, bf16 bool, log io.Writer) ([]kernels.Trainer, kernels.Reducer, error) {
+func OpenTrainers(specs []string, bf16 bool, log io.Writer) ([]kernels.TrainBackend, kernels.Reducer, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	var bes []kernels.Trainer
+	var bes []kernels.TrainBackend
 	gpus := 0
 	for i, s := range specs {
 		if s == "auto" || s == "" {
@@ -80,7 +80,7 @@ func OpenTrainers(specs []string, bf16 bool, log io.Writer) ([]kernels.Trainer, 
 		if err != nil {
 			return nil, nil, fmt.Errorf("model.devices[%d]: %w", i, err)
 		}
-		tr, ok := be.(kernels.Trainer)
+		tr, ok := be.(kernels.TrainBackend)
 		if !ok {
 			return nil, nil, fmt.Errorf("model.devices[%d]: the %s backend cannot train", i, be.Name())
 		}

@@ -70,7 +70,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	trainSet, evalSet := Split(all, s.EvalFraction)
 	sched := optim.Schedule{Warmup: s.WarmupSteps, Total: s.Steps, Cosine: s.Schedule == "cosine", MinRatio: s.MinLRRatio}
-	tr := train.NewTrainer(p, c.Optim, s.LR, sched, uint64(c.Seed), o.YAML)
+	tr := train.NewOptimizer(p, c.Optim, s.LR, sched, uint64(c.Seed), o.YAML)
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}

@@ -35,7 +35,7 @@ func TestExportTrainedAdapterForPEFT(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := NewTrainer(p, config.Default().Optim, 2e-2, optim.Schedule{}, 1, "")
+		tr := NewOptimizer(p, config.Default().Optim, 2e-2, optim.Schedule{}, 1, "")
 		for range 5 {
 			step(t, tr)
 		}

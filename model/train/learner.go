@@ -20,16 +20,16 @@ type Learner interface {
 	// different devices), so loss must be safe for that.
 	Accumulate(batches []Batch, opts func(i int) TrainOptions, loss LossFunc) error
 	// AccumulatePolicy is Accumulate with step-wise GRPO's loss (Eq. 6,
-	// kernels.Trainer's PolicyGradient) over each micro-batch's inputs,
+	// kernels.TrainBackend's PolicyGradient) over each micro-batch's inputs,
 	// computed where the log-probabilities are: on a GPU the step then
 	// reads nothing back. It returns the loss's sums over the tokens.
 	AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error)
 	// Score returns each micro-batch's learned-token log-probabilities
 	// under w (the policy, or a frozen reference), without gradients.
 	Score(w *Weights[float32], batches []Batch, o TrainOptions) ([][]float32, error)
-	// Update clips, steps and clears the gradients (Trainer.Update).
+	// Update clips, steps and clears the gradients (Optimizer.Update).
 	Update() (gradNorm, lr float64, err error)
-	// Save writes a checkpoint (Trainer.Save).
+	// Save writes a checkpoint (Optimizer.Save).
 	Save(dir string) error
 	// SyncHost brings the host copy of the weights (what rollout engines,
 	// evaluation and export read) up to date with the last update.
@@ -68,13 +68,13 @@ func (in PolicyInputs) check(i, n int) error {
 }
 
 // Tape is the Learner on the CPU autodiff tape, one micro-batch at a time.
-type Tape struct{ T *Trainer }
+type Tape struct{ T *Optimizer }
 
 // Accumulate implements Learner.
 func (l Tape) Accumulate(batches []Batch, opts func(i int) TrainOptions, loss LossFunc) error {
 	for i, b := range batches {
 		tp := tape.New[float32]()
-		lp, ent := l.T.P.W.LogProbsEntropy(tp, b, opts(i))
+		lp, ent := l.T.Model.W.LogProbsEntropy(tp, b, opts(i))
 		d := loss(i, lp.Val, ent)
 		if len(d) != len(lp.Val) {
 			return fmt.Errorf("micro-batch %d: %d gradients for %d log-probabilities", i, len(d), len(lp.Val))
@@ -89,7 +89,7 @@ func (l Tape) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, i
 	var st PolicyStats
 	for i, b := range batches {
 		tp := tape.New[float32]()
-		lp, ent := l.T.P.W.LogProbsEntropy(tp, b, opts(i))
+		lp, ent := l.T.Model.W.LogProbsEntropy(tp, b, opts(i))
 		x := in(i)
 		if err := x.check(i, len(lp.Val)); err != nil {
 			return st, err
@@ -128,7 +128,7 @@ func (Tape) SyncHost() {}
 // NewLearner returns the Learner m.Devices asks for: the tape when it is
 // empty, else data-parallel replicas on those devices (m.TrainDtype
 // choosing the GPUs' matmul precision).
-func NewLearner(t *Trainer, m config.Model, log io.Writer) (Learner, error) {
+func NewLearner(t *Optimizer, m config.Model, log io.Writer) (Learner, error) {
 	if len(m.Devices) == 0 {
 		return Tape{t}, nil
 	}

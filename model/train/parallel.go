@@ -17,10 +17,10 @@ import (
 // (all-reduce) and every replica takes the same AdamW step, so they stay
 // identical. Because the loss weights of a step's tokens are fixed over
 // the whole step, the summed gradient is the one device's gradient of the
-// combined batch. The Trainer keeps the schedule, the step count and the
+// combined batch. The Optimizer keeps the schedule, the step count and the
 // host copy of the weights that rollouts and checkpoints read.
 type Parallel struct {
-	T        *Trainer
+	T        *Optimizer
 	Replicas []*Replica
 	Reduce   kernels.Reducer
 	frozen   map[*Weights[float32]][]*Replica // Score's reference replicas
@@ -31,7 +31,7 @@ type Parallel struct {
 // NewParallel puts a replica of t's policy on each backend, starting from
 // the trainer's current weights and moments (a resumed run's included).
 // reduce may be nil: kernels.HostReduce.
-func NewParallel(t *Trainer, bes []kernels.Trainer, reduce kernels.Reducer, log io.Writer) (*Parallel, error) {
+func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reducer, log io.Writer) (*Parallel, error) {
 	if len(bes) == 0 {
 		return nil, fmt.Errorf("data-parallel training needs at least one device")
 	}
@@ -40,7 +40,7 @@ func NewParallel(t *Trainer, bes []kernels.Trainer, reduce kernels.Reducer, log 
 	}
 	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, log: log}
 	for _, be := range bes {
-		r := NewReplica(be, t.P.W)
+		r := NewReplica(be, t.Model.W)
 		r.LoadMoments(t.Opt)
 		p.Replicas = append(p.Replicas, r)
 	}
@@ -89,7 +89,7 @@ func runOn(reps []*Replica, n int, job func(r *Replica, i int) error) error {
 // brought up to date by SyncHost, only when something reads it. It
 // returns the gradient norm before clipping and the rate.
 func (p *Parallel) Update() (gradNorm, lr float64, err error) {
-	bes := make([]kernels.Trainer, len(p.Replicas))
+	bes := make([]kernels.TrainBackend, len(p.Replicas))
 	grads := make([][]kernels.Tensor, len(p.Replicas))
 	for r, rep := range p.Replicas {
 		bes[r] = rep.Backend()
@@ -119,15 +119,15 @@ func (p *Parallel) Update() (gradNorm, lr float64, err error) {
 // weights after an update, none when nothing changed.
 func (p *Parallel) SyncHost() {
 	if p.stale {
-		p.Replicas[0].Download(p.T.P.W, nil)
+		p.Replicas[0].Download(p.T.Model.W, nil)
 		p.stale = false
 	}
 }
 
 // Save copies the weights and AdamW moments to the trainer and writes a
-// checkpoint (Trainer.Save).
+// checkpoint (Optimizer.Save).
 func (p *Parallel) Save(dir string) error {
-	p.Replicas[0].Download(p.T.P.W, p.T.Opt)
+	p.Replicas[0].Download(p.T.Model.W, p.T.Opt)
 	p.stale = false
 	return p.T.Save(dir)
 }
@@ -198,7 +198,7 @@ func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptio
 // reference) gets replicas of its own on the same devices, made once.
 func (p *Parallel) Score(w *Weights[float32], batches []Batch, o TrainOptions) ([][]float32, error) {
 	reps := p.Replicas
-	if w != p.T.P.W {
+	if w != p.T.Model.W {
 		if reps = p.frozen[w]; reps == nil {
 			for _, r := range p.Replicas {
 				reps = append(reps, NewReplica(r.Backend(), w))

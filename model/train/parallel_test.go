@@ -17,20 +17,20 @@ import (
 // the trained weights by name and the step losses.
 func parallelRun(t *testing.T, dir string, devices int, lora bool) (map[string][]float32, []float64) {
 	t.Helper()
-	var bes []kernels.Trainer
+	var bes []kernels.TrainBackend
 	for range devices {
 		bes = append(bes, cpu.New())
 	}
 	return parallelOn(t, dir, bes, nil, lora)
 }
 
-func parallelOn(t *testing.T, dir string, bes []kernels.Trainer, reduce kernels.Reducer, lora bool) (map[string][]float32, []float64) {
+func parallelOn(t *testing.T, dir string, bes []kernels.TrainBackend, reduce kernels.Reducer, lora bool) (map[string][]float32, []float64) {
 	t.Helper()
 	p, err := Open(dir, config.LoRA{Enabled: lora, R: 4, Alpha: 8, Dropout: 0.1, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := NewTrainer(p, config.Optim{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1}, 1e-2, optim.Schedule{}, 1, "")
+	tr := NewOptimizer(p, config.Optim{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1}, 1e-2, optim.Schedule{}, 1, "")
 	par, err := NewParallel(tr, bes, reduce, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -140,12 +140,12 @@ func TestDataParallelGPU(t *testing.T) {
 		}
 		t.Logf("%s: losses %v (CPU %v)", name, gl, wl)
 	}
-	got, gl := parallelOn(t, dir, []kernels.Trainer{g0, g1}, nil, false)
+	got, gl := parallelOn(t, dir, []kernels.TrainBackend{g0, g1}, nil, false)
 	check("2 GPU replicas, host all-reduce", got, gl)
-	n, err := cuda.NewNCCL([]kernels.Trainer{g0})
+	n, err := cuda.NewNCCL([]kernels.TrainBackend{g0})
 	if err != nil {
 		t.Skipf("NCCL not loaded: %v", err)
 	}
-	got, gl = parallelOn(t, dir, []kernels.Trainer{g0}, n, false)
+	got, gl = parallelOn(t, dir, []kernels.TrainBackend{g0}, n, false)
 	check("1 GPU, NCCL", got, gl)
 }

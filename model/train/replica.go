@@ -10,7 +10,7 @@ import (
 	"github.com/agemem/agemem/model/tape"
 )
 
-// Replica trains the decoder where a kernels.Trainer backend keeps
+// Replica trains the decoder where a kernels.TrainBackend backend keeps
 // it: the parameters, their gradients and AdamW moments live on the
 // device, and a step (forward, backward, clipping, update) launches
 // kernels without reading anything back. The forward and backward are
@@ -18,7 +18,7 @@ import (
 // as Weights.LogProbs on the tape, which the tests hold it to.
 type Replica struct {
 	*qwen.Decoder[*DeviceParam]
-	be     kernels.Trainer
+	be     kernels.TrainBackend
 	Params []*DeviceParam // trainable ones, in Weights.Trainable order
 	all    map[string]*DeviceParam
 }
@@ -33,7 +33,7 @@ type DeviceParam struct {
 
 // NewReplica uploads w's parameters (and adapter) to be. Only
 // float32 weights train.
-func NewReplica(be kernels.Trainer, w *Weights[float32]) *Replica {
+func NewReplica(be kernels.TrainBackend, w *Weights[float32]) *Replica {
 	d := &Replica{be: be, all: map[string]*DeviceParam{}}
 	for _, nv := range w.Named {
 		p := &DeviceParam{Name: nv.Name, W: be.FromHost(nv.V.Val, nv.V.Rows, nv.V.Cols)}
@@ -58,7 +58,7 @@ func NewReplica(be kernels.Trainer, w *Weights[float32]) *Replica {
 }
 
 // Backend is the device the trainer runs on.
-func (d *Replica) Backend() kernels.Trainer { return d.be }
+func (d *Replica) Backend() kernels.TrainBackend { return d.be }
 
 type devLinear = qwen.Linear[*DeviceParam]
 

@@ -68,7 +68,7 @@ func TestReplicaMatchesTape(t *testing.T) {
 	checkReplica(t, cpu.New(), 1e-5)
 }
 
-func checkReplica(t *testing.T, be kernels.Trainer, tol float64) {
+func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 	for _, c := range deviceCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			w := c.w

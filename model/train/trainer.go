@@ -20,9 +20,9 @@ import (
 	"github.com/agemem/agemem/model/safetensors"
 )
 
-// Policy is a model directory opened for training: float32 master weights
+// Model is a model directory opened for training: float32 master weights
 // (bf16 checkpoints are widened), with a fresh LoRA adapter when asked.
-type Policy struct {
+type Model struct {
 	Dir string // the base model directory
 	W   *Weights[float32]
 }
@@ -31,7 +31,7 @@ type Policy struct {
 // adapter (B = 0, so training starts from the base exactly) is trained. dir
 // may also be a PEFT adapter (an SFT run with LoRA): its base is loaded and
 // the adapter merged in, so the policy starts where SFT ended.
-func Open(dir string, l config.LoRA, seed uint64) (*Policy, error) {
+func Open(dir string, l config.LoRA, seed uint64) (*Model, error) {
 	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err == nil {
 		return openAdapter(dir, l)
 	}
@@ -60,11 +60,11 @@ func Open(dir string, l config.LoRA, seed uint64) (*Policy, error) {
 			return nil, err
 		}
 	}
-	return &Policy{Dir: dir, W: w}, nil
+	return &Model{Dir: dir, W: w}, nil
 }
 
 // openAdapter loads an adapter's base and merges the adapter into it.
-func openAdapter(dir string, l config.LoRA) (*Policy, error) {
+func openAdapter(dir string, l config.LoRA) (*Model, error) {
 	if l.Enabled {
 		return nil, fmt.Errorf("%s is a LoRA adapter: a new adapter on top of it would have no base on disk; merge it first (agemem-train merge) or train it in full", dir)
 	}
@@ -99,7 +99,7 @@ func openAdapter(dir string, l config.LoRA) (*Policy, error) {
 // Export writes the trained policy to dir: with LoRA, the adapter in PEFT's
 // layout (load it with --adapter on top of the base); otherwise a full
 // Hugging Face directory. The tokenizer files travel along either way.
-func (p *Policy) Export(dir string, dtype safetensors.DType) error {
+func (p *Model) Export(dir string, dtype safetensors.DType) error {
 	if a := p.W.Adapter(); a != nil {
 		if err := a.Save(dir); err != nil {
 			return err
@@ -110,10 +110,10 @@ func (p *Policy) Export(dir string, dtype safetensors.DType) error {
 	return lora.CopyFiles(p.Dir, dir, "tokenizer.json", "tokenizer_config.json", "generation_config.json")
 }
 
-// Trainer applies AdamW updates to a policy's trainable parameters and
+// Optimizer applies AdamW updates to a policy's trainable parameters and
 // saves and restores everything a resumed run needs.
-type Trainer struct {
-	P        *Policy
+type Optimizer struct {
+	Model        *Model
 	Opt      *optim.AdamW
 	Schedule optim.Schedule
 	LR       float64 // peak rate
@@ -124,9 +124,9 @@ type Trainer struct {
 	params   []optim.Param
 }
 
-// NewTrainer prepares the optimiser for p's trainable parameters.
-func NewTrainer(p *Policy, o config.Optim, lr float64, s optim.Schedule, seed uint64, cfgYAML string) *Trainer {
-	t := &Trainer{P: p, Opt: optim.NewAdamW(optim.AdamWConfig{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}),
+// NewOptimizer prepares the optimiser for p's trainable parameters.
+func NewOptimizer(p *Model, o config.Optim, lr float64, s optim.Schedule, seed uint64, cfgYAML string) *Optimizer {
+	t := &Optimizer{Model: p, Opt: optim.NewAdamW(optim.AdamWConfig{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}),
 		Schedule: s, LR: lr, ClipNorm: o.ClipNorm, RNG: rand.NewPCG(seed, 0x747261696e), Config: cfgYAML}
 	for _, nv := range p.W.Trainable() {
 		t.params = append(t.params, optim.Param{Name: nv.Name, W: nv.V.Val, G: nv.V.Grad, Decay: optim.DecayFor(nv.Name)})
@@ -135,10 +135,10 @@ func NewTrainer(p *Policy, o config.Optim, lr float64, s optim.Schedule, seed ui
 }
 
 // Params are the trainable parameters with their gradients.
-func (t *Trainer) Params() []optim.Param { return t.params }
+func (t *Optimizer) Params() []optim.Param { return t.params }
 
 // NumParams counts the trainable values.
-func (t *Trainer) NumParams() int {
+func (t *Optimizer) NumParams() int {
 	n := 0
 	for _, p := range t.params {
 		n += len(p.W)
@@ -148,7 +148,7 @@ func (t *Trainer) NumParams() int {
 
 // ResumeFrom resumes from dir and says so on log; an empty dir is a fresh
 // start.
-func (t *Trainer) ResumeFrom(dir string, log io.Writer) error {
+func (t *Optimizer) ResumeFrom(dir string, log io.Writer) error {
 	if dir == "" {
 		return nil
 	}
@@ -162,7 +162,7 @@ func (t *Trainer) ResumeFrom(dir string, log io.Writer) error {
 // Update clips the accumulated gradients to the global norm, takes one
 // AdamW step at the scheduled rate and clears the gradients. It returns
 // the gradient norm before clipping and the rate used.
-func (t *Trainer) Update() (gradNorm, lr float64, err error) {
+func (t *Optimizer) Update() (gradNorm, lr float64, err error) {
 	gradNorm = optim.ClipGlobalNorm(t.params, t.ClipNorm)
 	lr = t.Schedule.LR(t.LR, t.Step)
 	if err := t.Opt.Step(t.params, lr); err != nil {
@@ -175,13 +175,13 @@ func (t *Trainer) Update() (gradNorm, lr float64, err error) {
 
 // Save writes a checkpoint: trainable parameters, AdamW moments, step, RNG
 // and config, each file with its SHA-256.
-func (t *Trainer) Save(dir string) error {
+func (t *Optimizer) Save(dir string) error {
 	rng, err := t.RNG.MarshalBinary()
 	if err != nil {
 		return err
 	}
 	s := checkpoint.State{Step: t.Step, Config: t.Config, RNG: rng, Params: map[string][]float32{}, Shapes: map[string][]int{}, Optim: t.Opt}
-	for _, nv := range t.P.W.Trainable() {
+	for _, nv := range t.Model.W.Trainable() {
 		s.Params[nv.Name], s.Shapes[nv.Name] = nv.V.Val, nv.Shape
 	}
 	return checkpoint.Save(dir, s)
@@ -189,12 +189,12 @@ func (t *Trainer) Save(dir string) error {
 
 // Resume restores a checkpoint written by Save for the same model and
 // trainable set; anything that does not match is named.
-func (t *Trainer) Resume(dir string) error {
+func (t *Optimizer) Resume(dir string) error {
 	s, err := checkpoint.Load(dir)
 	if err != nil {
 		return err
 	}
-	for _, nv := range t.P.W.Trainable() {
+	for _, nv := range t.Model.W.Trainable() {
 		v, ok := s.Params[nv.Name]
 		if !ok {
 			return fmt.Errorf("checkpoint %s has no parameter %s (a LoRA checkpoint for full fine-tuning, or another model?)", dir, nv.Name)
@@ -211,7 +211,7 @@ func (t *Trainer) Resume(dir string) error {
 		return fmt.Errorf("checkpoint %s: random-generator state: %w", dir, err)
 	}
 	// Everything checked: only now change the trainer.
-	for _, nv := range t.P.W.Trainable() {
+	for _, nv := range t.Model.W.Trainable() {
 		copy(nv.V.Val, s.Params[nv.Name])
 	}
 	*t.RNG = rng

@@ -45,10 +45,10 @@ func batch(i int) Batch {
 }
 
 // step trains one step on batch(t.Step) and returns the loss before it.
-func step(t *testing.T, tr *Trainer) float64 {
+func step(t *testing.T, tr *Optimizer) float64 {
 	b := batch(tr.Step)
 	tp := tape.New[float32]()
-	lp := tr.P.W.LogProbs(tp, b, TrainOptions{Dropout: true, Seed: uint64(tr.Step)})
+	lp := tr.Model.W.LogProbs(tp, b, TrainOptions{Dropout: true, Seed: uint64(tr.Step)})
 	d := make([]float32, len(lp.Val))
 	loss := 0.0
 	for i, v := range lp.Val {
@@ -62,7 +62,7 @@ func step(t *testing.T, tr *Trainer) float64 {
 	return loss
 }
 
-func newTrainer(t *testing.T, dir string, withLoRA bool) *Trainer {
+func newTrainer(t *testing.T, dir string, withLoRA bool) *Optimizer {
 	t.Helper()
 	l := config.Default().LoRA
 	l.Enabled = withLoRA
@@ -70,7 +70,7 @@ func newTrainer(t *testing.T, dir string, withLoRA bool) *Trainer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewTrainer(p, config.Default().Optim, 1e-2, optim.Schedule{Warmup: 2, Total: 8, Cosine: true, MinRatio: 0.1}, 1, "seed: 1\n")
+	return NewOptimizer(p, config.Default().Optim, 1e-2, optim.Schedule{Warmup: 2, Total: 8, Cosine: true, MinRatio: 0.1}, 1, "seed: 1\n")
 }
 
 // TestResumeIsDeterministic: three steps, a checkpoint, a fresh process
@@ -158,12 +158,12 @@ func TestExportLoadsBack(t *testing.T) {
 			step(t, tr)
 		}
 		out := t.TempDir()
-		if err := tr.P.Export(out, safetensors.F32); err != nil {
+		if err := tr.Model.Export(out, safetensors.F32); err != nil {
 			t.Fatal(err)
 		}
 		b := batch(0)
-		want := tr.P.W.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
-		var again *Policy
+		want := tr.Model.W.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
+		var again *Model
 		var err error
 		if withLoRA {
 			again, err = Open(base, config.LoRA{}, 0)
@@ -198,10 +198,10 @@ func TestOpenAnAdapterDirectory(t *testing.T) {
 		step(t, tr)
 	}
 	out := t.TempDir()
-	if err := tr.P.Export(out, safetensors.F32); err != nil {
+	if err := tr.Model.Export(out, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
-	want := tr.P.W.LogProbs(tape.New[float32](), batch(0), TrainOptions{}).Val
+	want := tr.Model.W.LogProbs(tape.New[float32](), batch(0), TrainOptions{}).Val
 	p, err := Open(out, config.LoRA{}, 0)
 	if err != nil {
 		t.Fatal(err)

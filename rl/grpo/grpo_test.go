@@ -144,7 +144,7 @@ func TestLossAggregationAndGradient(t *testing.T) {
 }
 
 // TestDeviceLossMatchesLoss: the loss the training devices run
-// (kernels.Trainer's PolicyGradient, here the CPU's) gives Loss's
+// (kernels.TrainBackend's PolicyGradient, here the CPU's) gives Loss's
 // gradient and sums, with π_old and without (ratio 1), across clipped and
 // unclipped tokens of both advantage signs.
 func TestDeviceLossMatchesLoss(t *testing.T) {

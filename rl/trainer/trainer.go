@@ -114,7 +114,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	sched := optim.Schedule{Warmup: rc.WarmupSteps, Total: rc.Steps, Cosine: rc.Schedule == "cosine", MinRatio: rc.MinLRRatio}
-	tr := train.NewTrainer(p, c.Optim, rc.LR, sched, uint64(c.Seed), o.YAML)
+	tr := train.NewOptimizer(p, c.Optim, rc.LR, sched, uint64(c.Seed), o.YAML)
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
@@ -273,11 +273,11 @@ func rolloutBackends(be kernels.Backend, l train.Learner) []kernels.Backend {
 
 // update runs rl.epochs passes over the step's experiences in
 // rl.minibatches optimiser steps each.
-func update(tr *train.Trainer, l train.Learner, ref *train.Policy, exps []rollout.Experience, adv []float64, rc config.RL, st *StepStats) error {
+func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollout.Experience, adv []float64, rc config.RL, st *StepStats) error {
 	if len(exps) == 0 {
 		return nil
 	}
-	w := tr.P.W
+	w := tr.Model.W
 	chs := chains(exps)
 	seqs := make([]train.Sequence, len(chs))
 	for i, c := range chs {
@@ -500,7 +500,7 @@ func components(b reward.Breakdown) map[string]float64 {
 // judgesFor builds the judges of the reward section: deterministic by
 // default; "policy" sends the paper's prompts to the starting policy
 // (rl.init), frozen, so the judge does not drift with what it judges.
-func judgesFor(c config.Config, p *train.Policy, tok *tokenizer.Tokenizer, tmpl chat.Template) (reward.Judges, error) {
+func judgesFor(c config.Config, p *train.Model, tok *tokenizer.Tokenizer, tmpl chat.Template) (reward.Judges, error) {
 	j := reward.Judges{Task: reward.F1Judge{}, Storage: reward.F1Storage{Threshold: c.Reward.StorageF1Threshold},
 		Relevance: reward.CosineRelevance{Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)}}
 	r := c.Reward

@@ -63,7 +63,7 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 			if c.lora {
 				lr = 1e-2
 			}
-			tr := train.NewTrainer(p, config.Default().Optim, lr, optim.Schedule{}, 1, "")
+			tr := train.NewOptimizer(p, config.Default().Optim, lr, optim.Schedule{}, 1, "")
 			var seqs []train.Sequence
 			for _, c := range chains(exps) {
 				seqs = append(seqs, c.seq)
