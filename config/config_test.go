@@ -102,7 +102,7 @@ func TestOverridesAndPartialFiles(t *testing.T) {
 		t.Fatalf("overrides not applied: %+v", cfg)
 	}
 	// Keys the file does not name keep their defaults.
-	if cfg.Agent.ContextBudget != 8192 || cfg.Tools.RetrieveTopK != 3 {
+	if cfg.Agent.ContextBudget != 8192 || cfg.Tools.TopK != 3 {
 		t.Fatalf("defaults lost: %+v", cfg)
 	}
 	cfg, err = Load("", []string{"seed=42"})

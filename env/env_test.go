@@ -133,7 +133,7 @@ func runEpisode(t *testing.T, p memtools.Policy, task Task) Result {
 		Summarizer: memtools.Extractive{MaxTokens: 128},
 		Options:    memtools.DefaultOptions(),
 	}
-	cfg := EpisodeConfig{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3, Limits: memtools.Limits{MaxSteps: 4, ContextBudget: 8192}}
+	cfg := EpisodeConfig{Stages: Stages{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3}, Limits: memtools.Limits{MaxSteps: 4, ContextBudget: 8192}}
 	res, err := RunEpisode(context.Background(), p, rt, task, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestEpisodeSystemPrompt(t *testing.T) {
 		rec := &recordingPolicy{Policy: NewOracle(task, 0, 0, 1)}
 		rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: stm.New(nil), Embedder: embed.NewHashing(64, nil),
 			Summarizer: memtools.Extractive{MaxTokens: 64}, Options: memtools.DefaultOptions()}
-		cfg := EpisodeConfig{Stage1MaxTurns: 4, Stage2MaxTurns: 2, AutoRetrieveK: 3, Limits: memtools.Limits{MaxSteps: 4, ContextBudget: 8192}, SystemPrompt: want}
+		cfg := EpisodeConfig{Stages: Stages{Stage1MaxTurns: 4, Stage2MaxTurns: 2, AutoRetrieveK: 3}, Limits: memtools.Limits{MaxSteps: 4, ContextBudget: 8192}, SystemPrompt: want}
 		if _, err := RunEpisode(context.Background(), rec, rt, task, cfg); err != nil {
 			t.Fatal(err)
 		}

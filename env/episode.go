@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
@@ -24,15 +25,41 @@ type Episode struct {
 	Query  string   // the Stage 3 user message
 }
 
-// EpisodeConfig shapes an episode (config sections "episode" and "agent").
+// Stages shapes the three stages of Appendix A.3 (config section
+// "episode").
+type Stages struct {
+	// Stage1MaxTurns bounds the user turns that feed I_q.
+	Stage1MaxTurns int `yaml:"stage1_max_turns"`
+	// Stage2MaxTurns bounds the distractor turns.
+	Stage2MaxTurns int `yaml:"stage2_max_turns"`
+	// AutoRetrieveK is k of the automatic retrieval of Algorithm 3, line 4;
+	// 0 turns it off.
+	AutoRetrieveK int `yaml:"auto_retrieve_k"`
+}
+
+// DefaultStages are up to 16 turns of facts and 8 of distractors.
+func DefaultStages() Stages { return Stages{Stage1MaxTurns: 16, Stage2MaxTurns: 8, AutoRetrieveK: 3} }
+
+// Validate checks every key.
+func (s Stages) Validate() error {
+	var e valid.Errors
+	e.AtLeast("stage1_max_turns", s.Stage1MaxTurns, 1)
+	e.AtLeast("stage2_max_turns", s.Stage2MaxTurns, 0)
+	e.AtLeast("auto_retrieve_k", s.AutoRetrieveK, 0)
+	return e.Err()
+}
+
+// EpisodeConfig shapes an episode: its stages, the agent loop's limits and
+// the policy's system message (empty: the paper's, memtools.SystemPrompt).
 type EpisodeConfig struct {
-	Stage1MaxTurns int
-	Stage2MaxTurns int
-	AutoRetrieveK  int // k of Algorithm 3, line 4; 0 turns it off
-	Limits         memtools.Limits
-	// SystemPrompt is the policy's system message (empty: the paper's,
-	// memtools.SystemPrompt).
+	Stages
+	Limits       memtools.Limits
 	SystemPrompt string
+}
+
+// NewEpisodeConfig is the episode of the "episode" and "agent" sections.
+func NewEpisodeConfig(s Stages, a memtools.Agent) EpisodeConfig {
+	return EpisodeConfig{Stages: s, Limits: a.Limits(), SystemPrompt: a.Prompt()}
 }
 
 // casual phrasings for Stage 1 turns: I_q arrives as conversation, not as a

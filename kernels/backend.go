@@ -148,15 +148,6 @@ type TrainBackend interface {
 	// softmax(logits[i, :])).
 	LogProbsBackward(dlogits, dout, logits Tensor, targets []int)
 
-	// PolicyGradient is step-wise GRPO's per-token objective (Eq. 6)
-	// where the log-probabilities are, so a step reads nothing back: with
-	// ρ = exp(logp − old) (old nil: ρ = 1, π_old = π_θ detached),
-	// ℓ = −min(ρA, clip(ρ, 1−ε, 1+ε)A) and Schulman's k3
-	// kl = exp(ref − logp) − (ref − logp) − 1, it writes
-	// dlogp[i] = w[i]·(dℓ/dlogp + β·dkl/dlogp) and adds Σ w·ℓ, Σ w·kl, the
-	// clipped tokens and Σ ent (ent may be nil) into stats[0..3].
-	PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w Tensor, clip, beta float32)
-
 	// SumSquares: acc[0] += Σ x² (the global gradient norm, summed over
 	// parameters on the device).
 	SumSquares(acc, x Tensor)
@@ -164,6 +155,36 @@ type TrainBackend interface {
 	// m, v, the gradient first scaled so the global norm sqrt(sumSq[0])
 	// is at most s.MaxNorm (sumSq nil or MaxNorm 0: no clipping).
 	AdamW(w, g, m, v, sumSq Tensor, s AdamWStep)
+}
+
+// PolicyGradienter is a TrainBackend that runs a policy-gradient loss
+// where the log-probabilities are, so a GRPO step reads nothing back. The
+// loss is rl/grpo's, and the kernel is held to it in tests.
+type PolicyGradienter interface {
+	TrainBackend
+	// PolicyGradient is step-wise GRPO's per-token objective (Eq. 6)
+	// where the log-probabilities are, so a step reads nothing back: with
+	// ρ = exp(logp − old) (old nil: ρ = 1, π_old = π_θ detached),
+	// ℓ = −min(ρA, clip(ρ, 1−ε, 1+ε)A) and Schulman's k3
+	// kl = exp(ref − logp) − (ref − logp) − 1, it writes
+	// dlogp[i] = w[i]·(dℓ/dlogp + β·dkl/dlogp) and adds Σ w·ℓ, Σ w·kl, the
+	// clipped tokens and Σ ent (ent may be nil) into stats[0..3]
+	// (PolicyStatsOf names them once read).
+	PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w Tensor, clip, beta float32)
+}
+
+// PolicyStats are a policy loss's sums over tokens.
+type PolicyStats struct {
+	Surrogate float64 // Σ w·ℓ_clip
+	KL        float64 // Σ w·kl
+	Clipped   float64 // tokens whose ratio was clipped
+	Entropy   float64 // Σ entropy
+}
+
+// PolicyStatsOf names the sums a PolicyGradient kernel leaves in its stats
+// tensor.
+func PolicyStatsOf(v []float32) PolicyStats {
+	return PolicyStats{Surrogate: float64(v[0]), KL: float64(v[1]), Clipped: float64(v[2]), Entropy: float64(v[3])}
 }
 
 // AdamWStep are one AdamW update's scalars: PyTorch's AdamW with

@@ -14,16 +14,6 @@ import (
 	"github.com/agemem/agemem/memtools/stm"
 )
 
-// Options are the tool defaults (config section "tools").
-type Options struct {
-	TopK            int     // Retrieve_memory's default top_k (3)
-	MaxTopK         int     // the largest top_k a call may ask for
-	FilterThreshold float64 // theta of Eq. 15 (0.6)
-}
-
-// DefaultOptions are the paper's defaults.
-func DefaultOptions() Options { return Options{TopK: 3, MaxTopK: 50, FilterThreshold: 0.6} }
-
 // Runtime is what the tools act on: the LTM M, the STM C, the encoder enc(.)
 // and the summariser.
 type Runtime struct {

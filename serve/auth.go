@@ -9,8 +9,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-
-	"github.com/agemem/agemem/config"
 )
 
 // principal is who a request acts as: the namespace its key maps to and
@@ -38,9 +36,9 @@ var namespaceRE = regexp.MustCompile(`^[A-Za-z0-9._@:-]{1,128}$`)
 
 // newKeyring reads keys from the config and from the environment variable
 // it names ("key=namespace,…"; namespace * makes an admin key).
-func newKeyring(sv config.Serve, defaultNS string) (*keyring, error) {
+func newKeyring(sv Config, defaultNS string) (*keyring, error) {
 	kr := &keyring{open: principal{Namespace: defaultNS, KeyID: "open"}}
-	add := func(where string, k config.APIKey) error {
+	add := func(where string, k APIKey) error {
 		if len(k.Key) < 8 {
 			return fmt.Errorf("%s: a key must be at least 8 characters", where)
 		}
@@ -76,9 +74,9 @@ func newKeyring(sv config.Serve, defaultNS string) (*keyring, error) {
 			if !ok || ns == "" {
 				return nil, fmt.Errorf("%s: want key=namespace (namespace * for an admin key)", where)
 			}
-			k := config.APIKey{Key: key, Namespace: ns}
+			k := APIKey{Key: key, Namespace: ns}
 			if ns == "*" {
-				k = config.APIKey{Key: key, Admin: true}
+				k = APIKey{Key: key, Admin: true}
 			}
 			if err := add(where, k); err != nil {
 				return nil, err

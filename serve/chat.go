@@ -149,15 +149,15 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) *apiError {
 }
 
 func (s *Server) model(w http.ResponseWriter, r *http.Request) *apiError {
-	if r.PathValue("model") != s.cfg.Serve.ModelName {
-		return unknownModel(r.PathValue("model"), s.cfg.Serve.ModelName)
+	if r.PathValue("model") != s.cfg.ModelName {
+		return unknownModel(r.PathValue("model"), s.cfg.ModelName)
 	}
 	writeJSON(w, 200, s.modelObject())
 	return nil
 }
 
 func (s *Server) modelObject() map[string]any {
-	return map[string]any{"id": s.cfg.Serve.ModelName, "object": "model", "created": s.created, "owned_by": "agemem"}
+	return map[string]any{"id": s.cfg.ModelName, "object": "model", "created": s.created, "owned_by": "agemem"}
 }
 
 func unknownModel(got, want string) *apiError {
@@ -180,7 +180,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) *apiError
 
 // validate checks a request and returns its generation settings.
 func (s *Server) validate(req *chatRequest) (Gen, *apiError) {
-	sv := s.cfg.Serve
+	sv := s.cfg
 	var g Gen
 	if req.Model == "" {
 		return g, errInvalid("model", "missing_model", "model is required; this server serves "+fmt.Sprintf("%q", sv.ModelName))
@@ -210,7 +210,7 @@ func (s *Server) validate(req *chatRequest) (Gen, *apiError) {
 	}
 	limit := sv.MaxTokens
 	if limit == 0 {
-		limit = s.cfg.Agent.ResponseBudget
+		limit = s.agent.ResponseBudget
 	}
 	g.MaxTokens = limit
 	for _, p := range []struct {
@@ -244,7 +244,7 @@ func (s *Server) validate(req *chatRequest) (Gen, *apiError) {
 	}
 	g.MaxPromptTokens = sv.MaxPromptTokens
 	if g.MaxPromptTokens == 0 {
-		g.MaxPromptTokens = s.cfg.Agent.ContextBudget
+		g.MaxPromptTokens = s.agent.ContextBudget
 	}
 	return g, nil
 }
@@ -347,14 +347,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		return errInvalid("messages", "context_length_exceeded",
 			fmt.Sprintf("the context is %d tokens, above the limit of %d", cctx.Tokens(), g.MaxPromptTokens))
 	}
-	rt := &memtools.Runtime{Store: st, Context: cctx, Embedder: s.enc, Summarizer: s.summarizer(), Options: memtools.Options{
-		TopK: s.cfg.Tools.RetrieveTopK, MaxTopK: s.cfg.Tools.MaxTopK, FilterThreshold: s.cfg.Tools.FilterThreshold}}
-	lim := memtools.Limits{MaxSteps: s.cfg.Agent.MaxSteps, ContextBudget: s.cfg.Agent.ContextBudget}
+	rt := &memtools.Runtime{Store: st, Context: cctx, Embedder: s.enc, Summarizer: s.summarizer(), Options: s.tools}
+	lim := s.agent.Limits()
 	info := &traceInfo{SessionID: req.SessionID, Namespace: ns}
 	if req.SessionID != "" {
 		w.Header().Set("X-Session-ID", req.SessionID)
 	}
-	resp := chatResponse{ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.Serve.ModelName}
+	resp := chatResponse{ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
 
 	var tr memtools.Trace
 	var stream *sseStream
@@ -433,7 +432,7 @@ func (s *Server) summarizer() memtools.Summarizer {
 	if s.sum != nil {
 		return s.sum
 	}
-	return memtools.Extractive{MaxTokens: s.cfg.Tools.SummaryMaxTokens, Tokenizer: s.be}
+	return memtools.Extractive{MaxTokens: s.tools.SummaryMaxTokens, Tokenizer: s.be}
 }
 
 func (s *Server) account(tr memtools.Trace) {

@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agemem/agemem/config"
-	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/decode"
 )
@@ -43,10 +42,9 @@ func BenchmarkServeLoad(b *testing.B) {
 		prompts = append(prompts, t.Question)
 		return nil
 	})
-	cfg, err := config.Load("../configs/tiny.yaml", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	// configs/tiny.yaml's agent section.
+	cfg := defaults()
+	cfg.Agent.ResponseBudget, cfg.Agent.SystemPrompt = 256, memtools.PromptCompact
 	cfg.Serve.KeysEnv = ""
 	cfg.Serve.MaxConcurrent = 32
 	run := func(maxBatch int) LoadReport {
@@ -62,7 +60,7 @@ func BenchmarkServeLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer db.Close()
-		s, err := New(Options{Config: c, Policy: p, Store: db, Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)})
+		s, err := New(with(c.options(), func(o *Options) { o.Policy, o.Store = p, db }))
 		if err != nil {
 			b.Fatal(err)
 		}

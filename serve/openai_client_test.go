@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agemem/agemem/internal/testkit"
 )
 
 // openaiScript drives the server with OpenAI's official Node client:
@@ -40,10 +42,7 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	if err != nil {
 		t.Skip("node is not installed")
 	}
-	pkg, _ := filepath.Abs("../.cache/npm/node_modules/openai")
-	if _, err := os.Stat(filepath.Join(pkg, "package.json")); err != nil {
-		t.Fatalf("run `make deps` (installs the openai npm package): %v", err)
-	}
+	pkg := filepath.Join(testkit.NPM(t), "node_modules", "openai")
 	ts := start(t, testConfig(t), newScripted())
 	script := filepath.Join(t.TempDir(), "client.cjs")
 	os.WriteFile(script, []byte(openaiScript), 0o644)

@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/ollama"
 )
 
 const (
@@ -26,11 +27,37 @@ const (
 	adminKey = "sk-admin-000003"
 )
 
-func testConfig(t *testing.T) config.Config {
-	c := config.Default()
+// config is the sections a server reads, with their defaults.
+type config struct {
+	Serve  Config
+	Agent  memtools.Agent
+	Tools  memtools.Options
+	Memory ltm.Config
+	Embed  embed.Config
+	Ollama ollama.Config
+}
+
+func defaults() config {
+	return config{Serve: DefaultConfig(), Agent: memtools.DefaultAgent(), Tools: memtools.DefaultOptions(),
+		Memory: ltm.DefaultConfig(), Embed: embed.DefaultConfig(), Ollama: ollama.DefaultConfig()}
+}
+
+// options are the server's options for c.
+func (c config) options() Options {
+	return Options{Config: c.Serve, Agent: c.Agent, Tools: c.Tools, Namespace: c.Memory.Namespace, Embedder: c.Embed.Hashing()}
+}
+
+// with applies f to o.
+func with(o Options, f func(*Options)) Options {
+	f(&o)
+	return o
+}
+
+func testConfig(t *testing.T) config {
+	c := defaults()
 	c.Memory.Path = filepath.Join(t.TempDir(), "memory.db")
 	c.Agent.SystemPrompt = "compact"
-	c.Serve.Keys = []config.APIKey{{Key: aliceKey, Namespace: "alice"}, {Key: bobKey, Namespace: "bob"}, {Key: adminKey, Admin: true}}
+	c.Serve.Keys = []APIKey{{Key: aliceKey, Namespace: "alice"}, {Key: bobKey, Namespace: "bob"}, {Key: adminKey, Admin: true}}
 	c.Serve.KeysEnv = ""
 	return c
 }
@@ -41,13 +68,13 @@ type testServer struct {
 	db  *ltm.SQLite
 }
 
-func start(t *testing.T, c config.Config, be Backend) *testServer {
+func start(t *testing.T, c config, be Backend) *testServer {
 	t.Helper()
 	db, err := ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{Config: c, Backend: be, Store: db, Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)})
+	s, err := New(with(c.options(), func(o *Options) { o.Backend, o.Store = be, db }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +564,7 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s, err := New(Options{Config: c, Backend: be, Store: db, Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)})
+	s, err := New(with(c.options(), func(o *Options) { o.Backend, o.Store = be, db }))
 	if err != nil {
 		t.Fatal(err)
 	}

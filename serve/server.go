@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
@@ -25,7 +24,12 @@ import (
 
 // Options assemble a server.
 type Options struct {
-	Config config.Config
+	Config Config // the serve section
+	// Agent and Tools are the agent loop's and the tools' sections;
+	// Namespace is memory.namespace, the open server's namespace.
+	Agent     memtools.Agent
+	Tools     memtools.Options
+	Namespace string
 	// Backend is the policy; or Policy, which New serves through a
 	// continuous-batching scheduler (serve.max_batch).
 	Backend  Backend
@@ -41,7 +45,10 @@ type Options struct {
 // Server is the HTTP server. Handler serves it; Serve runs it on a
 // listener until its context ends, then shuts down gracefully.
 type Server struct {
-	cfg      config.Config
+	cfg      Config
+	agent    memtools.Agent
+	tools    memtools.Options
+	ns       string
 	be       Backend
 	db       *ltm.SQLite
 	enc      embed.Embedder
@@ -62,11 +69,11 @@ func New(o Options) (*Server, error) {
 	if (o.Backend == nil && o.Policy == nil) || o.Store == nil || o.Embedder == nil {
 		return nil, errors.New("serve: a policy, a store and an embedder are required")
 	}
-	sys, err := memtools.SystemPromptFor(o.Config.Agent.SystemPrompt)
+	sys, err := memtools.SystemPromptFor(o.Agent.SystemPrompt)
 	if err != nil {
 		return nil, err
 	}
-	kr, err := newKeyring(o.Config.Serve, o.Config.Memory.Namespace)
+	kr, err := newKeyring(o.Config, o.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +81,8 @@ func New(o Options) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sv := o.Config.Serve
-	s := &Server{cfg: o.Config, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
+	sv := o.Config
+	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
 		sessions: newSessions(sv.SessionTTL, sv.MaxSessions), admit: newAdmission(sv.MaxConcurrent, sv.MaxQueue),
 		system: sys, created: time.Now().Unix()}
 	s.metrics = newMetrics(s)
@@ -86,7 +93,7 @@ func New(o Options) (*Server, error) {
 	}
 	if len(kr.keys) == 0 {
 		log.Warn("no API keys configured: the server is open and every request uses one namespace",
-			"namespace", o.Config.Memory.Namespace, "hint", "set serve.keys or $"+sv.KeysEnv)
+			"namespace", o.Namespace, "hint", "set serve.keys or $"+sv.KeysEnv)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
@@ -134,16 +141,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	s.log.Info("serving", "addr", ln.Addr().String(), "model", s.cfg.Serve.ModelName,
-		"max_batch", s.cfg.Serve.MaxBatch, "max_concurrent", s.cfg.Serve.MaxConcurrent, "max_queue", s.cfg.Serve.MaxQueue)
+	s.log.Info("serving", "addr", ln.Addr().String(), "model", s.cfg.ModelName,
+		"max_batch", s.cfg.MaxBatch, "max_concurrent", s.cfg.MaxConcurrent, "max_queue", s.cfg.MaxQueue)
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
 	s.ready.Store(false)
-	s.log.Info("shutting down: finishing requests in flight", "timeout", s.cfg.Serve.ShutdownTimeout.String(), "active", s.admit.active())
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Serve.ShutdownTimeout)
+	s.log.Info("shutting down: finishing requests in flight", "timeout", s.cfg.ShutdownTimeout.String(), "active", s.admit.active())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	err := hs.Shutdown(sctx)
 	if err != nil {
@@ -234,9 +241,9 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request) *apiError) ht
 		// observe reads the principal for its log line from the same
 		// request value, so store it in place.
 		*r = *r.WithContext(withPrincipal(r.Context(), p))
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Serve.RequestTimeout)
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Serve.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		if aerr := h(w, r.WithContext(ctx)); aerr != nil {
 			if aerr.Status >= 500 {
 				s.log.Error("request failed", "path", r.URL.Path, "status", aerr.Status, "code", aerr.Code, "err", aerr.Message)

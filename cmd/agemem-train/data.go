@@ -9,11 +9,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/agemem/agemem/rl/rollout"
-
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/roles"
 )
 
 func dataCmd(g *globals) *cobra.Command {
@@ -104,7 +103,7 @@ oracle imperfect, so the tuned policy leaves RL room to improve.`,
 				if n > 0 && tasks >= n {
 					return errStop
 				}
-				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)), rollout.NewRuntime(cfg, uint64(cfg.Seed)+uint64(tasks), nil), t, rollout.EpisodeConfig(cfg))
+				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
 				if err != nil {
 					return err
 				}

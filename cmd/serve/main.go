@@ -19,7 +19,6 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/ollama"
@@ -134,9 +133,9 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 	}
 	enc := helpers.Embedder
 	if enc == nil {
-		enc = embed.NewHashing(cfg.Embed.Dim, cfg.Embed.CharNgrams)
+		enc = cfg.Embed.Hashing()
 	}
-	o := serve.Options{Config: cfg, Backend: be, Store: db, Embedder: enc, Summarizer: helpers.Summarizer, Logger: log}
+	o := serve.Options{Config: cfg.Serve, Agent: cfg.Agent, Tools: cfg.Tools, Namespace: cfg.Memory.Namespace, Backend: be, Store: db, Embedder: enc, Summarizer: helpers.Summarizer, Logger: log}
 	switch {
 	case be != nil:
 	case cfg.Serve.Backend == "ollama":
@@ -163,7 +162,7 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 // ollamaBackend drives serve.policy on the Ollama server in ollama.format;
 // raw prompts use the chat template of the model's architecture.
 func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error) {
-	c, err := ollama.FromConfig(cfg)
+	c, err := cfg.Ollama.Connect()
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +174,7 @@ func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error
 	if err != nil {
 		return nil, fmt.Errorf("ollama.format: %w", err)
 	}
-	p := ollama.PolicyFromConfig(c, cfg, cfg.Serve.Policy, format)
+	p := cfg.Ollama.Generator(c, cfg.Agent, cfg.Serve.Policy, format)
 	p.Template = ollama.TemplateFor(arch)
 	return &serve.Ollama{Base: p}, nil
 }
@@ -226,7 +225,7 @@ memory.path. Over HTTP the same tools are at /mcp of the running server.`,
 			}
 			ns := cfg.Memory.Namespace
 			srv := serve.NewMCPServer(serve.MemoryTools{Store: db, Embedder: enc,
-				Options:   memtools.Options{TopK: cfg.Tools.RetrieveTopK, MaxTopK: cfg.Tools.MaxTopK, FilterThreshold: cfg.Tools.FilterThreshold},
+				Options:   cfg.Tools,
 				Namespace: func(context.Context, *mcp.CallToolRequest) string { return ns }}, "1")
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

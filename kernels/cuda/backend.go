@@ -1,35 +1,14 @@
 package cuda
 
 import (
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"unsafe"
 
 	"github.com/agemem/agemem/kernels"
 )
-
-//go:embed kernels.cu
-var source string
-
-// Tensor is device memory with a shape; a Rows view shares its parent's
-// allocation.
-type Tensor struct {
-	ptr uint64
-	kernels.Dims
-	base *alloc
-	bf16 bool // a weight held as bfloat16 (BF16 mode)
-}
-
-type alloc struct {
-	ptr  uint64
-	size uint64 // the size class it was allocated with
-}
 
 // Backend runs the engine's ops on one GPU.
 type Backend struct {
@@ -72,30 +51,6 @@ type Backend struct {
 	pinOff uint64         // the next free byte of the upload ring
 }
 
-// The pinned staging buffer: its first half is the ring of pending
-// uploads, its second half receives downloads. Transfers larger than a
-// half go straight from or to pageable memory (weights, whole tensors).
-const (
-	pinBytes = 16 << 20
-	pinHalf  = pinBytes / 2
-)
-
-// Allocator limits.
-const (
-	maxCachedBytes = 4 << 30   // beyond this, freed blocks go back to the driver
-	gcEvery        = 512 << 20 // bytes allocated between forced collections
-)
-
-// sizeClass rounds a request up to a power of two (at least 512 bytes), so
-// blocks are reusable across nearby sizes.
-func sizeClass(n uint64) uint64 {
-	c := uint64(512)
-	for c < n {
-		c <<= 1
-	}
-	return c
-}
-
 // New opens GPU ordinal dev: loads the libraries, retains the primary
 // context, compiles the kernels with NVRTC (cached on disk by source hash,
 // architecture and NVRTC version) and creates a cuBLAS handle.
@@ -134,9 +89,7 @@ func New(dev int) (*Backend, error) {
 	if err := cu.ModuleLoadData(&mod, unsafe.Pointer(&ptx[0])).err("cuModuleLoadData"); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"rmsnorm", "rope", "attention", "silu_mul", "add", "bias_add", "embedding_f32", "widen_bf16", "softmax_rows", "narrow_bf16", "embedding_bf16", "topk_select",
-		"attention_backward", "rmsnorm_backward", "silu_mul_backward", "embedding_backward", "col_sum", "logprob",
-		"add_scaled", "mul", "sum_squares", "adamw", "layernorm", "gelu", "act_tanh", "segment_mean", "policy_gradient"} {
+	for _, k := range kernelNames(source) {
 		var f uintptr
 		if err := cu.ModuleGetFunction(&f, mod, cstr(k)).err("cuModuleGetFunction " + k); err != nil {
 			return nil, err
@@ -202,123 +155,10 @@ func (b *Backend) MemStats() (live, cached uint64) {
 	return b.liveBytes, b.cachedBytes
 }
 
-// Compile compiles the embedded kernels for arch (e.g. "90") and returns the
-// PTX; CI uses it without a GPU to check that every kernel compiles.
-func Compile(arch string) ([]byte, error) {
-	if err := loadNVRTC(); err != nil {
-		return nil, err
-	}
-	return compileSource(arch)
-}
-
-func compileSource(arch string) ([]byte, error) {
-	nv := &libs.nvrtc
-	var prog uintptr
-	if r := nv.CreateProgram(&prog, cstr(source), cstr("agemem.cu"), 0, nil, nil); r != 0 {
-		return nil, fmt.Errorf("nvrtcCreateProgram: %d", r)
-	}
-	defer nv.DestroyProgram(&prog)
-	opts := []*byte{cstr("--gpu-architecture=compute_" + arch), cstr("--std=c++14")}
-	r := nv.CompileProgram(prog, int32(len(opts)), &opts[0])
-	var logSize uint64
-	nv.GetProgramLogSize(prog, &logSize)
-	log := ""
-	if logSize > 1 {
-		buf := make([]byte, logSize)
-		nv.GetProgramLog(prog, &buf[0])
-		log = string(buf[:logSize-1])
-	}
-	if r != 0 {
-		return nil, fmt.Errorf("NVRTC could not compile the kernels for compute_%s:\n%s", arch, log)
-	}
-	var n uint64
-	nv.GetPTXSize(prog, &n)
-	ptx := make([]byte, n)
-	nv.GetPTX(prog, &ptx[0])
-	return ptx, nil
-}
-
-func (b *Backend) compile() ([]byte, error) {
-	var maj, min int32
-	libs.nvrtc.Version(&maj, &min)
-	h := sha256.Sum256([]byte(fmt.Sprintf("%s|sm_%s|nvrtc %d.%d", source, b.arch, maj, min)))
-	dir, err := os.UserCacheDir()
-	if err == nil {
-		dir = filepath.Join(dir, "agemem", "cuda")
-	}
-	path := filepath.Join(dir, hex.EncodeToString(h[:8])+".ptx")
-	if ptx, err := os.ReadFile(path); err == nil && len(ptx) > 0 {
-		return ptx, nil
-	}
-	ptx, err := compileSource(b.arch)
-	if err != nil {
-		return nil, err
-	}
-	if dir != "" && os.MkdirAll(dir, 0o755) == nil {
-		os.WriteFile(path, ptx, 0o644)
-	}
-	return ptx, nil
-}
-
 func must(err error) {
 	if err != nil {
 		panic(err)
 	}
-}
-
-func (b *Backend) alloc(n int, shape []int) *Tensor {
-	defer b.enter()()
-	size := sizeClass(uint64(max(n, 1) * 4))
-	b.mu.Lock()
-	b.sinceGC += size
-	collect := b.sinceGC > gcEvery
-	if collect {
-		b.sinceGC = 0
-	}
-	b.mu.Unlock()
-	if collect {
-		// Let Go find the tensors nobody holds, then take their blocks.
-		runtime.GC()
-		b.bind()
-	}
-	b.mu.Lock()
-	var p uint64
-	if list := b.cache[size]; len(list) > 0 {
-		p = list[len(list)-1]
-		b.cache[size] = list[:len(list)-1]
-		b.cachedBytes -= size
-	}
-	b.liveBytes += size
-	b.mu.Unlock()
-	if p == 0 {
-		r := libs.cu.MemAlloc(&p, size)
-		if r != 0 {
-			// Out of memory: return every cached block and try once more.
-			b.releaseCache()
-			r = libs.cu.MemAlloc(&p, size)
-		}
-		must(r.err(fmt.Sprintf("cuMemAlloc %d bytes", size)))
-	}
-	a := &alloc{p, size}
-	runtime.SetFinalizer(a, func(a *alloc) {
-		b.freeMu.Lock()
-		b.free = append(b.free, *a)
-		b.freeMu.Unlock()
-	})
-	return &Tensor{ptr: p, Dims: shape, base: a}
-}
-
-// releaseCache gives every cached block back to the driver.
-func (b *Backend) releaseCache() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for size, list := range b.cache {
-		for _, p := range list {
-			libs.cu.MemFree(p)
-		}
-		delete(b.cache, size)
-	}
-	b.cachedBytes = 0
 }
 
 func dev(t kernels.Tensor) *Tensor {
@@ -367,99 +207,6 @@ func (b *Backend) launch(k string, grid, block, shared int, args ...any) {
 }
 
 func blocks(n, per int) int { return (n + per - 1) / per }
-
-// Zeros implements kernels.Backend.
-func (b *Backend) Zeros(shape ...int) kernels.Tensor {
-	defer b.enter()()
-	t := &Tensor{Dims: shape}
-	n := t.Len()
-	t = b.alloc(n, shape)
-	b.zero(t.ptr, uint64(n*4))
-	return t
-}
-
-func (b *Backend) zero(p, n uint64) {
-	must(libs.cu.MemsetD8Async(p, 0, n, b.stream).err("cuMemsetD8Async"))
-}
-
-// upload copies n bytes from host memory at src to the device at dst, in
-// stream order. Small copies are staged in the pinned ring and queued
-// without waiting; when the ring wraps, the stream is synchronised first,
-// so no queued copy still reads the bytes being overwritten.
-func (b *Backend) upload(dst uint64, src unsafe.Pointer, n uint64) {
-	if n == 0 {
-		return
-	}
-	if n > pinHalf/4 {
-		// Synchronous from pageable memory, on the legacy stream, which
-		// the blocking stream is ordered with.
-		must(libs.cu.MemcpyHtoD(dst, src, n).err("cuMemcpyHtoD"))
-		return
-	}
-	b.pinMu.Lock()
-	defer b.pinMu.Unlock()
-	if b.pinOff+n > pinHalf {
-		must(libs.cu.StreamSynchronize(b.stream).err("cuStreamSynchronize"))
-		b.pinOff = 0
-	}
-	stage := unsafe.Add(b.pin, b.pinOff)
-	copy(unsafe.Slice((*byte)(stage), n), unsafe.Slice((*byte)(src), n))
-	must(libs.cu.MemcpyHtoDAsync(dst, stage, n, b.stream).err("cuMemcpyHtoDAsync"))
-	b.pinOff = (b.pinOff + n + 255) &^ 255
-}
-
-// download copies n bytes from the device at src to host memory at dst
-// once the work queued before it is done (through the pinned half when it
-// fits).
-func (b *Backend) download(dst unsafe.Pointer, src uint64, n uint64) {
-	if n == 0 {
-		return
-	}
-	if n > pinHalf {
-		must(libs.cu.MemcpyDtoH(dst, src, n).err("cuMemcpyDtoH"))
-		return
-	}
-	b.pinMu.Lock()
-	defer b.pinMu.Unlock()
-	stage := unsafe.Add(b.pin, pinHalf)
-	must(libs.cu.MemcpyDtoHAsync(stage, src, n, b.stream).err("cuMemcpyDtoHAsync"))
-	must(libs.cu.StreamSynchronize(b.stream).err("cuStreamSynchronize"))
-	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(stage), n))
-}
-
-// FromHost implements kernels.Backend.
-func (b *Backend) FromHost(d []float32, shape ...int) kernels.Tensor {
-	defer b.enter()()
-	t := b.alloc(len(d), shape)
-	if len(d) > 0 {
-		b.upload(t.ptr, unsafe.Pointer(&d[0]), uint64(4*len(d)))
-	}
-	return t
-}
-
-func (b *Backend) ints(v []int) *Tensor {
-	defer b.enter()()
-	x := make([]int32, len(v))
-	for i, e := range v {
-		x[i] = int32(e)
-	}
-	t := b.alloc(len(x), []int{len(x)})
-	if len(x) > 0 {
-		b.upload(t.ptr, unsafe.Pointer(&x[0]), uint64(4*len(x)))
-	}
-	return t
-}
-
-// ToHost implements kernels.Backend.
-func (b *Backend) ToHost(t kernels.Tensor) []float32 {
-	defer b.enter()()
-	ct := dev(t)
-	out := make([]float32, ct.Len())
-	if len(out) > 0 {
-		b.download(unsafe.Pointer(&out[0]), ct.ptr, uint64(4*len(out)))
-	}
-	return out
-}
 
 // Upload implements kernels.Backend. In BF16 mode weights stay (or become)
 // bfloat16 on the device; otherwise bf16 weights are widened to float32.

@@ -5,6 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +32,46 @@ func TestKernelsCompile(t *testing.T) {
 		}
 		if len(ptx) < 1000 {
 			t.Fatalf("sm_%s: PTX of %d bytes", arch, len(ptx))
+		}
+	}
+}
+
+// TestEveryLaunchIsAKernel: the kernels are found in the source rather than
+// listed by hand, so every name the Go side launches must be one the
+// source defines (and each defined once), and the PTX must define each.
+func TestEveryLaunchIsAKernel(t *testing.T) {
+	defined := map[string]int{}
+	for _, k := range kernelNames(source) {
+		defined[k]++
+	}
+	if len(defined) < 20 {
+		t.Fatalf("%d kernels found in the source", len(defined))
+	}
+	launch := regexp.MustCompile(`\.launch\("(\w+)"`)
+	files, _ := filepath.Glob("*.go")
+	launched := 0
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range launch.FindAllStringSubmatch(string(raw), -1) {
+			launched++
+			if defined[m[1]] != 1 {
+				t.Errorf("%s launches %q, defined %d times in the kernel source", f, m[1], defined[m[1]])
+			}
+		}
+	}
+	if launched < 20 {
+		t.Fatalf("only %d launches found", launched)
+	}
+	ptx, err := Compile("80")
+	if err != nil {
+		t.Skipf("NVRTC not found, PTX not checked: %v", err)
+	}
+	for k := range defined {
+		if !strings.Contains(string(ptx), ".entry "+k+"(") {
+			t.Errorf("the PTX has no entry %s", k)
 		}
 	}
 }

@@ -158,7 +158,7 @@ func (b *Backend) AdamW(w, g, m, v, sumSq kernels.Tensor, s kernels.AdamWStep) {
 		s.Decay, s.BC1, s.BC2, ptr(sumSq), s.MaxNorm)
 }
 
-// PolicyGradient implements kernels.TrainBackend.
+// PolicyGradient implements kernels.PolicyGradienter.
 func (b *Backend) PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w kernels.Tensor, clip, beta float32) {
 	n := dev(logp).Len()
 	b.launch("policy_gradient", blocks(n, 256), 256, 0, ptr(dlogp), ptr(stats), ptr(logp), ptr(ent), ptr(old), ptr(ref), ptr(adv), ptr(w), int32(n), clip, beta)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/rl/grpo"
 )
 
 // TestTrainerOpsMatchCPU runs every backward op and the optimiser on both
@@ -33,16 +34,27 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 		ref[i] = lp[i] + 0.5*ref[i]
 		wt[i] = float32(math.Abs(float64(wt[i]))) / nt
 	}
+	// The kernel is held to rl/grpo's loss, the one training runs on the
+	// host.
+	c04 := grpo.Config{Clip: 0.2, Beta: 0.04}
 	for _, withOld := range []bool{true, false} {
-		run("policy gradient", 1e-4, func(be kernels.TrainBackend) []kernels.Tensor {
-			d, st := be.Zeros(nt), be.Zeros(4)
-			var o kernels.Tensor
-			if withOld {
-				o = be.FromHost(old, nt)
-			}
-			be.PolicyGradient(d, st, be.FromHost(lp, nt), be.FromHost(ent, nt), o, be.FromHost(ref, nt), be.FromHost(adv, nt), be.FromHost(wt, nt), 0.2, 0.04)
-			return []kernels.Tensor{d, st}
-		})
+		var o []float32
+		var od kernels.Tensor
+		if withOld {
+			o, od = old, g.FromHost(old, nt)
+		}
+		want := make([]float32, nt)
+		ws := c04.Accumulate(want, lp, o, ref, adv, wt)
+		var ents float64
+		for _, e := range ent {
+			ents += float64(e)
+		}
+		d, st := g.Zeros(nt), g.Zeros(4)
+		g.PolicyGradient(d, st, g.FromHost(lp, nt), g.FromHost(ent, nt), od, g.FromHost(ref, nt), g.FromHost(adv, nt), g.FromHost(wt, nt), 0.2, 0.04)
+		close(t, "policy gradient", g.ToHost(d), want, 1e-4)
+		got := kernels.PolicyStatsOf(g.ToHost(st))
+		close(t, "policy gradient sums", []float32{float32(got.Surrogate), float32(got.KL), float32(got.Clipped), float32(got.Entropy)},
+			[]float32{float32(ws.Surrogate), float32(ws.KL), float32(ws.Clipped), float32(ents)}, 1e-4)
 	}
 	const m, k, n = 37, 300, 129
 	x, w, dy := rnd(r, m*k), rnd(r, n*k), rnd(r, m*n)

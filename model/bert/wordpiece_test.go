@@ -9,20 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/tokenizer"
 )
-
-func npmPrefix(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("AGEMEM_NPM_PREFIX"); p != "" {
-		return p
-	}
-	p, _ := filepath.Abs("../../.cache/npm")
-	if _, err := os.Stat(filepath.Join(p, "node_modules", "@huggingface", "tokenizers")); err != nil {
-		t.Fatalf("Hugging Face's tokenizers (JS) is missing (%v): run `make deps`", err)
-	}
-	return p
-}
 
 // testVocab is a small BERT vocabulary: specials, characters, their
 // continuations, words and suffixes.
@@ -89,7 +78,7 @@ func TestWordPieceMatchesHuggingFace(t *testing.T) {
 		dir := writeTokenizerJSON(t, testVocab(), lower)
 		in, _ := json.Marshal(texts)
 		cmd := exec.Command("node", "testdata/encode.mjs", filepath.Join(dir, "tokenizer.json"))
-		cmd.Env = append(os.Environ(), "NPM_PREFIX="+npmPrefix(t))
+		cmd.Env = append(os.Environ(), "NPM_PREFIX="+testkit.NPM(t))
 		cmd.Stderr = os.Stderr
 		cmd.Stdin = strings.NewReader(string(in))
 		out, err := cmd.Output()
@@ -163,7 +152,7 @@ func TestRobertaBPEMatchesHuggingFace(t *testing.T) {
 	texts := append(corpus, "we've they're I'm you'd", "Zürich's 2024-05-06 costs $1,000.50", "trailing spaces   ", "tab\tand\u00a0nbsp", "(hello) [Oslo] {x} 'quoted' \"q\"", "")
 	in, _ := json.Marshal(texts)
 	cmd := exec.Command("node", "testdata/encode.mjs", filepath.Join(dir, "tokenizer.json"))
-	cmd.Env = append(os.Environ(), "NPM_PREFIX="+npmPrefix(t))
+	cmd.Env = append(os.Environ(), "NPM_PREFIX="+testkit.NPM(t))
 	cmd.Stdin = strings.NewReader(string(in))
 	cmd.Stderr = os.Stderr
 	res, err := cmd.Output()

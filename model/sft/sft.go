@@ -9,12 +9,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tape"
@@ -22,14 +22,28 @@ import (
 	"github.com/agemem/agemem/model/train"
 )
 
-// Options are a run's inputs besides the config.
+// Options are a run's inputs: the sft section and what it shares with
+// the rest of the config.
 type Options struct {
-	Config  config.Config
-	YAML    string // the effective config, saved with checkpoints
-	Resume  string // a checkpoint directory to continue from
-	Log     io.Writer
-	TTY     bool
-	GenEval int // held-out prompts generated from at the end to score the format
+	Config Config
+	// Model is the Hugging Face directory training starts from (model.path).
+	Model string
+	LoRA  lora.Options
+	Optim optim.Config
+	// Devices train data-parallel (model.devices; none: the CPU tape), with
+	// bf16 tensor-core matmuls when TrainBF16 (model.train_dtype).
+	Devices   []string
+	TrainBF16 bool
+	// Dtype stores the exported full weights (model.dtype).
+	Dtype safetensors.DType
+	Seed  uint64
+	// ResponseBudget bounds the responses of the format check (GenEval).
+	ResponseBudget int
+	YAML           string // the effective config, saved with checkpoints
+	Resume         string // a checkpoint directory to continue from
+	Log            io.Writer
+	TTY            bool
+	GenEval        int // held-out prompts generated from at the end to score the format
 }
 
 // Result summarises a run.
@@ -42,82 +56,74 @@ type Result struct {
 	Policy                   string  // where the tuned policy was written
 }
 
-// Run fine-tunes cfg.Model.Path on cfg.SFT.Data.
+// Run fine-tunes o.Model on o.Config.Data.
 func Run(ctx context.Context, o Options) (Result, error) {
-	c := o.Config
-	s := c.SFT
+	s := o.Config
 	var res Result
-	tok, err := tokenizer.Load(filepath.Join(c.Model.Path, "tokenizer.json"))
+	tok, err := tokenizer.Load(filepath.Join(o.Model, "tokenizer.json"))
 	if err != nil {
 		return res, err
 	}
-	p, err := train.Open(c.Model.Path, c.LoRA, uint64(c.Seed))
+	p, err := train.Open(o.Model, o.LoRA, o.Seed)
 	if err != nil {
 		return res, err
 	}
-	tmpl, err := chat.Detect(c.Model.Path, p.W.ModelType)
+	tmpl, err := chat.Detect(o.Model, p.W.ModelType)
 	if err != nil {
 		return res, err
 	}
 	if tok.VocabSize() > p.W.VocabSize {
-		return res, fmt.Errorf("%s: the tokenizer has %d ids but the model only %d", c.Model.Path, tok.VocabSize(), p.W.VocabSize)
+		return res, fmt.Errorf("%s: the tokenizer has %d ids but the model only %d", o.Model, tok.VocabSize(), p.W.VocabSize)
 	}
 	all, err := Load(s.Data, tok, tmpl, s.LossOn, p.W.MaxPositions)
 	if err != nil {
 		return res, err
 	}
-	rng := rand.New(rand.NewPCG(uint64(c.Seed), 0x736674))
+	rng := rand.New(rand.NewPCG(o.Seed, 0x736674))
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	trainSet, evalSet := Split(all, s.EvalFraction)
-	sched := optim.Schedule{Warmup: s.WarmupSteps, Total: s.Steps, Cosine: s.Schedule == "cosine", MinRatio: s.MinLRRatio}
-	tr := train.NewOptimizer(p, c.Optim, s.LR, sched, uint64(c.Seed), o.YAML)
+	tr := train.NewOptimizer(p, o.Optim, s.LR, s.Over(s.Steps), o.Seed, o.YAML)
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
-	learner, err := train.NewLearner(tr, c.Model, o.Log)
+	learner, err := train.NewLearner(tr, o.Devices, o.TrainBF16, o.Log)
 	if err != nil {
 		return res, err
 	}
-	batches := Plan(trainSet, s.BatchTokens, s.Steps*s.GradAccum, uint64(c.Seed))
+	batches := Plan(trainSet, s.BatchTokens, s.Steps*s.GradAccum, o.Seed)
 	evalBatches := Plan(evalSet, s.BatchTokens, 0, 0)
-	metrics, err := train.OpenMetrics(filepath.Join(s.Out, "metrics.jsonl"), o.Resume != "")
-	if err != nil {
-		return res, err
-	}
-	defer metrics.Close()
 	fmt.Fprintf(o.Log, "sft: %d records (%d train, %d held out), %d trainable parameters, %d steps of %d micro-batch(es)\n",
 		len(all), len(trainSet), len(evalSet), tr.NumParams(), s.Steps, s.GradAccum)
-	evaluate := func() float64 {
-		learner.SyncHost()
-		l := EvalLoss(p.W, evalBatches)
-		metrics.Log(map[string]any{"step": tr.Step, "eval_loss": l})
-		return l
-	}
-	res.EvalLossStart = math.NaN()
-	if o.Resume == "" && len(evalSet) > 0 {
-		res.EvalLossStart = evaluate()
-		fmt.Fprintf(o.Log, "eval loss before training: %.4f\n", res.EvalLossStart)
-	}
-	prog := train.NewProgress(o.Log, s.Steps, o.TTY)
+	res.EvalLossStart, res.EvalLoss = math.NaN(), math.NaN()
 	var tokens int
-	start := time.Now()
-	for tr.Step < s.Steps {
-		if err := ctx.Err(); err != nil {
-			return res, err
+	var elapsed time.Duration
+	loop := train.Loop{Steps: s.Steps, EvalEvery: s.EvalEvery, SaveEvery: s.SaveEvery, EvalFirst: true,
+		Out: s.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY, Save: learner.Save,
+		Charts: []train.Chart{{File: "loss.png", Title: "SFT loss (mean NLL per learned token)",
+			Series: map[string]string{"train": "loss", "eval": "eval_loss"}}}}
+	if len(evalSet) > 0 {
+		loop.Eval = func(_ context.Context, n int) (map[string]any, error) {
+			learner.SyncHost()
+			l := EvalLoss(p.W, evalBatches)
+			if n == 0 {
+				res.EvalLossStart = l
+				fmt.Fprintf(o.Log, "eval loss before training: %.4f\n", l)
+			}
+			res.EvalLoss = l
+			return map[string]any{"eval_loss": l}, nil
 		}
+	}
+	loop.Step = func(_ context.Context, n int) (map[string]any, string, error) {
 		t0 := time.Now()
-		micro := batches[tr.Step*s.GradAccum : (tr.Step+1)*s.GradAccum]
-		learned := 0
+		micro := batches[(n-1)*s.GradAccum : n*s.GradAccum]
+		learned, stepTokens := 0, 0
 		for _, b := range micro {
 			learned += len(b.LossRows)
-		}
-		parts := make([]float64, len(micro))
-		stepTokens := 0
-		for _, b := range micro {
 			stepTokens += len(b.Tokens)
 		}
+		parts := make([]float64, len(micro))
 		err := learner.Accumulate(micro, func(i int) train.TrainOptions {
-			return train.TrainOptions{Recompute: s.Recompute, Dropout: true, Seed: uint64(c.Seed)<<32 ^ uint64(tr.Step*s.GradAccum+i)}
+			return train.TrainOptions{Recompute: s.Recompute, Dropout: true, Seed: o.Seed<<32 ^ uint64((n-1)*s.GradAccum+i)}
 		}, func(i int, lp []float32, _ []float64) []float32 {
 			d := make([]float32, len(lp))
 			for j, v := range lp {
@@ -127,7 +133,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return d
 		})
 		if err != nil {
-			return res, err
+			return nil, "", err
 		}
 		var loss float64
 		for _, v := range parts {
@@ -136,53 +142,40 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		loss /= float64(max(learned, 1))
 		norm, lr, err := learner.Update()
 		if err != nil {
-			return res, err
+			return nil, "", err
 		}
-		tokens += stepTokens
-		dt := time.Since(t0).Seconds()
-		if tr.Step == 1 || res.TrainLossStart == 0 {
+		dt := time.Since(t0)
+		tokens, elapsed = tokens+stepTokens, elapsed+dt
+		if res.TrainLossStart == 0 {
 			res.TrainLossStart = loss
 		}
 		res.TrainEnd = loss
-		metrics.Log(map[string]any{"step": tr.Step, "loss": loss, "grad_norm": norm, "lr": lr, "tokens": stepTokens, "learned_tokens": learned, "tokens_per_s": float64(stepTokens) / dt})
-		prog.Update(tr.Step, fmt.Sprintf("loss %.4f", loss))
-		if s.EvalEvery > 0 && tr.Step%s.EvalEvery == 0 && tr.Step < s.Steps && len(evalSet) > 0 {
-			evaluate()
-		}
-		if s.SaveEvery > 0 && tr.Step%s.SaveEvery == 0 && tr.Step < s.Steps {
-			if err := learner.Save(filepath.Join(s.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
-				return res, err
-			}
-		}
+		return map[string]any{"loss": loss, "grad_norm": norm, "lr": lr, "tokens": stepTokens, "learned_tokens": learned,
+			"tokens_per_s": float64(stepTokens) / dt.Seconds()}, fmt.Sprintf("loss %.4f", loss), nil
 	}
+	metrics, err := loop.Run(ctx, tr.Step)
+	if err != nil {
+		return res, err
+	}
+	defer metrics.Close()
 	res.Steps = tr.Step
-	res.TokensPerSec = float64(tokens) / time.Since(start).Seconds()
-	res.EvalLoss = math.NaN()
-	if len(evalSet) > 0 {
-		res.EvalLoss = evaluate()
-	}
+	res.TokensPerSec = float64(tokens) / elapsed.Seconds()
 	if par, ok := learner.(*train.Parallel); ok {
 		par.MemoryReport()
 	}
-	if err := learner.Save(filepath.Join(s.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
-		return res, err
-	}
 	learner.SyncHost()
-	dtype := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16}[c.Model.Dtype]
 	res.Policy = filepath.Join(s.Out, "policy")
-	if err := p.Export(res.Policy, dtype); err != nil {
-		return res, err
-	}
-	if err := train.Plot(filepath.Join(s.Out, "loss.png"), "SFT loss (mean NLL per learned token)",
-		map[string][]train.Point{"train": metrics.Series["loss"], "eval": metrics.Series["eval_loss"]}); err != nil {
+	if err := p.Export(res.Policy, o.Dtype); err != nil {
 		return res, err
 	}
 	if o.GenEval > 0 && len(evalSet) > 0 {
-		res.ParseOK, res.ParseN, err = FormatEval(ctx, p.W, tok, tmpl, evalSet, o.GenEval, c.Agent.ResponseBudget)
+		res.ParseOK, res.ParseN, err = FormatEval(ctx, p.W, tok, tmpl, evalSet, o.GenEval, o.ResponseBudget)
 		if err != nil {
 			return res, err
 		}
-		metrics.Log(map[string]any{"step": tr.Step, "parse_rate": float64(res.ParseOK) / float64(res.ParseN)})
+		if err := metrics.Log(map[string]any{"step": tr.Step, "parse_rate": float64(res.ParseOK) / float64(res.ParseN)}); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }

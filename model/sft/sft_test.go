@@ -12,8 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -164,12 +165,13 @@ func TestSFTLearns(t *testing.T) {
 	data := filepath.Join(dir, "sft.jsonl")
 	texts := records(t, data, 120, 2)
 	model := tinyPolicy(t, texts)
-	cfg := config.Default()
-	cfg.Model.Path = model
-	cfg.SFT.Data, cfg.SFT.Out = data, filepath.Join(dir, "out")
-	cfg.SFT.Steps, cfg.SFT.BatchTokens, cfg.SFT.LR, cfg.SFT.WarmupSteps = 60, 1024, 1e-2, 5
-	cfg.SFT.EvalFraction, cfg.SFT.EvalEvery, cfg.SFT.SaveEvery = 0.1, 20, 30
-	res, err := Run(context.Background(), Options{Config: cfg, YAML: cfg.YAML(), Log: io.Discard, GenEval: 8})
+	o := testOptions(model)
+	cfg := &o.Config
+	cfg.Data, cfg.Out = data, filepath.Join(dir, "out")
+	cfg.Steps, cfg.BatchTokens, cfg.LR, cfg.WarmupSteps = 60, 1024, 1e-2, 5
+	cfg.EvalFraction, cfg.EvalEvery, cfg.SaveEvery = 0.1, 20, 30
+	o.GenEval = 8
+	res, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,15 +182,15 @@ func TestSFTLearns(t *testing.T) {
 		t.Fatalf("%d of %d generated responses parse", res.ParseOK, res.ParseN)
 	}
 	for _, f := range []string{"metrics.jsonl", "loss.png", "checkpoint-30/trainer_state.json", "checkpoint-60/params.safetensors", "policy/model.safetensors", "policy/config.json", "policy/tokenizer.json", "policy/tokenizer_config.json"} {
-		if _, err := os.Stat(filepath.Join(cfg.SFT.Out, f)); err != nil {
+		if _, err := os.Stat(filepath.Join(cfg.Out, f)); err != nil {
 			t.Errorf("missing output: %v", err)
 		}
 	}
 	// Resuming from step 30 ends where the uninterrupted run ended.
-	cfg2 := cfg
-	cfg2.SFT.Out = filepath.Join(dir, "out2")
-	os.MkdirAll(cfg2.SFT.Out, 0o755)
-	res2, err := Run(context.Background(), Options{Config: cfg2, YAML: cfg2.YAML(), Log: io.Discard, Resume: filepath.Join(cfg.SFT.Out, "checkpoint-30")})
+	o2 := o
+	o2.Config.Out, o2.GenEval, o2.Resume = filepath.Join(dir, "out2"), 0, filepath.Join(cfg.Out, "checkpoint-30")
+	os.MkdirAll(o2.Config.Out, 0o755)
+	res2, err := Run(context.Background(), o2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,16 +210,16 @@ func TestSFTOnSimulatedDevices(t *testing.T) {
 	data := filepath.Join(dir, "sft.jsonl")
 	texts := records(t, data, 60, 3)
 	model := tinyPolicy(t, texts)
-	cfg := config.Default()
-	cfg.Model.Path = model
-	cfg.SFT.Data = data
-	cfg.SFT.Steps, cfg.SFT.BatchTokens, cfg.SFT.GradAccum, cfg.SFT.LR, cfg.SFT.WarmupSteps = 20, 512, 2, 1e-2, 2
-	cfg.SFT.EvalFraction, cfg.SFT.EvalEvery, cfg.SFT.SaveEvery = 0.1, 0, 10
+	base := testOptions(model)
+	cfg := &base.Config
+	cfg.Data = data
+	cfg.Steps, cfg.BatchTokens, cfg.GradAccum, cfg.LR, cfg.WarmupSteps = 20, 512, 2, 1e-2, 2
+	cfg.EvalFraction, cfg.EvalEvery, cfg.SaveEvery = 0.1, 0, 10
 	runOn := func(devices []string, out, resume string) Result {
-		c := cfg
-		c.Model.Devices, c.SFT.Out = devices, filepath.Join(dir, out)
-		os.MkdirAll(c.SFT.Out, 0o755)
-		res, err := Run(context.Background(), Options{Config: c, YAML: c.YAML(), Log: io.Discard, Resume: resume})
+		o := base
+		o.Devices, o.Config.Out, o.Resume = devices, filepath.Join(dir, out), resume
+		os.MkdirAll(o.Config.Out, 0o755)
+		res, err := Run(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,4 +238,10 @@ func TestSFTOnSimulatedDevices(t *testing.T) {
 		t.Fatalf("resumed device run ends at train %v eval %v, uninterrupted %v %v", resumed.TrainEnd, resumed.EvalLoss, dev.TrainEnd, dev.EvalLoss)
 	}
 	t.Logf("held-out loss: tape %.4f, 2 simulated devices %.4f (from %.4f)", tapeRes.EvalLoss, dev.EvalLoss, dev.EvalLossStart)
+}
+
+// testOptions fine-tune model with the default sft section, full weights.
+func testOptions(model string) Options {
+	return Options{Config: DefaultConfig(), Model: model, LoRA: lora.DefaultOptions(qwen.LoRATargets), Optim: optim.DefaultConfig(),
+		Dtype: safetensors.F32, Seed: 1, ResponseBudget: 2048, YAML: "seed: 1\n", Log: io.Discard}
 }

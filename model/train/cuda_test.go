@@ -1,12 +1,11 @@
 package train
 
 import (
-	"errors"
 	"math"
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/kernels/cuda"
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/tape"
 )
 
@@ -14,7 +13,7 @@ import (
 // backward, clipped AdamW) to the CPU tape, as TestReplicaMatchesTape
 // holds the CPU backend.
 func TestCUDAReplicaMatchesTape(t *testing.T) {
-	g := gpuOrSkip(t)
+	g := testkit.GPU(t)
 	checkReplica(t, g, 1e-4)
 }
 
@@ -22,7 +21,7 @@ func TestCUDAReplicaMatchesTape(t *testing.T) {
 // precision) the step stays close to the f32 tape: log-probabilities within
 // bf16 rounding and every gradient pointing the same way (cosine > 0.99).
 func TestCUDAReplicaBF16(t *testing.T) {
-	g := gpuOrSkip(t)
+	g := testkit.GPU(t)
 	g.BF16 = true
 	for _, c := range deviceCases(t) {
 		w := c.w
@@ -54,17 +53,4 @@ func TestCUDAReplicaBF16(t *testing.T) {
 			}
 		}
 	}
-}
-
-// gpuOrSkip opens GPU 0, or skips the test or benchmark saying why.
-func gpuOrSkip(tb testing.TB) *cuda.Backend {
-	tb.Helper()
-	g, err := cuda.New(0)
-	if errors.Is(err, cuda.ErrNoDevice) {
-		tb.Skipf("GPU test skipped: %v", err)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return g
 }

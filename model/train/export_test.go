@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -29,13 +29,13 @@ func TestExportTrainedAdapterForPEFT(t *testing.T) {
 		if err := qwen.InitRandom(base, qwen.Presets[preset], safetensors.F32, 6); err != nil {
 			t.Fatal(err)
 		}
-		l := config.Default().LoRA
+		l := lora.DefaultOptions(qwen.LoRATargets)
 		l.Enabled = true
 		p, err := Open(base, l, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := NewOptimizer(p, config.Default().Optim, 2e-2, optim.Schedule{}, 1, "")
+		tr := NewOptimizer(p, optim.DefaultConfig(), 2e-2, optim.Schedule{}, 1, "")
 		for range 5 {
 			step(t, tr)
 		}

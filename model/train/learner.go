@@ -4,8 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/agemem/agemem/config"
-	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/tape"
 )
@@ -19,11 +18,12 @@ type Learner interface {
 	// accumulates the gradient. Micro-batches may run concurrently (on
 	// different devices), so loss must be safe for that.
 	Accumulate(batches []Batch, opts func(i int) TrainOptions, loss LossFunc) error
-	// AccumulatePolicy is Accumulate with step-wise GRPO's loss (Eq. 6,
-	// kernels.TrainBackend's PolicyGradient) over each micro-batch's inputs,
-	// computed where the log-probabilities are: on a GPU the step then
-	// reads nothing back. It returns the loss's sums over the tokens.
-	AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error)
+	// AccumulatePolicy is Accumulate with a policy loss (GRPO's Eq. 6)
+	// over each micro-batch's inputs, computed where the log-probabilities
+	// are when the device can (kernels.PolicyGradienter: a GPU step then
+	// reads nothing back), else on the host. It returns the loss's sums
+	// over the tokens.
+	AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, loss PolicyLoss) (PolicyStats, error)
 	// Score returns each micro-batch's learned-token log-probabilities
 	// under w (the policy, or a frozen reference), without gradients.
 	Score(w *Weights[float32], batches []Batch, o TrainOptions) ([][]float32, error)
@@ -45,19 +45,39 @@ type LossFunc func(i int, lp []float32, ent []float64) []float32
 // ratio is 1), log π_ref, the advantage and the aggregation weight.
 type PolicyInputs struct{ Old, Ref, Adv, Weight []float32 }
 
-// PolicyStats are the loss's sums over the tokens: Σ w·ℓ_clip, Σ w·kl,
-// clipped tokens, Σ entropy, and the token count.
-type PolicyStats struct {
-	Surrogate, KL, Clipped, Entropy float64
-	Tokens                          int
+// PolicyLoss is the objective a policy-gradient step minimises, as
+// rl/grpo defines it: Host computes it on the host (dL/dlogp into dlogp,
+// and its sums); devices with a fused kernel (kernels.PolicyGradienter,
+// held to Host in tests) run it with Clip and Beta where the
+// log-probabilities are.
+type PolicyLoss struct {
+	Clip, Beta float64
+	Host       func(dlogp, logp []float32, in PolicyInputs) kernels.PolicyStats
 }
 
-func (s *PolicyStats) add(st [4]float64, tokens int) {
-	s.Surrogate += st[0]
-	s.KL += st[1]
-	s.Clipped += st[2]
-	s.Entropy += st[3]
+// PolicyStats are the loss's sums over the tokens (Σ w·ℓ_clip, Σ w·kl,
+// clipped tokens, Σ entropy) and the token count.
+type PolicyStats struct {
+	kernels.PolicyStats
+	Tokens int
+}
+
+func (s *PolicyStats) add(st kernels.PolicyStats, tokens int) {
+	s.Surrogate += st.Surrogate
+	s.KL += st.KL
+	s.Clipped += st.Clipped
+	s.Entropy += st.Entropy
 	s.Tokens += tokens
+}
+
+// hostPolicy runs the loss on the host for one micro-batch, the entropy
+// summed beside it.
+func hostPolicy(loss PolicyLoss, d, lp, ent []float32, x PolicyInputs) kernels.PolicyStats {
+	st := loss.Host(d, lp, x)
+	for _, e := range ent {
+		st.Entropy += float64(e)
+	}
+	return st
 }
 
 func (in PolicyInputs) check(i, n int) error {
@@ -85,7 +105,7 @@ func (l Tape) Accumulate(batches []Batch, opts func(i int) TrainOptions, loss Lo
 }
 
 // AccumulatePolicy implements Learner.
-func (l Tape) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error) {
+func (l Tape) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, loss PolicyLoss) (PolicyStats, error) {
 	var st PolicyStats
 	for i, b := range batches {
 		tp := tape.New[float32]()
@@ -99,7 +119,7 @@ func (l Tape) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, i
 			e[j] = float32(v)
 		}
 		d := make([]float32, len(lp.Val))
-		st.add(cpu.PolicyGradient(d, lp.Val, e, x.Old, x.Ref, x.Adv, x.Weight, clip, beta), len(d))
+		st.add(hostPolicy(loss, d, lp.Val, e, x), len(d))
 		tp.Backward(lp, d)
 	}
 	return st, nil
@@ -125,14 +145,14 @@ func (l Tape) Save(dir string) error { return l.T.Save(dir) }
 // SyncHost implements Learner: the tape trains the host copy itself.
 func (Tape) SyncHost() {}
 
-// NewLearner returns the Learner m.Devices asks for: the tape when it is
-// empty, else data-parallel replicas on those devices (m.TrainDtype
-// choosing the GPUs' matmul precision).
-func NewLearner(t *Optimizer, m config.Model, log io.Writer) (Learner, error) {
-	if len(m.Devices) == 0 {
+// NewLearner returns the Learner devices ask for (model.devices): the tape
+// when there are none, else data-parallel replicas on them, bf16 choosing
+// tensor-core matmuls on GPUs (model.train_dtype).
+func NewLearner(t *Optimizer, devices []string, bf16 bool, log io.Writer) (Learner, error) {
+	if len(devices) == 0 {
 		return Tape{t}, nil
 	}
-	bes, reduce, err := device.OpenTrainers(m.Devices, m.TrainDtype == "bf16", log)
+	bes, reduce, err := device.OpenTrainers(devices, bf16, log)
 	if err != nil {
 		return nil, err
 	}

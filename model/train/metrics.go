@@ -98,13 +98,18 @@ func (m *Metrics) Log(rec map[string]any) error {
 	return m.w.Flush()
 }
 
-// Close flushes and closes the file.
+// Close flushes and closes the file; closing again does nothing.
 func (m *Metrics) Close() error {
+	if m.f == nil {
+		return nil
+	}
+	f := m.f
+	m.f = nil
 	if err := m.w.Flush(); err != nil {
-		m.f.Close()
+		f.Close()
 		return err
 	}
-	return m.f.Close()
+	return f.Close()
 }
 
 // palette colours the series of one plot.

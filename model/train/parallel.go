@@ -151,13 +151,17 @@ func (p *Parallel) Accumulate(batches []Batch, opts func(i int) TrainOptions, lo
 	})
 }
 
-// AccumulatePolicy implements Learner: the loss runs on each replica's
-// device (PolicyGradient), its inputs uploaded without waiting and its
-// sums read once all micro-batches are done.
-func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, clip, beta float64) (PolicyStats, error) {
+// AccumulatePolicy implements Learner: on devices with a fused kernel
+// (kernels.PolicyGradienter) the loss runs there, its inputs uploaded
+// without waiting and its sums read once all micro-batches are done;
+// elsewhere each micro-batch's log-probabilities come back to the host.
+func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptions, in func(i int) PolicyInputs, loss PolicyLoss) (PolicyStats, error) {
 	sums := make([]kernels.Tensor, len(p.Replicas))
+	host := make([]kernels.PolicyStats, len(batches))
 	for k, r := range p.Replicas {
-		sums[k] = r.Backend().Zeros(4)
+		if _, ok := r.Backend().(kernels.PolicyGradienter); ok {
+			sums[k] = r.Backend().Zeros(4)
+		}
 	}
 	tokens := make([]int, len(batches))
 	err := p.Run(len(batches), func(r *Replica, i int) error {
@@ -168,6 +172,14 @@ func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptio
 		if err := x.check(i, n); err != nil {
 			return err
 		}
+		tokens[i] = n
+		pg, ok := be.(kernels.PolicyGradienter)
+		if !ok {
+			d := make([]float32, n)
+			host[i] = hostPolicy(loss, d, be.ToHost(acts.LogProbs), be.ToHost(acts.Ent), x)
+			r.Backward(acts, be.FromHost(d, n))
+			return nil
+		}
 		up := func(v []float32) kernels.Tensor {
 			if v == nil {
 				return nil
@@ -175,18 +187,21 @@ func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptio
 			return be.FromHost(v, n)
 		}
 		d := be.Zeros(n)
-		be.PolicyGradient(d, sums[i%len(p.Replicas)], acts.LogProbs, acts.Ent, up(x.Old), up(x.Ref), up(x.Adv), up(x.Weight), float32(clip), float32(beta))
+		pg.PolicyGradient(d, sums[i%len(p.Replicas)], acts.LogProbs, acts.Ent, up(x.Old), up(x.Ref), up(x.Adv), up(x.Weight), float32(loss.Clip), float32(loss.Beta))
 		r.Backward(acts, d)
-		tokens[i] = n
 		return nil
 	})
 	var st PolicyStats
 	if err != nil {
 		return st, err
 	}
+	for _, h := range host {
+		st.add(h, 0)
+	}
 	for k, r := range p.Replicas {
-		v := r.Backend().ToHost(sums[k])
-		st.add([4]float64{float64(v[0]), float64(v[1]), float64(v[2]), float64(v[3])}, 0)
+		if sums[k] != nil {
+			st.add(kernels.PolicyStatsOf(r.Backend().ToHost(sums[k])), 0)
+		}
 	}
 	for _, n := range tokens {
 		st.Tokens += n

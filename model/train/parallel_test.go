@@ -5,10 +5,10 @@ import (
 	"math"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/cuda"
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 )
 
@@ -24,13 +24,13 @@ func parallelRun(t *testing.T, dir string, devices int, lora bool) (map[string][
 	return parallelOn(t, dir, bes, nil, lora)
 }
 
-func parallelOn(t *testing.T, dir string, bes []kernels.TrainBackend, reduce kernels.Reducer, lora bool) (map[string][]float32, []float64) {
+func parallelOn(t *testing.T, dir string, bes []kernels.TrainBackend, reduce kernels.Reducer, withLoRA bool) (map[string][]float32, []float64) {
 	t.Helper()
-	p, err := Open(dir, config.LoRA{Enabled: lora, R: 4, Alpha: 8, Dropout: 0.1, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, 1)
+	p, err := Open(dir, lora.Options{Enabled: withLoRA, R: 4, Alpha: 8, Dropout: 0.1, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := NewOptimizer(p, config.Optim{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1}, 1e-2, optim.Schedule{}, 1, "")
+	tr := NewOptimizer(p, optim.Config{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1}, 1e-2, optim.Schedule{}, 1, "")
 	par, err := NewParallel(tr, bes, reduce, nil)
 	if err != nil {
 		t.Fatal(err)

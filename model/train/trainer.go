@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/model/checkpoint"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
@@ -31,7 +30,7 @@ type Model struct {
 // adapter (B = 0, so training starts from the base exactly) is trained. dir
 // may also be a PEFT adapter (an SFT run with LoRA): its base is loaded and
 // the adapter merged in, so the policy starts where SFT ended.
-func Open(dir string, l config.LoRA, seed uint64) (*Model, error) {
+func Open(dir string, l lora.Options, seed uint64) (*Model, error) {
 	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err == nil {
 		return openAdapter(dir, l)
 	}
@@ -51,7 +50,7 @@ func Open(dir string, l config.LoRA, seed uint64) (*Model, error) {
 	if l.Enabled {
 		modules, shape := cfg.Linears()
 		abs, _ := filepath.Abs(dir)
-		a, err := lora.New(lora.Config{BaseModel: abs, R: l.R, Alpha: l.Alpha, Dropout: l.Dropout, TargetModules: l.TargetModules},
+		a, err := lora.New(l.Config(abs),
 			modules, shape, seed, false)
 		if err != nil {
 			return nil, err
@@ -64,7 +63,7 @@ func Open(dir string, l config.LoRA, seed uint64) (*Model, error) {
 }
 
 // openAdapter loads an adapter's base and merges the adapter into it.
-func openAdapter(dir string, l config.LoRA) (*Model, error) {
+func openAdapter(dir string, l lora.Options) (*Model, error) {
 	if l.Enabled {
 		return nil, fmt.Errorf("%s is a LoRA adapter: a new adapter on top of it would have no base on disk; merge it first (agemem-train merge) or train it in full", dir)
 	}
@@ -75,7 +74,7 @@ func openAdapter(dir string, l config.LoRA) (*Model, error) {
 	if a.Config.BaseModel == "" {
 		return nil, fmt.Errorf("%s/adapter_config.json names no base_model_name_or_path", dir)
 	}
-	p, err := Open(a.Config.BaseModel, config.LoRA{}, 0)
+	p, err := Open(a.Config.BaseModel, lora.Options{}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("adapter %s: base: %w", dir, err)
 	}
@@ -113,7 +112,7 @@ func (p *Model) Export(dir string, dtype safetensors.DType) error {
 // Optimizer applies AdamW updates to a policy's trainable parameters and
 // saves and restores everything a resumed run needs.
 type Optimizer struct {
-	Model        *Model
+	Model    *Model
 	Opt      *optim.AdamW
 	Schedule optim.Schedule
 	LR       float64 // peak rate
@@ -125,8 +124,8 @@ type Optimizer struct {
 }
 
 // NewOptimizer prepares the optimiser for p's trainable parameters.
-func NewOptimizer(p *Model, o config.Optim, lr float64, s optim.Schedule, seed uint64, cfgYAML string) *Optimizer {
-	t := &Optimizer{Model: p, Opt: optim.NewAdamW(optim.AdamWConfig{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay}),
+func NewOptimizer(p *Model, o optim.Config, lr float64, s optim.Schedule, seed uint64, cfgYAML string) *Optimizer {
+	t := &Optimizer{Model: p, Opt: optim.NewAdamW(o.AdamW()),
 		Schedule: s, LR: lr, ClipNorm: o.ClipNorm, RNG: rand.NewPCG(seed, 0x747261696e), Config: cfgYAML}
 	for _, nv := range p.W.Trainable() {
 		t.params = append(t.params, optim.Param{Name: nv.Name, W: nv.V.Val, G: nv.V.Grad, Decay: optim.DecayFor(nv.Name)})

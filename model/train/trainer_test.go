@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
@@ -64,13 +63,13 @@ func step(t *testing.T, tr *Optimizer) float64 {
 
 func newTrainer(t *testing.T, dir string, withLoRA bool) *Optimizer {
 	t.Helper()
-	l := config.Default().LoRA
+	l := lora.DefaultOptions(qwen.LoRATargets)
 	l.Enabled = withLoRA
 	p, err := Open(dir, l, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewOptimizer(p, config.Default().Optim, 1e-2, optim.Schedule{Warmup: 2, Total: 8, Cosine: true, MinRatio: 0.1}, 1, "seed: 1\n")
+	return NewOptimizer(p, optim.DefaultConfig(), 1e-2, optim.Schedule{Warmup: 2, Total: 8, Cosine: true, MinRatio: 0.1}, 1, "seed: 1\n")
 }
 
 // TestResumeIsDeterministic: three steps, a checkpoint, a fresh process
@@ -166,7 +165,7 @@ func TestExportLoadsBack(t *testing.T) {
 		var again *Model
 		var err error
 		if withLoRA {
-			again, err = Open(base, config.LoRA{}, 0)
+			again, err = Open(base, lora.Options{}, 0)
 			if err == nil {
 				var a *lora.Adapter
 				if a, err = lora.Load(out); err == nil {
@@ -174,7 +173,7 @@ func TestExportLoadsBack(t *testing.T) {
 				}
 			}
 		} else {
-			again, err = Open(out, config.LoRA{}, 0)
+			again, err = Open(out, lora.Options{}, 0)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -202,7 +201,7 @@ func TestOpenAnAdapterDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := tr.Model.W.LogProbs(tape.New[float32](), batch(0), TrainOptions{}).Val
-	p, err := Open(out, config.LoRA{}, 0)
+	p, err := Open(out, lora.Options{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +211,7 @@ func TestOpenAnAdapterDirectory(t *testing.T) {
 			t.Fatalf("log-prob %d: %g merged, %g with the adapter", i, got[i], want[i])
 		}
 	}
-	l := config.Default().LoRA
+	l := lora.DefaultOptions(qwen.LoRATargets)
 	l.Enabled = true
 	if _, err := Open(out, l, 0); err == nil || !strings.Contains(err.Error(), "merge it first") {
 		t.Fatalf("LoRA on an adapter: %v", err)

@@ -6,15 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/internal/testkit"
 )
-
-func near(t *testing.T, what string, got, want float64) {
-	t.Helper()
-	if math.Abs(got-want) > 1e-9 {
-		t.Fatalf("%s = %.12g, want %.12g", what, got, want)
-	}
-}
 
 func TestGroupAdvantagesByHand(t *testing.T) {
 	// Group 1: rewards 1,0,0,1: mean 0.5, unbiased variance (4·0.25)/3 = 1/3,
@@ -32,7 +25,7 @@ func TestGroupAdvantagesByHand(t *testing.T) {
 	}
 	// ε in the denominator: rewards 0 and 2, std √2, A = ±1/(√2 + 0.5).
 	adv, _ = GroupAdvantages([]float64{0, 2}, 2, 0.5)
-	near(t, "A with eps", adv[1], 1/(math.Sqrt2+0.5))
+	testkit.Near(t, "A with eps", adv[1], 1/(math.Sqrt2+0.5), 1e-9)
 	// Groups of one carry no preference.
 	adv, _ = GroupAdvantages([]float64{3, -1}, 1, 1e-6)
 	if adv[0] != 0 || adv[1] != 0 {
@@ -47,7 +40,7 @@ func TestBroadcast(t *testing.T) {
 	got := Broadcast([]float64{0.5, -0.25}, []int{0, 0, 1, 0, 1})
 	want := []float64{0.5, 0.5, -0.25, 0.5, -0.25}
 	for i := range want {
-		near(t, "broadcast", got[i], want[i])
+		testkit.Near(t, "broadcast", got[i], want[i], 1e-9)
 	}
 }
 
@@ -72,8 +65,8 @@ func TestClippedSurrogateByHand(t *testing.T) {
 		{"zero advantage", ln(3), 0, 0, 0, 0, false},
 	} {
 		loss, grad, clipped := ClippedSurrogate(c.logp, c.old, c.adv, 0.2)
-		near(t, c.name+" loss", loss, c.loss)
-		near(t, c.name+" grad", grad, c.grad)
+		testkit.Near(t, c.name+" loss", loss, c.loss, 1e-9)
+		testkit.Near(t, c.name+" grad", grad, c.grad, 1e-9)
 		if clipped != c.clipped {
 			t.Fatalf("%s: clipped %v", c.name, clipped)
 		}
@@ -82,12 +75,12 @@ func TestClippedSurrogateByHand(t *testing.T) {
 
 func TestKLk3ByHand(t *testing.T) {
 	kl, g := KLk3(-1.3, -1.3)
-	near(t, "kl at the reference", kl, 0)
-	near(t, "grad at the reference", g, 0)
+	testkit.Near(t, "kl at the reference", kl, 0, 1e-9)
+	testkit.Near(t, "grad at the reference", g, 0, 1e-9)
 	// logp = ref + ln 2: d = −ln 2, e^d = 0.5: kl = 0.5 + ln 2 − 1, grad 0.5.
 	kl, g = KLk3(math.Ln2, 0)
-	near(t, "kl", kl, 0.5+math.Ln2-1)
-	near(t, "grad", g, 0.5)
+	testkit.Near(t, "kl", kl, 0.5+math.Ln2-1, 1e-9)
+	testkit.Near(t, "grad", g, 0.5, 1e-9)
 }
 
 func TestLossAggregationAndGradient(t *testing.T) {
@@ -105,17 +98,17 @@ func TestLossAggregationAndGradient(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, grad := Loss(c, toks, w)
-	near(t, "token-mean loss", st.Loss, (-1-1-1+2)/4.0)
-	near(t, "token-mean grad", grad[3], 2/4.0)
+	testkit.Near(t, "token-mean loss", st.Loss, (-1-1-1+2)/4.0, 1e-9)
+	testkit.Near(t, "token-mean grad", grad[3], 2/4.0, 1e-9)
 	w, _ = TokenWeights("seq-mean-token-mean", seqs)
 	st, grad = Loss(c, toks, w)
-	near(t, "seq-mean loss", st.Loss, (-1+2)/2.0)
-	near(t, "seq-mean grad of a 3-token response", grad[0], -1/6.0)
-	near(t, "seq-mean grad of a 1-token response", grad[3], 1)
+	testkit.Near(t, "seq-mean loss", st.Loss, (-1+2)/2.0, 1e-9)
+	testkit.Near(t, "seq-mean grad of a 3-token response", grad[0], -1/6.0, 1e-9)
+	testkit.Near(t, "seq-mean grad of a 1-token response", grad[3], 1, 1e-9)
 	// Micro-batches of a minibatch add up to the whole.
 	a, _ := Loss(c, toks[:2], w[:2])
 	b, _ := Loss(c, toks[2:], w[2:])
-	near(t, "split loss", a.Loss+b.Loss, st.Loss)
+	testkit.Near(t, "split loss", a.Loss+b.Loss, st.Loss, 1e-9)
 	if _, err := TokenWeights("sum", seqs); err == nil {
 		t.Fatal("unknown aggregation accepted")
 	}
@@ -143,11 +136,10 @@ func TestLossAggregationAndGradient(t *testing.T) {
 	}
 }
 
-// TestDeviceLossMatchesLoss: the loss the training devices run
-// (kernels.TrainBackend's PolicyGradient, here the CPU's) gives Loss's
-// gradient and sums, with π_old and without (ratio 1), across clipped and
-// unclipped tokens of both advantage signs.
-func TestDeviceLossMatchesLoss(t *testing.T) {
+// TestAccumulateMatchesLoss: the float32 entry point training runs gives
+// Loss's gradient and sums, with π_old and without (ratio 1), across
+// clipped and unclipped tokens of both advantage signs.
+func TestAccumulateMatchesLoss(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	const n = 500
 	c := Config{Clip: 0.2, Beta: 0.04}
@@ -179,7 +171,12 @@ func TestDeviceLossMatchesLoss(t *testing.T) {
 		}
 		want, grad := Loss(c, toks, weights)
 		d := make([]float32, n)
-		got := cpu.PolicyGradient(d, lp, ent, o, ref, adv, w, c.Clip, c.Beta)
+		st := c.Accumulate(d, lp, o, ref, adv, w)
+		var ents float64
+		for _, e := range ent {
+			ents += float64(e)
+		}
+		got := [4]float64{st.Surrogate, st.KL, float64(st.Clipped), ents}
 		for i := range n {
 			if math.Abs(float64(d[i])-grad[i]) > 1e-7*math.Max(1, math.Abs(grad[i])) {
 				t.Fatalf("token %d: gradient %v, Loss's %v", i, d[i], grad[i])

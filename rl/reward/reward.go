@@ -11,118 +11,104 @@ package reward
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"regexp"
-	"strconv"
 	"strings"
 
-	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 )
 
-// Weights are every coefficient of Eq. 16-26 (config section "reward").
+// Weights are every coefficient of Eq. 16-26.
 type Weights struct {
-	Task, Context, Memory                 float64 // w, 1/3 each
-	Compression, Preventive, Preservation float64 // α of Eq. 18, 1/3 each
-	Storage, Maintenance, Relevance       float64 // β of Eq. 22, 1/3 each
-	NoAnswer, Rounds, Overflow            float64 // P_no-answer −1, P_rounds −1, P_overflow −0.5
-	TMax                                  int     // T_max of Eq. 19 and 26, 8192
+	Task    float64 `yaml:"w_task"`    // w_task, 1/3 (Eq. 16)
+	Context float64 `yaml:"w_context"` // w_context, 1/3
+	Memory  float64 `yaml:"w_memory"`  // w_memory, 1/3
+	// α of Eq. 18, 1/3 each.
+	Compression  float64 `yaml:"alpha_compression"`
+	Preventive   float64 `yaml:"alpha_preventive"`
+	Preservation float64 `yaml:"alpha_preservation"`
+	// β of Eq. 22, 1/3 each.
+	Storage     float64 `yaml:"beta_storage"`
+	Maintenance float64 `yaml:"beta_maintenance"`
+	Relevance   float64 `yaml:"beta_relevance"`
+	// Penalties (Eq. 17, 26): no answer −1, too many rounds −1, context
+	// overflow −0.5.
+	NoAnswer float64 `yaml:"p_no_answer"`
+	Rounds   float64 `yaml:"p_rounds"`
+	Overflow float64 `yaml:"p_overflow"`
+	// TMax is T_max of Eq. 19 and 26, 8192.
+	TMax int `yaml:"t_max"`
 }
 
-// Judges are the evaluators the paper runs with an LLM.
-type Judges struct {
-	Task      Judge          // S_judge of Eq. 17
-	Storage   StorageJudge   // high-quality entries of Eq. 23
-	Relevance RelevanceJudge // S_LLM(R, q) of Eq. 25
+// Config is the reward and its judges (config section "reward").
+type Config struct {
+	Weights `yaml:",inline"`
+	// Judge scores answers (Eq. 17): f1 | em (HotpotQA normalised) |
+	// policy (the Appendix C.2 prompt sent to the starting policy) |
+	// ollama (sent to JudgeModel).
+	Judge      string `yaml:"judge"`
+	JudgeModel string `yaml:"judge_model"`
+	// StorageJudge decides Eq. 23's high-quality entries: f1 (token F1 at
+	// least StorageF1Threshold with a supporting fact) | policy | ollama.
+	StorageJudge       string  `yaml:"storage_judge"`
+	StorageF1Threshold float64 `yaml:"storage_f1"`
+	// RelevanceJudge is S_LLM of Eq. 25: cosine | policy | ollama.
+	RelevanceJudge string `yaml:"relevance_judge"`
 }
 
-// StorageJudge decides whether a stored entry is high quality for a task.
-type StorageJudge interface {
-	HighQuality(ctx context.Context, t env.Task, entry string) (bool, error)
+// DefaultConfig is the paper's weights with deterministic judges.
+func DefaultConfig() Config {
+	third := 1.0 / 3
+	return Config{Weights: Weights{Task: third, Context: third, Memory: third,
+		Compression: third, Preventive: third, Preservation: third,
+		Storage: third, Maintenance: third, Relevance: third,
+		NoAnswer: -1, Rounds: -1, Overflow: -0.5, TMax: 8192},
+		Judge: "f1", StorageJudge: "f1", StorageF1Threshold: 0.5, RelevanceJudge: "cosine"}
 }
 
-// RelevanceJudge scores retrieved memories against a question in [0, 1].
-type RelevanceJudge interface {
-	Relevance(ctx context.Context, question string, mems []string) (float64, error)
-}
-
-// F1Storage counts an entry as high quality when its token F1 with some
-// supporting fact reaches Threshold (0.5 by default).
-type F1Storage struct{ Threshold float64 }
-
-// HighQuality implements StorageJudge.
-func (s F1Storage) HighQuality(_ context.Context, t env.Task, entry string) (bool, error) {
-	return bestF1(entry, t.SupportingFacts) >= s.Threshold, nil
-}
-
-// CosineRelevance is the mean cosine, clipped to [0, 1], of the question's
-// embedding with each memory's.
-type CosineRelevance struct{ Embedder embed.Embedder }
-
-// Relevance implements RelevanceJudge.
-func (c CosineRelevance) Relevance(ctx context.Context, question string, mems []string) (float64, error) {
-	vecs, err := c.Embedder.Embed(ctx, append([]string{question}, mems...))
-	if err != nil {
-		return 0, fmt.Errorf("relevance: %w", err)
+// Validate checks every key.
+func (c Config) Validate() error {
+	var e valid.Errors
+	w := c.Weights
+	for _, kv := range []struct {
+		key string
+		v   float64
+	}{{"w_task", w.Task}, {"w_context", w.Context}, {"w_memory", w.Memory},
+		{"alpha_compression", w.Compression}, {"alpha_preventive", w.Preventive}, {"alpha_preservation", w.Preservation},
+		{"beta_storage", w.Storage}, {"beta_maintenance", w.Maintenance}, {"beta_relevance", w.Relevance}} {
+		e.NotNegative(kv.key, kv.v)
 	}
-	var s float64
-	for _, v := range vecs[1:] {
-		s += math.Max(0, embed.Cosine(vecs[0], v))
+	for _, kv := range []struct {
+		key string
+		v   float64
+	}{{"p_no_answer", w.NoAnswer}, {"p_rounds", w.Rounds}, {"p_overflow", w.Overflow}} {
+		if kv.v > 0 {
+			e.Add(kv.key, "%g is a penalty: zero or negative", kv.v)
+		}
 	}
-	return s / float64(len(mems)), nil
+	e.AtLeast("t_max", w.TMax, 1)
+	e.OneOf("judge", c.Judge, "f1", "em", "policy", "ollama")
+	e.OneOf("storage_judge", c.StorageJudge, "f1", "policy", "ollama")
+	e.OneOf("relevance_judge", c.RelevanceJudge, "cosine", "policy", "ollama")
+	if c.UsesOllama() && c.JudgeModel == "" {
+		e.Add("judge_model", "must name an Ollama model when a judge is ollama")
+	}
+	if c.StorageF1Threshold <= 0 || c.StorageF1Threshold > 1 {
+		e.Add("storage_f1", "%g is outside (0, 1]", c.StorageF1Threshold)
+	}
+	return e.Err()
 }
 
-// StoragePrompt asks an LLM whether one stored entry is worth keeping for
-// the task (Eq. 23: "identified as high-quality based on an LLM's analysis
-// of the input query and its expected answer").
-const StoragePrompt = `You are an expert judge of an agent's long-term memory.
-Question: [QUESTION]
-Expected answer: [ANSWER]
-Stored memory entry: [ENTRY]
-Does this entry hold information that helps answer the question? Respond with only 1 (yes) or 0 (no).`
-
-// RelevancePrompt asks an LLM for S_LLM(R, q) of Eq. 25.
-const RelevancePrompt = `You are an expert judge of retrieval quality.
-Question: [QUESTION]
-Retrieved memories:
-[MEMORIES]
-How relevant are the retrieved memories to the question, on a scale of 0.0 to 1.0? Respond with only a number between 0.0 and 1.0 (e.g., "0.85").`
-
-// LLMStorage asks a policy with StoragePrompt.
-type LLMStorage struct{ Policy memtools.Policy }
-
-// HighQuality implements StorageJudge.
-func (j LLMStorage) HighQuality(ctx context.Context, t env.Task, entry string) (bool, error) {
-	p := strings.NewReplacer("[QUESTION]", t.Question, "[ANSWER]", t.Answer, "[ENTRY]", entry).Replace(StoragePrompt)
-	v, err := askNumber(ctx, j.Policy, p)
-	return v >= 0.5, err
+// UsesOllama reports whether some judge runs on the Ollama server.
+func (c Config) UsesOllama() bool {
+	return c.Judge == "ollama" || c.StorageJudge == "ollama" || c.RelevanceJudge == "ollama"
 }
 
-// LLMRelevance asks a policy with RelevancePrompt.
-type LLMRelevance struct{ Policy memtools.Policy }
-
-// Relevance implements RelevanceJudge.
-func (j LLMRelevance) Relevance(ctx context.Context, question string, mems []string) (float64, error) {
-	p := strings.NewReplacer("[QUESTION]", question, "[MEMORIES]", "- "+strings.Join(mems, "\n- ")).Replace(RelevancePrompt)
-	return askNumber(ctx, j.Policy, p)
-}
-
-// askNumber sends a judging prompt and reads the first number in [0, 1] of
-// the reply.
-func askNumber(ctx context.Context, pol memtools.Policy, prompt string) (float64, error) {
-	out, err := pol.Complete(ctx, []stm.Message{{Role: stm.User, Content: prompt}})
-	if err != nil {
-		return 0, fmt.Errorf("llm judge: %w", err)
-	}
-	m := number.FindString(out.Text)
-	if m == "" {
-		return 0, fmt.Errorf("llm judge: no score in %q", out.Text)
-	}
-	v, _ := strconv.ParseFloat(m, 64)
-	return math.Min(1, math.Max(0, v)), nil
+// UsesPolicy reports whether some judge asks the starting policy.
+func (c Config) UsesPolicy() bool {
+	return c.Judge == "policy" || c.StorageJudge == "policy" || c.RelevanceJudge == "policy"
 }
 
 // Breakdown is a reward and its parts.
@@ -147,149 +133,71 @@ type Breakdown struct {
 	StoredGood  int  `json:"stored_high_quality"`
 }
 
-// Judge scores an answer against the ground truth in [0, 1].
-type Judge interface {
-	Score(ctx context.Context, question, gold, pred string) (float64, error)
-}
-
-// F1Judge is HotpotQA's normalised token F1 (the default).
-type F1Judge struct{}
-
-// Score implements Judge.
-func (F1Judge) Score(_ context.Context, _, gold, pred string) (float64, error) {
-	return env.F1(pred, gold), nil
-}
-
-// EMJudge is HotpotQA's normalised exact match.
-type EMJudge struct{}
-
-// Score implements Judge.
-func (EMJudge) Score(_ context.Context, _, gold, pred string) (float64, error) {
-	return env.ExactMatch(pred, gold), nil
-}
-
-// JudgePrompt is the answer-correctness prompt of Appendix C.2.
-const JudgePrompt = `You are an expert judge evaluating the correctness of answers to questions. Given the following information:
-- Question: [QUESTION]
-- Ground-truth Answer: [GROUND_TRUTH]
-- Agent's Answer: [AGENT_ANSWER]
-Please evaluate the generated answer on a scale of 0.0 to 1.0:
-- 1.0: Perfect match or equivalent correct answer
-- 0.8-0.9: Mostly correct with minor differences
-- 0.6-0.7: Partially correct or close approximation
-- 0.4-0.5: Some correct elements but significant errors
-- 0.2-0.3: Mostly incorrect with few correct elements
-- 0.0-0.1: Completely incorrect or irrelevant
-Respond with only a number between 0.0 and 1.0 (e.g., "0.85").`
-
-// LLMJudge asks a policy (any model behind memtools.Policy) with the
-// paper's prompt and reads the first number of its reply.
-type LLMJudge struct{ Policy memtools.Policy }
-
-var number = regexp.MustCompile(`[01](?:\.\d+)?|\.\d+`)
-
-// Score implements Judge.
-func (j LLMJudge) Score(ctx context.Context, question, gold, pred string) (float64, error) {
-	p := strings.NewReplacer("[QUESTION]", question, "[GROUND_TRUTH]", gold, "[AGENT_ANSWER]", pred).Replace(JudgePrompt)
-	return askNumber(ctx, j.Policy, p)
-}
-
-// Compute scores one played episode of task t.
+// Compute scores one played episode of task t: what happened (Observe),
+// what the judges make of it (Ask), then the equations.
 func Compute(ctx context.Context, w Weights, t env.Task, r env.Result, j Judges) (Breakdown, error) {
-	var b Breakdown
-	// R_task, Eq. 17.
-	if r.HasAnswer {
-		s, err := j.Task.Score(ctx, t.Question, t.Answer, r.Answer)
-		if err != nil {
-			return b, err
-		}
-		b.Task = s
-	} else {
-		b.Task = w.NoAnswer
+	o := Observe(r, w.TMax)
+	v, err := Ask(ctx, j, t, o)
+	if err != nil {
+		return Breakdown{}, err
 	}
-	// Walk the episode's steps in order for the context and penalty terms.
-	reduced, overflowBeforeReduction := false, false
-	var lastPrompt []stm.Message
-	var retrieved []string
-	for stage, turns := range r.Stages {
-		for _, turn := range turns {
-			if turn.Trace.StepLimitHit {
-				b.RoundsOver = true
-			}
-			for _, s := range turn.Trace.Steps {
-				if s.Overflow || s.PromptTokens > w.TMax {
-					b.Overflowed = true
-					if !reduced {
-						overflowBeforeReduction = true
-					}
-				}
-				lastPrompt = s.Prompt
-				for _, res := range s.Results {
-					if !res.OK {
-						continue
-					}
-					switch res.Name {
-					case memtools.ToolSummary, memtools.ToolFilter:
-						reduced = true
-					case memtools.ToolUpdate, memtools.ToolDelete:
-						b.Maintenance = 1 // Eq. 24
-					case memtools.ToolAdd:
-						if stage == 0 && res.Entry != nil {
-							b.StoredTotal++
-							good, err := j.Storage.HighQuality(ctx, t, res.Entry.Content)
-							if err != nil {
-								return b, err
-							}
-							if good {
-								b.StoredGood++
-							}
-						}
-					case memtools.ToolRetrieve:
-						if stage == 2 {
-							for _, m := range res.Retrieved {
-								retrieved = append(retrieved, m.Content)
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-	// R_context, Eq. 18-21.
-	b.Compression = math.Max(0, 1-float64(r.ContextTokens)/float64(w.TMax))
-	if reduced && !overflowBeforeReduction {
-		b.Preventive = 1
-	}
-	b.Preservation = preserved(memtools.KeyItems(t.Question), lastPrompt)
-	b.Context = w.Compression*b.Compression + w.Preventive*b.Preventive + w.Preservation*b.Preservation
-	// R_memory, Eq. 22-25.
-	b.Storage = float64(b.StoredGood) / math.Max(1, float64(b.StoredTotal))
-	if len(retrieved) > 0 {
-		rel, err := j.Relevance.Relevance(ctx, t.Question, retrieved)
-		if err != nil {
-			return b, err
-		}
-		b.Relevance = rel
-	}
-	b.Memory = w.Storage*b.Storage + w.Maintenance*b.Maintenance + w.Relevance*b.Relevance
-	// Penalties, Eq. 26.
-	if b.RoundsOver {
-		b.Penalty += w.Rounds
-	}
-	if b.Overflowed {
-		b.Penalty += w.Overflow
-	}
-	b.Total = w.Task*b.Task + w.Context*b.Context + w.Memory*b.Memory + b.Penalty
+	b := Breakdown{Overflowed: o.Overflowed, RoundsOver: o.RoundsOver, StoredTotal: len(o.Stored), StoredGood: v.StoredGood}
+	b.Task = taskReward(w, o, v)
+	b.Context, b.Compression, b.Preventive, b.Preservation = contextReward(w, o, t)
+	b.Memory, b.Storage, b.Maintenance, b.Relevance = memoryReward(w, o, v)
+	b.Penalty = penalty(w, o)
+	b.Total = w.Task*b.Task + w.Context*b.Context + w.Memory*b.Memory + b.Penalty // Eq. 16
 	return b, nil
 }
 
-// bestF1 is the best token F1 of an entry with any supporting fact.
-func bestF1(content string, facts []string) float64 {
-	best := 0.0
-	for _, f := range facts {
-		best = math.Max(best, env.F1(content, f))
+// taskReward is R_task, Eq. 17: the judge's score of the answer, or
+// P_no-answer when there is none.
+func taskReward(w Weights, o Observation, v Verdicts) float64 {
+	if !o.Answered {
+		return w.NoAnswer
 	}
-	return best
+	return v.Task
+}
+
+// contextReward is R_context, Eq. 18-21: α-weighted compression
+// (1 − T_used/T_max, Eq. 19), preventive reduction (a Summary or Filter
+// before any overflow, Eq. 20) and preservation (every key item of the
+// query still in the answering context, Eq. 21).
+func contextReward(w Weights, o Observation, t env.Task) (total, compression, preventive, preservation float64) {
+	compression = math.Max(0, 1-float64(o.ContextTokens)/float64(w.TMax))
+	if o.Reduced && !o.OverflowBeforeReduction {
+		preventive = 1
+	}
+	preservation = preserved(memtools.KeyItems(t.Question), o.FinalPrompt)
+	total = w.Compression*compression + w.Preventive*preventive + w.Preservation*preservation
+	return
+}
+
+// memoryReward is R_memory, Eq. 22-25: β-weighted storage quality (the
+// share of Stage 1 entries judged high quality, Eq. 23), maintenance (an
+// Update or Delete, Eq. 24) and the relevance of Stage 3's retrievals to
+// the question (Eq. 25).
+func memoryReward(w Weights, o Observation, v Verdicts) (total, storage, maintenance, relevance float64) {
+	storage = float64(v.StoredGood) / math.Max(1, float64(len(o.Stored)))
+	if o.Maintained {
+		maintenance = 1
+	}
+	relevance = v.Relevance
+	total = w.Storage*storage + w.Maintenance*maintenance + w.Relevance*relevance
+	return
+}
+
+// penalty is P_penalty, Eq. 26: P_rounds when a turn ran out of steps,
+// P_overflow when a prompt exceeded T_max.
+func penalty(w Weights, o Observation) float64 {
+	p := 0.0
+	if o.RoundsOver {
+		p += w.Rounds
+	}
+	if o.Overflowed {
+		p += w.Overflow
+	}
+	return p
 }
 
 // preserved is 1 when every key item of the query is still in the context

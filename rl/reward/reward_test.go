@@ -2,11 +2,11 @@ package reward
 
 import (
 	"context"
-	"math"
 	"testing"
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
@@ -53,13 +53,6 @@ func compute(t *testing.T, r env.Result) Breakdown {
 	return b
 }
 
-func near(t *testing.T, what string, got, want float64) {
-	t.Helper()
-	if math.Abs(got-want) > 1e-9 {
-		t.Fatalf("%s = %.10g, want %.10g", what, got, want)
-	}
-}
-
 func TestGoodEpisode(t *testing.T) {
 	retrieve := memtools.Result{Name: memtools.ToolRetrieve, OK: true, Retrieved: []ltm.Scored{{Entry: ltm.Entry{Content: task.SupportingFacts[1]}}}}
 	filter := memtools.Result{Name: memtools.ToolFilter, OK: true}
@@ -68,67 +61,67 @@ func TestGoodEpisode(t *testing.T) {
 		[]memtools.Step{step(200, false, filter)},
 		[]memtools.Step{step(250, false, retrieve), step(300, false)},
 		"1823", true, 300))
-	near(t, "R_task", b.Task, 1)
-	near(t, "R_compression", b.Compression, 0.7) // 1 − 300/1000
-	near(t, "R_preventive", b.Preventive, 1)
-	near(t, "R_preservation", b.Preservation, 1)
-	near(t, "R_context", b.Context, (0.7+1+1)/3)
-	near(t, "R_storage", b.Storage, 1)
-	near(t, "R_maintenance", b.Maintenance, 0)
+	testkit.Near(t, "R_task", b.Task, 1, 1e-9)
+	testkit.Near(t, "R_compression", b.Compression, 0.7, 1e-9) // 1 − 300/1000
+	testkit.Near(t, "R_preventive", b.Preventive, 1, 1e-9)
+	testkit.Near(t, "R_preservation", b.Preservation, 1, 1e-9)
+	testkit.Near(t, "R_context", b.Context, (0.7+1+1)/3, 1e-9)
+	testkit.Near(t, "R_storage", b.Storage, 1, 1e-9)
+	testkit.Near(t, "R_maintenance", b.Maintenance, 0, 1e-9)
 	if b.Relevance <= 0 || b.Relevance > 1 {
 		t.Fatalf("R_relevance %g outside (0, 1]", b.Relevance)
 	}
-	near(t, "R_memory", b.Memory, (1+0+b.Relevance)/3)
-	near(t, "R", b.Total, (1+b.Context+b.Memory)/3)
+	testkit.Near(t, "R_memory", b.Memory, (1+0+b.Relevance)/3, 1e-9)
+	testkit.Near(t, "R", b.Total, (1+b.Context+b.Memory)/3, 1e-9)
 }
 
 func TestMissingAnswerOverflowAndRounds(t *testing.T) {
 	r := episode(nil, []memtools.Step{step(1200, true)}, []memtools.Step{step(1300, true)}, "", false, 1300)
 	r.Stages[2][0].Trace.StepLimitHit = true
 	b := compute(t, r)
-	near(t, "R_task without an answer", b.Task, -1)
-	near(t, "R_compression over budget", b.Compression, 0)
-	near(t, "R_preventive without a reduction", b.Preventive, 0)
-	near(t, "P_penalty", b.Penalty, -1.5)
+	testkit.Near(t, "R_task without an answer", b.Task, -1, 1e-9)
+	testkit.Near(t, "R_compression over budget", b.Compression, 0, 1e-9)
+	testkit.Near(t, "R_preventive without a reduction", b.Preventive, 0, 1e-9)
+	testkit.Near(t, "P_penalty", b.Penalty, -1.5, 1e-9)
 	if !b.Overflowed || !b.RoundsOver {
 		t.Fatalf("flags: %+v", b)
 	}
-	near(t, "R", b.Total, (-1+b.Context+b.Memory)/3-1.5)
+	testkit.Near(t, "R", b.Total, (-1+b.Context+b.Memory)/3-1.5, 1e-9)
 }
 
 func TestReductionAfterOverflowIsNotPreventive(t *testing.T) {
 	filter := memtools.Result{Name: memtools.ToolFilter, OK: true}
 	b := compute(t, episode(nil, []memtools.Step{step(1100, true), step(900, false, filter)}, []memtools.Step{step(500, false)}, "1823", true, 500))
-	near(t, "R_preventive", b.Preventive, 0)
-	near(t, "P_penalty", b.Penalty, -0.5)
+	testkit.Near(t, "R_preventive", b.Preventive, 0, 1e-9)
+	testkit.Near(t, "P_penalty", b.Penalty, -0.5, 1e-9)
 }
 
 func TestStoredDistractorLowersStorage(t *testing.T) {
 	b := compute(t, episode([]memtools.Step{step(100, false, add(task.SupportingFacts[0]), add(task.Distractors[0]))}, nil, nil, "1900", true, 100))
-	near(t, "R_storage", b.Storage, 0.5)
+	testkit.Near(t, "R_storage", b.Storage, 0.5, 1e-9)
 	if b.StoredTotal != 2 || b.StoredGood != 1 {
 		t.Fatalf("stored %d, good %d", b.StoredTotal, b.StoredGood)
 	}
-	near(t, "R_task for a wrong answer", b.Task, 0)
+	testkit.Near(t, "R_task for a wrong answer", b.Task, 0, 1e-9)
 	// Adds outside Stage 1 do not count toward storage quality.
 	b = compute(t, episode(nil, nil, []memtools.Step{step(100, false, add(task.Distractors[0]))}, "1823", true, 100))
-	near(t, "R_storage with nothing stored in Stage 1", b.Storage, 0)
+	testkit.Near(t, "R_storage with nothing stored in Stage 1", b.Storage, 0, 1e-9)
 }
 
 func TestUpdateAndDeleteAreMaintenance(t *testing.T) {
 	for _, name := range []string{memtools.ToolUpdate, memtools.ToolDelete} {
 		b := compute(t, episode([]memtools.Step{step(100, false, memtools.Result{Name: name, OK: true})}, nil, nil, "1823", true, 100))
-		near(t, name+" R_maintenance", b.Maintenance, 1)
+		testkit.Near(t, name+" R_maintenance", b.Maintenance, 1, 1e-9)
 	}
 	// A failed call is not maintenance.
 	b := compute(t, episode([]memtools.Step{step(100, false, memtools.Result{Name: memtools.ToolDelete, OK: false})}, nil, nil, "1823", true, 100))
-	near(t, "failed delete", b.Maintenance, 0)
+	testkit.Near(t, "failed delete", b.Maintenance, 0, 1e-9)
 }
 
 func TestFilteringTheQueryLosesPreservation(t *testing.T) {
 	r := episode(nil, nil, []memtools.Step{step(100, false)}, "1823", true, 100)
 	r.Stages[2][0].Trace.Steps[0].Prompt = []stm.Message{{Role: stm.User, Content: "In what year?"}}
-	near(t, "R_preservation", compute(t, r).Preservation, 0)
+	testkit.Near(t, "R_preservation", compute(t, r).Preservation, 0, 1e-9)
 }
 
 type fixedPolicy string
@@ -160,8 +153,8 @@ func TestLLMJudgesForStorageAndRelevance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	near(t, "R_storage by the LLM", b.Storage, 1)
-	near(t, "R_relevance by the LLM", b.Relevance, 0.25)
+	testkit.Near(t, "R_storage by the LLM", b.Storage, 1, 1e-9)
+	testkit.Near(t, "R_relevance by the LLM", b.Relevance, 0.25, 1e-9)
 	if _, err := Compute(context.Background(), paper, task, r, Judges{Task: F1Judge{}, Storage: LLMStorage{Policy: fixedPolicy("maybe")},
 		Relevance: LLMRelevance{Policy: fixedPolicy("0.25")}}); err == nil {
 		t.Fatal("an LLM reply without a verdict was accepted")

@@ -1,9 +1,9 @@
-// Package rollout plays AgeMem's three-stage episodes (Algorithms 3-5) for
-// a batch of tasks, K rollouts each, every rollout with a fresh long-term
-// memory, and records every policy call as an experience for GRPO. All live
-// rollouts wait on one batcher, which sends their requests to the policy as
-// a single batch: generation advances every rollout in the same decoding
-// steps.
+// Package rollout plays episodes of any environment for a batch of tasks,
+// K rollouts each, and records every policy call as an experience for
+// GRPO. All live rollouts wait on one batcher, which sends their requests
+// to the policy as a single batch: generation advances every rollout in
+// the same decoding steps. An environment says what a rollout is (AgeMem's
+// three stages are env.AgeMem); this package never looks inside one.
 package rollout
 
 import (
@@ -12,27 +12,47 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 )
+
+// Env is what rollouts are played in: a list of tasks and how one episode
+// of a task goes with a policy. R is what an episode leaves for the reward
+// to read.
+type Env[R any] interface {
+	// Len is the number of tasks.
+	Len() int
+	// Play runs one episode of task t with pol. seed is the rollout's own
+	// (for whatever the episode draws: memory ids, say), so a run is
+	// reproducible.
+	Play(ctx context.Context, pol memtools.Policy, t int, seed uint64) (R, error)
+}
 
 // Experience is one policy call: the tokens it saw and produced and their
 // log-probabilities under the policy that sampled them.
 type Experience struct {
 	Rollout     int // index into the batch's rollouts
-	Stage, Turn int // 1-3; the user turn within the stage
+	Call        int // the call's place among its rollout's calls
 	PromptIDs   []int
 	ResponseIDs []int
 	OldLogProbs []float32
 }
 
 // Rollout is one played episode.
-type Rollout struct {
-	Task   env.Task
+type Rollout[R any] struct {
+	Task   int // the task's index in the environment
 	Group  int // the task's index in the batch: rollouts of one task form a GRPO group
-	Result env.Result
+	Result R
 	Err    error // the episode failed (not counted; its group still trains)
+}
+
+// Score is what a reward makes of a rollout: the scalar GRPO normalises,
+// named parts (averaged per step in the run's metrics) and anything else
+// worth a line in the per-rollout log.
+type Score struct {
+	Total float64
+	Parts map[string]float64
+	Info  map[string]any
 }
 
 // Seeder is a policy whose sampling seed can be set per batch (the native
@@ -41,50 +61,59 @@ type Seeder interface{ SetSeed(uint64) }
 
 // Options shape a rollout batch.
 type Options struct {
-	K       int // rollouts per task
-	Seed    uint64
-	Episode env.EpisodeConfig
-	// NewRuntime returns the runtime of rollout i: a fresh long-term store
-	// and context, the embedder and summariser.
-	NewRuntime func(i int) *memtools.Runtime
+	K    int    // rollouts per task
+	Seed uint64 // sampling
+	// EpisodeSeed is the seed Play gets for rollout i (default: i).
+	EpisodeSeed func(i int) uint64
 }
 
 // Run plays K rollouts of each task with the policy and returns them in
 // order (task-major: rollouts g·K … g·K+K−1 belong to tasks[g]) with their
-// experiences.
-func Run(ctx context.Context, pol memtools.BatchPolicy, tasks []env.Task, o Options) ([]Rollout, []Experience, error) {
-	return RunOn(ctx, []memtools.BatchPolicy{pol}, tasks, o)
+// experiences, in call order within each rollout.
+func Run[R any](ctx context.Context, pol memtools.BatchPolicy, e Env[R], tasks []int, o Options) ([]Rollout[R], []Experience, error) {
+	return RunOn(ctx, []memtools.BatchPolicy{pol}, e, tasks, o)
 }
 
 // RunOn is Run with the rollouts spread over several policies, the same
 // weights on different devices: rollout i is decoded by pols[i mod N],
 // each policy batching its own rollouts, so N GPUs decode at once.
-func RunOn(ctx context.Context, pols []memtools.BatchPolicy, tasks []env.Task, o Options) ([]Rollout, []Experience, error) {
+func RunOn[R any](ctx context.Context, pols []memtools.BatchPolicy, e Env[R], tasks []int, o Options) ([]Rollout[R], []Experience, error) {
 	if o.K < 1 {
 		return nil, nil, fmt.Errorf("rollout: K = %d, want at least 1", o.K)
 	}
 	if len(pols) == 0 {
 		return nil, nil, fmt.Errorf("rollout: no policy")
 	}
+	for _, t := range tasks {
+		if t < 0 || t >= e.Len() {
+			return nil, nil, fmt.Errorf("rollout: task %d of an environment of %d", t, e.Len())
+		}
+	}
+	seed := o.EpisodeSeed
+	if seed == nil {
+		seed = func(i int) uint64 { return uint64(i) }
+	}
 	n := len(tasks) * o.K
-	rs := make([]Rollout, n)
+	rs := make([]Rollout[R], n)
+	calls := make([][]Experience, n)
 	bs := make([]*batcher, len(pols))
 	for d, pol := range pols {
 		live := 0
 		for i := d; i < n; i += len(pols) {
 			live++
 		}
-		bs[d] = newBatcher(pol, live, o.Seed^uint64(d)<<48)
+		bs[d] = &batcher{pol: pol, live: live, seed: o.Seed ^ uint64(d)<<48}
 	}
 	var wg sync.WaitGroup
 	for i := range n {
 		g := i / o.K
-		rs[i] = Rollout{Task: tasks[g], Group: g}
+		rs[i] = Rollout[R]{Task: tasks[g], Group: g}
 		b := bs[i%len(pols)]
 		wg.Go(func() {
 			defer b.done()
-			res, err := env.RunEpisode(ctx, b.policy(i), o.NewRuntime(i), tasks[g], o.Episode)
-			rs[i].Result, rs[i].Err = res, err
+			rec := &recorder{b: b, rollout: i}
+			rs[i].Result, rs[i].Err = e.Play(ctx, rec, tasks[g], seed(i))
+			calls[i] = rec.calls
 		})
 	}
 	wg.Wait()
@@ -92,20 +121,28 @@ func RunOn(ctx context.Context, pols []memtools.BatchPolicy, tasks []env.Task, o
 		return nil, nil, err
 	}
 	var exps []Experience
-	for i, r := range rs {
-		for stage, turns := range r.Result.Stages {
-			for t, turn := range turns {
-				for _, s := range turn.Trace.Steps {
-					c := s.Completion
-					if len(c.ResponseIDs) == 0 {
-						continue
-					}
-					exps = append(exps, Experience{Rollout: i, Stage: stage + 1, Turn: t, PromptIDs: c.PromptIDs, ResponseIDs: c.ResponseIDs, OldLogProbs: c.LogProbs})
-				}
-			}
-		}
+	for _, c := range calls {
+		exps = append(exps, c...)
 	}
 	return rs, exps, nil
+}
+
+// recorder is one rollout's policy: it queues the rollout's requests on
+// the batcher and keeps every call that produced tokens.
+type recorder struct {
+	b       *batcher
+	rollout int
+	calls   []Experience
+}
+
+// Complete implements memtools.Policy.
+func (p *recorder) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	c, err := p.b.complete(ctx, p.rollout, msgs)
+	if err == nil && len(c.ResponseIDs) > 0 {
+		p.calls = append(p.calls, Experience{Rollout: p.rollout, Call: len(p.calls), PromptIDs: c.PromptIDs,
+			ResponseIDs: c.ResponseIDs, OldLogProbs: c.LogProbs})
+	}
+	return c, err
 }
 
 // batcher gathers the requests of all live rollouts and answers them with
@@ -129,24 +166,12 @@ type request struct {
 	ready   chan struct{}
 }
 
-func newBatcher(pol memtools.BatchPolicy, live int, seed uint64) *batcher {
-	return &batcher{pol: pol, live: live, seed: seed}
-}
-
-type proxy struct {
-	b       *batcher
-	rollout int
-}
-
-func (b *batcher) policy(i int) memtools.Policy { return proxy{b, i} }
-
-// Complete implements memtools.Policy for one rollout.
-func (p proxy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	r := &request{rollout: p.rollout, msgs: msgs, ready: make(chan struct{})}
-	p.b.mu.Lock()
-	p.b.pending = append(p.b.pending, r)
-	p.b.flushIfAllWaiting(ctx)
-	p.b.mu.Unlock()
+func (b *batcher) complete(ctx context.Context, rollout int, msgs []stm.Message) (memtools.Completion, error) {
+	r := &request{rollout: rollout, msgs: msgs, ready: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, r)
+	b.flushIfAllWaiting(ctx)
+	b.mu.Unlock()
 	<-r.ready
 	return r.out, r.err
 }

@@ -1,4 +1,4 @@
-package rollout
+package rollout_test
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/rl/rollout"
+	"github.com/agemem/agemem/roles"
 )
 
 // echo answers every conversation in the AgeMem format and records the
@@ -43,6 +45,19 @@ func (e *echo) CompleteBatch(_ context.Context, convs [][]stm.Message) ([]memtoo
 	return out, nil
 }
 
+// ageMem is the paper's environment over tasks, built as training builds it.
+func ageMem(ts []env.Task) *env.AgeMem {
+	return roles.AgeMem(config.Default(), roles.Helpers{}, ts, nil)
+}
+
+func indices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 func tasks(n int) []env.Task {
 	var buf bytes.Buffer
 	env.WriteHotpot(&buf, env.NewSynth(5).Generate(n))
@@ -52,19 +67,17 @@ func tasks(n int) []env.Task {
 }
 
 func TestRolloutsAreBatchedAndReproducible(t *testing.T) {
-	cfg := config.Default()
 	ts := tasks(2)
-	run := func() (*echo, []Rollout, []Experience) {
+	run := func() (*echo, []rollout.Rollout[env.Outcome], []rollout.Experience) {
 		p := &echo{}
-		rs, exps, err := Run(context.Background(), p, ts, Options{K: 3, Seed: 9, Episode: EpisodeConfig(cfg),
-			NewRuntime: func(i int) *memtools.Runtime { return NewRuntime(cfg, uint64(i), nil) }})
+		rs, exps, err := rollout.Run(context.Background(), p, ageMem(ts), indices(2), rollout.Options{K: 3, Seed: 9})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p, rs, exps
 	}
 	p, rs, exps := run()
-	if len(rs) != 6 || rs[0].Group != 0 || rs[3].Group != 1 || rs[4].Task.ID != ts[1].ID {
+	if len(rs) != 6 || rs[0].Group != 0 || rs[3].Group != 1 || rs[4].Result.Task.ID != ts[1].ID || rs[4].Task != 1 {
 		t.Fatalf("rollouts are not task-major groups of K: %d", len(rs))
 	}
 	if p.batches[0] != 6 {
@@ -77,10 +90,12 @@ func TestRolloutsAreBatchedAndReproducible(t *testing.T) {
 	if calls != len(exps) {
 		t.Fatalf("%d policy calls, %d experiences", calls, len(exps))
 	}
+	next := map[int]int{} // each rollout's calls in order
 	for _, e := range exps {
-		if e.Stage < 1 || e.Stage > 3 || len(e.ResponseIDs) != 2 || len(e.OldLogProbs) != 2 {
+		if e.Call != next[e.Rollout] || len(e.ResponseIDs) != 2 || len(e.OldLogProbs) != 2 {
 			t.Fatalf("experience %+v", e)
 		}
+		next[e.Rollout]++
 	}
 	if len(p.batches) > calls/6+len(ts[0].Context)+len(ts[1].Context)+20 {
 		t.Fatalf("%d batches for %d calls: rollouts were not decoded together", len(p.batches), calls)
@@ -110,9 +125,7 @@ func (f *failing) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]m
 }
 
 func TestABadConversationFailsItsRolloutNotTheRun(t *testing.T) {
-	cfg := config.Default()
-	rs, _, err := Run(context.Background(), &failing{}, tasks(1), Options{K: 2, Episode: EpisodeConfig(cfg),
-		NewRuntime: func(i int) *memtools.Runtime { return NewRuntime(cfg, uint64(i), nil) }})
+	rs, _, err := rollout.Run(context.Background(), &failing{}, ageMem(tasks(1)), indices(1), rollout.Options{K: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +137,11 @@ func TestABadConversationFailsItsRolloutNotTheRun(t *testing.T) {
 }
 
 func TestKMustBePositive(t *testing.T) {
-	if _, _, err := Run(context.Background(), &echo{}, tasks(1), Options{K: 0}); err == nil {
+	if _, _, err := rollout.Run(context.Background(), &echo{}, ageMem(tasks(1)), indices(1), rollout.Options{K: 0}); err == nil {
 		t.Fatal("K = 0 accepted")
+	}
+	if _, _, err := rollout.Run(context.Background(), &echo{}, ageMem(tasks(1)), []int{1}, rollout.Options{K: 1}); err == nil {
+		t.Fatal("a task beyond the environment accepted")
 	}
 }
 
@@ -133,21 +149,21 @@ func TestKMustBePositive(t *testing.T) {
 // its half of the rollouts in batches of that half, and the rollouts come
 // back in task-major order with every experience.
 func TestRunOnSpreadsOverPolicies(t *testing.T) {
-	cfg := config.Default()
 	ts := tasks(2)
 	a, b := &echo{}, &echo{}
-	o := Options{K: 3, Seed: 9, Episode: EpisodeConfig(cfg), NewRuntime: func(i int) *memtools.Runtime { return NewRuntime(cfg, uint64(i), nil) }}
-	rs, exps, err := RunOn(context.Background(), []memtools.BatchPolicy{a, b}, ts, o)
+	o := rollout.Options{K: 3, Seed: 9}
+	e := ageMem(ts)
+	rs, exps, err := rollout.RunOn(context.Background(), []memtools.BatchPolicy{a, b}, e, indices(2), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	one, oneExps, _ := Run(context.Background(), &echo{}, ts, o)
+	one, oneExps, _ := rollout.Run(context.Background(), &echo{}, e, indices(2), o)
 	if len(rs) != 6 || len(exps) != len(oneExps) {
 		t.Fatalf("%d rollouts, %d experiences; one policy: %d, %d", len(rs), len(exps), len(one), len(oneExps))
 	}
 	for i, r := range rs {
-		if r.Group != i/3 || r.Task.ID != ts[i/3].ID || r.Err != nil {
-			t.Fatalf("rollout %d: group %d task %s err %v", i, r.Group, r.Task.ID, r.Err)
+		if r.Group != i/3 || r.Result.Task.ID != ts[i/3].ID || r.Err != nil {
+			t.Fatalf("rollout %d: group %d task %s err %v", i, r.Group, r.Result.Task.ID, r.Err)
 		}
 	}
 	for _, p := range []*echo{a, b} {
@@ -155,7 +171,7 @@ func TestRunOnSpreadsOverPolicies(t *testing.T) {
 			t.Fatalf("each policy must batch its 3 rollouts together: %v", p.batches)
 		}
 	}
-	if _, _, err := RunOn(context.Background(), nil, ts, o); err == nil {
+	if _, _, err := rollout.RunOn(context.Background(), nil, e, indices(2), o); err == nil {
 		t.Fatal("no policy must be an error")
 	}
 }

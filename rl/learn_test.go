@@ -1,4 +1,4 @@
-package trainer
+package rl_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/sft"
-	"github.com/agemem/agemem/rl/rollout"
+	"github.com/agemem/agemem/roles"
 )
 
 // coin is a scripted policy for SFT data: it acknowledges Stage 1 facts
@@ -57,7 +57,7 @@ func TestGRPORaisesTheMeanReward(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for rep := range 8 {
 		for i, tk := range tasks {
-			res, err := env.RunEpisode(context.Background(), coin{r}, rollout.NewRuntime(c, uint64(rep*100+i), nil), tk, rollout.EpisodeConfig(c))
+			res, err := env.RunEpisode(context.Background(), coin{r}, roles.Runtime(c, roles.Helpers{}, nil)(uint64(rep*100+i)), tk, c.EpisodeConfig())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,13 +71,15 @@ func TestGRPORaisesTheMeanReward(t *testing.T) {
 	c.Model.Path = c.RL.Init
 	c.SFT.Data, c.SFT.Out = data, filepath.Join(t.TempDir(), "sft")
 	c.SFT.Steps, c.SFT.BatchTokens, c.SFT.EvalFraction, c.SFT.EvalEvery, c.SFT.SaveEvery = 60, 2048, 0.1, 0, 0
-	sres, err := sft.Run(context.Background(), sft.Options{Config: c, YAML: c.YAML(), Log: io.Discard})
+	so := roles.SFT(c)
+	so.Log = io.Discard
+	sres, err := sft.Run(context.Background(), so)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.RL.Init = sres.Policy
 	c.RL.K, c.RL.BatchTasks, c.RL.Steps, c.RL.LR, c.RL.SaveEvery = 8, 3, 8, 3e-3, 0
-	res, err := Run(context.Background(), Options{Config: c, YAML: c.YAML(), Log: io.Discard})
+	res, err := run(c, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package trainer
+package rl_test
 
 import (
 	"bytes"
@@ -17,6 +17,8 @@ import (
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/rl"
+	"github.com/agemem/agemem/roles"
 )
 
 // microSetup writes synthetic tasks, a small tokenizer learned on them and
@@ -53,6 +55,16 @@ func microSetup(t testing.TB) config.Config {
 	return c
 }
 
+// run trains c's rl.init as agemem-train train does.
+func run(c config.Config, resume string) (rl.Result, error) {
+	o, err := roles.GRPO(context.Background(), c, io.Discard)
+	if err != nil {
+		return rl.Result{}, err
+	}
+	o.Resume = resume
+	return rl.Train(context.Background(), o)
+}
+
 func records(t *testing.T, path string) []map[string]any {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -74,7 +86,7 @@ func records(t *testing.T, path string) []map[string]any {
 // policy are written, and resuming from step 1 reproduces step 2 exactly.
 func TestRunEndToEnd(t *testing.T) {
 	c := microSetup(t)
-	res, err := Run(context.Background(), Options{Config: c, YAML: c.YAML(), Log: io.Discard})
+	res, err := run(c, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +118,7 @@ func TestRunEndToEnd(t *testing.T) {
 	c2 := c
 	c2.RL.Out = c.RL.Out + "-resumed"
 	os.MkdirAll(c2.RL.Out, 0o755)
-	res2, err := Run(context.Background(), Options{Config: c2, YAML: c2.YAML(), Log: io.Discard, Resume: filepath.Join(c.RL.Out, "checkpoint-1")})
+	res2, err := run(c2, filepath.Join(c.RL.Out, "checkpoint-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +130,12 @@ func TestRunEndToEnd(t *testing.T) {
 func TestRunNamesBadInputs(t *testing.T) {
 	c := microSetup(t)
 	c.RL.BatchTasks = 50
-	if _, err := Run(context.Background(), Options{Config: c, Log: io.Discard}); err == nil || !strings.Contains(err.Error(), "rl.batch_tasks") {
+	if _, err := run(c, ""); err == nil || !strings.Contains(err.Error(), "rl.batch_tasks") {
 		t.Fatalf("too few tasks: %v", err)
 	}
 	c = microSetup(t)
 	c.RL.Init = t.TempDir()
-	if _, err := Run(context.Background(), Options{Config: c, Log: io.Discard}); err == nil || !strings.Contains(err.Error(), "tokenizer.json") {
+	if _, err := run(c, ""); err == nil || !strings.Contains(err.Error(), "tokenizer.json") {
 		t.Fatalf("missing policy: %v", err)
 	}
 }

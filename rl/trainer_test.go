@@ -1,12 +1,10 @@
-package trainer
+package rl
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/agemem/agemem/config"
-	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -45,7 +43,7 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 		{"full, 2 simulated devices, 2 minibatches", false, "token-mean", 2, 1, []string{"cpu", "cpu"}},
 		{"lora, 3 simulated devices", true, "token-mean", 1, 1, []string{"cpu", "cpu", "cpu"}}} {
 		t.Run(c.name, func(t *testing.T) {
-			l := config.Default().LoRA
+			l := lora.DefaultOptions(qwen.LoRATargets)
 			l.Enabled = c.lora
 			p, err := train.Open(dir, l, 1)
 			if err != nil {
@@ -53,29 +51,29 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 			}
 			ref := p // under LoRA the reference is the base without the adapter
 			if !c.lora {
-				if ref, err = train.Open(dir, config.LoRA{}, 0); err != nil {
+				if ref, err = train.Open(dir, lora.Options{}, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
-			rc := config.Default().RL
+			rc := DefaultConfig()
 			rc.Aggregation, rc.Minibatches, rc.Epochs, rc.BatchTokens = c.agg, c.mb, c.epochs, 24
 			lr := 1e-3
 			if c.lora {
 				lr = 1e-2
 			}
-			tr := train.NewOptimizer(p, config.Default().Optim, lr, optim.Schedule{}, 1, "")
+			tr := train.NewOptimizer(p, optim.DefaultConfig(), lr, optim.Schedule{}, 1, "")
 			var seqs []train.Sequence
 			for _, c := range chains(exps) {
 				seqs = append(seqs, c.seq)
 			}
-			learner, err := train.NewLearner(tr, config.Model{Devices: c.devices}, nil)
+			learner, err := train.NewLearner(tr, c.devices, false, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			before := mustScore(t, p.W, seqs)
 			var st StepStats
 			for range 3 {
-				if err := update(tr, learner, ref, exps, adv, rc, &st); err != nil {
+				if err := update(tr, learner, ref, exps, adv, rc, hostLoss(rc), &st); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -98,21 +96,17 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 }
 
 func TestTasksForIsASeededWalk(t *testing.T) {
-	var tasks []env.Task
-	for i := range 10 {
-		tasks = append(tasks, env.Task{ID: fmt.Sprint(i)})
-	}
-	seen := map[string]bool{}
-	for step := range 5 { // one pass: 5 steps of 2
-		for _, tk := range tasksFor(tasks, step, 2, 7) {
-			if seen[tk.ID] {
-				t.Fatalf("task %s twice within a pass", tk.ID)
+	seen := map[int]bool{}
+	for step := range 5 { // one pass: 5 steps of 2 of 10 tasks
+		for _, tk := range tasksFor(10, step, 2, 7) {
+			if seen[tk] {
+				t.Fatalf("task %d twice within a pass", tk)
 			}
-			seen[tk.ID] = true
+			seen[tk] = true
 		}
 	}
-	a, b := tasksFor(tasks, 6, 2, 7), tasksFor(tasks, 6, 2, 7)
-	if a[0].ID != b[0].ID || a[1].ID != b[1].ID {
+	a, b := tasksFor(10, 6, 2, 7), tasksFor(10, 6, 2, 7)
+	if a[0] != b[0] || a[1] != b[1] {
 		t.Fatal("the same step picked different tasks")
 	}
 }
@@ -125,7 +119,7 @@ func TestChainsScoreLikeSeparateCalls(t *testing.T) {
 	if err := qwen.InitRandom(dir, qwen.Presets["tiny-qwen2"], safetensors.F32, 3); err != nil {
 		t.Fatal(err)
 	}
-	p, err := train.Open(dir, config.LoRA{}, 0)
+	p, err := train.Open(dir, lora.Options{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,6 @@
-package trainer
+package rl_test
 
 import (
-	"context"
-	"io"
 	"testing"
 	"time"
 
@@ -36,7 +34,7 @@ func BenchmarkGRPOStep(b *testing.B) {
 			c.Agent.MaxSteps, c.Agent.ResponseBudget = 1, s.respTok
 			c.Episode.Stage1MaxTurns, c.Episode.Stage2MaxTurns = 1, 1
 			c.RL.K, c.RL.BatchTasks, c.RL.Steps, c.RL.SaveEvery = s.k, s.b, b.N, 0
-			res, err := Run(context.Background(), Options{Config: c, YAML: c.YAML(), Log: io.Discard})
+			res, err := run(c, "")
 			if err != nil {
 				b.Fatal(err)
 			}

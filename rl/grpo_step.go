@@ -1,8 +1,11 @@
-// Package trainer is AgeMem's training loop (Algorithms 1-2): for each step,
-// K three-stage rollouts of B tasks with the current policy, the composite
-// reward of every rollout, group advantages broadcast to every policy call,
-// and step-wise GRPO updates against the frozen starting policy.
-package trainer
+// Package rl trains a policy with step-wise GRPO (AgeMem's Algorithms
+// 1-2) in any environment: for each step, K rollouts of B tasks with the
+// current policy, a reward for every rollout, group advantages broadcast
+// to every policy call of the rollout, and clipped-surrogate updates
+// against the frozen starting policy. The environment (rollout.Env) and
+// the reward are the caller's: AgeMem's three stages and composite reward
+// are one pair, a toy environment in the tests another.
+package rl
 
 import (
 	"context"
@@ -12,45 +15,60 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agemem/agemem/config"
-	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels"
-	"github.com/agemem/agemem/kernels/cpu"
-	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl/grpo"
-	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/rl/rollout"
-	"github.com/agemem/agemem/roles"
 )
 
-// Options are a run's inputs besides the config.
-type Options struct {
-	Config config.Config
-	YAML   string
-	Resume string
-	Log    io.Writer
-	TTY    bool
+// Reward scores a played rollout.
+type Reward[R any] interface {
+	Score(ctx context.Context, r R) (rollout.Score, error)
+}
+
+// Options are a run's inputs: the rl section, what it shares with the rest
+// of the config, and the environment with its reward.
+type Options[R any] struct {
+	Config Config
+	LoRA   lora.Options
+	Optim  optim.Config
+	// Devices train data-parallel (model.devices; none: the CPU tape), with
+	// bf16 tensor-core matmuls when TrainBF16 (model.train_dtype); rollouts
+	// decode on Device (model.device) unless training runs on GPUs, whose
+	// every device then decodes a share.
+	Devices   []string
+	TrainBF16 bool
+	Device    kernels.Backend
+	// Dtype stores the exported full weights (model.dtype).
+	Dtype safetensors.DType
+	Seed  uint64
+	// ResponseBudget bounds each policy call (agent.response_budget).
+	ResponseBudget int
+	Env            rollout.Env[R]
+	Reward         Reward[R]
+	YAML           string // the effective config, saved with checkpoints
+	Resume         string
+	Log            io.Writer
+	TTY            bool
 }
 
 // StepStats are one step's figures (metrics.jsonl holds the same).
 type StepStats struct {
-	Step       int
-	Reward     float64
-	Components map[string]float64 // mean of each reward component
-	ToolCalls  map[string]float64 // mean calls per rollout by tool
-	Loss, KL   float64
-	ClipFrac   float64
-	Entropy    float64
-	GradNorm   float64
-	Seconds    float64
+	Step     int
+	Reward   float64
+	Parts    map[string]float64 // the mean of each part of the reward
+	Loss, KL float64
+	ClipFrac float64
+	Entropy  float64
+	GradNorm float64
+	Seconds  float64
 	// RolloutSeconds and RolloutTokens (prompt tokens prefilled plus
 	// tokens generated) measure the rollout phase alone.
 	RolloutSeconds float64
@@ -63,16 +81,18 @@ type Result struct {
 	Policy string
 }
 
-// Run trains cfg.RL.Init with step-wise GRPO on cfg.Data.Train.
-func Run(ctx context.Context, o Options) (Result, error) {
-	c := o.Config
-	rc := c.RL
+// Train trains o.Config.Init with step-wise GRPO in o.Env.
+func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
+	rc := o.Config
 	var res Result
+	if o.Env.Len() < rc.BatchTasks {
+		return res, fmt.Errorf("%d tasks, rl.batch_tasks needs %d", o.Env.Len(), rc.BatchTasks)
+	}
 	tok, err := tokenizer.Load(filepath.Join(rc.Init, "tokenizer.json"))
 	if err != nil {
 		return res, err
 	}
-	p, err := train.Open(rc.Init, c.LoRA, uint64(c.Seed))
+	p, err := train.Open(rc.Init, o.LoRA, o.Seed)
 	if err != nil {
 		return res, err
 	}
@@ -83,172 +103,125 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// π_ref: the starting policy, frozen. With LoRA it is the policy's own
 	// base run without the adapter; otherwise a second, frozen copy.
 	ref := p
-	if !c.LoRA.Enabled {
-		if ref, err = train.Open(rc.Init, config.LoRA{}, 0); err != nil {
+	if !o.LoRA.Enabled {
+		if ref, err = train.Open(rc.Init, lora.Options{}, 0); err != nil {
 			return res, err
 		}
 		for _, nv := range ref.W.Named {
 			nv.V.Requires, nv.V.Grad = false, nil
 		}
 	}
-	var tasks []env.Task
-	if err := env.StreamHotpotFile(c.Data.Train, func(t env.Task) error { tasks = append(tasks, t); return nil }); err != nil {
-		return res, err
-	}
-	if len(tasks) < rc.BatchTasks {
-		return res, fmt.Errorf("%s: %d tasks, rl.batch_tasks needs %d", c.Data.Train, len(tasks), rc.BatchTasks)
-	}
-	be, err := device.Open(c.Model.Device, o.Log)
-	if err != nil {
-		return res, err
-	}
-	judges, err := judgesFor(c, p, tok, tmpl)
-	if err != nil {
-		return res, err
-	}
-	helpers, err := roles.NewHelpers(ctx, c)
-	if err != nil {
-		return res, err
-	}
-	if err := roles.Judges(ctx, c, helpers, &judges); err != nil {
-		return res, err
-	}
-	sched := optim.Schedule{Warmup: rc.WarmupSteps, Total: rc.Steps, Cosine: rc.Schedule == "cosine", MinRatio: rc.MinLRRatio}
-	tr := train.NewOptimizer(p, c.Optim, rc.LR, sched, uint64(c.Seed), o.YAML)
+	tr := train.NewOptimizer(p, o.Optim, rc.LR, rc.Over(rc.Steps), o.Seed, o.YAML)
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
-	learner, err := train.NewLearner(tr, c.Model, o.Log)
+	learner, err := train.NewLearner(tr, o.Devices, o.TrainBF16, o.Log)
 	if err != nil {
 		return res, err
 	}
-	metrics, err := train.OpenMetrics(filepath.Join(rc.Out, "metrics.jsonl"), o.Resume != "")
-	if err != nil {
-		return res, err
-	}
-	defer metrics.Close()
 	perRollout, err := train.OpenMetrics(filepath.Join(rc.Out, "rollouts.jsonl"), o.Resume != "")
 	if err != nil {
 		return res, err
 	}
 	defer perRollout.Close()
-	weights := rewardWeights(c.Reward)
-	ep := rollout.EpisodeConfig(c)
-	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", len(tasks), rc.Steps, rc.BatchTasks, rc.K, tr.NumParams())
-	prog := train.NewProgress(o.Log, rc.Steps, o.TTY)
-	for tr.Step < rc.Steps {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
+	loss := hostLoss(rc)
+	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", o.Env.Len(), rc.Steps, rc.BatchTasks, rc.K, tr.NumParams())
+	loop := train.Loop{Steps: rc.Steps, SaveEvery: rc.SaveEvery, Out: rc.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY,
+		Save: learner.Save,
+		Charts: []train.Chart{{File: "reward.png", Title: "GRPO: mean reward and its components",
+			Series: map[string]string{"reward": "reward", "r_task": "r_task", "r_context": "r_context", "r_memory": "r_memory"}},
+			{File: "kl.png", Title: "KL to the reference (k3)", Series: map[string]string{"kl": "kl"}}}}
+	loop.Step = func(ctx context.Context, n int) (map[string]any, string, error) {
 		t0 := time.Now()
-		step := tr.Step
-		batch := tasksFor(tasks, step, rc.BatchTasks, uint64(c.Seed))
+		step := n - 1
+		tasks := tasksFor(o.Env.Len(), step, rc.BatchTasks, o.Seed)
 		// Rollouts with the current weights.
 		learner.SyncHost()
 		var pols []memtools.BatchPolicy
-		for _, g := range rolloutBackends(be, learner) {
+		for _, g := range rolloutBackends(o.Device, learner) {
 			m, err := p.W.Engine(g)
 			if err != nil {
-				return res, err
+				return nil, "", err
 			}
-			pol := decode.NewGenerator(m, tok, decode.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: c.Agent.ResponseBudget})
+			pol := decode.NewGenerator(m, tok, decode.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget})
 			pol.Template = tmpl
 			pols = append(pols, pol)
 		}
-		rs, exps, err := rollout.RunOn(ctx, pols, batch, rollout.Options{K: rc.K, Seed: uint64(c.Seed)<<20 ^ uint64(step),
-			Episode: ep, NewRuntime: func(i int) *memtools.Runtime { return helpers.Apply(rollout.NewRuntime(c, uint64(step*100000+i), tok)) }})
+		rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step),
+			EpisodeSeed: func(i int) uint64 { return uint64(step*100000 + i) }})
 		if err != nil {
-			return res, err
+			return nil, "", err
 		}
-		st := StepStats{Step: step + 1, Components: map[string]float64{}, ToolCalls: map[string]float64{}, RolloutSeconds: time.Since(t0).Seconds()}
+		st := StepStats{Step: n, Parts: map[string]float64{}, RolloutSeconds: time.Since(t0).Seconds()}
 		for _, e := range exps {
 			st.RolloutTokens += len(e.PromptIDs) + len(e.ResponseIDs)
 		}
 		rewards := make([]float64, len(rs))
-		var promptTokens float64
 		for i, r := range rs {
-			b, err := reward.Compute(ctx, weights, r.Task, r.Result, judges)
+			sc, err := o.Reward.Score(ctx, r.Result)
 			if err != nil {
-				return res, err
+				return nil, "", err
 			}
-			rewards[i] = b.Total
-			rec := map[string]any{"step": step + 1, "task_id": r.Task.ID, "group": r.Group, "rollout": i % rc.K,
-				"answer": r.Result.Answer, "em": r.Result.EM, "context_tokens": r.Result.ContextTokens, "tool_calls": r.Result.ToolCalls(),
-				"format_errors": r.Result.FormatErrors(), "overflow": b.Overflowed, "rounds_exceeded": b.RoundsOver,
-				"stored": b.StoredTotal, "stored_high_quality": b.StoredGood}
+			rewards[i] = sc.Total
+			rec := map[string]any{"step": n, "group": r.Group, "rollout": i % rc.K}
+			for k, v := range sc.Info {
+				rec[k] = v
+			}
 			if r.Err != nil {
 				rec["error"] = r.Err.Error()
 			}
-			for k, v := range components(b) {
-				rec[k] = v
-			}
-			rec["reward"] = b.Total
 			if err := perRollout.Log(rec); err != nil {
-				return res, err
+				return nil, "", err
 			}
-			st.Reward += b.Total / float64(len(rs))
-			for k, v := range components(b) {
-				st.Components[k] += v / float64(len(rs))
+			st.Reward += sc.Total / float64(len(rs))
+			for k, v := range sc.Parts {
+				st.Parts[k] += v / float64(len(rs))
 			}
-			for k, v := range r.Result.ToolCalls() {
-				st.ToolCalls[k] += float64(v) / float64(len(rs))
-			}
-			promptTokens += float64(r.Result.ContextTokens) / float64(len(rs))
 		}
 		adv, err := grpo.GroupAdvantages(rewards, rc.K, rc.Eps)
 		if err != nil {
-			return res, err
+			return nil, "", err
 		}
 		trajOf := make([]int, len(exps))
 		for i, e := range exps {
 			trajOf[i] = e.Rollout
 		}
-		expAdv := grpo.Broadcast(adv, trajOf)
-		if err := update(tr, learner, ref, exps, expAdv, rc, &st); err != nil {
-			return res, err
+		if err := update(tr, learner, ref, exps, grpo.Broadcast(adv, trajOf), rc, loss, &st); err != nil {
+			return nil, "", err
 		}
 		st.Seconds = time.Since(t0).Seconds()
-		rec := map[string]any{"step": st.Step, "reward": st.Reward, "loss": st.Loss, "kl": st.KL, "clip_frac": st.ClipFrac,
-			"entropy": st.Entropy, "grad_norm": st.GradNorm, "prompt_tokens": promptTokens, "experiences": len(exps), "step_seconds": st.Seconds,
+		res.Steps = append(res.Steps, st)
+		rec := map[string]any{"reward": st.Reward, "loss": st.Loss, "kl": st.KL, "clip_frac": st.ClipFrac,
+			"entropy": st.Entropy, "grad_norm": st.GradNorm, "experiences": len(exps), "step_seconds": st.Seconds,
 			"rollout_seconds": st.RolloutSeconds, "rollout_tokens": st.RolloutTokens}
-		for k, v := range st.Components {
+		for k, v := range st.Parts {
 			rec[k] = v
 		}
-		for k, v := range st.ToolCalls {
-			rec["calls_"+k] = v
-		}
-		if err := metrics.Log(rec); err != nil {
-			return res, err
-		}
-		res.Steps = append(res.Steps, st)
-		prog.Update(tr.Step, fmt.Sprintf("reward %.3f kl %.4f", st.Reward, st.KL))
-		if rc.SaveEvery > 0 && tr.Step%rc.SaveEvery == 0 && tr.Step < rc.Steps {
-			if err := learner.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
-				return res, err
-			}
-		}
+		return rec, fmt.Sprintf("reward %.3f kl %.4f", st.Reward, st.KL), nil
 	}
+	metrics, err := loop.Run(ctx, tr.Step)
+	if err != nil {
+		return res, err
+	}
+	defer metrics.Close()
 	if par, ok := learner.(*train.Parallel); ok {
 		par.MemoryReport()
 	}
-	if err := learner.Save(filepath.Join(rc.Out, fmt.Sprintf("checkpoint-%d", tr.Step))); err != nil {
-		return res, err
-	}
 	learner.SyncHost()
-	dtype := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16}[c.Model.Dtype]
 	res.Policy = filepath.Join(rc.Out, "policy")
-	if err := p.Export(res.Policy, dtype); err != nil {
+	if err := p.Export(res.Policy, o.Dtype); err != nil {
 		return res, err
 	}
-	curves := map[string][]train.Point{"reward": metrics.Series["reward"], "r_task": metrics.Series["r_task"],
-		"r_context": metrics.Series["r_context"], "r_memory": metrics.Series["r_memory"]}
-	if err := train.Plot(filepath.Join(rc.Out, "reward.png"), "GRPO: mean reward and its components", curves); err != nil {
-		return res, err
-	}
-	if err := train.Plot(filepath.Join(rc.Out, "kl.png"), "KL to the reference (k3)", map[string][]train.Point{"kl": metrics.Series["kl"]}); err != nil {
-		return res, err
-	}
-	return res, nil
+	return res, metrics.Close()
+}
+
+// hostLoss is the policy loss training runs: rl/grpo's Eq. 6.
+func hostLoss(rc Config) train.PolicyLoss {
+	c := grpo.Config{Clip: rc.Clip, Beta: rc.Beta}
+	return train.PolicyLoss{Clip: rc.Clip, Beta: rc.Beta, Host: func(d, lp []float32, x train.PolicyInputs) kernels.PolicyStats {
+		st := c.Accumulate(d, lp, x.Old, x.Ref, x.Adv, x.Weight)
+		return kernels.PolicyStats{Surrogate: st.Surrogate, KL: st.KL, Clipped: float64(st.Clipped)}
+	}}
 }
 
 // rolloutBackends are the devices rollouts decode on: every training GPU
@@ -273,7 +246,7 @@ func rolloutBackends(be kernels.Backend, l train.Learner) []kernels.Backend {
 
 // update runs rl.epochs passes over the step's experiences in
 // rl.minibatches optimiser steps each.
-func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollout.Experience, adv []float64, rc config.RL, st *StepStats) error {
+func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollout.Experience, adv []float64, rc Config, obj train.PolicyLoss, st *StepStats) error {
 	if len(exps) == 0 {
 		return nil
 	}
@@ -345,7 +318,7 @@ func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollo
 					}
 				}
 				return x
-			}, rc.Clip, rc.Beta)
+			}, obj)
 			if err != nil {
 				return err
 			}
@@ -471,63 +444,12 @@ func score(l train.Learner, w *train.Weights[float32], seqs []train.Sequence, ba
 	return out, nil
 }
 
-// tasksFor picks step's tasks: a seeded shuffle of the task list, walked in
-// order and reshuffled each pass, so a resumed run sees the same tasks.
-func tasksFor(tasks []env.Task, step, n int, seed uint64) []env.Task {
-	per := len(tasks) / n
+// tasksFor picks step's n tasks of the environment's total: a seeded
+// shuffle of the task list, walked in order and reshuffled each pass, so
+// a resumed run sees the same tasks.
+func tasksFor(total, step, n int, seed uint64) []int {
+	per := total / n
 	epoch, at := step/per, (step%per)*n
-	order := rand.New(rand.NewPCG(seed, uint64(epoch))).Perm(len(tasks))
-	out := make([]env.Task, n)
-	for i := range out {
-		out[i] = tasks[order[at+i]]
-	}
-	return out
-}
-
-func rewardWeights(r config.Reward) reward.Weights {
-	return reward.Weights{Task: r.WTask, Context: r.WContext, Memory: r.WMemory,
-		Compression: r.AlphaCompression, Preventive: r.AlphaPreventive, Preservation: r.AlphaPreservation,
-		Storage: r.BetaStorage, Maintenance: r.BetaMaintenance, Relevance: r.BetaRelevance,
-		NoAnswer: r.PNoAnswer, Rounds: r.PRounds, Overflow: r.POverflow, TMax: r.TMax}
-}
-
-func components(b reward.Breakdown) map[string]float64 {
-	return map[string]float64{"r_task": b.Task, "r_context": b.Context, "r_memory": b.Memory, "p_penalty": b.Penalty,
-		"r_compression": b.Compression, "r_preventive": b.Preventive, "r_preservation": b.Preservation,
-		"r_storage": b.Storage, "r_maintenance": b.Maintenance, "r_relevance": b.Relevance}
-}
-
-// judgesFor builds the judges of the reward section: deterministic by
-// default; "policy" sends the paper's prompts to the starting policy
-// (rl.init), frozen, so the judge does not drift with what it judges.
-func judgesFor(c config.Config, p *train.Model, tok *tokenizer.Tokenizer, tmpl chat.Template) (reward.Judges, error) {
-	j := reward.Judges{Task: reward.F1Judge{}, Storage: reward.F1Storage{Threshold: c.Reward.StorageF1Threshold},
-		Relevance: reward.CosineRelevance{Embedder: embed.NewHashing(c.Embed.Dim, c.Embed.CharNgrams)}}
-	r := c.Reward
-	if r.Judge != "policy" && r.StorageJudge != "policy" && r.RelevanceJudge != "policy" {
-		// ollama judges are set by roles.Judges.
-		if r.Judge == "em" {
-			j.Task = reward.EMJudge{}
-		}
-		return j, nil
-	}
-	m, err := p.W.Engine(cpu.New())
-	if err != nil {
-		return j, err
-	}
-	pol := decode.NewGenerator(m, tok, decode.Sampling{MaxTokens: 16})
-	pol.Template = tmpl
-	switch r.Judge {
-	case "em":
-		j.Task = reward.EMJudge{}
-	case "policy":
-		j.Task = reward.LLMJudge{Policy: pol}
-	}
-	if r.StorageJudge == "policy" {
-		j.Storage = reward.LLMStorage{Policy: pol}
-	}
-	if r.RelevanceJudge == "policy" {
-		j.Relevance = reward.LLMRelevance{Policy: pol}
-	}
-	return j, nil
+	order := rand.New(rand.NewPCG(seed, uint64(epoch))).Perm(total)
+	return order[at : at+n]
 }

@@ -1,0 +1,128 @@
+package eval
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/model/bert"
+)
+
+func tasks(t *testing.T, n int) []env.Task {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := env.WriteHotpot(&buf, env.NewSynth(9).Generate(n)); err != nil {
+		t.Fatal(err)
+	}
+	var ts []env.Task
+	if err := env.StreamHotpot(&buf, func(tk env.Task) error { ts = append(ts, tk); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+func oracleRow(t *testing.T, c config.Config, ts []env.Task) (Row, error) {
+	t.Helper()
+	rows, err := Run(context.Background(), Options{Config: c, Tasks: ts, Policies: []Policy{{Name: "oracle", Scripted: "oracle"}}})
+	if err != nil {
+		return Row{}, err
+	}
+	return rows[0], nil
+}
+
+// TestEvalUsesTheConfiguredEmbedder: evaluation runs the episodes on the
+// embedder training uses (embed.backend), not always the hashing one: a
+// missing encoder is an error naming embed.path, and a (random) encoder
+// changes what Filter_context removes, so the contexts answered from differ.
+func TestEvalUsesTheConfiguredEmbedder(t *testing.T) {
+	ts := tasks(t, 6)
+	c := config.Default()
+	hashing, err := oracleRow(t, c, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hashing.J.Mean != 1 || hashing.MQ.Mean != 1 {
+		t.Fatalf("the oracle scores J %v, MQ %v", hashing.J, hashing.MQ)
+	}
+	c.Embed.Backend, c.Embed.Path, c.Embed.Device = "encoder", filepath.Join(t.TempDir(), "missing"), "cpu"
+	if _, err := oracleRow(t, c, ts); err == nil || !strings.Contains(err.Error(), "embed.path") {
+		t.Fatalf("a missing encoder: %v", err)
+	}
+	vocab := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+	for _, w := range strings.Fields("a the is in town born was who river flows through firm founded by of and") {
+		vocab = append(vocab, w)
+	}
+	for ch := 'a'; ch <= 'z'; ch++ {
+		vocab = append(vocab, string(ch), "##"+string(ch))
+	}
+	c.Embed.Path = filepath.Join(t.TempDir(), "encoder")
+	if err := bert.InitRandom(c.Embed.Path, bert.Config{ModelType: "bert", HiddenSize: 16, Layers: 1, Heads: 2, Intermediate: 32, MaxPositions: 512}, vocab, true, 1); err != nil {
+		t.Fatal(err)
+	}
+	encoder, err := oracleRow(t, c, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if encoder.PromptTokens == hashing.PromptTokens {
+		t.Fatalf("the same contexts (%.1f tokens) with the encoder as with hashing: the encoder was not used", encoder.PromptTokens)
+	}
+}
+
+// fakeOllama serves /api/show and a chat that always replies reply.
+func fakeOllama(t *testing.T, reply string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api/show":
+			json.NewEncoder(w).Encode(map[string]any{"model_info": map[string]any{}})
+		case "/api/chat":
+			json.NewEncoder(w).Encode(map[string]any{"model": "judge", "message": map[string]any{"role": "assistant", "content": reply}, "done": true})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestEvalUsesTheConfiguredJudge: J is the reward section's judge: the
+// oracle's right answers score 1 with the F1 judge, and exactly what an
+// Ollama judge says with reward.judge ollama; a policy judge is loaded
+// from rl.init.
+func TestEvalUsesTheConfiguredJudge(t *testing.T) {
+	ts := tasks(t, 4)
+	c := config.Default()
+	c.Ollama.Host = fakeOllama(t, "0.25")
+	c.Reward.Judge, c.Reward.JudgeModel = "ollama", "judge"
+	row, err := oracleRow(t, c, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.J.Mean != 0.25 || row.EM.Mean != 1 {
+		t.Fatalf("J %v, EM %v: the Ollama judge's 0.25 was not used", row.J, row.EM)
+	}
+	c = config.Default()
+	c.Reward.Judge, c.RL.Init = "policy", filepath.Join(t.TempDir(), "no-policy")
+	if _, err := oracleRow(t, c, ts); err == nil || !strings.Contains(err.Error(), "rl.init") {
+		t.Fatalf("a policy judge without a policy: %v", err)
+	}
+}
+
+func TestStatIsMeanAndStandardError(t *testing.T) {
+	s := stat([]float64{1, 0, 1, 0})
+	// mean 0.5, sample sd sqrt(1/3), se sqrt(1/3)/2
+	if s.Mean != 0.5 || s.SE < 0.2886 || s.SE > 0.2887 {
+		t.Fatalf("%+v", s)
+	}
+	if s := stat([]float64{0.7}); s.Mean != 0.7 || s.SE != 0 {
+		t.Fatalf("one value: %+v", s)
+	}
+}

@@ -1,0 +1,46 @@
+package eval
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/agemem/agemem/memtools"
+)
+
+// Print writes the table: each figure with its standard error, J by
+// question type, context size and tool use per task.
+func Print(w io.Writer, rows []Row) {
+	types := Types(rows)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "method\ttasks\tJ\tEM\tMQ")
+	for _, t := range types {
+		fmt.Fprintf(tw, "\tJ %s", t)
+	}
+	fmt.Fprintln(tw, "\tanswered\tavg prompt tokens\tadd\tupdate\tdelete\tretrieve\tsummary\tfilter\tformat errors")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s", r.Policy, r.Tasks, r.J, r.EM, r.MQ)
+		for _, t := range types {
+			fmt.Fprintf(tw, "\t%s", r.ByType[t])
+		}
+		fmt.Fprintf(tw, "\t%.2f\t%.0f", r.Answered, r.PromptTokens)
+		for _, t := range []string{memtools.ToolAdd, memtools.ToolUpdate, memtools.ToolDelete, memtools.ToolRetrieve, memtools.ToolSummary, memtools.ToolFilter} {
+			fmt.Fprintf(tw, "\t%.2f", r.ToolCalls[t])
+		}
+		fmt.Fprintf(tw, "\t%.2f\n", r.FormatErrors)
+	}
+	tw.Flush()
+}
+
+// String is the mean ± its standard error.
+func (s Stat) String() string { return fmt.Sprintf("%.3f ± %.3f", s.Mean, s.SE) }
+
+func writeJSONFile(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(raw, '\n'), 0o644)
+}

@@ -1,0 +1,38 @@
+// Shared by every kernel file: reductions over a block and a warp.
+
+#define NEG_INF __int_as_float(0xff800000)
+
+// Block reduction helpers over blockDim.x threads (a power of two <= 1024).
+__device__ float block_sum(float v, float* s) {
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if (threadIdx.x < o) s[threadIdx.x] += s[threadIdx.x + o];
+        __syncthreads();
+    }
+    float r = s[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ float block_max(float v, float* s) {
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if (threadIdx.x < o) s[threadIdx.x] = fmaxf(s[threadIdx.x], s[threadIdx.x + o]);
+        __syncthreads();
+    }
+    float r = s[0];
+    __syncthreads();
+    return r;
+}
+
+// row_lse: log(sum exp(row[0..d-1])) over the block, max-shifted.
+__device__ float row_lse(const float* row, int d, float* s) {
+    float m = NEG_INF;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, row[i]);
+    m = block_max(m, s);
+    float z = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) z += expf(row[i] - m);
+    return m + logf(block_sum(z, s));
+}

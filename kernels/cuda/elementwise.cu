@@ -1,0 +1,85 @@
+// Elementwise ops and their backward: SwiGLU, adds, scaling, the
+// encoders' activations, bf16 conversions, bias gradients.
+// Row-major float32, shapes in each comment; compiled at run time by NVRTC.
+
+// silu_mul: out = silu(gate) * up.
+extern "C" __global__ void silu_mul(float* out, const float* gate, const float* up, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) {
+        float g = gate[i];
+        out[i] = g / (1.f + expf(-g)) * up[i];
+    }
+}
+
+// silu_mul_backward: out = silu(g) u: dg += dy u s (1 + g (1 - s)), du += dy silu(g).
+extern "C" __global__ void silu_mul_backward(float* dg, float* du, const float* dy, const float* g, const float* u, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gv = g[i], s = 1.f / (1.f + expf(-gv));
+    if (dg) dg[i] += dy[i] * u[i] * s * (1.f + gv * (1.f - s));
+    if (du) du[i] += dy[i] * gv * s;
+}
+
+// add: y += x.
+extern "C" __global__ void add(float* y, const float* x, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+
+// add_scaled: y += s x.
+extern "C" __global__ void add_scaled(float* y, const float* x, float s, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] += s * x[i];
+}
+
+// mul: y = a * b, elementwise.
+extern "C" __global__ void mul(float* y, const float* a, const float* b, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a[i] * b[i];
+}
+
+// bias_add: y[r, c] += b[c] for rows of n.
+extern "C" __global__ void bias_add(float* y, const float* b, long total, int n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < total) y[i] += b[i % n];
+}
+
+// col_sum: db[n] += sum over m rows of dy[m, n] (a bias gradient).
+extern "C" __global__ void col_sum(float* db, const float* dy, int m, int n) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    float a = 0.f;
+    for (int i = 0; i < m; i++) a += dy[(long)i * n + j];
+    db[j] += a;
+}
+
+// gelu: y = x * Phi(x) (erf), or with approx the tanh approximation.
+extern "C" __global__ void gelu(float* y, const float* x, long n, int approx) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = x[i];
+    y[i] = approx ? 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))
+                  : 0.5f * v * (1.f + erff(v * 0.7071067811865476f));
+}
+
+// act_tanh: y = tanh(x) (BERT's pooler).
+extern "C" __global__ void act_tanh(float* y, const float* x, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = tanhf(x[i]);
+}
+
+// widen_bf16: out[i] = float(bf16 bits in[i]).
+extern "C" __global__ void widen_bf16(float* out, const unsigned short* in, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __int_as_float(((unsigned int)in[i]) << 16);
+}
+
+// narrow_bf16: out[i] = bf16(in[i]), round to nearest even (NaN stays NaN).
+extern "C" __global__ void narrow_bf16(unsigned short* out, const float* in, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned int u = __float_as_uint(in[i]);
+    if ((u & 0x7fffffff) > 0x7f800000) { out[i] = (unsigned short)((u >> 16) | 0x40); return; }
+    u += 0x7fff + ((u >> 16) & 1);
+    out[i] = (unsigned short)(u >> 16);
+}

@@ -1,0 +1,79 @@
+package memtools
+
+import "github.com/agemem/agemem/internal/valid"
+
+// Options are the tools' defaults (config section "tools", Appendix A.1).
+type Options struct {
+	// TopK is Retrieve_memory's top_k when the model gives none (3).
+	TopK int `yaml:"retrieve_top_k"`
+	// MaxTopK caps the top_k a model may ask for.
+	MaxTopK int `yaml:"max_top_k"`
+	// FilterThreshold is theta of Eq. 15 (0.6).
+	FilterThreshold float64 `yaml:"filter_threshold"`
+	// Summarizer is "extractive" (deterministic), "policy" (the paper's
+	// summarisation prompt sent to the configured policy) or "ollama" (the
+	// same prompt sent to SummarizerModel on the ollama server).
+	Summarizer      string `yaml:"summarizer"`
+	SummarizerModel string `yaml:"summarizer_model"`
+	// SummaryMaxTokens bounds an extractive summary.
+	SummaryMaxTokens int `yaml:"summary_max_tokens"`
+}
+
+// DefaultOptions are the paper's defaults.
+func DefaultOptions() Options {
+	return Options{TopK: 3, MaxTopK: 50, FilterThreshold: 0.6, Summarizer: "extractive", SummaryMaxTokens: 256}
+}
+
+// Validate checks every key.
+func (o Options) Validate() error {
+	var e valid.Errors
+	e.AtLeast("retrieve_top_k", o.TopK, 1)
+	e.AtLeast("max_top_k", o.MaxTopK, o.TopK)
+	if o.FilterThreshold <= 0 || o.FilterThreshold > 1 {
+		e.Add("filter_threshold", "%g is outside (0, 1]", o.FilterThreshold)
+	}
+	e.OneOf("summarizer", o.Summarizer, "extractive", "policy", "ollama")
+	if o.Summarizer == "ollama" && o.SummarizerModel == "" {
+		e.Add("summarizer_model", "must name an Ollama model when tools.summarizer is ollama")
+	}
+	e.AtLeast("summary_max_tokens", o.SummaryMaxTokens, 8)
+	return e.Err()
+}
+
+// Agent bounds the agent loop and says how the policy is prompted
+// (config section "agent").
+type Agent struct {
+	// MaxSteps is the number of policy calls allowed for one user turn.
+	MaxSteps int `yaml:"max_steps"`
+	// ContextBudget is T_max, the context budget in tokens (C.4).
+	ContextBudget int `yaml:"context_budget"`
+	// ResponseBudget is the maximum response length in tokens (C.4).
+	ResponseBudget int `yaml:"response_budget"`
+	// SystemPrompt is "paper" (Appendix A.1) or "compact" (the same tools
+	// and format in a tenth of the tokens, for tiny CPU-trained models).
+	SystemPrompt string `yaml:"system_prompt"`
+}
+
+// DefaultAgent is the paper's: 8192-token context, 2048-token responses.
+func DefaultAgent() Agent {
+	return Agent{MaxSteps: 4, ContextBudget: 8192, ResponseBudget: 2048, SystemPrompt: PromptPaper}
+}
+
+// Validate checks every key.
+func (a Agent) Validate() error {
+	var e valid.Errors
+	e.AtLeast("max_steps", a.MaxSteps, 1)
+	e.AtLeast("context_budget", a.ContextBudget, 64)
+	e.AtLeast("response_budget", a.ResponseBudget, 1)
+	e.OneOf("system_prompt", a.SystemPrompt, PromptPaper, PromptCompact)
+	return e.Err()
+}
+
+// Limits bound one run of the loop.
+func (a Agent) Limits() Limits { return Limits{MaxSteps: a.MaxSteps, ContextBudget: a.ContextBudget} }
+
+// Prompt is the system prompt of the configured style.
+func (a Agent) Prompt() string {
+	p, _ := SystemPromptFor(a.SystemPrompt) // validated
+	return p
+}

@@ -1,0 +1,55 @@
+package sft
+
+import (
+	"github.com/agemem/agemem/internal/valid"
+	"github.com/agemem/agemem/model/optim"
+)
+
+// Config is supervised fine-tuning on chat JSONL (config section "sft").
+type Config struct {
+	// Data is chat JSONL: one {"messages": [...]} per line.
+	Data string `yaml:"data"`
+	// EvalFraction of the records is held out for the eval loss.
+	EvalFraction float64 `yaml:"eval_fraction"`
+	// Steps is the number of optimiser steps.
+	Steps int `yaml:"steps"`
+	// BatchTokens bounds the tokens of one micro-batch.
+	BatchTokens int `yaml:"batch_tokens"`
+	// GradAccum micro-batches make one optimiser step.
+	GradAccum int `yaml:"grad_accum"`
+	// The learning rate and its schedule.
+	optim.ScheduleConfig `yaml:",inline"`
+	// LossOn is "last" (the final assistant message of each record: one
+	// policy call, as `data sft` writes) or "all" (every assistant message).
+	LossOn string `yaml:"loss_on"`
+	// EvalEvery and SaveEvery are in optimiser steps (0: only at the end).
+	EvalEvery int `yaml:"eval_every"`
+	SaveEvery int `yaml:"save_every"`
+	// Recompute trades a second forward per layer for activation memory.
+	Recompute bool `yaml:"recompute"`
+	// Out receives checkpoints, metrics.jsonl, loss.png and the final policy.
+	Out string `yaml:"out"`
+}
+
+// DefaultConfig is the embedded default's: 300 steps of 4,096 tokens.
+func DefaultConfig() Config {
+	return Config{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 4096, GradAccum: 1,
+		ScheduleConfig: optim.ScheduleConfig{LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1}, LossOn: "last",
+		EvalEvery: 50, SaveEvery: 100, Out: "runs/tiny/sft"}
+}
+
+// Validate checks every key.
+func (c Config) Validate() error {
+	var e valid.Errors
+	e.Fraction("eval_fraction", c.EvalFraction)
+	e.AtLeast("steps", c.Steps, 1)
+	e.AtLeast("batch_tokens", c.BatchTokens, 16)
+	e.AtLeast("grad_accum", c.GradAccum, 1)
+	if err := c.ScheduleConfig.Validate(); err != nil {
+		e = append(e, err.(valid.Errors)...)
+	}
+	e.OneOf("loss_on", c.LossOn, "last", "all")
+	e.AtLeast("eval_every", c.EvalEvery, 0)
+	e.AtLeast("save_every", c.SaveEvery, 0)
+	return e.Err()
+}

@@ -1,0 +1,70 @@
+package rl
+
+import (
+	"github.com/agemem/agemem/internal/valid"
+	"github.com/agemem/agemem/model/optim"
+)
+
+// Config is step-wise GRPO (config section "rl").
+type Config struct {
+	// Init is the policy GRPO starts from (a Hugging Face directory, the SFT
+	// output); it is also the frozen reference π_ref (with LoRA: its base).
+	Init string `yaml:"init"`
+	// K rollouts per task form a group; BatchTasks tasks make a step.
+	K          int `yaml:"k"`
+	BatchTasks int `yaml:"batch_tasks"`
+	Steps      int `yaml:"steps"`
+	// The learning rate and its schedule.
+	optim.ScheduleConfig `yaml:",inline"`
+	// Clip is PPO's ε; Beta the KL weight β (Eq. 6); Eps the ε of Eq. 5.
+	Clip float64 `yaml:"clip"`
+	Beta float64 `yaml:"beta"`
+	Eps  float64 `yaml:"eps"`
+	// Aggregation is token-mean or seq-mean-token-mean.
+	Aggregation string `yaml:"aggregation"`
+	// Epochs over each step's experiences, in Minibatches optimiser steps.
+	Epochs      int `yaml:"epochs"`
+	Minibatches int `yaml:"minibatches"`
+	// BatchTokens bounds one forward/backward micro-batch.
+	BatchTokens int `yaml:"batch_tokens"`
+	// Temperature and TopP of rollout sampling.
+	Temperature float64 `yaml:"temperature"`
+	TopP        float64 `yaml:"top_p"`
+	SaveEvery   int     `yaml:"save_every"`
+	Recompute   bool    `yaml:"recompute"`
+	Out         string  `yaml:"out"`
+}
+
+// DefaultConfig is the paper's K 8, β 0.1 and the common PPO clip 0.2.
+func DefaultConfig() Config {
+	return Config{Init: "runs/tiny/sft/policy", K: 8, BatchTasks: 2, Steps: 6,
+		ScheduleConfig: optim.ScheduleConfig{LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1},
+		Clip:           0.2, Beta: 0.1, Eps: 1e-6, Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
+		Temperature: 1, TopP: 1, SaveEvery: 10, Out: "runs/tiny/rl"}
+}
+
+// Validate checks every key.
+func (c Config) Validate() error {
+	var e valid.Errors
+	e.AtLeast("k", c.K, 1)
+	e.AtLeast("batch_tasks", c.BatchTasks, 1)
+	e.AtLeast("steps", c.Steps, 1)
+	if err := c.ScheduleConfig.Validate(); err != nil {
+		e = append(e, err.(valid.Errors)...)
+	}
+	if c.Clip <= 0 || c.Clip >= 1 {
+		e.Add("clip", "%g is outside (0, 1)", c.Clip)
+	}
+	e.NotNegative("beta", c.Beta)
+	e.Positive("eps", c.Eps)
+	e.OneOf("aggregation", c.Aggregation, "token-mean", "seq-mean-token-mean")
+	e.AtLeast("epochs", c.Epochs, 1)
+	e.AtLeast("minibatches", c.Minibatches, 1)
+	e.AtLeast("batch_tokens", c.BatchTokens, 16)
+	e.NotNegative("temperature", c.Temperature)
+	if c.TopP <= 0 || c.TopP > 1 {
+		e.Add("top_p", "%g is outside (0, 1]", c.TopP)
+	}
+	e.AtLeast("save_every", c.SaveEvery, 0)
+	return e.Err()
+}

@@ -1,0 +1,129 @@
+package serve
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agemem/agemem/internal/valid"
+)
+
+// Config is the server (config section "serve").
+type Config struct {
+	// Addr is the listen address.
+	Addr string `yaml:"addr"`
+	// Backend runs the policy: native (the built-in engine, continuous
+	// batching) or ollama (the model named by Policy on the ollama server).
+	Backend string `yaml:"backend"`
+	// Policy is the model served: with backend native a directory (a
+	// Hugging Face directory, the output of sft or train, or a PEFT adapter
+	// directory; Adapter optionally names a LoRA adapter applied on top),
+	// with backend ollama an Ollama model name.
+	Policy  string `yaml:"policy"`
+	Adapter string `yaml:"adapter"`
+	// ModelName is the model id of /v1/models; requests must name it.
+	ModelName string `yaml:"model_name"`
+	// Keys map API keys to namespaces; KeysEnv names an environment variable
+	// with more ("key=namespace,key2=namespace2"; namespace * is an admin).
+	// With no key at all the server is open and uses memory.namespace.
+	Keys    []APIKey `yaml:"keys"`
+	KeysEnv string   `yaml:"keys_env"`
+	// MaxBatch sequences decode in the same step (continuous batching); 1
+	// decodes one at a time.
+	MaxBatch int `yaml:"max_batch"`
+	// MaxConcurrent agent loops run at once; MaxQueue more wait; beyond
+	// that a request gets 429.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	MaxQueue      int `yaml:"max_queue"`
+	// Request limits: body bytes, messages, prompt tokens of one policy call
+	// (0: agent.context_budget), max_tokens a request may ask for (0:
+	// agent.response_budget).
+	MaxBodyBytes    int64 `yaml:"max_body_bytes"`
+	MaxMessages     int   `yaml:"max_messages"`
+	MaxPromptTokens int   `yaml:"max_prompt_tokens"`
+	MaxTokens       int   `yaml:"max_tokens"`
+	// Temperature and TopP when a request gives none.
+	Temperature float64 `yaml:"temperature"`
+	TopP        float64 `yaml:"top_p"`
+	// RequestTimeout bounds one request; ShutdownTimeout bounds the wait for
+	// requests in flight on SIGINT/SIGTERM.
+	RequestTimeout  time.Duration `yaml:"request_timeout"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Sessions keep short-term contexts for SessionTTL after their last
+	// request, at most MaxSessions (least recently used go first).
+	SessionTTL  time.Duration `yaml:"session_ttl"`
+	MaxSessions int           `yaml:"max_sessions"`
+	// LogFormat is json or text (structured logs on stderr).
+	LogFormat string `yaml:"log_format"`
+}
+
+// APIKey maps a key to the namespace it reads and writes; an admin key
+// may name any namespace.
+type APIKey struct {
+	Key       string `yaml:"key"`
+	Namespace string `yaml:"namespace"`
+	Admin     bool   `yaml:"admin"`
+}
+
+// DefaultConfig listens on loopback and serves runs/tiny/rl/policy.
+func DefaultConfig() Config {
+	return Config{Addr: "127.0.0.1:8080", Backend: "native", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
+		MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxBodyBytes: 1 << 20, MaxMessages: 256,
+		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
+		SessionTTL: time.Hour, MaxSessions: 10000, LogFormat: "json"}
+}
+
+// Validate checks every key.
+func (sv Config) Validate() error {
+	var e valid.Errors
+	if sv.Addr == "" {
+		e.Add("addr", "must not be empty (host:port)")
+	}
+	e.OneOf("backend", sv.Backend, "native", "ollama")
+	if sv.Backend == "ollama" && sv.Policy == "" {
+		e.Add("policy", "must name the Ollama model when serve.backend is ollama")
+	}
+	if sv.Backend == "ollama" && sv.Adapter != "" {
+		e.Add("adapter", "applies to the native backend; export a merged model to Ollama instead")
+	}
+	if sv.ModelName == "" {
+		e.Add("model_name", "must not be empty")
+	}
+	seen := map[string]bool{}
+	for i, k := range sv.Keys {
+		key := fmt.Sprintf("keys[%d]", i)
+		if len(k.Key) < 8 {
+			e.Add(key+".key", "must be at least 8 characters")
+		}
+		if seen[k.Key] {
+			e.Add(key+".key", "repeats an earlier key")
+		}
+		seen[k.Key] = true
+		if k.Namespace == "" && !k.Admin {
+			e.Add(key+".namespace", "must name the key's namespace (or set admin: true)")
+		}
+	}
+	e.AtLeast("max_batch", sv.MaxBatch, 1)
+	e.AtLeast("max_concurrent", sv.MaxConcurrent, 1)
+	e.AtLeast("max_queue", sv.MaxQueue, 0)
+	if sv.MaxBodyBytes < 1024 {
+		e.Add("max_body_bytes", "%d is below the minimum 1024", sv.MaxBodyBytes)
+	}
+	e.AtLeast("max_messages", sv.MaxMessages, 1)
+	e.AtLeast("max_prompt_tokens", sv.MaxPromptTokens, 0)
+	e.AtLeast("max_tokens", sv.MaxTokens, 0)
+	e.NotNegative("temperature", sv.Temperature)
+	if sv.TopP <= 0 || sv.TopP > 1 {
+		e.Add("top_p", "%g is outside (0, 1]", sv.TopP)
+	}
+	for _, d := range []struct {
+		key string
+		d   time.Duration
+	}{{"request_timeout", sv.RequestTimeout}, {"shutdown_timeout", sv.ShutdownTimeout}, {"session_ttl", sv.SessionTTL}} {
+		if d.d <= 0 {
+			e.Add(d.key, "%s must be positive (a duration such as 30s or 5m)", d.d)
+		}
+	}
+	e.AtLeast("max_sessions", sv.MaxSessions, 1)
+	e.OneOf("log_format", sv.LogFormat, "json", "text")
+	return e.Err()
+}
