@@ -29,7 +29,9 @@ type Config struct {
 }
 
 // DefaultConfig drives models raw, kept loaded for five minutes.
-func DefaultConfig() Config { return Config{Format: "raw", KeepAlive: 5 * time.Minute, Think: "default"} }
+func DefaultConfig() Config {
+	return Config{Format: "raw", KeepAlive: 5 * time.Minute, Think: "default"}
+}
 
 // Validate checks every key.
 func (c Config) Validate() error {
