@@ -1,0 +1,215 @@
+// Package rl trains a policy with step-wise GRPO (AgeMem's Algorithms
+// 1-2) in any environment: for each step, K rollouts of B tasks with the
+// current policy, a reward for every rollout, group advantages broadcast
+// to every policy call of the rollout, and clipped-surrogate updates
+// against the frozen starting policy. The environment (rollout.Env) and
+// the reward are the caller's: AgeMem's three stages and composite reward
+// are one pair, a toy environment in the tests another.
+package rl
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/rl/grpo"
+	"github.com/agemem/agemem/rl/rollout"
+)
+
+// Reward scores a played rollout.
+type Reward[R any] interface {
+	Score(ctx context.Context, r R) (rollout.Score, error)
+}
+
+// Options are a run's inputs: the rl section, what it shares with the rest
+// of the config, and the environment with its reward.
+type Options[R any] struct {
+	Config Config
+	LoRA   lora.Options
+	Optim  optim.Config
+	// Devices train data-parallel (model.devices; none: the CPU tape), with
+	// bf16 tensor-core matmuls when TrainBF16 (model.train_dtype); rollouts
+	// decode on Device (model.device) unless training runs on GPUs, whose
+	// every device then decodes a share.
+	Devices   []string
+	TrainBF16 bool
+	Device    kernels.Backend
+	// Dtype stores the exported full weights (model.dtype).
+	Dtype safetensors.DType
+	Seed  uint64
+	// ResponseBudget bounds each policy call (agent.response_budget).
+	ResponseBudget int
+	Env            rollout.Env[R]
+	Reward         Reward[R]
+	YAML           string // the effective config, saved with checkpoints
+	Resume         string
+	Log            io.Writer
+	TTY            bool
+}
+
+// StepStats are one step's figures (metrics.jsonl holds the same).
+type StepStats struct {
+	Step     int
+	Reward   float64
+	Parts    map[string]float64 // the mean of each part of the reward
+	Loss, KL float64
+	ClipFrac float64
+	Entropy  float64
+	GradNorm float64
+	Seconds  float64
+	// RolloutSeconds and RolloutTokens (prompt tokens prefilled plus
+	// tokens generated) measure the rollout phase alone.
+	RolloutSeconds float64
+	RolloutTokens  int
+}
+
+// Result summarises a run.
+type Result struct {
+	Steps  []StepStats
+	Policy string
+}
+
+// Train trains o.Config.Init with step-wise GRPO in o.Env.
+func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
+	rc := o.Config
+	var res Result
+	if o.Env.Len() < rc.BatchTasks {
+		return res, fmt.Errorf("%d tasks, rl.batch_tasks needs %d", o.Env.Len(), rc.BatchTasks)
+	}
+	tok, err := tokenizer.Load(filepath.Join(rc.Init, "tokenizer.json"))
+	if err != nil {
+		return res, err
+	}
+	p, err := train.Open(rc.Init, o.LoRA, o.Seed)
+	if err != nil {
+		return res, err
+	}
+	tmpl, err := chat.Detect(rc.Init, p.W.ModelType)
+	if err != nil {
+		return res, err
+	}
+	// π_ref: the starting policy, frozen. With LoRA it is the policy's own
+	// base run without the adapter; otherwise a second, frozen copy.
+	ref := p
+	if !o.LoRA.Enabled {
+		if ref, err = train.Open(rc.Init, lora.Options{}, 0); err != nil {
+			return res, err
+		}
+		for _, nv := range ref.W.Named {
+			nv.V.Requires, nv.V.Grad = false, nil
+		}
+	}
+	tr := train.NewOptimizer(p, o.Optim, rc.LR, rc.Over(rc.Steps), o.Seed, o.YAML)
+	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
+		return res, err
+	}
+	learner, err := train.NewLearner(tr, o.Devices, o.TrainBF16, o.Log)
+	if err != nil {
+		return res, err
+	}
+	perRollout, err := train.OpenMetrics(filepath.Join(rc.Out, "rollouts.jsonl"), o.Resume != "")
+	if err != nil {
+		return res, err
+	}
+	defer perRollout.Close()
+	loss := hostLoss(rc)
+	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", o.Env.Len(), rc.Steps, rc.BatchTasks, rc.K, tr.NumParams())
+	loop := train.Loop{Steps: rc.Steps, SaveEvery: rc.SaveEvery, Out: rc.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY,
+		Save: learner.Save,
+		Charts: []train.Chart{{File: "reward.png", Title: "GRPO: mean reward and its components",
+			Series: map[string]string{"reward": "reward", "r_task": "r_task", "r_context": "r_context", "r_memory": "r_memory"}},
+			{File: "kl.png", Title: "KL to the reference (k3)", Series: map[string]string{"kl": "kl"}}}}
+	loop.Step = func(ctx context.Context, n int) (map[string]any, string, error) {
+		t0 := time.Now()
+		step := n - 1
+		tasks := tasksFor(o.Env.Len(), step, rc.BatchTasks, o.Seed)
+		// Rollouts with the current weights.
+		learner.SyncHost()
+		var pols []memtools.BatchPolicy
+		for _, g := range rolloutBackends(o.Device, learner) {
+			m, err := p.W.Engine(g)
+			if err != nil {
+				return nil, "", err
+			}
+			pol := decode.NewGenerator(m, tok, decode.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget})
+			pol.Template = tmpl
+			pols = append(pols, pol)
+		}
+		rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step),
+			EpisodeSeed: func(i int) uint64 { return uint64(step*100000 + i) }})
+		if err != nil {
+			return nil, "", err
+		}
+		st := StepStats{Step: n, Parts: map[string]float64{}, RolloutSeconds: time.Since(t0).Seconds()}
+		for _, e := range exps {
+			st.RolloutTokens += len(e.PromptIDs) + len(e.ResponseIDs)
+		}
+		rewards := make([]float64, len(rs))
+		for i, r := range rs {
+			sc, err := o.Reward.Score(ctx, r.Result)
+			if err != nil {
+				return nil, "", err
+			}
+			rewards[i] = sc.Total
+			rec := map[string]any{"step": n, "group": r.Group, "rollout": i % rc.K}
+			for k, v := range sc.Info {
+				rec[k] = v
+			}
+			if r.Err != nil {
+				rec["error"] = r.Err.Error()
+			}
+			if err := perRollout.Log(rec); err != nil {
+				return nil, "", err
+			}
+			st.Reward += sc.Total / float64(len(rs))
+			for k, v := range sc.Parts {
+				st.Parts[k] += v / float64(len(rs))
+			}
+		}
+		adv, err := grpo.GroupAdvantages(rewards, rc.K, rc.Eps)
+		if err != nil {
+			return nil, "", err
+		}
+		trajOf := make([]int, len(exps))
+		for i, e := range exps {
+			trajOf[i] = e.Rollout
+		}
+		if err := update(tr, learner, ref, exps, grpo.Broadcast(adv, trajOf), rc, loss, &st); err != nil {
+			return nil, "", err
+		}
+		st.Seconds = time.Since(t0).Seconds()
+		res.Steps = append(res.Steps, st)
+		rec := map[string]any{"reward": st.Reward, "loss": st.Loss, "kl": st.KL, "clip_frac": st.ClipFrac,
+			"entropy": st.Entropy, "grad_norm": st.GradNorm, "experiences": len(exps), "step_seconds": st.Seconds,
+			"rollout_seconds": st.RolloutSeconds, "rollout_tokens": st.RolloutTokens}
+		for k, v := range st.Parts {
+			rec[k] = v
+		}
+		return rec, fmt.Sprintf("reward %.3f kl %.4f", st.Reward, st.KL), nil
+	}
+	metrics, err := loop.Run(ctx, tr.Step)
+	if err != nil {
+		return res, err
+	}
+	defer metrics.Close()
+	if par, ok := learner.(*train.Parallel); ok {
+		par.MemoryReport()
+	}
+	learner.SyncHost()
+	res.Policy = filepath.Join(rc.Out, "policy")
+	if err := p.Export(res.Policy, o.Dtype); err != nil {
+		return res, err
+	}
+	return res, metrics.Close()
+}
