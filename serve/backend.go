@@ -28,18 +28,18 @@ type Gen struct {
 	Progress func(text func() string)
 }
 
-// Native serves a Qwen policy through a continuous-batching scheduler:
+// Batched serves a Qwen policy through a continuous-batching scheduler:
 // the policy calls of all concurrent requests decode in shared steps.
-type Native struct {
-	Model     *decode.Generator
+type Batched struct {
+	Generator *decode.Generator
 	Scheduler *decode.Scheduler
 }
 
-// NewNative starts the scheduler for p. maxBatch 1 turns batching off;
+// NewBatched starts the scheduler for p. maxBatch 1 turns batching off;
 // system, if not empty, is a system prompt whose cache is computed once and
 // shared by every conversation that starts with it. onStep observes each
 // decoding step (metrics).
-func NewNative(p *decode.Generator, maxBatch int, system string, onStep func(seqs, tokens int)) (*Native, error) {
+func NewBatched(p *decode.Generator, maxBatch int, system string, onStep func(seqs, tokens int)) (*Batched, error) {
 	sc := decode.NewScheduler(p.Model, p.Tokenizer, decode.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep})
 	if system != "" {
 		// The rendered system turn is a prefix of every conversation's
@@ -55,20 +55,20 @@ func NewNative(p *decode.Generator, maxBatch int, system string, onStep func(seq
 			return nil, err
 		}
 	}
-	return &Native{Model: p, Scheduler: sc}, nil
+	return &Batched{Generator: p, Scheduler: sc}, nil
 }
 
 // Count implements stm.Tokenizer.
-func (n *Native) Count(text string) int { return n.Model.Tokenizer.Count(text) }
+func (n *Batched) Count(text string) int { return n.Generator.Tokenizer.Count(text) }
 
 // Close stops the scheduler.
-func (n *Native) Close() { n.Scheduler.Close() }
+func (n *Batched) Close() { n.Scheduler.Close() }
 
 // Policy implements Backend.
-func (n *Native) Policy(g Gen) memtools.Policy {
-	s := n.Model.Sampling
+func (n *Batched) Policy(g Gen) memtools.Policy {
+	s := n.Generator.Sampling
 	s.Temperature, s.TopP, s.MaxTokens, s.Seed = g.Temperature, g.TopP, g.MaxTokens, g.Seed
-	sp := decode.Scheduled{Generator: n.Model, Scheduler: n.Scheduler, Sampling: s, MaxPromptTokens: g.MaxPromptTokens}
+	sp := decode.Scheduled{Generator: n.Generator, Scheduler: n.Scheduler, Sampling: s, MaxPromptTokens: g.MaxPromptTokens}
 	if g.Progress == nil {
 		return sp
 	}
