@@ -125,6 +125,7 @@ func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.T
 		return nil, err
 	}
 	defer pol.Model.Close()
+	pol.Prefixes = decode.NewPrefixCache(len(tasks) * pol.Model.MaxPositions)
 	e := roles.AgeMem(cfg, h, tasks, pol.Tokenizer)
 	idx := make([]int, len(tasks))
 	for i := range idx {

@@ -8,11 +8,13 @@ import (
 	"github.com/agemem/agemem/model/safetensors"
 )
 
-// BenchmarkGRPOStep runs whole GRPO steps (rollouts, rewards, update) for
-// the tiny default's shape and the Qwen2.5-0.5B shape, random weights, and
-// reports rollout tokens/s (prompt tokens prefilled plus tokens generated)
-// beside the anchor of the same engine's plain batched forward in the
-// same run, and the training step time.
+// BenchmarkGRPOStep runs whole GRPO steps (rollouts of the full three
+// stages, rewards, update) for the tiny default's shape and the
+// Qwen2.5-0.5B shape, random weights, and reports rollout tokens/s (every
+// call's prompt tokens plus the tokens generated) with the prefix cache
+// and with every call re-prefilling its context (rl.prefix_cache false),
+// beside the anchor of the same engine's plain batched forward in the same
+// run, and the training step time.
 func BenchmarkGRPOStep(b *testing.B) {
 	for _, s := range []struct {
 		name    string
@@ -31,19 +33,30 @@ func BenchmarkGRPOStep(b *testing.B) {
 			if err := qwen.InitRandom(c.RL.Init, cfg, safetensors.BF16, 1); err != nil {
 				b.Fatal(err)
 			}
-			c.Agent.MaxSteps, c.Agent.ResponseBudget = 1, s.respTok
-			c.Episode.Stage1MaxTurns, c.Episode.Stage2MaxTurns = 1, 1
+			// The tiny default's episode: every stage, a few calls a turn.
+			c.Agent.MaxSteps, c.Agent.ResponseBudget = 2, s.respTok
+			c.Episode.Stage1MaxTurns, c.Episode.Stage2MaxTurns = 16, 4
 			c.RL.K, c.RL.BatchTasks, c.RL.Steps, c.RL.SaveEvery = s.k, s.b, b.N, 0
-			res, err := run(c, "")
-			if err != nil {
-				b.Fatal(err)
-			}
-			var roll, total float64
-			tokens := 0
-			for _, st := range res.Steps {
-				roll += st.RolloutSeconds
-				total += st.Seconds
-				tokens += st.RolloutTokens
+			rate := map[bool]float64{}
+			var update, computed float64
+			for _, cached := range []bool{true, false} {
+				c.RL.PrefixCache = cached
+				c.RL.Out = b.TempDir()
+				res, err := run(c, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				var roll, total, comp, tokens float64
+				for _, st := range res.Steps {
+					roll += st.RolloutSeconds
+					total += st.Seconds
+					tokens += float64(st.RolloutTokens)
+					comp += float64(st.ComputedTokens)
+				}
+				rate[cached] = tokens / roll
+				if cached {
+					update, computed = (total-roll)/float64(len(res.Steps)), comp/tokens
+				}
 			}
 			m, err := qwen.Load(c.RL.Init)
 			if err != nil {
@@ -51,11 +64,11 @@ func BenchmarkGRPOStep(b *testing.B) {
 			}
 			defer m.Close()
 			anchor := forwardRate(b, m)
-			rate := float64(tokens) / roll
-			b.ReportMetric(rate, "rollout-tokens/s")
-			b.ReportMetric((total-roll)/float64(len(res.Steps)), "train-s/step")
-			b.Logf("%s: rollouts %.0f tokens/s vs the engine's batched forward %.0f tokens/s (ratio %.2f); update %.2f s/step, whole step %.2f s",
-				s.name, rate, anchor, rate/anchor, (total-roll)/float64(len(res.Steps)), total/float64(len(res.Steps)))
+			b.ReportMetric(rate[true], "rollout-tokens/s")
+			b.ReportMetric(rate[false], "reprefill-tokens/s")
+			b.ReportMetric(update, "train-s/step")
+			b.Logf("%s: rollouts %.0f tokens/s with the prefix cache (%.0f%% of the tokens computed), %.0f re-prefilling every call (%.2fx); the engine's batched forward %.0f tokens/s (ratios %.2f, %.2f); update %.2f s/step",
+				s.name, rate[true], 100*computed, rate[false], rate[true]/rate[false], anchor, rate[true]/anchor, rate[false]/anchor, update)
 		})
 	}
 }

@@ -32,7 +32,11 @@ type Config struct {
 	TopP        float64 `yaml:"top_p"`
 	SaveEvery   int     `yaml:"save_every"`
 	Recompute   bool    `yaml:"recompute"`
-	Out         string  `yaml:"out"`
+	// PrefixCache keeps each rollout's key/value cache between its calls,
+	// so a call prefills only what its context gained (false: every call
+	// prefills its whole context, as before).
+	PrefixCache bool   `yaml:"prefix_cache"`
+	Out         string `yaml:"out"`
 }
 
 // DefaultConfig is the paper's K 8, β 0.1 and the common PPO clip 0.2.
@@ -40,7 +44,7 @@ func DefaultConfig() Config {
 	return Config{Init: "runs/tiny/sft/policy", K: 8, BatchTasks: 2, Steps: 6,
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1},
 		Clip:           0.2, Beta: 0.1, Eps: 1e-6, Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
-		Temperature: 1, TopP: 1, SaveEvery: 10, Out: "runs/tiny/rl"}
+		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, Out: "runs/tiny/rl"}
 }
 
 // Validate checks every key.

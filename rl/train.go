@@ -68,10 +68,13 @@ type StepStats struct {
 	Entropy  float64
 	GradNorm float64
 	Seconds  float64
-	// RolloutSeconds and RolloutTokens (prompt tokens prefilled plus
-	// tokens generated) measure the rollout phase alone.
+	// RolloutSeconds and RolloutTokens (the prompt tokens of every call
+	// plus the tokens generated) measure the rollout phase alone;
+	// ComputedTokens are those the model ran (the prompt tokens the prefix
+	// cache served are not).
 	RolloutSeconds float64
 	RolloutTokens  int
+	ComputedTokens int
 }
 
 // Result summarises a run.
@@ -144,6 +147,11 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			}
 			pol := decode.NewGenerator(m, tok, decode.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget})
 			pol.Template = tmpl
+			if rc.PrefixCache {
+				// Each rollout's calls resend its growing context: keep
+				// one cache per rollout for this step's weights.
+				pol.Prefixes = decode.NewPrefixCache(len(tasks) * rc.K * m.MaxPositions)
+			}
 			pols = append(pols, pol)
 		}
 		rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step),
@@ -154,6 +162,12 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		st := StepStats{Step: n, Parts: map[string]float64{}, RolloutSeconds: time.Since(t0).Seconds()}
 		for _, e := range exps {
 			st.RolloutTokens += len(e.PromptIDs) + len(e.ResponseIDs)
+		}
+		st.ComputedTokens = st.RolloutTokens
+		for _, p := range pols {
+			if pc := p.(*decode.Generator).Prefixes; pc != nil {
+				st.ComputedTokens -= int(pc.Reused)
+			}
 		}
 		rewards := make([]float64, len(rs))
 		for i, r := range rs {
@@ -192,7 +206,7 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		res.Steps = append(res.Steps, st)
 		rec := map[string]any{"reward": st.Reward, "loss": st.Loss, "kl": st.KL, "clip_frac": st.ClipFrac,
 			"entropy": st.Entropy, "grad_norm": st.GradNorm, "experiences": len(exps), "step_seconds": st.Seconds,
-			"rollout_seconds": st.RolloutSeconds, "rollout_tokens": st.RolloutTokens}
+			"rollout_seconds": st.RolloutSeconds, "rollout_tokens": st.RolloutTokens, "computed_tokens": st.ComputedTokens}
 		for k, v := range st.Parts {
 			rec[k] = v
 		}

@@ -88,6 +88,7 @@ tool calling such as qwen3:4b).`,
 					return err
 				}
 				defer native.Model.Close()
+				native.Prefixes = decode.NewPrefixCache(native.Model.MaxPositions)
 			}
 			var ol memtools.Policy
 			if ollamaModel != "" {

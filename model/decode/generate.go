@@ -52,6 +52,16 @@ type Generation struct {
 // per step. Sequence i samples from its own generator seeded with
 // (Seed, i), so a run is reproducible.
 func Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
+	return generate(ctx, m, prompts, s, dec, nil)
+}
+
+// Generate is decode.Generate starting each prompt from its longest cached
+// prefix, and keeping every finished sequence's cache for later prompts.
+func (pc *PrefixCache) Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
+	return generate(ctx, m, prompts, s, dec, pc)
+}
+
+func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer, pc *PrefixCache) ([]Generation, error) {
 	if len(prompts) == 0 {
 		return nil, nil
 	}
@@ -70,35 +80,47 @@ func Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 	if m.MaxPositions > 0 && maxLen > m.MaxPositions {
 		return nil, fmt.Errorf("prompt plus max tokens (%d) exceeds the model's %d positions", maxLen, m.MaxPositions)
 	}
-	// Shared prefix: the longest run common to all prompts, leaving each at
-	// least one token of its own to produce first logits from.
-	prefix := len(prompts[0]) - 1
-	for _, p := range prompts[1:] {
-		n := 0
-		for n < prefix && n < len(p)-1 && p[n] == prompts[0][n] {
-			n++
-		}
-		prefix = n
-	}
-	base := m.NewCache(maxLen)
-	if prefix > 0 {
-		if _, err := m.ForwardLast([][]int{prompts[0][:prefix]}, []*qwen.Cache{base}); err != nil {
-			return nil, err
-		}
-	}
 	n := len(prompts)
 	caches := make([]*qwen.Cache, n)
 	next := make([][]int, n)
 	rngs := make([]*rand.Rand, n)
 	out := make([]Generation, n)
+	// Prompts with a cached prefix start from it; the others share the
+	// longest run common to them all, prefilled once, each keeping at least
+	// one token of its own to produce first logits from.
+	var rest []int
 	for i, p := range prompts {
-		if i == n-1 {
-			caches[i] = base
-		} else {
-			caches[i] = base.Clone()
-		}
-		next[i] = p[prefix:]
 		rngs[i] = rand.New(rand.NewPCG(s.Seed, uint64(i)))
+		if src, k := pc.Match(p); k > 0 {
+			caches[i], next[i] = withPrefix(m, src, k, maxLen), p[k:]
+			continue
+		}
+		rest = append(rest, i)
+	}
+	if len(rest) > 0 {
+		first := prompts[rest[0]]
+		prefix := len(first) - 1
+		for _, i := range rest[1:] {
+			p, k := prompts[i], 0
+			for k < prefix && k < len(p)-1 && p[k] == first[k] {
+				k++
+			}
+			prefix = k
+		}
+		base := m.NewCache(maxLen)
+		if prefix > 0 {
+			if _, err := m.ForwardLast([][]int{first[:prefix]}, []*qwen.Cache{base}); err != nil {
+				return nil, err
+			}
+		}
+		for j, i := range rest {
+			if j == len(rest)-1 {
+				caches[i] = base
+			} else {
+				caches[i] = base.Clone()
+			}
+			next[i] = prompts[i][prefix:]
+		}
 	}
 	live := make([]int, n)
 	for i := range live {
@@ -142,6 +164,9 @@ func Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 			}
 		}
 		live = still
+	}
+	for i, p := range prompts {
+		pc.Put(fed(p, out[i]), caches[i])
 	}
 	return out, nil
 }

@@ -137,3 +137,43 @@ func TestGenerateStopsAtStopString(t *testing.T) {
 		t.Fatalf("stop string %q: got %v (%s), full %v", stop, got[0].Tokens, got[0].FinishReason, full[0].Tokens)
 	}
 }
+
+// TestPrefixCacheReusesEarlierTurns: a conversation whose every call
+// resends the context so far decodes the same tokens with the prefix
+// cache as without it, while the cache serves almost all of each later
+// prompt; a prompt that shares nothing starts from scratch.
+func TestPrefixCacheReusesEarlierTurns(t *testing.T) {
+	m := tinyModel(t, "tiny-qwen3")
+	pc := NewPrefixCache(0)
+	s := Sampling{MaxTokens: 6, Seed: 3}
+	convs := [][]int{{5, 6, 7, 8, 9, 10}, {5, 6, 7, 8, 100, 101}}
+	for turn := range 3 {
+		plain, err := Generate(context.Background(), m, convs, s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cached, err := pc.Generate(context.Background(), m, convs, s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range convs {
+			if !slices.Equal(plain[i].Tokens, cached[i].Tokens) {
+				t.Fatalf("turn %d, conversation %d: %v with the cache, %v without", turn, i, cached[i].Tokens, plain[i].Tokens)
+			}
+			for j := range plain[i].LogProbs {
+				if d := math.Abs(float64(plain[i].LogProbs[j] - cached[i].LogProbs[j])); d > 1e-5 {
+					t.Fatalf("turn %d: log-probabilities differ by %g", turn, d)
+				}
+			}
+			// The next call: the reply and a new user turn appended.
+			convs[i] = append(append(slices.Clone(convs[i]), plain[i].Tokens...), 200+turn, 201+turn)
+		}
+	}
+	if pc.Reused*10 < pc.Looked*6 {
+		t.Fatalf("%d of %d prompt tokens came from the cache", pc.Reused, pc.Looked)
+	}
+	if src, n := pc.Match([]int{400, 401, 402}); src != nil || n != 0 {
+		t.Fatalf("an unrelated prompt matched %d tokens", n)
+	}
+	t.Logf("%d of %d prompt tokens served from the cache", pc.Reused, pc.Looked)
+}

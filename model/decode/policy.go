@@ -24,6 +24,10 @@ type Generator struct {
 	// MaxPromptTokens refuses prompts longer than this (0: the model's
 	// positions less the response budget).
 	MaxPromptTokens int
+	// Prefixes, if set, keeps each conversation's cache, so that its next
+	// call prefills only what was added (an episode's calls resend the
+	// whole context). It must be dropped when the weights change.
+	Prefixes *PrefixCache
 }
 
 // NewGenerator returns a policy that stops at <|im_end|> and <|endoftext|>.
@@ -126,7 +130,7 @@ func (p *Generator) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([
 		}
 		prompts[i] = ids
 	}
-	gens, err := Generate(ctx, p.Model, prompts, p.Sampling, p.Tokenizer)
+	gens, err := p.Prefixes.Generate(ctx, p.Model, prompts, p.Sampling, p.Tokenizer)
 	if err != nil {
 		return nil, err
 	}

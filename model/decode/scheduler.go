@@ -27,6 +27,9 @@ type SchedulerOptions struct {
 	// OnStep, if set, is called after every decoding step with the number of
 	// sequences in it and the tokens it fed (for metrics).
 	OnStep func(seqs, tokens int)
+	// PrefixBudget bounds the positions kept for prefix reuse (finished
+	// sequences' caches; 0: 1<<16, negative: no reuse beyond SetPrefix).
+	PrefixBudget int
 }
 
 // Scheduler runs generation requests that arrive at any time in shared
@@ -44,9 +47,10 @@ type Scheduler struct {
 	once   sync.Once
 	done   sync.WaitGroup
 
-	mu     sync.Mutex
-	prefix []int       // token ids whose cache is kept (the system prompt)
-	pcache *qwen.Cache // their keys and values
+	// prefixes keeps the system prompt's cache (SetPrefix) and each
+	// finished sequence's, so a conversation's next request prefills only
+	// what is new (serve's sessions).
+	prefixes *PrefixCache
 }
 
 type schedSeq struct {
@@ -71,7 +75,7 @@ func NewScheduler(m *qwen.Model, dec Detokenizer, o SchedulerOptions) *Scheduler
 	if o.PrefillChunk < 1 {
 		o.PrefillChunk = 512
 	}
-	sc := &Scheduler{m: m, dec: dec, opt: o, in: make(chan *schedSeq), closed: make(chan struct{})}
+	sc := &Scheduler{m: m, dec: dec, opt: o, in: make(chan *schedSeq), closed: make(chan struct{}), prefixes: NewPrefixCache(max(o.PrefixBudget, 0))}
 	sc.done.Add(1)
 	go sc.loop()
 	return sc
@@ -83,20 +87,18 @@ func NewScheduler(m *qwen.Model, dec Detokenizer, o SchedulerOptions) *Scheduler
 // as without it.
 func (sc *Scheduler) SetPrefix(ids []int) error {
 	if len(ids) == 0 {
-		sc.mu.Lock()
-		sc.prefix, sc.pcache = nil, nil
-		sc.mu.Unlock()
 		return nil
 	}
 	c := sc.m.NewCache(len(ids))
 	if _, err := sc.m.ForwardLast([][]int{ids}, []*qwen.Cache{c}); err != nil {
 		return err
 	}
-	sc.mu.Lock()
-	sc.prefix, sc.pcache = slices.Clone(ids), c
-	sc.mu.Unlock()
+	sc.prefixes.Pin(ids, c)
 	return nil
 }
+
+// Prefixes is the scheduler's prefix cache (its hit counts).
+func (sc *Scheduler) Prefixes() *PrefixCache { return sc.prefixes }
 
 // Generate continues prompt and returns when the sequence is finished,
 // calling onToken (if not nil) with each token as it is sampled, from the
@@ -137,6 +139,9 @@ func (sc *Scheduler) loop() {
 	var live, waiting []*schedSeq
 	finish := func(q *schedSeq, err error) {
 		q.err = err
+		if err == nil && sc.opt.PrefixBudget >= 0 {
+			sc.prefixes.Put(fed(q.prompt, q.gen), q.cache)
+		}
 		q.cache = nil
 		close(q.ready)
 	}
@@ -238,22 +243,14 @@ func (sc *Scheduler) loop() {
 	}
 }
 
-// admit gives a new sequence its cache, starting from the kept prefix's
-// when the prompt begins with it (and has a token of its own after it).
+// admit gives a new sequence its cache, starting from the longest cached
+// prefix of its prompt (the system prompt's, or an earlier turn's of the
+// same conversation) when there is one.
 func (sc *Scheduler) admit(q *schedSeq) {
 	maxT := len(q.prompt) + q.s.MaxTokens
 	q.rng = rand.New(rand.NewPCG(q.s.Seed, 0))
-	sc.mu.Lock()
-	prefix, pc := sc.prefix, sc.pcache
-	sc.mu.Unlock()
-	if pc != nil && len(q.prompt) > len(prefix) && slices.Equal(q.prompt[:len(prefix)], prefix) {
-		q.cache = sc.m.NewCache(maxT)
-		for i := range pc.K {
-			sc.m.B.CopyRows(q.cache.K[i], 0, pc.K[i], 0, pc.Len)
-			sc.m.B.CopyRows(q.cache.V[i], 0, pc.V[i], 0, pc.Len)
-		}
-		q.cache.Len = pc.Len
-		q.next = q.prompt[len(prefix):]
+	if src, n := sc.prefixes.Match(q.prompt); n > 0 {
+		q.cache, q.next = withPrefix(sc.m, src, n, maxT), q.prompt[n:]
 		return
 	}
 	q.cache = sc.m.NewCache(maxT)
