@@ -49,7 +49,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
 	$(GO) test -run '^$$' -bench Encoder -benchtime 3x ./model/bert/
 	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/trainer/
-	$(GO) test -run '^$$' -bench ServeLoad -benchtime 1x -timeout 10m ./serve/
+	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession' -benchtime 1x -timeout 10m ./serve/
 
 # The embedded default end to end (configs/tiny.yaml): synthetic tasks, a
 # tokenizer learned on them, oracle episodes (with deliberate mistakes) as

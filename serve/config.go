@@ -52,6 +52,11 @@ type Config struct {
 	// request, at most MaxSessions (least recently used go first).
 	SessionTTL  time.Duration `yaml:"session_ttl"`
 	MaxSessions int           `yaml:"max_sessions"`
+	// PrefixCache is how many positions of finished requests' key/value
+	// caches the native backend keeps, so that a conversation's next turn
+	// (which resends everything before it) prefills only what is new; 0
+	// keeps only the system prompt's.
+	PrefixCache int `yaml:"prefix_cache"`
 	// LogFormat is json or text (structured logs on stderr).
 	LogFormat string `yaml:"log_format"`
 }
@@ -69,7 +74,7 @@ func DefaultConfig() Config {
 	return Config{Addr: "127.0.0.1:8080", Backend: "native", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
 		MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxBodyBytes: 1 << 20, MaxMessages: 256,
 		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
-		SessionTTL: time.Hour, MaxSessions: 10000, LogFormat: "json"}
+		SessionTTL: time.Hour, MaxSessions: 10000, PrefixCache: 1 << 16, LogFormat: "json"}
 }
 
 // Validate checks every key.
@@ -124,6 +129,7 @@ func (sv Config) Validate() error {
 		}
 	}
 	e.AtLeast("max_sessions", sv.MaxSessions, 1)
+	e.AtLeast("prefix_cache", sv.PrefixCache, 0)
 	e.OneOf("log_format", sv.LogFormat, "json", "text")
 	return e.Err()
 }

@@ -21,7 +21,7 @@ import (
 )
 
 // randomPolicy is a random tiny Qwen3 with the real Qwen3 tokenizer.
-func randomPolicy(t *testing.T) *decode.Generator {
+func randomPolicy(t testing.TB) *decode.Generator {
 	t.Helper()
 	p := testkit.QwenTokenizer(t)
 	if _, err := os.Stat(p); err != nil {

@@ -53,7 +53,7 @@ func with(o Options, f func(*Options)) Options {
 	return o
 }
 
-func testConfig(t *testing.T) config {
+func testConfig(t testing.TB) config {
 	c := defaults()
 	c.Memory.Path = filepath.Join(t.TempDir(), "memory.db")
 	c.Agent.SystemPrompt = "compact"
@@ -114,7 +114,7 @@ func (r reply) errorCode(t *testing.T) string {
 	return code
 }
 
-func do(t *testing.T, method, url, key string, body any, hdr ...string) reply {
+func do(t testing.TB, method, url, key string, body any, hdr ...string) reply {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {

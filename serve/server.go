@@ -87,7 +87,7 @@ func New(o Options) (*Server, error) {
 		system: sys, created: time.Now().Unix()}
 	s.metrics = newMetrics(s)
 	if s.be == nil {
-		if s.be, err = NewBatched(o.Policy, sv.MaxBatch, sys, s.metrics.step); err != nil {
+		if s.be, err = NewBatched(o.Policy, sv.MaxBatch, sys, sv.PrefixCache, s.metrics.step); err != nil {
 			return nil, err
 		}
 	}
