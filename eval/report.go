@@ -7,6 +7,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/agemem/agemem/chart"
 	"github.com/agemem/agemem/memtools"
 )
 
@@ -43,4 +44,22 @@ func writeJSONFile(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(raw, '\n'), 0o644)
+}
+
+// Chart draws the table as a PNG: J, EM and MQ of every method with their
+// standard errors.
+func Chart(path string, rows []Row) error {
+	var names []string
+	var vals, errs [][]float64
+	for _, r := range rows {
+		names = append(names, r.Policy)
+		vals = append(vals, []float64{r.J.Mean, r.EM.Mean, r.MQ.Mean})
+		errs = append(errs, []float64{r.J.SE, r.EM.SE, r.MQ.SE})
+	}
+	n := 0
+	if len(rows) > 0 {
+		n = rows[0].Tasks
+	}
+	return chart.Bars(path, fmt.Sprintf("Held-out tasks (%d): mean and standard error", n), "score (0 to 1)",
+		names, []string{"J (judge)", "EM", "MQ (memory quality)"}, vals, errs)
 }

@@ -130,9 +130,9 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", o.Env.Len(), rc.Steps, rc.BatchTasks, rc.K, tr.NumParams())
 	loop := train.Loop{Steps: rc.Steps, SaveEvery: rc.SaveEvery, Out: rc.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY,
 		Save: learner.Save,
-		Charts: []train.Chart{{File: "reward.png", Title: "GRPO: mean reward and its components",
-			Series: map[string]string{"reward": "reward", "r_task": "r_task", "r_context": "r_context", "r_memory": "r_memory"}},
-			{File: "kl.png", Title: "KL to the reference (k3)", Series: map[string]string{"kl": "kl"}}}}
+		Charts: []train.Chart{{File: "reward.png", Title: "GRPO: mean reward of the step's rollouts and its components",
+			YLabel: "reward", Series: []string{"reward", "r_task", "r_context", "r_memory"}},
+			{File: "kl.png", Title: "GRPO: KL to the reference policy (k3 estimator)", YLabel: "KL (nats per token)", Series: []string{"kl"}}}}
 	loop.Step = func(ctx context.Context, n int) (map[string]any, string, error) {
 		t0 := time.Now()
 		step := n - 1

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
@@ -175,9 +176,17 @@ and tool calls per task. Writes the table as JSON to eval.out.`,
 				return err
 			}
 			eval.Print(cmd.OutOrStdout(), rows)
-			if cfg.Eval.Out != "" {
-				return eval.WriteJSON(cfg.Eval.Out, rows)
+			if cfg.Eval.Out == "" {
+				return nil
 			}
+			if err := eval.WriteJSON(cfg.Eval.Out, rows); err != nil {
+				return err
+			}
+			png := strings.TrimSuffix(cfg.Eval.Out, filepath.Ext(cfg.Eval.Out)) + ".png"
+			if err := eval.Chart(png, rows); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s and %s\n", cfg.Eval.Out, png)
 			return nil
 		},
 	}

@@ -99,8 +99,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var elapsed time.Duration
 	loop := train.Loop{Steps: s.Steps, EvalEvery: s.EvalEvery, SaveEvery: s.SaveEvery, EvalFirst: true,
 		Out: s.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY, Save: learner.Save,
-		Charts: []train.Chart{{File: "loss.png", Title: "SFT loss (mean NLL per learned token)",
-			Series: map[string]string{"train": "loss", "eval": "eval_loss"}}}}
+		Charts: []train.Chart{{File: "loss.png", Title: "SFT: loss on the learned tokens",
+			YLabel: "mean NLL (nats per token)", Series: []string{"loss", "eval_loss"}}}}
 	if len(evalSet) > 0 {
 		loop.Eval = func(_ context.Context, n int) (map[string]any, error) {
 			learner.SyncHost()

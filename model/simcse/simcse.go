@@ -114,8 +114,8 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 	loop := train.Loop{Steps: o.Steps, EvalEvery: o.EvalEvery, SaveEvery: o.SaveEvery, EvalFirst: true,
 		Out: o.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY,
 		Save: func(dir string) error { return save(w, opt, step, o, dir) },
-		Charts: []train.Chart{{File: "loss.png", Title: "SimCSE InfoNCE loss", Series: map[string]string{"loss": "loss"}},
-			{File: "eval.png", Title: "evaluation", Prefix: "eval_"}}}
+		Charts: []train.Chart{{File: "loss.png", Title: "SimCSE: InfoNCE loss", YLabel: "loss (nats per example)", Series: []string{"loss"}},
+			{File: "eval.png", Title: "SimCSE: held-out evaluation", YLabel: "Spearman ρ / recall", Prefix: "eval_"}}}
 	if o.Eval != nil {
 		loop.Eval = func(ctx context.Context, n int) (map[string]any, error) {
 			enc.Reload() // the weights moved since the last evaluation

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/agemem/agemem/chart"
 )
 
 // Loop is the skeleton every training run shares (SFT, GRPO, SimCSE):
@@ -38,12 +40,13 @@ type Loop struct {
 	Charts []Chart
 }
 
-// Chart is one PNG of logged series.
+// Chart is one PNG of logged series against the step.
 type Chart struct {
 	File, Title string
-	// Series maps a legend name to a logged key; Prefix adds every key
-	// that starts with it, named without it.
-	Series map[string]string
+	YLabel      string // what the values are, with their unit
+	// Series are logged keys, drawn in order under their own names;
+	// Prefix adds every key that starts with it, named without it.
+	Series []string
 	Prefix string
 }
 
@@ -108,31 +111,36 @@ func (l Loop) Run(ctx context.Context, done int) (_ *Metrics, err error) {
 	if err := l.Save(filepath.Join(l.Out, fmt.Sprintf("checkpoint-%d", l.Steps))); err != nil {
 		return m, err
 	}
-	for _, p := range l.Charts {
-		series := map[string][]Point{}
-		for name, key := range p.Series {
-			series[name] = m.Series[key]
+	for _, c := range l.Charts {
+		var series []chart.Series
+		add := func(name, key string) {
+			var pts []chart.Point
+			for _, p := range m.Series[key] {
+				pts = append(pts, chart.Point{X: p.Step, Y: p.Value})
+			}
+			if len(pts) > 0 {
+				series = append(series, chart.Series{Name: name, Points: pts})
+			}
 		}
-		if p.Prefix != "" {
+		for _, k := range c.Series {
+			add(k, k)
+		}
+		if c.Prefix != "" {
 			var keys []string
 			for k := range m.Series {
-				keys = append(keys, k)
+				if strings.HasPrefix(k, c.Prefix) {
+					keys = append(keys, k)
+				}
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				if name, ok := strings.CutPrefix(k, p.Prefix); ok {
-					series[name] = m.Series[k]
-				}
+				add(strings.TrimPrefix(k, c.Prefix), k)
 			}
 		}
-		points := 0
-		for _, v := range series {
-			points += len(v)
-		}
-		if points == 0 {
+		if len(series) == 0 {
 			continue // nothing of this chart was logged (a run without evaluation)
 		}
-		if err := Plot(filepath.Join(l.Out, p.File), p.Title, series); err != nil {
+		if err := chart.Lines(filepath.Join(l.Out, c.File), c.Title, "optimiser step", c.YLabel, series); err != nil {
 			return m, err
 		}
 	}
