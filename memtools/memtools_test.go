@@ -386,3 +386,22 @@ func TestCompactPromptNamesEveryToolAndArgument(t *testing.T) {
 		t.Fatalf("unknown style: %v", err)
 	}
 }
+
+// TestErrorsAreDeterministic: a call with several unknown arguments gets
+// the same message every time (it used to name whichever a map gave
+// first, so two runs of one seed diverged).
+func TestErrorsAreDeterministic(t *testing.T) {
+	rt := newRuntime()
+	call := Call{Name: ToolFilter, Arguments: []byte(`{"criteria": "x", "memory_type": "fact", "content": "y", "zeta": 1}`)}
+	res, _ := rt.Execute(context.Background(), call)
+	first := res.Content
+	if !strings.Contains(first, `unknown argument \"content\"`) {
+		t.Fatalf("want the first unknown argument in sorted order: %s", first)
+	}
+	for range 50 {
+		if res, _ := rt.Execute(context.Background(), call); res.Content != first {
+			got := res.Content
+			t.Fatalf("the message changed: %s then %s", first, got)
+		}
+	}
+}

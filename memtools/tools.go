@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,7 +120,9 @@ func decodeArgs(c Call) (args, error) {
 			}
 		}
 	})
-	for k := range a {
+	// In sorted order: the message the model reads must not depend on map
+	// iteration, or two runs of the same seed part ways here.
+	for _, k := range slices.Sorted(maps.Keys(a)) {
 		if _, ok := schema.Parameters.Properties[k]; !ok {
 			return nil, badf("unknown argument %q; %s accepts %s", k, c.Name, strings.Join(accepted, ", "))
 		}
