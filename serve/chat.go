@@ -359,6 +359,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	var stream *sseStream
 	if req.Stream {
 		stream = newSSEStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		// Every path out of this handler ends the stream's writer: a
+		// request that fails before any answer text (a 422, a client gone)
+		// used to leave it waiting forever.
+		defer stream.stop()
 		g.Progress = stream.progress
 		pol := &stepPolicy{inner: s.be.Policy(g), stream: stream}
 		tr, err = memtools.Run(r.Context(), pol, rt, lim)
