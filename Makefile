@@ -34,8 +34,9 @@ test: deps
 # (CUDA 11-13; a PyTorch install's nvidia/*/lib folders work).
 test-gpu:
 	$(GO) test -count=1 -v -run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU' ./kernels/cuda/ ./model/qwen/ ./model/bert/
-	$(GO) test -count=1 -v -run 'DataParallelGPU' ./model/train/
+	$(GO) test -count=1 -v -run 'CUDA|GPU' ./model/train/
 	$(GO) test -run '^$$' -bench CUDA -benchtime 3x ./model/qwen/
+	$(GO) test -run '^$$' -bench CUDATrain -benchtime 3x ./model/train/
 	$(GO) test -run '^$$' -bench 'GPU|TopK' -benchtime 20x ./kernels/cuda/
 	$(GO) test -run '^$$' -bench 'Encoder/cuda' -benchtime 5x ./model/bert/
 

@@ -21,6 +21,7 @@ import (
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/sft"
@@ -53,6 +54,8 @@ type Config struct {
 	LoRA lora.Options `yaml:"lora"`
 	// Optim holds AdamW's hyperparameters, shared by SFT and RL.
 	Optim optim.Config `yaml:"optim"`
+	// Pretrain installs copying in a model trained from scratch.
+	Pretrain pretrain.Config `yaml:"pretrain"`
 	// SFT is supervised fine-tuning on chat JSONL.
 	SFT sft.Config `yaml:"sft"`
 	// RL is step-wise GRPO (agemem-train train).
@@ -134,15 +137,16 @@ func Default() Config {
 		Model: Model{Path: "runs/tiny/base", Dtype: "f32", Device: "auto", Devices: []string{}, TrainDtype: "f32", Init: ModelInit{
 			ModelType: "qwen3", HiddenSize: 96, Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 24,
 			Intermediate: 256, RopeTheta: 10000, MaxPositions: 4096, TieEmbeddings: true}},
-		LoRA:   lora.DefaultOptions(qwen.LoRATargets),
-		Optim:  optim.DefaultConfig(),
-		SFT:    sft.DefaultConfig(),
-		RL:     rl.DefaultConfig(),
-		Reward: reward.DefaultConfig(),
-		Eval:   Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
-		Serve:  serve.DefaultConfig(),
-		Ollama: ollama.DefaultConfig(),
-		SimCSE: simcse.DefaultConfig(),
+		LoRA:     lora.DefaultOptions(qwen.LoRATargets),
+		Optim:    optim.DefaultConfig(),
+		Pretrain: pretrain.DefaultConfig(),
+		SFT:      sft.DefaultConfig(),
+		RL:       rl.DefaultConfig(),
+		Reward:   reward.DefaultConfig(),
+		Eval:     Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
+		Serve:    serve.DefaultConfig(),
+		Ollama:   ollama.DefaultConfig(),
+		SimCSE:   simcse.DefaultConfig(),
 	}
 }
 
@@ -158,6 +162,7 @@ func (c Config) Validate() error {
 	e.Section("model", c.Model.Validate())
 	e.Section("lora", c.LoRA.Validate(qwen.LoRATargets))
 	e.Section("optim", c.Optim.Validate())
+	e.Section("pretrain", c.Pretrain.Validate())
 	e.Section("sft", c.SFT.Validate())
 	e.Section("rl", c.RL.Validate())
 	e.Section("reward", c.Reward.Validate())

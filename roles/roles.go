@@ -25,6 +25,7 @@ import (
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/ollama"
@@ -243,5 +244,12 @@ func GRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[env
 func SFT(cfg config.Config) sft.Options {
 	return sft.Options{Config: cfg.SFT, Model: cfg.Model.Path, LoRA: cfg.LoRA, Optim: cfg.Optim,
 		Devices: cfg.Model.Devices, TrainBF16: cfg.Model.TrainDtype == "bf16", Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed),
-		ResponseBudget: cfg.Agent.ResponseBudget, YAML: cfg.YAML()}
+		ResponseBudget: cfg.Agent.ResponseBudget, Copies: cfg.Pretrain, YAML: cfg.YAML()}
+}
+
+// Pretrain is pretrain.Run's options from the config (the caller adds
+// Resume, Log and TTY).
+func Pretrain(cfg config.Config) pretrain.Options {
+	return pretrain.Options{Config: cfg.Pretrain, Optim: cfg.Optim, Devices: cfg.Model.Devices, TrainBF16: cfg.Model.TrainDtype == "bf16",
+		Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed), YAML: cfg.YAML()}
 }

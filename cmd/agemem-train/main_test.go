@@ -329,6 +329,10 @@ func TestCLISFTErrors(t *testing.T) {
 		{[]string{"sft", "--devices", "0,tpu"}, `model.devices[1]: "tpu" is not cpu, cuda or cuda:N`},
 		{[]string{"sft", "--set", "model.path=" + dir}, "tokenizer.json"},
 		{[]string{"tokenizer", "train", "--out", dir, "--template", "llama"}, `--template "llama"`},
+		{[]string{"tokenizer", "train", "--out", dir, "--pretokenizer", "gpt2"}, `--pretokenizer "gpt2"`},
+		{[]string{"pretrain", "--set", "pretrain.span_max=2"}, "pretrain.span_max: 2"},
+		{[]string{"pretrain", "--set", "pretrain.init=" + dir}, "tokenizer.json"},
+		{[]string{"sft", "--set", "sft.copy_sequences=-1"}, "sft.copy_sequences: -1"},
 		{[]string{"init-model", "--config", "../../configs/tiny.yaml", "--out", dir}, "--tokenizer is required"},
 	} {
 		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -8,6 +8,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/roles"
 )
@@ -59,5 +60,44 @@ prompts and reports how many responses the AgeMem parser accepts.`,
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
 	cmd.Flags().IntVar(&genEval, "gen-eval", 64, "held-out prompts to generate from at the end (0: none)")
+	return cmd
+}
+
+func pretrainCmd(g *globals) *cobra.Command {
+	var resume string
+	cmd := &cobra.Command{
+		Use:   "pretrain",
+		Short: "Teach a model trained from scratch to copy from its context (induction pretraining)",
+		Long: `Trains pretrain.init (a random init from init-model, with its tokenizer) on
+sequences of random word pieces that repeat after a filler gap of random
+length, the loss on the repeat only: the one thing that predicts it is
+finding where the current token appeared before and taking what followed
+(an induction head). An agent copies names it has never seen from what it
+is told into what it stores, and from what it retrieves into its answer; a
+tiny model does not learn that from SFT data alone in a CPU budget. Writes
+to pretrain.out: metrics.jsonl (the copy loss, held out every
+pretrain.eval_every steps), loss.png, checkpoint-N/ and policy/, which SFT
+starts from (model.path). Not needed for pretrained checkpoints.`,
+		Example: `  agemem-train init-model --config configs/tiny.yaml --tokenizer runs/tiny/tok/tokenizer.json --out runs/tiny/init
+  agemem-train pretrain --config configs/tiny.yaml
+  agemem-train pretrain --config configs/tiny.yaml --set pretrain.steps=4000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			o := roles.Pretrain(cfg)
+			o.Resume, o.Log, o.TTY = resume, cmd.ErrOrStderr(), isatty.IsTerminal(os.Stderr.Fd())
+			res, err := pretrain.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "held-out copy loss %.3f -> %.3f nats per token after %d steps\npolicy written to %s\n",
+				res.CopyLossStart, res.CopyLoss, res.Steps, res.Policy)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
 	return cmd
 }

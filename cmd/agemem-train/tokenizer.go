@@ -16,12 +16,12 @@ import (
 
 func tokenizerCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tokenizer", Short: "Train tokenizers"}
-	var data, out, tmpl string
+	var data, out, tmpl, pretok string
 	var vocab, episodes int
 	train := &cobra.Command{
 		Use:   "train",
 		Short: "Learn a byte-level BPE tokenizer on task data and AgeMem episodes",
-		Long: `Learns a byte-level BPE (Qwen's pre-tokenizer, NFC) on the tasks of a
+		Long: `Learns a byte-level BPE (NFC; --pretokenizer words by default) on the tasks of a
 HotpotQA-format file and on oracle episodes played on them (so the AgeMem
 prompt, tool calls and tool results are well covered), with the ChatML special
 tokens and the AgeMem tags as added tokens. Writes tokenizer.json and
@@ -45,6 +45,10 @@ format the parser demands.`,
 			text := map[string]string{"qwen2.5": chat.Qwen25Text, "qwen3": chat.Qwen3Text}[tmpl]
 			if text == "" {
 				return fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)
+			}
+			pattern, ok := map[string]string{"words": tokenizer.WordsPattern, "qwen": tokenizer.QwenPattern}[pretok]
+			if !ok {
+				return fmt.Errorf("--pretokenizer %q: want words or qwen", pretok)
 			}
 			texts := []string{cfg.EpisodeConfig().SystemPrompt}
 			n := 0
@@ -77,7 +81,7 @@ format the parser demands.`,
 			if err != nil {
 				return err
 			}
-			raw, err := tokenizer.Train(texts, tokenizer.TrainOptions{VocabSize: vocab, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags})
+			raw, err := tokenizer.Train(texts, tokenizer.TrainOptions{VocabSize: vocab, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: pattern})
 			if err != nil {
 				return err
 			}
@@ -104,6 +108,7 @@ format the parser demands.`,
 	train.Flags().IntVar(&vocab, "vocab-size", 4096, "vocabulary size, byte and added tokens included")
 	train.Flags().StringVar(&tmpl, "template", "qwen2.5", "chat template written to tokenizer_config.json: qwen2.5 or qwen3")
 	train.Flags().IntVar(&episodes, "episodes", 200, "oracle episodes to include in the corpus")
+	train.Flags().StringVar(&pretok, "pretokenizer", "words", "how text is cut before BPE: words (a word keeps its trailing space, so it is the same tokens after a space, a quote or a tag: what a small model copying names needs) or qwen (Qwen's regex)")
 	cmd.AddCommand(train)
 	return cmd
 }

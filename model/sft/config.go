@@ -27,6 +27,10 @@ type Config struct {
 	SaveEvery int `yaml:"save_every"`
 	// Recompute trades a second forward per layer for activation memory.
 	Recompute bool `yaml:"recompute"`
+	// CopySequences adds that many copy sequences (pretrain's: a random
+	// span, a gap, the span again) to every step, so that a model whose
+	// copying was pretrained keeps it while it learns the chat data.
+	CopySequences int `yaml:"copy_sequences"`
 	// Out receives checkpoints, metrics.jsonl, loss.png and the final policy.
 	Out string `yaml:"out"`
 }
@@ -51,5 +55,6 @@ func (c Config) Validate() error {
 	e.OneOf("loss_on", c.LossOn, "last", "all")
 	e.AtLeast("eval_every", c.EvalEvery, 0)
 	e.AtLeast("save_every", c.SaveEvery, 0)
+	e.AtLeast("copy_sequences", c.CopySequences, 0)
 	return e.Err()
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/safetensors"
-	"github.com/agemem/agemem/model/tape"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
 )
@@ -30,6 +30,9 @@ type Options struct {
 	Model string
 	LoRA  lora.Options
 	Optim optim.Config
+	// Copies shapes the copy sequences of Config.CopySequences (the config's
+	// pretrain section: the same spans and gaps the model was pretrained on).
+	Copies pretrain.Config
 	// Devices train data-parallel (model.devices; none: the CPU tape), with
 	// bf16 tensor-core matmuls when TrainBF16 (model.train_dtype).
 	Devices   []string
@@ -91,6 +94,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	batches := Plan(trainSet, s.BatchTokens, s.Steps*s.GradAccum, o.Seed)
+	var copies *pretrain.Sequences
+	if s.CopySequences > 0 {
+		lo, hi, err := pretrain.SpanTokens(tok, p.W.VocabSize)
+		if err != nil {
+			return res, fmt.Errorf("sft.copy_sequences: %w", err)
+		}
+		copies = pretrain.NewSequences(o.Copies, lo, hi, o.Seed^0x73667463)
+		for range tr.Step * s.CopySequences { // a resumed run draws what it would have
+			copies.Next()
+		}
+	}
 	evalBatches := Plan(evalSet, s.BatchTokens, 0, 0)
 	fmt.Fprintf(o.Log, "sft: %d records (%d train, %d held out), %d trainable parameters, %d steps of %d micro-batch(es)\n",
 		len(all), len(trainSet), len(evalSet), tr.NumParams(), s.Steps, s.GradAccum)
@@ -104,7 +118,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if len(evalSet) > 0 {
 		loop.Eval = func(_ context.Context, n int) (map[string]any, error) {
 			learner.SyncHost()
-			l := EvalLoss(p.W, evalBatches)
+			l := train.EvalLoss(p.W, evalBatches)
 			if n == 0 {
 				res.EvalLossStart = l
 				fmt.Fprintf(o.Log, "eval loss before training: %.4f\n", l)
@@ -116,6 +130,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	loop.Step = func(_ context.Context, n int) (map[string]any, string, error) {
 		t0 := time.Now()
 		micro := batches[(n-1)*s.GradAccum : n*s.GradAccum]
+		if copies != nil {
+			seqs := make([]train.Sequence, s.CopySequences)
+			for i := range seqs {
+				seqs[i] = copies.Next()
+			}
+			micro = append(micro[:len(micro):len(micro)], train.Pack(seqs))
+		}
 		learned, stepTokens := 0, 0
 		for _, b := range micro {
 			learned += len(b.LossRows)
@@ -217,23 +238,6 @@ func Plan(ex []Example, batchTokens, n int, seed uint64) []train.Batch {
 		out = out[:n]
 	}
 	return out
-}
-
-// EvalLoss is the mean negative log-likelihood per learned token, without
-// gradients or dropout.
-func EvalLoss(w *train.Weights[float32], batches []train.Batch) float64 {
-	var sum float64
-	n := 0
-	for _, b := range batches {
-		tp := tape.New[float32]()
-		lp := w.LogProbs(tp, b, train.TrainOptions{})
-		for _, v := range lp.Val {
-			sum -= float64(v)
-		}
-		n += len(lp.Val)
-		tp.Release()
-	}
-	return sum / float64(max(n, 1))
 }
 
 // FormatEval generates greedily from up to n held-out prompts and counts

@@ -15,9 +15,11 @@ import (
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
 )
 
 var (
@@ -243,5 +245,49 @@ func TestSFTOnSimulatedDevices(t *testing.T) {
 // testOptions fine-tune model with the default sft section, full weights.
 func testOptions(model string) Options {
 	return Options{Config: DefaultConfig(), Model: model, LoRA: lora.DefaultOptions(qwen.LoRATargets), Optim: optim.DefaultConfig(),
-		Dtype: safetensors.F32, Seed: 1, ResponseBudget: 2048, YAML: "seed: 1\n", Log: io.Discard}
+		Copies: pretrain.DefaultConfig(), Dtype: safetensors.F32, Seed: 1, ResponseBudget: 2048, YAML: "seed: 1\n", Log: io.Discard}
+}
+
+// TestCopySequencesKeepCopying: sft.copy_sequences mixes pretrain's copy
+// sequences into every step, so after the same SFT the held-out copy loss
+// (random spans, which only copying predicts) is lower than without them.
+func TestCopySequencesKeepCopying(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "sft.jsonl")
+	model := tinyPolicy(t, records(t, data, 60, 4))
+	tok, err := tokenizer.Load(filepath.Join(model, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi, err := pretrain.SpanTokens(tok, tok.VocabSize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := pretrain.DefaultConfig()
+	pc.SpanMin, pc.SpanMax, pc.GapMin, pc.GapMax = 6, 6, 2, 2
+	held := pretrain.NewSequences(pc, lo, hi, 77)
+	var seqs []train.Sequence
+	for range 32 {
+		seqs = append(seqs, held.Next())
+	}
+	copyLoss := func(copies int) float64 {
+		o := testOptions(model)
+		o.Config.Data, o.Config.Out = data, filepath.Join(dir, fmt.Sprint("out", copies))
+		o.Config.Steps, o.Config.BatchTokens, o.Config.LR, o.Config.WarmupSteps, o.Config.EvalFraction = 150, 512, 3e-3, 5, 0
+		o.Config.CopySequences, o.Copies = copies, pc
+		if _, err := Run(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+		p, err := train.Open(filepath.Join(o.Config.Out, "policy"), lora.Options{}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return train.EvalLoss(p.W, []train.Batch{train.Pack(seqs)})
+	}
+	without, with := copyLoss(0), copyLoss(16)
+	t.Logf("held-out copy loss after SFT: %.3f without copy sequences, %.3f with 16 a step (no copying: %.3f)", without, with, math.Log(float64(hi-lo)))
+	// Below 3/4 of the floor no unigram guess reaches: the span is copied.
+	if chance := math.Log(float64(hi - lo)); !(with < 0.75*chance && with < without) {
+		t.Fatalf("copy loss %.3f with copy sequences, %.3f without (floor without copying %.3f): they taught no copying", with, without, chance)
+	}
 }

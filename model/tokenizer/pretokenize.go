@@ -169,3 +169,42 @@ func punctRun(rs []rune, i int) (j, k int) {
 	}
 	return j, k
 }
+
+// WordsPattern is the pre-tokenizer regex PreTokenizeWords implements: a
+// word or number keeps the space after it rather than the one before, so
+// it is cut the same after a space, a quote or a tag. A small model that
+// copies names from its context into tool calls and answers ("content":
+// "Gamair ..." from "By the way, Gamair ...") then copies the same token
+// ids, which it can learn with one induction circuit; under Qwen's regex
+// the first word of a copy is a different token sequence from its source.
+const WordsPattern = `\p{L}+ ?|\p{N}+ ?|[^\s\p{L}\p{N}]+|\s+`
+
+// PreTokenizeWords cuts text as WordsPattern does.
+func PreTokenizeWords(text string) []string { return split(text, matchWords) }
+
+func matchWords(rs []rune, i int) int {
+	n := len(rs)
+	for _, class := range []func(rune) bool{isLetter, isNumber} {
+		if class(rs[i]) {
+			j := i
+			for j < n && class(rs[j]) {
+				j++
+			}
+			if j < n && rs[j] == ' ' {
+				j++
+			}
+			return j - i
+		}
+	}
+	j := i
+	if isSpace(rs[i]) {
+		for j < n && isSpace(rs[j]) {
+			j++
+		}
+		return j - i
+	}
+	for j < n && !isSpace(rs[j]) && !isLetter(rs[j]) && !isNumber(rs[j]) {
+		j++
+	}
+	return j - i
+}

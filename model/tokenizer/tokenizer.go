@@ -37,10 +37,11 @@ type Tokenizer struct {
 	// addedFirst marks the bytes that start an added token.
 	addedFirst [256]bool
 	nfc        bool
-	// gpt2 pre-tokenizes with GPT-2's regex (a lone ByteLevel
-	// pre-tokenizer: GPT-2, RoBERTa) instead of Qwen's; prefixSpace adds
+	// pre cuts text before BPE: Qwen's regex, GPT-2's (a lone ByteLevel
+	// pre-tokenizer: GPT-2, RoBERTa) or WordsPattern; prefixSpace adds
 	// the leading space ByteLevel's add_prefix_space asks for.
-	gpt2, prefixSpace bool
+	pre         func(string) []string
+	prefixSpace bool
 
 	cacheMu sync.RWMutex
 	cache   map[string][]int
@@ -94,9 +95,21 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	var pre struct {
 		Type           string `json:"type"`
 		AddPrefixSpace bool   `json:"add_prefix_space"`
+		Pretokenizers  []struct {
+			Type    string `json:"type"`
+			Pattern struct {
+				Regex string `json:"Regex"`
+			} `json:"pattern"`
+		} `json:"pretokenizers"`
 	}
-	if len(f.PreTokenizer) > 0 && json.Unmarshal(f.PreTokenizer, &pre) == nil && pre.Type == "ByteLevel" {
-		t.gpt2, t.prefixSpace = true, pre.AddPrefixSpace
+	t.pre = PreTokenize
+	if len(f.PreTokenizer) > 0 && json.Unmarshal(f.PreTokenizer, &pre) == nil {
+		switch {
+		case pre.Type == "ByteLevel":
+			t.pre, t.prefixSpace = PreTokenizeGPT2, pre.AddPrefixSpace
+		case pre.Type == "Sequence" && len(pre.Pretokenizers) > 0 && pre.Pretokenizers[0].Pattern.Regex == WordsPattern:
+			t.pre = PreTokenizeWords
+		}
 	}
 	n := 0
 	for _, id := range f.Model.Vocab {
@@ -236,14 +249,10 @@ func (t *Tokenizer) encodeOrdinary(ids []int, text string) []int {
 	if t.nfc {
 		text = norm.NFC.String(text)
 	}
-	pre := PreTokenize
-	if t.gpt2 {
-		pre = PreTokenizeGPT2
-		if t.prefixSpace && !strings.HasPrefix(text, " ") {
-			text = " " + text
-		}
+	if t.prefixSpace && !strings.HasPrefix(text, " ") {
+		text = " " + text
 	}
-	for _, piece := range pre(text) {
+	for _, piece := range t.pre(text) {
 		ids = append(ids, t.bpe(piece)...)
 	}
 	return ids

@@ -22,6 +22,9 @@ type TrainOptions struct {
 	Special []string
 	// Added are ordinary added tokens matched verbatim, e.g. "<think>".
 	Added []string
+	// Pattern is the pre-tokenizer: QwenPattern (the default) or
+	// WordsPattern.
+	Pattern string
 }
 
 // ChatML are the special tokens of the Qwen chat format, in Qwen's order.
@@ -41,13 +44,22 @@ func Train(texts []string, o TrainOptions) ([]byte, error) {
 		return nil, fmt.Errorf("vocab size %d is below the 256 byte tokens plus %d added tokens", o.VocabSize, len(added))
 	}
 	minFreq := max(o.MinFrequency, 2)
+	pre := PreTokenize
+	switch o.Pattern {
+	case "", QwenPattern:
+		o.Pattern = QwenPattern
+	case WordsPattern:
+		pre = PreTokenizeWords
+	default:
+		return nil, fmt.Errorf("pre-tokenizer pattern %q: want QwenPattern or WordsPattern", o.Pattern)
+	}
 	// Word counts, with the added tokens cut out so no merge learns them.
 	counts := map[string]int{}
 	for _, t := range texts {
 		for _, a := range added {
 			t = strings.ReplaceAll(t, a, " ")
 		}
-		for _, p := range PreTokenize(norm.NFC.String(t)) {
+		for _, p := range pre(norm.NFC.String(t)) {
 			counts[p]++
 		}
 	}
@@ -108,10 +120,10 @@ func Train(texts []string, o TrainOptions) ([]byte, error) {
 			syms[i] = out
 		}
 	}
-	return marshalTokenizer(vocab, merges, o.Special, o.Added)
+	return marshalTokenizer(vocab, merges, o.Special, o.Added, o.Pattern)
 }
 
-func marshalTokenizer(vocab []string, merges [][2]string, special, added []string) ([]byte, error) {
+func marshalTokenizer(vocab []string, merges [][2]string, special, added []string, pattern string) ([]byte, error) {
 	type addedJSON struct {
 		ID         int    `json:"id"`
 		Content    string `json:"content"`
@@ -144,7 +156,7 @@ func marshalTokenizer(vocab []string, merges [][2]string, special, added []strin
 		"added_tokens": at,
 		"normalizer":   map[string]any{"type": "NFC"},
 		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
-			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": QwenPattern}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": pattern}, "behavior": "Isolated", "invert": false},
 			byteLevel,
 		}},
 		"post_processor": byteLevel,

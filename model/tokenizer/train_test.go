@@ -70,9 +70,44 @@ func TestTrainedTokenizerLoadsAndRoundTrips(t *testing.T) {
 // TestTrainedTokenizerMatchesReference loads the trained files with the
 // reference implementation (transformers.js): the same ids prove the file
 // is a valid Hugging Face tokenizer and means what we think.
+//
+// With WordsPattern a word is cut the same after a space, a quote or a
+// tag, which is what it is for.
 func TestTrainedTokenizerMatchesReference(t *testing.T) {
+	for _, pattern := range []string{QwenPattern, WordsPattern} {
+		checkTrainedAgainstReference(t, pattern)
+	}
+	raw, err := Train(trainingCorpus(), TrainOptions{VocabSize: 500, Special: ChatML, Added: AgeMemTags, Pattern: WordsPattern})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := tok.Encode("Gamair Trading ")
+	for _, s := range []string{"By the way, Gamair Trading Company.", `{"content":"Gamair Trading Company"}`, "<answer>Gamair Trading Company</answer>"} {
+		if ids := tok.Encode(s); !containsRun(ids, name) {
+			t.Errorf("%q: %v does not contain the name's ids %v", s, ids, name)
+		}
+	}
+	if _, err := Train(trainingCorpus(), TrainOptions{VocabSize: 500, Pattern: "\\w+"}); err == nil {
+		t.Fatal("an unknown pattern must be refused")
+	}
+}
+
+func containsRun(ids, run []int) bool {
+	for i := 0; i+len(run) <= len(ids); i++ {
+		if fmt.Sprint(ids[i:i+len(run)]) == fmt.Sprint(run) {
+			return true
+		}
+	}
+	return false
+}
+
+func checkTrainedAgainstReference(t *testing.T, pattern string) {
 	_, prefix := qwen3(t)
-	raw, err := Train(trainingCorpus(), TrainOptions{VocabSize: 500, Special: ChatML, Added: AgeMemTags})
+	raw, err := Train(trainingCorpus(), TrainOptions{VocabSize: 500, Special: ChatML, Added: AgeMemTags, Pattern: pattern})
 	if err != nil {
 		t.Fatal(err)
 	}

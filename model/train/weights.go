@@ -343,3 +343,20 @@ func (o tapeOps[T]) Attention(_ int, q, k, v *tape.Var[T]) *tape.Var[T] {
 func (o tapeOps[T]) SiLUMul(g, u *tape.Var[T]) *tape.Var[T] { return o.tp.SiLUMul(g, u) }
 
 func (o tapeOps[T]) Add(a, b *tape.Var[T]) *tape.Var[T] { return o.tp.Add(a, b) }
+
+// EvalLoss is the mean negative log-likelihood per learned token, without
+// gradients or dropout.
+func EvalLoss(w *Weights[float32], batches []Batch) float64 {
+	var sum float64
+	n := 0
+	for _, b := range batches {
+		tp := tape.New[float32]()
+		lp := w.LogProbs(tp, b, TrainOptions{})
+		for _, v := range lp.Val {
+			sum -= float64(v)
+		}
+		n += len(lp.Val)
+		tp.Release()
+	}
+	return sum / float64(max(n, 1))
+}

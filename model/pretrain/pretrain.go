@@ -1,0 +1,243 @@
+// Package pretrain gives a model trained from scratch the circuit copying
+// needs before it learns anything else. An agent that stores what it is
+// told and answers from what it retrieved copies names and numbers it has
+// never seen from its context into its output; a transformer does that
+// with induction heads (Olsson et al., 2022), which a tiny model does not
+// form in the few million tokens of SFT a CPU run allows, because the
+// chat data is mostly boilerplate it can predict without copying. Here
+// every learned token is a copy: sequences of random tokens that repeat
+// after a gap of random length, so that no position trick works and only
+// looking up where the current token appeared before, and taking what
+// followed it, predicts the repeat.
+package pretrain
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"time"
+
+	"github.com/agemem/agemem/internal/valid"
+	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
+)
+
+// Config is the pretraining run (config section "pretrain").
+type Config struct {
+	// Init is the model to pretrain: a random init from agemem-train
+	// init-model, with its tokenizer.
+	Init string `yaml:"init"`
+	// Steps optimiser steps of Sequences sequences each.
+	Steps     int `yaml:"steps"`
+	Sequences int `yaml:"sequences"`
+	// A sequence is a random span of SpanMin..SpanMax tokens, a gap of
+	// GapMin..GapMax filler tokens, and the span again (learned).
+	SpanMin int `yaml:"span_min"`
+	SpanMax int `yaml:"span_max"`
+	GapMin  int `yaml:"gap_min"`
+	GapMax  int `yaml:"gap_max"`
+	// The learning rate and its schedule: induction forms at 1e-3 and not
+	// at the 1e-2 SFT of a tiny model from scratch uses.
+	optim.ScheduleConfig `yaml:",inline"`
+	// EvalEvery steps the copy loss on held-out sequences is logged.
+	EvalEvery int `yaml:"eval_every"`
+	// Out receives metrics.jsonl, loss.png, checkpoints and policy/.
+	Out string `yaml:"out"`
+}
+
+// DefaultConfig is the embedded default's recipe.
+func DefaultConfig() Config {
+	return Config{Init: "runs/tiny/init", Steps: 2500, Sequences: 16, SpanMin: 12, SpanMax: 12, GapMin: 5, GapMax: 64,
+		ScheduleConfig: optim.ScheduleConfig{LR: 1e-3, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1},
+		EvalEvery:      250, Out: "runs/tiny/pretrain"}
+}
+
+// Validate checks every key.
+func (c Config) Validate() error {
+	var e valid.Errors
+	e.AtLeast("steps", c.Steps, 1)
+	e.AtLeast("sequences", c.Sequences, 1)
+	e.AtLeast("span_min", c.SpanMin, 1)
+	e.AtLeast("span_max", c.SpanMax, c.SpanMin)
+	e.AtLeast("gap_min", c.GapMin, 0)
+	e.AtLeast("gap_max", c.GapMax, c.GapMin)
+	if err := c.ScheduleConfig.Validate(); err != nil {
+		e = append(e, err.(valid.Errors)...)
+	}
+	e.AtLeast("eval_every", c.EvalEvery, 0)
+	return e.Err()
+}
+
+// Options are a run's inputs.
+type Options struct {
+	Config    Config
+	Optim     optim.Config
+	Devices   []string
+	TrainBF16 bool
+	Dtype     safetensors.DType
+	Seed      uint64
+	YAML      string
+	Resume    string
+	Log       io.Writer
+	TTY       bool
+}
+
+// Result summarises a run.
+type Result struct {
+	Steps                   int
+	CopyLossStart, CopyLoss float64 // held-out copy loss (nats per copied token)
+	Policy                  string
+}
+
+// Sequences draws n copy sequences over a vocabulary: the span's tokens
+// from [lo, hi), the filler's from the byte tokens of printable ASCII.
+type Sequences struct {
+	c      Config
+	lo, hi int
+	r      *rand.Rand
+}
+
+// NewSequences draws from seed over the tokens [lo, hi).
+func NewSequences(c Config, lo, hi int, seed uint64) *Sequences {
+	return &Sequences{c: c, lo: lo, hi: hi, r: rand.New(rand.NewPCG(seed, 0x636f7079))}
+}
+
+// Next is one sequence: span, gap, span again (only the repeat learned).
+func (s *Sequences) Next() train.Sequence {
+	r, c := s.r, s.c
+	n := c.SpanMin + r.IntN(c.SpanMax-c.SpanMin+1)
+	g := c.GapMin + r.IntN(c.GapMax-c.GapMin+1)
+	span := make([]int, n)
+	for i := range span {
+		span[i] = s.lo + r.IntN(s.hi-s.lo)
+	}
+	var seq train.Sequence
+	push := func(id int, learn bool) {
+		seq.IDs = append(seq.IDs, id)
+		seq.Loss = append(seq.Loss, learn)
+	}
+	for _, id := range span {
+		push(id, false)
+	}
+	for range g {
+		push(32+r.IntN(95), false)
+	}
+	for _, id := range span {
+		push(id, true)
+	}
+	return seq
+}
+
+// SpanTokens is the range of ids spans are drawn from: the merged tokens
+// (real word pieces, whose embeddings SFT then starts from), not the bytes
+// or the added and special tokens.
+func SpanTokens(tok *tokenizer.Tokenizer, vocab int) (lo, hi int, err error) {
+	lo, hi = 256, min(tok.VocabSize(), vocab)
+	for id := lo; id < hi; id++ {
+		if tok.IsSpecial(id) || tok.IsAdded(id) {
+			hi = id
+			break
+		}
+	}
+	if hi-lo < 16 {
+		return 0, 0, fmt.Errorf("%d merged tokens to draw spans from; copy sequences need a BPE vocabulary", max(hi-lo, 0))
+	}
+	return lo, hi, nil
+}
+
+// Run pretrains c.Init and writes Out/policy.
+func Run(ctx context.Context, o Options) (Result, error) {
+	c := o.Config
+	var res Result
+	tok, err := tokenizer.Load(filepath.Join(c.Init, "tokenizer.json"))
+	if err != nil {
+		return res, err
+	}
+	p, err := train.Open(c.Init, lora.Options{}, o.Seed)
+	if err != nil {
+		return res, err
+	}
+	lo, hi, err := SpanTokens(tok, p.W.VocabSize)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", c.Init, err)
+	}
+	tr := train.NewOptimizer(p, o.Optim, c.LR, c.Over(c.Steps), o.Seed, o.YAML)
+	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
+		return res, err
+	}
+	learner, err := train.NewLearner(tr, o.Devices, o.TrainBF16, o.Log)
+	if err != nil {
+		return res, err
+	}
+	held := NewSequences(c, lo, hi, o.Seed^0x686f6c64)
+	var evalSeqs []train.Sequence
+	for range 64 {
+		evalSeqs = append(evalSeqs, held.Next())
+	}
+	evalBatch := train.Pack(evalSeqs)
+	gen := NewSequences(c, lo, hi, o.Seed)
+	// A resumed run draws the same sequences the uninterrupted one would.
+	for range tr.Step * c.Sequences {
+		gen.Next()
+	}
+	fmt.Fprintf(o.Log, "pretrain: %d steps of %d copy sequences (spans of %d-%d of %d tokens, gaps of %d-%d), %d parameters\n",
+		c.Steps, c.Sequences, c.SpanMin, c.SpanMax, hi-lo, c.GapMin, c.GapMax, tr.NumParams())
+	res.CopyLossStart = -1
+	loop := train.Loop{Steps: c.Steps, EvalEvery: c.EvalEvery, EvalFirst: true, Out: c.Out, Resumed: o.Resume != "",
+		Log: o.Log, TTY: o.TTY, Save: learner.Save,
+		Charts: []train.Chart{{File: "loss.png", Title: "Copy pretraining: loss on the repeated spans",
+			YLabel: "mean NLL (nats per token)", Series: []string{"loss", "eval_loss"}}},
+		Eval: func(_ context.Context, n int) (map[string]any, error) {
+			learner.SyncHost()
+			l := train.EvalLoss(p.W, []train.Batch{evalBatch})
+			if res.CopyLossStart < 0 {
+				res.CopyLossStart = l
+			}
+			res.CopyLoss = l
+			return map[string]any{"eval_loss": l}, nil
+		},
+		Step: func(_ context.Context, n int) (map[string]any, string, error) {
+			t0 := time.Now()
+			seqs := make([]train.Sequence, c.Sequences)
+			for i := range seqs {
+				seqs[i] = gen.Next()
+			}
+			b := train.Pack(seqs)
+			var loss float64
+			err := learner.Accumulate([]train.Batch{b}, func(int) train.TrainOptions { return train.TrainOptions{} },
+				func(_ int, lp []float32, _ []float64) []float32 {
+					d := make([]float32, len(lp))
+					for j, v := range lp {
+						loss -= float64(v) / float64(len(lp))
+						d[j] = -1 / float32(len(lp))
+					}
+					return d
+				})
+			if err != nil {
+				return nil, "", err
+			}
+			norm, lr, err := learner.Update()
+			if err != nil {
+				return nil, "", err
+			}
+			return map[string]any{"loss": loss, "grad_norm": norm, "lr": lr, "tokens": len(b.Tokens),
+				"tokens_per_s": float64(len(b.Tokens)) / time.Since(t0).Seconds()}, fmt.Sprintf("copy loss %.3f", loss), nil
+		}}
+	metrics, err := loop.Run(ctx, tr.Step)
+	if err != nil {
+		return res, err
+	}
+	defer metrics.Close()
+	learner.SyncHost()
+	res.Steps = tr.Step
+	res.Policy = filepath.Join(c.Out, "policy")
+	if err := p.Export(res.Policy, o.Dtype); err != nil {
+		return res, err
+	}
+	return res, metrics.Close()
+}

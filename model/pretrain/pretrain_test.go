@@ -1,0 +1,151 @@
+package pretrain
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tokenizer"
+)
+
+func TestSequencesRepeatTheSpan(t *testing.T) {
+	c := DefaultConfig()
+	c.SpanMin, c.SpanMax, c.GapMin, c.GapMax = 3, 9, 0, 20
+	s := NewSequences(c, 300, 400, 5)
+	for range 200 {
+		q := s.Next()
+		learned := 0
+		for _, l := range q.Loss {
+			if l {
+				learned++
+			}
+		}
+		n := learned
+		if n < c.SpanMin || n > c.SpanMax {
+			t.Fatalf("span of %d tokens, want %d..%d", n, c.SpanMin, c.SpanMax)
+		}
+		if gap := len(q.IDs) - 2*n; gap < c.GapMin || gap > c.GapMax {
+			t.Fatalf("gap of %d tokens, want %d..%d", gap, c.GapMin, c.GapMax)
+		}
+		if !slices.Equal(q.IDs[:n], q.IDs[len(q.IDs)-n:]) {
+			t.Fatalf("the repeat %v is not the span %v", q.IDs[len(q.IDs)-n:], q.IDs[:n])
+		}
+		for i, id := range q.IDs {
+			if learn := i >= len(q.IDs)-n; q.Loss[i] != learn {
+				t.Fatalf("token %d learned=%v, only the repeat is learned", i, q.Loss[i])
+			}
+			if i < n && (id < 300 || id >= 400) {
+				t.Fatalf("span token %d outside [300, 400)", id)
+			}
+		}
+	}
+	a, b := NewSequences(c, 300, 400, 9), NewSequences(c, 300, 400, 9)
+	for range 10 {
+		if !slices.Equal(a.Next().IDs, b.Next().IDs) {
+			t.Fatal("the same seed drew different sequences")
+		}
+	}
+}
+
+// tinyInit writes what `agemem-train init-model` writes: a random tiny Qwen3
+// with a BPE tokenizer learned on some words.
+func tinyInit(t *testing.T, vocab int) string {
+	dir := t.TempDir()
+	var texts []string
+	for i := range 400 {
+		texts = append(texts, fmt.Sprintf("Laimford %d is a town in Baipeaia near Orsk and Velmar, founded by Ada Quill.", i))
+	}
+	raw, err := tokenizer.Train(texts, tokenizer.TrainOptions{VocabSize: vocab, Special: tokenizer.ChatML})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := tokenizer.WriteConfig(dir, tok, chat.Qwen3Text, 256); err != nil {
+		t.Fatal(err)
+	}
+	cfg := qwen.Config{ModelType: "qwen3", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 4, HeadDim: 16, Intermediate: 128,
+		RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: tok.VocabSize(), MaxPositions: 256}
+	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 3); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestPretrainTeachesCopying: spans are uniform random tokens, so a model
+// that does not copy cannot get below log(number of span tokens) nats per
+// token on held-out sequences; after pretraining the loss must be far
+// below that, which only looking back at the first occurrence achieves.
+func TestPretrainTeachesCopying(t *testing.T) {
+	init := tinyInit(t, 420)
+	c := DefaultConfig()
+	c.Init, c.Out = init, filepath.Join(t.TempDir(), "out")
+	c.Steps, c.Sequences, c.SpanMin, c.SpanMax, c.GapMin, c.GapMax = 400, 16, 6, 6, 0, 6
+	c.LR, c.WarmupSteps, c.EvalEvery = 3e-3, 10, 100
+	oc := optim.DefaultConfig()
+	res, err := Run(context.Background(), Options{Config: c, Optim: oc, Dtype: safetensors.F32, Seed: 1, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(init, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi, err := SpanTokens(tok, tok.VocabSize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	chance := math.Log(float64(hi - lo))
+	t.Logf("held-out copy loss %.3f -> %.3f (no copying: >= %.3f over %d span tokens)", res.CopyLossStart, res.CopyLoss, chance, hi-lo)
+	if !(res.CopyLoss < 0.5*chance) {
+		t.Fatalf("copy loss %.3f after %d steps: not below half of the no-copying floor %.3f", res.CopyLoss, res.Steps, chance)
+	}
+	for _, f := range []string{"metrics.jsonl", "loss.png", "policy/model.safetensors", "policy/tokenizer.json"} {
+		if _, err := os.Stat(filepath.Join(c.Out, f)); err != nil {
+			t.Errorf("missing output: %v", err)
+		}
+	}
+}
+
+func TestSpanTokensNeedMerges(t *testing.T) {
+	raw, err := tokenizer.Train([]string{"ab"}, tokenizer.TrainOptions{VocabSize: 259, Special: tokenizer.ChatML})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := SpanTokens(tok, tok.VocabSize()); err == nil || !strings.Contains(err.Error(), "BPE vocabulary") {
+		t.Fatalf("a byte-only vocabulary: %v, want an error asking for a BPE vocabulary", err)
+	}
+}
+
+func TestConfigNamesBadKeys(t *testing.T) {
+	c := DefaultConfig()
+	c.SpanMin, c.SpanMax, c.GapMax, c.Steps = 8, 4, -1, 0
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("a bad config validated")
+	}
+	for _, key := range []string{"span_max", "gap_max", "steps"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("%q does not name %s", err, key)
+		}
+	}
+}
