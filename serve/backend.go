@@ -14,6 +14,9 @@ import (
 type Backend interface {
 	Policy(g Gen) memtools.Policy
 	stm.Tokenizer
+	// ContextLength is the most tokens a prompt and its response may
+	// hold together (0: not known), checked before a request starts.
+	ContextLength() int
 	Close()
 }
 
@@ -65,6 +68,9 @@ func NewBatched(p *decode.Generator, maxBatch int, system string, prefixCache in
 
 // Count implements stm.Tokenizer.
 func (n *Batched) Count(text string) int { return n.Generator.Tokenizer.Count(text) }
+
+// ContextLength implements Backend: the model's positions.
+func (n *Batched) ContextLength() int { return n.Generator.Model.MaxPositions }
 
 // Close stops the scheduler.
 func (n *Batched) Close() { n.Scheduler.Close() }

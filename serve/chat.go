@@ -347,6 +347,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		return errInvalid("messages", "context_length_exceeded",
 			fmt.Sprintf("the context is %d tokens, above the limit of %d", cctx.Tokens(), g.MaxPromptTokens))
 	}
+	if n := s.be.ContextLength(); n > 0 && cctx.Tokens()+g.MaxTokens > n {
+		return errInvalid("messages", "context_length_exceeded",
+			fmt.Sprintf("this model's maximum context length is %d tokens; the messages hold %d and the response may take %d (max_tokens)", n, cctx.Tokens(), g.MaxTokens))
+	}
 	rt := &memtools.Runtime{Store: st, Context: cctx, Embedder: s.enc, Summarizer: s.summarizer(), Options: s.tools}
 	lim := s.agent.Limits()
 	info := &traceInfo{SessionID: req.SessionID, Namespace: ns}

@@ -48,6 +48,19 @@ type Config struct {
 	// requests in flight on SIGINT/SIGTERM.
 	RequestTimeout  time.Duration `yaml:"request_timeout"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// A client must send its request's headers within ReadHeaderTimeout and
+	// the whole request within ReadTimeout; a kept-alive connection idle
+	// for IdleTimeout is closed. Writing a response may take
+	// request_timeout plus a minute.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's headers (431 beyond).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxConnections are open at once, MaxConnectionsPerClient from one
+	// client address; a connection beyond either gets 503 and is closed.
+	MaxConnections          int `yaml:"max_connections"`
+	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
 	// Sessions keep short-term contexts for SessionTTL after their last
 	// request, at most MaxSessions (least recently used go first).
 	SessionTTL  time.Duration `yaml:"session_ttl"`
@@ -74,6 +87,8 @@ func DefaultConfig() Config {
 	return Config{Addr: "127.0.0.1:8080", Backend: "native", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
 		MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxBodyBytes: 1 << 20, MaxMessages: 256,
 		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		MaxConnections: 4096, MaxConnectionsPerClient: 256,
 		SessionTTL: time.Hour, MaxSessions: 10000, PrefixCache: 1 << 16, LogFormat: "json"}
 }
 
@@ -123,11 +138,15 @@ func (sv Config) Validate() error {
 	for _, d := range []struct {
 		key string
 		d   time.Duration
-	}{{"request_timeout", sv.RequestTimeout}, {"shutdown_timeout", sv.ShutdownTimeout}, {"session_ttl", sv.SessionTTL}} {
+	}{{"request_timeout", sv.RequestTimeout}, {"shutdown_timeout", sv.ShutdownTimeout}, {"session_ttl", sv.SessionTTL},
+		{"read_header_timeout", sv.ReadHeaderTimeout}, {"read_timeout", sv.ReadTimeout}, {"idle_timeout", sv.IdleTimeout}} {
 		if d.d <= 0 {
 			e.Add(d.key, "%s must be positive (a duration such as 30s or 5m)", d.d)
 		}
 	}
+	e.AtLeast("max_header_bytes", sv.MaxHeaderBytes, 1024)
+	e.AtLeast("max_connections", sv.MaxConnections, 1)
+	e.AtLeast("max_connections_per_client", sv.MaxConnectionsPerClient, 1)
 	e.AtLeast("max_sessions", sv.MaxSessions, 1)
 	e.AtLeast("prefix_cache", sv.PrefixCache, 0)
 	e.OneOf("log_format", sv.LogFormat, "json", "text")

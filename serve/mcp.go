@@ -105,5 +105,19 @@ func (s *Server) mcpHandler() http.Handler {
 		*r = *r.WithContext(withPrincipal(r.Context(), p))
 		return &auth.TokenInfo{UserID: p.KeyID + "/" + ns, Extra: map[string]any{"namespace": ns}}, nil
 	}
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	sdk := auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	// The key and the namespace are checked here first, so that a refusal
+	// is the same JSON error (401, or 403 for a key naming another
+	// namespace) as on every other route, not the SDK's plain-text 401.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, aerr := s.keys.authenticate(r)
+		if aerr == nil {
+			_, aerr = namespace(r, p)
+		}
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		sdk.ServeHTTP(w, r)
+	})
 }

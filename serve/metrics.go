@@ -16,6 +16,7 @@ type metrics struct {
 	tokens    *prometheus.CounterVec
 	toolCalls *prometheus.CounterVec
 	batch     prometheus.Histogram
+	refused   *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -30,7 +31,9 @@ func newMetrics(s *Server) *metrics {
 		Help: "Memory tool calls the policy made, by tool and outcome."}, []string{"tool", "ok"})
 	m.batch = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agemem_decode_batch_sequences",
 		Help: "Sequences per decoding step (continuous batching).", Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
-	m.reg.MustRegister(m.requests, m.latency, m.tokens, m.toolCalls, m.batch,
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agemem_refused_total",
+		Help: "Connections and requests refused by a limit, by the limit's config key."}, []string{"limit"})
+	m.reg.MustRegister(m.requests, m.latency, m.tokens, m.toolCalls, m.batch, m.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_queue_depth", Help: "Requests waiting for an agent-loop slot."},
 			func() float64 { return float64(s.admit.queued()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_active_requests", Help: "Agent loops running."},

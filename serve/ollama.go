@@ -21,6 +21,9 @@ type Ollama struct {
 // the context budget is counted in words.
 func (o *Ollama) Count(text string) int { return stm.Words{}.Count(text) }
 
+// ContextLength implements Backend: the num_ctx Ollama is asked to allocate.
+func (o *Ollama) ContextLength() int { return o.Base.NumCtx }
+
 // Close implements Backend; the server's models belong to Ollama.
 func (o *Ollama) Close() {}
 

@@ -23,12 +23,15 @@ import (
 type scripted struct {
 	gate  chan struct{}
 	calls chan string // each policy call's last message, if not nil
+	// positions is the context length it reports (0: unknown).
+	positions int
 }
 
 func newScripted() *scripted { return &scripted{gate: make(chan struct{})} }
 
 func (s *scripted) Count(text string) int { return stm.Words{}.Count(text) }
 func (s *scripted) Close()                {}
+func (s *scripted) ContextLength() int    { return s.positions }
 func (s *scripted) Policy(g Gen) memtools.Policy {
 	return scriptedPolicy{s, g}
 }

@@ -120,7 +120,7 @@ func New(o Options) (*Server, error) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})
-	s.handler = s.observe(mux)
+	s.handler = s.observe(cleanPaths(mux))
 	s.ready.Store(true)
 	return s, nil
 }
@@ -137,10 +137,14 @@ func (s *Server) Close() { s.be.Close() }
 // closes it after Serve returns: every write went through a transaction,
 // so the file is consistent whenever the process stops.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second,
+	sv := s.cfg
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: sv.ReadHeaderTimeout, ReadTimeout: sv.ReadTimeout,
+		WriteTimeout: sv.RequestTimeout + time.Minute, IdleTimeout: sv.IdleTimeout, MaxHeaderBytes: sv.MaxHeaderBytes,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	lim := newLimitListener(ln, sv.MaxConnections, sv.MaxConnectionsPerClient,
+		func(reason string) { s.metrics.refused.WithLabelValues(reason).Inc() })
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(lim) }()
 	s.log.Info("serving", "addr", ln.Addr().String(), "model", s.cfg.ModelName,
 		"max_batch", s.cfg.MaxBatch, "max_concurrent", s.cfg.MaxConcurrent, "max_queue", s.cfg.MaxQueue)
 	select {

@@ -116,17 +116,14 @@ func (p *Generator) Complete(ctx context.Context, msgs []stm.Message) (memtools.
 // decoded in the same steps.
 func (p *Generator) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
 	prompts := make([][]int, len(convs))
-	limit := p.MaxPromptTokens
-	if limit == 0 && p.Model.MaxPositions > 0 {
-		limit = p.Model.MaxPositions - p.Sampling.MaxTokens
-	}
+	limit := p.promptLimit(p.MaxPromptTokens, p.Sampling.MaxTokens)
 	for i, c := range convs {
 		ids, err := p.Prompt(c)
 		if err != nil {
 			return nil, err
 		}
 		if limit > 0 && len(ids) > limit {
-			return nil, fmt.Errorf("conversation %d: prompt of %d tokens exceeds the limit of %d", i, len(ids), limit)
+			return nil, fmt.Errorf("conversation %d: %w", i, &PromptTooLongError{Tokens: len(ids), Limit: limit})
 		}
 		prompts[i] = ids
 	}
@@ -184,9 +181,7 @@ func (s Scheduled) Complete(ctx context.Context, msgs []stm.Message) (memtools.C
 	if limit == 0 {
 		limit = s.Generator.MaxPromptTokens
 	}
-	if limit == 0 && s.Generator.Model.MaxPositions > 0 {
-		limit = s.Generator.Model.MaxPositions - samp.MaxTokens
-	}
+	limit = s.Generator.promptLimit(limit, samp.MaxTokens)
 	if limit > 0 && len(ids) > limit {
 		return memtools.Completion{}, &PromptTooLongError{Tokens: len(ids), Limit: limit}
 	}
@@ -195,6 +190,15 @@ func (s Scheduled) Complete(ctx context.Context, msgs []stm.Message) (memtools.C
 		return memtools.Completion{}, err
 	}
 	return s.Generator.completion(ids, g, samp.StopIDs), nil
+}
+
+// promptLimit is the longest prompt allowed: the budget asked for (0: none)
+// but never more than leaves room for maxTokens in the model's positions.
+func (p *Generator) promptLimit(asked, maxTokens int) int {
+	if n := p.Model.MaxPositions; n > 0 && (asked == 0 || asked > n-maxTokens) {
+		return max(n-maxTokens, 1)
+	}
+	return asked
 }
 
 // PromptTooLongError is a conversation that does not fit the model.

@@ -1,0 +1,194 @@
+package serve
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agemem/agemem/memtools/ltm"
+)
+
+// A prompt under serve.max_prompt_tokens but over the model's positions is
+// the client's error (400 context_length_exceeded), found before the agent
+// loop starts, not a 500 from inside it.
+func TestContextLengthExceeded(t *testing.T) {
+	pol := randomPolicy(t)
+	pol.Model.MaxPositions = 300
+	c := testConfig(t)
+	c.Agent.MaxSteps = 1
+	db, err := ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(with(c.options(), func(o *Options) { o.Policy, o.Store = pol, db }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Server: newHTTPTest(s), srv: s, db: db}
+	defer func() { ts.Close(); s.Close(); db.Close() }()
+	long := strings.Repeat("word ", 400)
+	if c.Agent.ContextBudget < 400 {
+		t.Fatalf("the case needs agent.context_budget above the prompt, got %d", c.Agent.ContextBudget)
+	}
+	for _, stream := range []bool{false, true} {
+		r := do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", long, "stream", stream, "max_tokens", 8))
+		if r.Status != 400 || r.errorCode(t) != "context_length_exceeded" || !strings.Contains(string(r.Body), "maximum context length is 300") {
+			t.Fatalf("stream=%v: %d %s", stream, r.Status, r.Body)
+		}
+	}
+	// One that fits the positions only without its response: max_tokens counts.
+	r := do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", strings.Repeat("word ", 40), "max_tokens", 290))
+	if r.Status != 400 || r.errorCode(t) != "context_length_exceeded" {
+		t.Fatalf("prompt + max_tokens over the positions: %d %s", r.Status, r.Body)
+	}
+}
+
+// serveOn runs s.Serve on a loopback listener until the test ends.
+func serveOn(t *testing.T, s *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ln.Addr().String()
+}
+
+func newServer(t *testing.T, c config) *Server {
+	t.Helper()
+	db, err := ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := New(with(c.options(), func(o *Options) { o.Backend, o.Store = newScripted(), db }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// dialFrom opens a connection to addr from another loopback address, so
+// that it counts as another client.
+func dialFrom(t *testing.T, local, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 2 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial from %s: %v", local, err)
+	}
+	return c
+}
+
+// rawJSONError reads a response from c and checks it is a JSON error with
+// the given status and code.
+func rawJSONError(t *testing.T, c net.Conn, status int, code string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("want %d %s: %v", status, code, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{resp.StatusCode, resp.Header, raw}
+	if r.Status != status || resp.Header.Get("Content-Type") != "application/json" || r.errorCode(t) != code {
+		t.Fatalf("got %d %q %s; want %d %s as JSON", r.Status, resp.Header.Get("Content-Type"), raw, status, code)
+	}
+}
+
+// Slow clients (silent, trickling headers, a body that never completes)
+// are cut off by the read timeouts, a client is held to its share of
+// connections, and everyone else is served meanwhile.
+func TestSlowClientsAreBounded(t *testing.T) {
+	c := testConfig(t)
+	c.Serve.ReadHeaderTimeout, c.Serve.ReadTimeout, c.Serve.IdleTimeout = 300*time.Millisecond, 800*time.Millisecond, 800*time.Millisecond
+	c.Serve.MaxConnectionsPerClient = 30
+	addr := serveOn(t, newServer(t, c))
+
+	var slow []net.Conn
+	for i := range 30 {
+		conn := dialFrom(t, "127.0.0.2", addr)
+		slow = append(slow, conn)
+		switch i % 3 {
+		case 1: // headers, a byte at a time, never finished
+			fmt.Fprint(conn, "GET /healthz HTTP/1.1\r\nHo")
+		case 2: // a body that never arrives in full
+			fmt.Fprintf(conn, "POST /v1/memories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"content\": \"", aliceKey)
+		}
+	}
+	// The 31st connection from that client is refused at once, in JSON.
+	extra := dialFrom(t, "127.0.0.2", addr)
+	rawJSONError(t, extra, 503, "max_connections_per_client")
+	extra.Close()
+
+	// Another client is served while they hang.
+	t0 := time.Now()
+	cl := &http.Client{Timeout: 2 * time.Second}
+	resp, err := cl.Get("http://" + addr + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz while slow clients hang: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if d := time.Since(t0); d > time.Second {
+		t.Fatalf("healthz took %s", d)
+	}
+	// Every slow connection is closed by the server within the read
+	// timeout (and a little scheduling slack).
+	deadline := time.Now().Add(3 * time.Second)
+	for i, conn := range slow {
+		conn.SetReadDeadline(deadline)
+		if _, err := io.Copy(io.Discard, conn); err != nil {
+			t.Fatalf("slow connection %d still open after the timeouts: %v", i, err)
+		}
+		conn.Close()
+	}
+	// With them gone, the client may connect again.
+	again := dialFrom(t, "127.0.0.2", addr)
+	fmt.Fprint(again, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	again.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(again), nil); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after the slow connections closed: %v %v", resp, err)
+	}
+	again.Close()
+}
+
+// What net/http answers by itself (an unparsable request line, headers
+// over serve.max_header_bytes), an unclean path and an MCP key naming
+// another namespace all get the API's JSON errors.
+func TestServerErrorsAreJSON(t *testing.T) {
+	c := testConfig(t)
+	c.Serve.MaxHeaderBytes = 4096
+	addr := serveOn(t, newServer(t, c))
+	send := func(raw string, status int, code string) {
+		t.Helper()
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		io.WriteString(conn, raw)
+		rawJSONError(t, conn, status, code)
+	}
+	send("GARBAGE\r\n\r\n", 400, "bad_request")
+	send("GET /healthz HTTP/1.1\r\n\r\n", 400, "bad_request") // no Host header
+	send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("a", 64<<10)+"\r\n\r\n", 431, "header_too_large")
+	send("GET /v1/memories/../memories/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+aliceKey+"\r\n\r\n", 400, "invalid_path")
+	send("GET //v1/memories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+aliceKey+"\r\n\r\n", 400, "invalid_path")
+	send("POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+bobKey+"\r\nX-AgeMem-Namespace: alice\r\nContent-Length: 2\r\n\r\n{}", 403, "namespace_forbidden")
+	send("POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-nobody-000000\r\nContent-Length: 2\r\n\r\n{}", 401, "invalid_api_key")
+	// A good request on a kept-alive connection is untouched.
+	resp, err := http.Get("http://" + addr + "/v1/models/agemem")
+	if err != nil || resp.StatusCode != 401 {
+		t.Fatalf("no key: %v %v", resp, err)
+	}
+}
