@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,5 +191,82 @@ func TestServerErrorsAreJSON(t *testing.T) {
 	resp, err := http.Get("http://" + addr + "/v1/models/agemem")
 	if err != nil || resp.StatusCode != 401 {
 		t.Fatalf("no key: %v %v", resp, err)
+	}
+}
+
+// One tenant sending far more concurrent requests than its share gets
+// fast 429s past its own queue, and another tenant is still served at
+// once.
+func TestGreedyTenantDoesNotStarveOthers(t *testing.T) {
+	c := testConfig(t)
+	c.Serve.MaxConcurrent, c.Serve.MaxQueue, c.Serve.MaxConcurrentPerKey, c.Serve.MaxQueuePerKey = 8, 8, 4, 4
+	be := newScripted()
+	be.calls = make(chan string, 64)
+	ts := start(t, c, be)
+	const n = 40
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { replies[i] = do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", "Wait")) })
+	}
+	for range 4 { // alice's four slots are taken
+		<-be.calls
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for ts.srv.admit.keyGate(principalOf(t, ts, aliceKey)).Queued() < 4 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	t0 := time.Now()
+	if got, _ := answer(t, ts, bobKey, "", "ping"); got != "echo: ping" {
+		t.Fatalf("bob: %q", got)
+	}
+	<-be.calls // bob's own call
+	if d := time.Since(t0); d > time.Second {
+		t.Fatalf("bob waited %s behind alice's flood", d)
+	}
+	close(be.gate)
+	wg.Wait()
+	ok, refused := 0, 0
+	for _, r := range replies {
+		switch {
+		case r.Status == 200:
+			ok++
+		case r.Status == 429 && r.errorCode(t) == "key_queue_full" && r.Header.Get("Retry-After") != "":
+			refused++
+		default:
+			t.Fatalf("alice: %d %s", r.Status, r.Body)
+		}
+	}
+	if ok != 8 || refused != n-8 {
+		t.Fatalf("alice: %d served, %d refused; want 8 (4 running, 4 queued) and %d", ok, refused, n-8)
+	}
+}
+
+func principalOf(t *testing.T, ts *testServer, key string) string {
+	t.Helper()
+	p, err := ts.srv.keys.lookup(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.KeyID
+}
+
+// serve.rate_limit: a key past its burst gets 429 with the wait in
+// Retry-After; another key is not affected.
+func TestRateLimitPerKey(t *testing.T) {
+	c := testConfig(t)
+	c.Serve.RateLimit, c.Serve.RateBurst = 0.5, 3
+	ts := start(t, c, newScripted())
+	for i := range 3 {
+		if r := do(t, "GET", ts.URL+"/v1/memories", aliceKey, nil); r.Status != 200 {
+			t.Fatalf("request %d within the burst: %d %s", i, r.Status, r.Body)
+		}
+	}
+	r := do(t, "GET", ts.URL+"/v1/memories", aliceKey, nil)
+	if r.Status != 429 || r.errorCode(t) != "rate_limited" || r.Header.Get("Retry-After") != "2" {
+		t.Fatalf("past the burst: %d %s Retry-After %q", r.Status, r.Body, r.Header.Get("Retry-After"))
+	}
+	if r := do(t, "GET", ts.URL+"/v1/memories", bobKey, nil); r.Status != 200 {
+		t.Fatalf("another key: %d %s", r.Status, r.Body)
 	}
 }

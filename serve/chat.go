@@ -311,13 +311,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	release, err := s.admit.acquire(r.Context())
-	if err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) {
-			return ae
-		}
-		return contextError(err)
+	release, aerr := s.admit.acquire(r.Context(), principalFrom(r.Context()).KeyID)
+	if aerr != nil {
+		return aerr
 	}
 	defer release()
 
@@ -360,6 +356,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	resp := chatResponse{ID: newID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: s.cfg.ModelName}
 
 	var tr memtools.Trace
+	var err error
 	var stream *sseStream
 	if req.Stream {
 		stream = newSSEStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)

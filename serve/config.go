@@ -34,6 +34,14 @@ type Config struct {
 	// that a request gets 429.
 	MaxConcurrent int `yaml:"max_concurrent"`
 	MaxQueue      int `yaml:"max_queue"`
+	// One key runs at most MaxConcurrentPerKey agent loops and queues
+	// MaxQueuePerKey more (429 beyond), so no tenant starves the others.
+	MaxConcurrentPerKey int `yaml:"max_concurrent_per_key"`
+	MaxQueuePerKey      int `yaml:"max_queue_per_key"`
+	// RateLimit is each key's API requests per second (0: no limit), with
+	// bursts of RateBurst; beyond it 429 with Retry-After.
+	RateLimit float64 `yaml:"rate_limit"`
+	RateBurst int     `yaml:"rate_burst"`
 	// Request limits: body bytes, messages, prompt tokens of one policy call
 	// (0: agent.context_budget), max_tokens a request may ask for (0:
 	// agent.response_budget).
@@ -85,7 +93,7 @@ type APIKey struct {
 // DefaultConfig listens on loopback and serves runs/tiny/rl/policy.
 func DefaultConfig() Config {
 	return Config{Addr: "127.0.0.1:8080", Backend: "native", Policy: "runs/tiny/rl/policy", ModelName: "agemem", KeysEnv: "AGEMEM_API_KEYS",
-		MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxBodyBytes: 1 << 20, MaxMessages: 256,
+		MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxConcurrentPerKey: 16, MaxQueuePerKey: 64, RateBurst: 20, MaxBodyBytes: 1 << 20, MaxMessages: 256,
 		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		MaxConnections: 4096, MaxConnectionsPerClient: 256,
@@ -125,6 +133,10 @@ func (sv Config) Validate() error {
 	e.AtLeast("max_batch", sv.MaxBatch, 1)
 	e.AtLeast("max_concurrent", sv.MaxConcurrent, 1)
 	e.AtLeast("max_queue", sv.MaxQueue, 0)
+	e.AtLeast("max_concurrent_per_key", sv.MaxConcurrentPerKey, 1)
+	e.AtLeast("max_queue_per_key", sv.MaxQueuePerKey, 0)
+	e.NotNegative("rate_limit", sv.RateLimit)
+	e.AtLeast("rate_burst", sv.RateBurst, 1)
 	if sv.MaxBodyBytes < 1024 {
 		e.Add("max_body_bytes", "%d is below the minimum 1024", sv.MaxBodyBytes)
 	}

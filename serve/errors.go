@@ -16,6 +16,8 @@ type apiError struct {
 	// Trace is the agent loop's record where the model's output was the
 	// problem (extension field).
 	Trace any `json:"agemem,omitempty"`
+	// retryAfter is the Retry-After of a 429 or 503, in seconds (0: 1).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -36,8 +38,8 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agemem"`)
 	}
-	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
+	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfterHeader(e))
 	}
 	writeJSON(w, e.Status, map[string]*apiError{"error": e})
 }

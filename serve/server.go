@@ -83,9 +83,10 @@ func New(o Options) (*Server, error) {
 	}
 	sv := o.Config
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
-		sessions: newSessions(sv.SessionTTL, sv.MaxSessions), admit: newAdmission(sv.MaxConcurrent, sv.MaxQueue),
+		sessions: newSessions(sv.SessionTTL, sv.MaxSessions), 
 		system: sys, created: time.Now().Unix()}
 	s.metrics = newMetrics(s)
+	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
 	if s.be == nil {
 		if s.be, err = NewBatched(o.Policy, sv.MaxBatch, sys, sv.PrefixCache, s.metrics.step); err != nil {
 			return nil, err
@@ -245,6 +246,10 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request) *apiError) ht
 		// observe reads the principal for its log line from the same
 		// request value, so store it in place.
 		*r = *r.WithContext(withPrincipal(r.Context(), p))
+		if aerr := s.admit.allow(p.KeyID); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
