@@ -83,8 +83,8 @@ func New(o Options) (*Server, error) {
 	}
 	sv := o.Config
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
-		sessions: newSessions(sv.SessionTTL, sv.MaxSessions), 
-		system: sys, created: time.Now().Unix()}
+		sessions: newSessions(sv.SessionTTL, sv.MaxSessions),
+		system:   sys, created: time.Now().Unix()}
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
 	if s.be == nil {
