@@ -270,3 +270,52 @@ func TestRateLimitPerKey(t *testing.T) {
 		t.Fatalf("another key: %d %s", r.Status, r.Body)
 	}
 }
+
+// Failing requests create no session, a tenant at its cap evicts only its
+// own sessions, a server at max_sessions evicts from the tenant holding the
+// most, and a request naming an evicted session is told so.
+func TestSessionEvictionIsPerTenant(t *testing.T) {
+	c := testConfig(t)
+	c.Serve.MaxSessions, c.Serve.MaxSessionsPerNamespace = 4, 2
+	ts := start(t, c, newScripted())
+	post := func(key, session, user string) reply {
+		return do(t, "POST", ts.URL+"/v1/chat/completions", key, chatBody(session, user))
+	}
+	if r := post(aliceKey, "a1", "Remember: the cat is grey"); r.Status != 200 {
+		t.Fatalf("alice: %d %s", r.Status, r.Body)
+	}
+	// Bob's failing requests (the model breaks the format) leave nothing.
+	for i := range 5 {
+		if r := post(bobKey, fmt.Sprint("b-fail-", i), "Break"); r.Status != 422 {
+			t.Fatalf("bob's failing request: %d %s", r.Status, r.Body)
+		}
+	}
+	if n := ts.srv.sessions.len(); n != 1 {
+		t.Fatalf("%d sessions after 5 failed requests; want alice's one", n)
+	}
+	// Bob's live sessions beyond his cap evict his own.
+	for i := range 3 {
+		if r := post(bobKey, fmt.Sprint("b", i), "hi"); r.Status != 200 {
+			t.Fatalf("bob: %d %s", r.Status, r.Body)
+		}
+	}
+	// Alice's session is intact: it still holds the earlier turn.
+	if got, _ := answer(t, ts, aliceKey, "a1", "History?"); !strings.Contains(got, "the cat is grey") {
+		t.Fatalf("alice's session lost its context: %q", got)
+	}
+	// Bob's first session went, and he is told.
+	r := post(bobKey, "b0", "hi")
+	if tr := r.json(t)["agemem"].(map[string]any); tr["session_reset"] != "evicted" {
+		t.Fatalf("bob's evicted session: %s", r.Body)
+	}
+	// At max_sessions (alice 2, bob 2) a new session of carol's (admin,
+	// namespace carol) evicts from a tenant holding the most, never leaving
+	// alice below her live session.
+	post(aliceKey, "a2", "hi")
+	if r := do(t, "POST", ts.URL+"/v1/chat/completions", adminKey, chatBody("c1", "hi"), "X-AgeMem-Namespace", "carol"); r.Status != 200 {
+		t.Fatalf("carol: %d %s", r.Status, r.Body)
+	}
+	if n := ts.srv.sessions.len(); n != 4 {
+		t.Fatalf("%d sessions, want max_sessions 4", n)
+	}
+}

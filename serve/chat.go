@@ -118,7 +118,10 @@ type usage struct {
 
 // traceInfo is the extension field: what the agent loop did.
 type traceInfo struct {
-	SessionID     string      `json:"session_id,omitempty"`
+	SessionID string `json:"session_id,omitempty"`
+	// SessionReset says why the session named started empty: "expired"
+	// (session_ttl) or "evicted" (max_sessions, max_sessions_per_namespace).
+	SessionReset  string      `json:"session_reset,omitempty"`
 	Namespace     string      `json:"namespace"`
 	Steps         []traceStep `json:"steps"`
 	ContextTokens int         `json:"context_tokens"`
@@ -321,10 +324,14 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	// if the request succeeds) or a fresh one from the messages.
 	var sess *session
 	var cctx *stm.Context
+	var reset string
 	if req.SessionID != "" {
-		sess = s.sessions.get(ns, req.SessionID)
+		sess, reset = s.sessions.get(ns, req.SessionID)
 		sess.mu.Lock()
-		defer sess.mu.Unlock()
+		defer func() {
+			sess.mu.Unlock()
+			s.sessions.done(ns, req.SessionID, sess)
+		}()
 		if sess.ctx != nil {
 			cctx = sess.ctx.Clone()
 			cctx.Append(newTurn(turn)...)
@@ -349,7 +356,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	rt := &memtools.Runtime{Store: st, Context: cctx, Embedder: s.enc, Summarizer: s.summarizer(), Options: s.tools}
 	lim := s.agent.Limits()
-	info := &traceInfo{SessionID: req.SessionID, Namespace: ns}
+	info := &traceInfo{SessionID: req.SessionID, SessionReset: reset, Namespace: ns}
 	if req.SessionID != "" {
 		w.Header().Set("X-Session-ID", req.SessionID)
 	}

@@ -73,6 +73,10 @@ type Config struct {
 	// request, at most MaxSessions (least recently used go first).
 	SessionTTL  time.Duration `yaml:"session_ttl"`
 	MaxSessions int           `yaml:"max_sessions"`
+	// MaxSessionsPerNamespace bounds one tenant's sessions: at it, the
+	// tenant's own least recently used session goes (and at max_sessions,
+	// one of the tenant holding the most).
+	MaxSessionsPerNamespace int `yaml:"max_sessions_per_namespace"`
 	// PrefixCache is how many positions of finished requests' key/value
 	// caches the native backend keeps, so that a conversation's next turn
 	// (which resends everything before it) prefills only what is new; 0
@@ -97,7 +101,7 @@ func DefaultConfig() Config {
 		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		MaxConnections: 4096, MaxConnectionsPerClient: 256,
-		SessionTTL: time.Hour, MaxSessions: 10000, PrefixCache: 1 << 16, LogFormat: "json"}
+		SessionTTL: time.Hour, MaxSessions: 10000, MaxSessionsPerNamespace: 1000, PrefixCache: 1 << 16, LogFormat: "json"}
 }
 
 // Validate checks every key.
@@ -160,6 +164,7 @@ func (sv Config) Validate() error {
 	e.AtLeast("max_connections", sv.MaxConnections, 1)
 	e.AtLeast("max_connections_per_client", sv.MaxConnectionsPerClient, 1)
 	e.AtLeast("max_sessions", sv.MaxSessions, 1)
+	e.AtLeast("max_sessions_per_namespace", sv.MaxSessionsPerNamespace, 1)
 	e.AtLeast("prefix_cache", sv.PrefixCache, 0)
 	e.OneOf("log_format", sv.LogFormat, "json", "text")
 	return e.Err()

@@ -83,7 +83,7 @@ func New(o Options) (*Server, error) {
 	}
 	sv := o.Config
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
-		sessions: newSessions(sv.SessionTTL, sv.MaxSessions),
+		sessions: newSessions(sv.SessionTTL, sv.MaxSessions, sv.MaxSessionsPerNamespace),
 		system:   sys, created: time.Now().Unix()}
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
