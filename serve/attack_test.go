@@ -319,3 +319,97 @@ func TestSessionEvictionIsPerTenant(t *testing.T) {
 		t.Fatalf("%d sessions, want max_sessions 4", n)
 	}
 }
+
+// An import whose client goes away mid-body writes nothing; the same
+// export imported twice leaves one copy (ids are kept).
+func TestImportIsAllOrNothingAndIdempotent(t *testing.T) {
+	c := testConfig(t)
+	ts := start(t, c, newScripted())
+	var body strings.Builder
+	for i := range 500 {
+		fmt.Fprintf(&body, `{"memory_id":"mem_%08x","content":"fact number %d","created":"2026-01-02T03:04:05Z","updated":"2026-01-02T03:04:05Z"}`+"\n", i+1, i)
+	}
+	raw := body.String()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/memories/import HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/x-ndjson\r\nContent-Length: %d\r\n\r\n%s",
+		aliceKey, len(raw), raw[:len(raw)/2])
+	conn.Close()
+	time.Sleep(200 * time.Millisecond)
+	count := func() int {
+		r := do(t, "GET", ts.URL+"/v1/memories", aliceKey, nil)
+		return len(r.json(t)["data"].([]any))
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("an import cut off mid-body wrote %d memories", n)
+	}
+	for range 2 {
+		r := do(t, "POST", ts.URL+"/v1/memories/import", aliceKey, raw, "Content-Type", "application/x-ndjson")
+		if r.Status != 200 {
+			t.Fatalf("import: %d %s", r.Status, r.Body)
+		}
+	}
+	if n := count(); n != 500 {
+		t.Fatalf("the same export imported twice: %d memories, want 500", n)
+	}
+	r := do(t, "GET", ts.URL+"/v1/memories/mem_00000007", aliceKey, nil)
+	if r.Status != 200 || r.json(t)["content"] != "fact number 6" || r.json(t)["created"] != "2026-01-02T03:04:05Z" {
+		t.Fatalf("an imported memory keeps its id and timestamps: %d %s", r.Status, r.Body)
+	}
+	// A malformed line anywhere writes nothing either.
+	bad := raw + "{not json}\n"
+	if r := do(t, "POST", ts.URL+"/v1/memories/import", bobKey, bad); r.Status != 400 || count() != 500 {
+		t.Fatalf("malformed import: %d %s", r.Status, r.Body)
+	}
+	if r := do(t, "GET", ts.URL+"/v1/memories", bobKey, nil); len(r.json(t)["data"].([]any)) != 0 {
+		t.Fatalf("bob's namespace after a malformed import: %s", r.Body)
+	}
+}
+
+// Hundreds of concurrent writers queue for the store instead of failing:
+// no 500, and no error shows the store's file.
+func TestConcurrentWritersQueue(t *testing.T) {
+	c := testConfig(t)
+	c.Serve.MaxConnectionsPerClient = 1000
+	ts := start(t, c, newScripted())
+	const n = 400
+	replies := make([]reply, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			key := []string{aliceKey, bobKey}[i%2]
+			replies[i] = do(t, "POST", ts.URL+"/v1/memories", key, map[string]any{"content": fmt.Sprint("note ", i)})
+		})
+	}
+	wg.Wait()
+	for i, r := range replies {
+		if r.Status != 201 {
+			t.Fatalf("writer %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	total := 0
+	for _, key := range []string{aliceKey, bobKey} {
+		total += len(do(t, "GET", ts.URL+"/v1/memories", key, nil).json(t)["data"].([]any))
+	}
+	if total != n {
+		t.Fatalf("%d memories stored of %d acknowledged", total, n)
+	}
+}
+
+// A full write queue is a 503 with Retry-After; a store failure is a 500
+// that names no file.
+func TestStoreErrorsAreRetryableAndOpaque(t *testing.T) {
+	c := testConfig(t)
+	ts := start(t, c, newScripted())
+	e := ts.srv.storeError(ltm.ErrBusy)
+	if e.Status != 503 || e.retryAfter != 1 || e.Code != "store_busy" {
+		t.Fatalf("a full write queue: %+v", e)
+	}
+	ts.db.Close() // every later store call fails
+	r := do(t, "POST", ts.URL+"/v1/memories", aliceKey, map[string]any{"content": "x"})
+	if r.Status != 500 || r.errorCode(t) != "store_error" || strings.Contains(string(r.Body), c.Memory.Path) || strings.Contains(string(r.Body), "memory.db") {
+		t.Fatalf("a failed store: %d %s", r.Status, r.Body)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/ollama"
@@ -436,8 +437,13 @@ func outcome(tr memtools.Trace, err error) *apiError {
 	case errors.Is(err, errAnswerCut):
 		return &apiError{Status: http.StatusUnprocessableEntity, Type: "invalid_model_output", Code: "answer_cut",
 			Message: "the model started an answer it did not finish (the response budget ran out or the format broke)"}
+	case errors.Is(err, ltm.ErrBusy):
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_busy",
+			Message: "the memory store has too many writes waiting; retry shortly", retryAfter: 1}
 	}
-	return &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "agent_error", Message: err.Error()}
+	// The cause may name files and internals: it goes to the log only.
+	return &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "agent_error",
+		Message: "the agent loop failed; the server's log has the details", cause: err}
 }
 
 func (s *Server) summarizer() memtools.Summarizer {

@@ -18,6 +18,8 @@ type apiError struct {
 	Trace any `json:"agemem,omitempty"`
 	// retryAfter is the Retry-After of a 429 or 503, in seconds (0: 1).
 	retryAfter int
+	// cause is the internal error behind a 5xx, logged and never sent.
+	cause error
 }
 
 func (e *apiError) Error() string { return e.Message }

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,11 +51,21 @@ func bodyError(err error) *apiError {
 	return errInvalid("", "invalid_json", "the body is not valid JSON for this endpoint: "+err.Error())
 }
 
-func storeError(err error) *apiError {
-	if errors.Is(err, ltm.ErrNotFound) {
-		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "memory_not_found", Message: err.Error()}
+// storeError maps a store failure to its response. The details (the
+// store's file, SQLite's message) go to the server's log, not the client.
+func (s *Server) storeError(err error) *apiError {
+	switch {
+	case errors.Is(err, ltm.ErrNotFound):
+		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "memory_not_found", Message: "no memory with that id in this namespace"}
+	case errors.Is(err, ltm.ErrBusy):
+		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_busy",
+			Message: "the memory store has too many writes waiting; retry shortly", retryAfter: 1}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return contextError(err)
 	}
-	return &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "store_error", Message: err.Error()}
+	s.log.Error("memory store failed", "err", err)
+	return &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "store_error",
+		Message: "the memory store failed; the server's log has the details"}
 }
 
 func (s *Server) embedOne(r *http.Request, text string) ([]float32, *apiError) {
@@ -83,7 +94,7 @@ func (s *Server) listAll(r *http.Request) ([]ltm.Entry, string, *apiError) {
 	}
 	all, err := st.List(r.Context())
 	if err != nil {
-		return nil, "", storeError(err)
+		return nil, "", s.storeError(err)
 	}
 	return all, ns, nil
 }
@@ -104,7 +115,7 @@ func (s *Server) getMemory(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	e, err := st.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		return storeError(err)
+		return s.storeError(err)
 	}
 	e.Embedding = nil
 	writeJSON(w, 200, e)
@@ -135,7 +146,7 @@ func (s *Server) addMemory(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	e, err := st.Add(r.Context(), ltm.Entry{Content: in.Content, Embedding: v, Metadata: in.Metadata, MemoryType: in.MemoryType})
 	if err != nil {
-		return storeError(err)
+		return s.storeError(err)
 	}
 	e.Embedding = nil
 	writeJSON(w, http.StatusCreated, e)
@@ -163,7 +174,7 @@ func (s *Server) updateMemory(w http.ResponseWriter, r *http.Request) *apiError 
 	}
 	e, err := st.Update(r.Context(), r.PathValue("id"), in.Content, v, in.Metadata)
 	if err != nil {
-		return storeError(err)
+		return s.storeError(err)
 	}
 	e.Embedding = nil
 	writeJSON(w, 200, e)
@@ -177,7 +188,7 @@ func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request) *apiError 
 	}
 	id := r.PathValue("id")
 	if err := st.Delete(r.Context(), id); err != nil {
-		return storeError(err)
+		return s.storeError(err)
 	}
 	writeJSON(w, 200, map[string]any{"memory_id": id, "deleted": true})
 	return nil
@@ -211,7 +222,7 @@ func (s *Server) searchMemories(w http.ResponseWriter, r *http.Request) *apiErro
 	}
 	hits, err := st.Retrieve(r.Context(), v, in.TopK, in.Metadata)
 	if err != nil {
-		return storeError(err)
+		return s.storeError(err)
 	}
 	for i := range hits {
 		hits[i].Embedding = nil
@@ -233,10 +244,13 @@ func (s *Server) exportMemories(w http.ResponseWriter, r *http.Request) *apiErro
 	return nil
 }
 
-// importMemories adds the memories of a JSONL export; every line is checked
-// before the first is written, so a malformed file changes nothing.
+// importMemories adds the memories of a JSONL export in one transaction:
+// the whole body is read and every line checked and embedded before
+// anything is written, and then all lines are written or none (a client
+// gone mid-body writes nothing). Lines keep their memory_id, replacing the
+// namespace's entry of that id, so retrying an import is safe.
 func (s *Server) importMemories(w http.ResponseWriter, r *http.Request) *apiError {
-	st, ns, aerr := s.store(r)
+	_, ns, aerr := s.store(r)
 	if aerr != nil {
 		return aerr
 	}
@@ -246,21 +260,25 @@ func (s *Server) importMemories(w http.ResponseWriter, r *http.Request) *apiErro
 		if errors.As(err, &tooBig) {
 			return bodyError(err)
 		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || r.Context().Err() != nil {
+			return errInvalid("", "incomplete_body", "the body ended before its declared length; nothing was imported")
+		}
 		return errInvalid("", "invalid_jsonl", err.Error())
 	}
-	ids := make([]string, 0, len(recs))
-	for _, rec := range recs {
+	entries := make([]ltm.Entry, len(recs))
+	for i, rec := range recs {
 		v, aerr := s.embedOne(r, rec.Content)
 		if aerr != nil {
 			return aerr
 		}
-		e, err := st.Add(r.Context(), ltm.Entry{Content: rec.Content, Embedding: v, Metadata: rec.Metadata, MemoryType: rec.MemoryType})
-		if err != nil {
-			return storeError(err)
-		}
-		ids = append(ids, e.ID)
+		entries[i] = rec.Entry()
+		entries[i].Embedding = v
 	}
-	writeJSON(w, 200, map[string]any{"namespace": ns, "imported": len(ids), "memory_ids": ids})
+	added, replaced, err := s.db.Import(r.Context(), ns, entries)
+	if err != nil {
+		return s.storeError(err)
+	}
+	writeJSON(w, 200, map[string]any{"namespace": ns, "imported": len(entries), "added": added, "replaced": replaced})
 	return nil
 }
 
@@ -270,7 +288,7 @@ func (s *Server) namespaces(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	ns, err := s.db.Namespaces(r.Context())
 	if err != nil {
-		return storeError(err)
+		return s.storeError(err)
 	}
 	if ns == nil {
 		ns = []string{}

@@ -255,7 +255,11 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request) *apiError) ht
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		if aerr := h(w, r.WithContext(ctx)); aerr != nil {
 			if aerr.Status >= 500 {
-				s.log.Error("request failed", "path", r.URL.Path, "status", aerr.Status, "code", aerr.Code, "err", aerr.Message)
+				var cause any = aerr.Message
+				if aerr.cause != nil {
+					cause = aerr.cause.Error()
+				}
+				s.log.Error("request failed", "path", r.URL.Path, "status", aerr.Status, "code", aerr.Code, "err", cause)
 			}
 			writeError(w, aerr)
 		}

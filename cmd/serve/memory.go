@@ -187,10 +187,12 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 	}
 	imp := &cobra.Command{
 		Use:   "import FILE",
-		Short: "Add the memories of a JSONL export (- for stdin); ids are assigned anew",
-		Long: `Reads a JSONL file as written by export and adds each line as a new memory,
-embedded with the configured embedder. Every line is checked before anything
-is written, so a malformed file changes nothing.`,
+		Short: "Add the memories of a JSONL export (- for stdin) in one transaction",
+		Long: `Reads a JSONL file as written by export and writes its memories, embedded
+with the configured embedder, in one transaction: every line is checked first
+and then all are written or none. A line keeps its memory_id and replaces the
+namespace's memory of that id, so importing the same file twice leaves one copy;
+lines without an id get new ones.`,
 		Args:    cobra.ExactArgs(1),
 		Example: "  serve memory import --namespace bob alice.jsonl",
 		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
@@ -207,15 +209,20 @@ is written, so a malformed file changes nothing.`,
 			if err != nil {
 				return err
 			}
-			for _, e := range lines {
-				v, err := s.embed(e.Content)
+			entries := make([]ltm.Entry, len(lines))
+			for i, rec := range lines {
+				v, err := s.embed(rec.Content)
 				if err != nil {
 					return err
 				}
-				if _, err := s.ns.Add(context.Background(), ltm.Entry{Content: e.Content, Embedding: v, Metadata: e.Metadata, MemoryType: e.MemoryType}); err != nil {
-					return err
-				}
+				entries[i] = rec.Entry()
+				entries[i].Embedding = v
 			}
+			added, replaced, err := s.db.Import(context.Background(), s.cfg.Memory.Namespace, entries)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d added, %d replaced (same memory_id)\n", added, replaced)
 			fmt.Fprintf(cmd.ErrOrStderr(), "imported %d memories into namespace %q\n", len(lines), s.cfg.Memory.Namespace)
 			return nil
 		}),

@@ -20,6 +20,15 @@ type Record struct {
 	Updated    string         `json:"updated"`
 }
 
+// Entry is the record as an entry to import (no embedding yet): its id
+// and timestamps kept.
+func (r Record) Entry() Entry {
+	e := Entry{ID: r.ID, Content: r.Content, Metadata: r.Metadata, MemoryType: r.MemoryType}
+	e.Created, _ = time.Parse(time.RFC3339Nano, r.Created)
+	e.Updated, _ = time.Parse(time.RFC3339Nano, r.Updated)
+	return e
+}
+
 const stamp = "2006-01-02T15:04:05.999999999Z07:00"
 
 // WriteJSONL writes entries, one Record per line.

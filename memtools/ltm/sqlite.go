@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/internal/gate"
 	"github.com/agemem/agemem/kernels"
 	_ "modernc.org/sqlite" // pure-Go SQLite driver: no cgo
 )
@@ -55,14 +56,23 @@ type SQLiteOptions struct {
 	// at least embed.DeviceMinFloats, and the index's top-k then runs there
 	// (nil answer: the CPU scans).
 	Device func() kernels.TopKer
+	// MaxWriteQueue writers of this process may wait for the one SQLite
+	// lets write at a time; one more gets ErrBusy at once (0: 1024).
+	// Writers queue here, in order, instead of spinning in SQLite's busy
+	// handler, where under hundreds of them some would time out.
+	MaxWriteQueue int
 }
+
+// ErrBusy is a write refused because MaxWriteQueue writers already wait.
+var ErrBusy = errors.New("the memory store's write queue is full")
 
 // SQLite is a durable file of namespaces. WAL mode: a write that returned
 // success is in the log before the call returns, so it survives kill -9.
 type SQLite struct {
-	db   *sql.DB
-	path string
-	opt  SQLiteOptions
+	db     *sql.DB
+	path   string
+	opt    SQLiteOptions
+	writes *gate.Gate
 
 	mu    sync.Mutex
 	cache map[string]*nsCache
@@ -91,7 +101,11 @@ func OpenSQLite(path string, opt SQLiteOptions) (*SQLite, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open memory store %s: %w", path, err)
 	}
-	s := &SQLite{db: db, path: path, opt: opt, cache: map[string]*nsCache{}}
+	queue := opt.MaxWriteQueue
+	if queue == 0 {
+		queue = 1024
+	}
+	s := &SQLite{db: db, path: path, opt: opt, writes: gate.New(1, queue), cache: map[string]*nsCache{}}
 	if err := s.migrate(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open memory store %s: %w", path, err)
@@ -202,7 +216,7 @@ func (n *sqliteNS) Add(ctx context.Context, e Entry) (Entry, error) {
 	if err != nil {
 		return Entry{}, n.wrap("add memory", err)
 	}
-	tx, err := n.s.db.BeginTx(ctx, nil)
+	tx, err := n.s.begin(ctx)
 	if err != nil {
 		return Entry{}, n.wrap("add memory", err)
 	}
@@ -231,7 +245,7 @@ func (n *sqliteNS) Add(ctx context.Context, e Entry) (Entry, error) {
 			return Entry{}, n.wrap("add memory", err)
 		}
 	}
-	if err := n.bump(ctx, tx); err != nil {
+	if err := n.bump(ctx, tx.Tx); err != nil {
 		return Entry{}, n.wrap("add memory", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -241,7 +255,7 @@ func (n *sqliteNS) Add(ctx context.Context, e Entry) (Entry, error) {
 }
 
 func (n *sqliteNS) Update(ctx context.Context, id, content string, embedding []float32, metadata map[string]any) (Entry, error) {
-	tx, err := n.s.db.BeginTx(ctx, nil)
+	tx, err := n.s.begin(ctx)
 	if err != nil {
 		return Entry{}, n.wrap("update "+id, err)
 	}
@@ -268,7 +282,7 @@ func (n *sqliteNS) Update(ctx context.Context, id, content string, embedding []f
 		WHERE namespace = ? AND id = ?`, e.Content, encodeVec(e.Embedding), string(mdJSON), e.Updated.UnixNano(), n.ns, id); err != nil {
 		return Entry{}, n.wrap("update "+id, err)
 	}
-	if err := n.bump(ctx, tx); err != nil {
+	if err := n.bump(ctx, tx.Tx); err != nil {
 		return Entry{}, n.wrap("update "+id, err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -278,7 +292,7 @@ func (n *sqliteNS) Update(ctx context.Context, id, content string, embedding []f
 }
 
 func (n *sqliteNS) Delete(ctx context.Context, id string) error {
-	tx, err := n.s.db.BeginTx(ctx, nil)
+	tx, err := n.s.begin(ctx)
 	if err != nil {
 		return n.wrap("delete "+id, err)
 	}
@@ -290,13 +304,127 @@ func (n *sqliteNS) Delete(ctx context.Context, id string) error {
 	if k, _ := res.RowsAffected(); k == 0 {
 		return fmt.Errorf("delete %s: %w", id, ErrNotFound)
 	}
-	if err := n.bump(ctx, tx); err != nil {
+	if err := n.bump(ctx, tx.Tx); err != nil {
 		return n.wrap("delete "+id, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return n.wrap("delete "+id, err)
 	}
 	return nil
+}
+
+// writeTx is a write transaction that holds the process's write slot
+// until it commits or rolls back.
+type writeTx struct {
+	*sql.Tx
+	release func()
+}
+
+func (t *writeTx) Commit() error {
+	defer t.release()
+	return t.Tx.Commit()
+}
+
+// Rollback after Commit is a no-op, as for sql.Tx.
+func (t *writeTx) Rollback() error {
+	err := t.Tx.Rollback()
+	if !errors.Is(err, sql.ErrTxDone) {
+		t.release()
+	}
+	return err
+}
+
+// begin waits for the write slot (ErrBusy if the queue is full) and opens
+// an IMMEDIATE transaction.
+func (s *SQLite) begin(ctx context.Context) (*writeTx, error) {
+	release, err := s.writes.Enter(ctx)
+	if errors.Is(err, gate.ErrFull) {
+		return nil, ErrBusy
+	}
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return &writeTx{Tx: tx, release: sync.OnceFunc(release)}, nil
+}
+
+// Import writes entries into namespace ns in one transaction: all of them
+// or none. An entry whose ID is a valid id keeps it, replacing the entry
+// of that id if the namespace holds one (so importing the same export
+// twice leaves one copy); others get new ids. Embeddings must be set.
+func (s *SQLite) Import(ctx context.Context, ns string, es []Entry) (added, replaced int, err error) {
+	n := &sqliteNS{s: s, ns: ns}
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return 0, 0, n.wrap("import", err)
+	}
+	defer tx.Rollback()
+	d, err := n.dim(ctx, tx)
+	if err != nil {
+		return 0, 0, n.wrap("import", err)
+	}
+	now := time.Now().UTC()
+	for i, e := range es {
+		if err := checkEmbedding(e.Embedding, d); err != nil {
+			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
+		}
+		d = len(e.Embedding)
+		md, err := normalizeMetadata(e.Metadata)
+		if err != nil {
+			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
+		}
+		mdJSON, _ := json.Marshal(orEmpty(md))
+		created, updated := e.Created, e.Updated
+		if created.IsZero() {
+			created = now
+		}
+		if updated.IsZero() {
+			updated = now
+		}
+		id := e.ID
+		if ValidID(id) {
+			var exists int
+			if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM memories WHERE namespace = ? AND id = ?", ns, id).Scan(&exists); err != nil {
+				return 0, 0, n.wrap("import", err)
+			}
+			if exists > 0 {
+				if _, err := tx.ExecContext(ctx, `UPDATE memories SET content = ?, embedding = ?, metadata = ?, memory_type = ?, created = ?, updated = ?
+					WHERE namespace = ? AND id = ?`, e.Content, encodeVec(e.Embedding), string(mdJSON), e.MemoryType, created.UnixNano(), updated.UnixNano(), ns, id); err != nil {
+					return 0, 0, n.wrap("import", err)
+				}
+				replaced++
+				continue
+			}
+		} else {
+			id = ""
+		}
+		for try := 0; ; try++ {
+			if id == "" || try > 0 {
+				id = randomID()
+			}
+			_, err = tx.ExecContext(ctx, `INSERT INTO memories (namespace, `+entryCols+`, seq)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM memories WHERE namespace = ?))`,
+				ns, id, e.Content, encodeVec(e.Embedding), string(mdJSON), e.MemoryType, created.UnixNano(), updated.UnixNano(), ns)
+			if err == nil {
+				break
+			}
+			if try > 8 || !strings.Contains(err.Error(), "UNIQUE") {
+				return 0, 0, n.wrap("import", err)
+			}
+		}
+		added++
+	}
+	if err := n.bump(ctx, tx.Tx); err != nil {
+		return 0, 0, n.wrap("import", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, 0, n.wrap("import", err)
+	}
+	return added, replaced, nil
 }
 
 func (n *sqliteNS) bump(ctx context.Context, tx *sql.Tx) error {
