@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
+	"mime"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -276,6 +279,9 @@ func conversation(msgs []chatMessage) (system string, turn []stm.Message, aerr *
 	if len(turn) == 0 || turn[len(turn)-1].Role != "user" {
 		return "", nil, errInvalid("messages", "last_not_user", "the last message must be the user's")
 	}
+	if strings.TrimSpace(turn[len(turn)-1].Content) == "" {
+		return "", nil, errInvalid(fmt.Sprintf("messages[%d].content", len(msgs)-1), "empty_content", "the last user message is empty")
+	}
 	return strings.Join(sys, "\n\n"), turn, nil
 }
 
@@ -291,11 +297,67 @@ func newTurn(turn []stm.Message) []stm.Message {
 	return turn
 }
 
+// knownParams are OpenAI's chat-completion parameters this server accepts:
+// those chatRequest reads, and those that do not change what it returns
+// (ignored). Any other top-level key is refused, as OpenAI refuses it.
+var knownParams = map[string]bool{
+	"model": true, "messages": true, "stream": true, "stream_options": true, "max_tokens": true, "max_completion_tokens": true,
+	"temperature": true, "top_p": true, "seed": true, "n": true, "user": true, "session_id": true, "tools": true, "functions": true,
+	"stop": true, "logprobs": true, "top_logprobs": true, "tool_choice": true, "function_call": true, "parallel_tool_calls": true,
+	"presence_penalty": true, "frequency_penalty": true, "logit_bias": true, "response_format": true,
+	"metadata": true, "store": true, "service_tier": true, "prompt_cache_key": true, "safety_identifier": true,
+}
+
+// decodeChat reads a chat request strictly: a JSON content type (or none),
+// exactly one JSON object, only known parameters.
+func decodeChat(r *http.Request, req *chatRequest) *apiError {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
+				Message: fmt.Sprintf("Content-Type %q: send application/json", ct)}
+		}
+	}
+	var top map[string]json.RawMessage
+	if aerr := decodeJSON(r, &top, false); aerr != nil {
+		return aerr
+	}
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		if !knownParams[k] {
+			return errInvalid(k, "unknown_parameter", fmt.Sprintf("Unrecognized request argument supplied: %s", k))
+		}
+	}
+	raw, _ := json.Marshal(top)
+	if err := json.Unmarshal(raw, req); err != nil {
+		return bodyError(err)
+	}
+	for _, p := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"presence_penalty", top["presence_penalty"]}, {"frequency_penalty", top["frequency_penalty"]}} {
+		if isSet(p.raw) && strings.TrimSpace(string(p.raw)) != "0" {
+			return errInvalid(p.name, "unsupported", p.name+" is not supported")
+		}
+	}
+	for _, name := range []string{"logit_bias", "top_logprobs", "tool_choice", "function_call"} {
+		if v := strings.TrimSpace(string(top[name])); isSet(top[name]) && v != "{}" && v != `"none"` && v != `"auto"` && v != "0" {
+			return errInvalid(name, "unsupported", name+" is not supported: the server runs its own memory tools")
+		}
+	}
+	if rf := top["response_format"]; isSet(rf) {
+		var f struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(rf, &f) != nil || f.Type != "text" {
+			return errInvalid("response_format", "unsupported", "only response_format {\"type\": \"text\"} is supported")
+		}
+	}
+	return nil
+}
+
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	var req chatRequest
-	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(&req); err != nil {
-		return bodyError(err)
+	if aerr := decodeChat(r, &req); aerr != nil {
+		return aerr
 	}
 	g, aerr := s.validate(&req)
 	if aerr != nil {

@@ -27,14 +27,24 @@ func (s *Server) store(r *http.Request) (ltm.Store, string, *apiError) {
 
 // decodeBody reads a JSON object strictly: unknown fields, trailing data
 // and an oversized body are errors that say what is wrong.
-func decodeBody(r *http.Request, v any) *apiError {
+func decodeBody(r *http.Request, v any) *apiError { return decodeJSON(r, v, true) }
+
+// decodeJSON reads exactly one JSON value from the body: anything after it
+// but white space is an error.
+func decodeJSON(r *http.Request, v any, strict bool) *apiError {
 	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return bodyError(err)
 	}
-	if dec.More() {
-		return errInvalid("", "invalid_json", "the body holds more than one JSON value")
+	if _, err := dec.Token(); err != io.EOF {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return bodyError(err)
+		}
+		return errInvalid("", "invalid_json", "the body holds more than one JSON value, or data after it")
 	}
 	return nil
 }

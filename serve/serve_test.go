@@ -266,6 +266,12 @@ func TestBadRequestsGetJSONErrors(t *testing.T) {
 		{"client tools", aliceKey, chatBody("", "hi", "tools", []any{map[string]any{"type": "function"}}), 400, "unsupported"},
 		{"image part", aliceKey, map[string]any{"model": "agemem", "messages": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "image_url"}}}}}, 400, "invalid_content"},
 		{"bad session id", aliceKey, chatBody("../etc", "hi"), 400, "invalid_session_id"},
+		{"trailing garbage", aliceKey, `{"model": "agemem", "messages": [{"role": "user", "content": "hi"}]} xyz`, 400, "invalid_json"},
+		{"two objects", aliceKey, `{"model": "agemem", "messages": [{"role": "user", "content": "hi"}]}{"model": "agemem"}`, 400, "invalid_json"},
+		{"unknown parameter", aliceKey, chatBody("", "hi", "temprature", 0.5), 400, "unknown_parameter"},
+		{"presence penalty", aliceKey, chatBody("", "hi", "presence_penalty", 1), 400, "unsupported"},
+		{"json response format", aliceKey, chatBody("", "hi", "response_format", map[string]any{"type": "json_object"}), 400, "unsupported"},
+		{"empty content", aliceKey, chatBody("", "  "), 400, "empty_content"},
 		{"broken tool calls", aliceKey, chatBody("", "Break"), 422, "tool_format_error"},
 		{"broken tool calls, streamed", aliceKey, chatBody("", "Break", "stream", true), 422, "tool_format_error"},
 	}
@@ -288,6 +294,15 @@ func TestBadRequestsGetJSONErrors(t *testing.T) {
 	st := tr["steps"].([]any)
 	if len(st) != c.Agent.MaxSteps || len(st[0].(map[string]any)["format_errors"].([]any)) == 0 {
 		t.Fatalf("422 trace: %s", r.Body)
+	}
+	// A body that is not JSON by its content type; parameters that do not
+	// change the answer are accepted.
+	if r := do(t, "POST", url, aliceKey, chatBody("", "hi"), "Content-Type", "text/plain"); r.Status != 415 || r.errorCode(t) != "unsupported_media_type" {
+		t.Fatalf("text/plain: %d %s", r.Status, r.Body)
+	}
+	if r := do(t, "POST", url, aliceKey, chatBody("", "ping", "user", "u1", "metadata", map[string]any{"a": "b"}, "presence_penalty", 0, "parallel_tool_calls", true),
+		"Content-Type", "application/json; charset=utf-8"); r.Status != 200 {
+		t.Fatalf("known parameters: %d %s", r.Status, r.Body)
 	}
 	if r := do(t, "GET", ts.URL+"/v1/nothing", aliceKey, nil); r.Status != 404 || r.errorCode(t) != "not_found" {
 		t.Fatalf("unknown route: %d %s", r.Status, r.Body)
