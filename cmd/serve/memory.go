@@ -235,7 +235,64 @@ lines without an id get new ones.`,
 	add.Flags().StringVar(&metadata, "metadata", "", "metadata, a JSON object")
 	add.Flags().StringVar(&memType, "type", "", "memory type")
 	update.Flags().StringVar(&metadata, "metadata", "", "new metadata, a JSON object (default: keep)")
-	cmd.AddCommand(list, search, get, add, update, del, export, imp)
+	storePath := func() (string, error) {
+		cfg, err := g.load()
+		if err != nil {
+			return "", err
+		}
+		if cfg.Memory.Store != "sqlite" {
+			return "", fmt.Errorf("memory.store is %q: check and repair apply to a sqlite store", cfg.Memory.Store)
+		}
+		return cfg.Memory.Path, nil
+	}
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Check the store's file (quick_check) and write-ahead log (frame checksums) without changing them",
+		Long: `Runs SQLite's quick_check on memory.path and reads its write-ahead log frame
+by frame with SQLite's checksums. A log that breaks before its last frames
+would lose acknowledged writes in SQLite's recovery: the server refuses to
+open such a store, and this command says how many frames are affected. Exits
+non-zero when the store is damaged.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path, err := storePath()
+			if err != nil {
+				return err
+			}
+			rep, err := ltm.Check(path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (log: %d frames, %d applied, %d after damage)\n", path, rep, rep.WAL.Frames, rep.WAL.Valid, rep.WAL.Lost)
+			if !rep.OK() {
+				return fmt.Errorf("%s is damaged; `serve memory repair` keeps the damaged files aside and rebuilds the store from what is readable", path)
+			}
+			return nil
+		},
+	}
+	repair := &cobra.Command{
+		Use:   "repair",
+		Short: "Move a damaged store aside and rebuild it from every row that can still be read",
+		Long: `Renames memory.path (and its -wal, -shm) to memory.path.damaged-TIME, which is
+kept, reads every row SQLite can still read from a copy (scanning the table
+from both ends and through its index, around the damage), and writes them
+into a new store at memory.path. Writes in a log past its damage are not
+recoverable; the counts say what was kept. Stop the server first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path, err := storePath()
+			if err != nil {
+				return err
+			}
+			kept, aside, err := ltm.Repair(path)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rebuilt %s with the %d memories that could be read; the damaged files are kept at %s\n", path, kept, aside)
+			return nil
+		},
+	}
+	cmd.AddCommand(list, search, get, add, update, del, export, imp, check, repair)
 	return cmd
 }
 

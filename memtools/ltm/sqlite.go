@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -97,6 +98,19 @@ func OpenSQLite(path string, opt SQLiteOptions) (*SQLite, error) {
 	// and then writes fails at once with SQLITE_BUSY_SNAPSHOT when another
 	// writer committed in between (WAL), which busy_timeout cannot wait out.
 	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(%s)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)&_pragma=mmap_size(1073741824)", path, sync)
+	// A damaged file or log is refused before SQLite touches it: its own
+	// recovery would drop a log's frames after a bad one without a word,
+	// and writing into a damaged file spreads the damage.
+	if _, err := os.Stat(path); err == nil {
+		rep, err := Check(path)
+		if err != nil {
+			return nil, fmt.Errorf("open memory store %s: %w", path, err)
+		}
+		if !rep.OK() {
+			return nil, fmt.Errorf("open memory store %s: %w: %s; `serve memory check` reports it, `serve memory repair` keeps the damaged files aside and rebuilds the store from what is readable",
+				path, ErrDamaged, rep)
+		}
+	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open memory store %s: %w", path, err)
