@@ -60,4 +60,6 @@ func newFuzzServer(f *testing.F, c config) (*Server, interface{ Close() error })
 	return s, db
 }
 
-func openTestStore(c config) (*ltm.SQLite, error) { return ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{}) }
+func openTestStore(c config) (*ltm.SQLite, error) {
+	return ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
+}
