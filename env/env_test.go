@@ -3,6 +3,8 @@ package env
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/decode"
 )
 
 func TestLoadHotpotOfficialFormat(t *testing.T) {
@@ -238,4 +241,44 @@ type recordingPolicy struct {
 func (r *recordingPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
 	r.firsts = append(r.firsts, msgs[0])
 	return r.Policy.Complete(ctx, msgs)
+}
+
+// overflowing plays the oracle until its context has more than limit
+// messages, then fails as the native engine does when a prompt outgrows the
+// model's positions.
+type overflowing struct {
+	memtools.Policy
+	limit int
+	err   error
+}
+
+func (p overflowing) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	if len(msgs) > p.limit {
+		return memtools.Completion{}, p.err
+	}
+	return p.Policy.Complete(ctx, msgs)
+}
+
+// TestContextFullEndsTheEpisodeNotTheRun: a policy whose context outgrows
+// the model fails that task (unanswered, ContextFull) instead of aborting
+// an evaluation of many tasks; other policy errors still stop the run.
+func TestContextFullEndsTheEpisodeNotTheRun(t *testing.T) {
+	var buf bytes.Buffer
+	WriteHotpot(&buf, NewSynth(5).Generate(1))
+	var task Task
+	StreamHotpot(&buf, func(t Task) error { task = t; return nil })
+	full := overflowing{NewOracle(task, 0, 0, 1), 12, fmt.Errorf("conversation 0: %w", &decode.PromptTooLongError{Tokens: 5000, Limit: 4096})}
+	res := runEpisode(t, full, task)
+	if !res.ContextFull || res.HasAnswer || res.EM != 0 {
+		t.Fatalf("context full %v, answered %v", res.ContextFull, res.HasAnswer)
+	}
+	if len(res.Stages[0]) == 0 || len(res.LTM[0]) != 2 || len(res.LTM[2]) != 2 {
+		t.Fatalf("stage 1 turns %d, LTM after stages 1 and 3: %d, %d entries (the oracle stored 2 before the overflow)",
+			len(res.Stages[0]), len(res.LTM[0]), len(res.LTM[2]))
+	}
+	rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: stm.New(nil), Embedder: embed.NewHashing(64, []int{3}), Options: memtools.DefaultOptions()}
+	broken := overflowing{NewOracle(task, 0, 0, 1), 12, errors.New("backend gone")}
+	if _, err := RunEpisode(context.Background(), broken, rt, task, EpisodeConfig{Stages: Stages{Stage1MaxTurns: 16, Stage2MaxTurns: 8}, Limits: memtools.Limits{MaxSteps: 4}}); err == nil || !strings.Contains(err.Error(), "backend gone") {
+		t.Fatalf("other policy errors must stop the run: %v", err)
+	}
 }

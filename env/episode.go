@@ -2,6 +2,7 @@ package env
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -121,6 +122,9 @@ type Result struct {
 	ContextTokens int `json:"context_tokens"`
 	// Final is the STM when the episode ended.
 	Final []stm.Message `json:"final_context"`
+	// ContextFull: the episode ended early, unanswered, because the
+	// agent's context outgrew the model (a failed task, not a crash).
+	ContextFull bool `json:"context_full,omitempty"`
 }
 
 // ToolCalls counts successful tool calls over the episode by name.
@@ -151,9 +155,38 @@ func (r Result) FormatErrors() int {
 // runtime whose Store is the episode's LTM M. The STM is reset (system
 // prompt kept) between Stages 1 and 2; M persists; Stage 3 continues the
 // Stage 2 context.
+//
+// A policy that lets its context outgrow the model (memtools.ErrContextFull)
+// ends the episode unanswered with ContextFull set; the stages not reached
+// see the LTM as it was left. Any other error is returned.
 func RunEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t Task, cfg EpisodeConfig) (Result, error) {
-	ep := BuildEpisode(t, cfg)
 	res := Result{TaskID: t.ID, Gold: t.Answer}
+	err := playEpisode(ctx, p, rt, t, cfg, &res)
+	if !errors.Is(err, memtools.ErrContextFull) {
+		return res, err
+	}
+	res.ContextFull = true
+	all, lerr := rt.Store.List(ctx)
+	for i := range all {
+		all[i].Embedding = nil
+	}
+	// The stage that overflowed (the last with a turn) and the ones after
+	// it were never snapshotted.
+	failed := 0
+	for s := range res.Stages {
+		if len(res.Stages[s]) > 0 {
+			failed = s
+		}
+	}
+	for s := failed; s < len(res.LTM); s++ {
+		res.LTM[s] = all
+	}
+	res.Final = rt.Context.Messages()
+	return res, lerr
+}
+
+func playEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t Task, cfg EpisodeConfig, res *Result) error {
+	ep := BuildEpisode(t, cfg)
 	rt.Context.Remove(func(int, stm.Message) bool { return true })
 	sys := cfg.SystemPrompt
 	if sys == "" {
@@ -184,38 +217,38 @@ func RunEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t 
 			if n, _ := rt.Store.Count(ctx); n > 0 {
 				v, err := rt.Embedder.Embed(ctx, []string{m})
 				if err != nil {
-					return res, err
+					return err
 				}
 				hits, err := rt.Store.Retrieve(ctx, v[0], cfg.AutoRetrieveK, nil)
 				if err != nil {
-					return res, err
+					return err
 				}
 				user += memoriesTag + memtools.RetrievedJSON(hits) + "\n</memories>"
 			}
 		}
 		if _, err := turn(Stage1, user); err != nil {
-			return res, err
+			return err
 		}
 	}
 	if err := snapshot(Stage1); err != nil {
-		return res, err
+		return err
 	}
 	// Reset the STM; M persists (Algorithm 1, line 11).
 	rt.Context.Reset()
 	for _, d := range ep.Stage2 {
 		if _, err := turn(Stage2, d); err != nil {
-			return res, err
+			return err
 		}
 	}
 	if err := snapshot(Stage2); err != nil {
-		return res, err
+		return err
 	}
 	tr, err := turn(Stage3, ep.Query)
 	if err != nil {
-		return res, err
+		return err
 	}
 	if err := snapshot(Stage3); err != nil {
-		return res, err
+		return err
 	}
 	res.Answer, res.HasAnswer = tr.Answer, tr.HasAnswer
 	if len(tr.Steps) > 0 {
@@ -225,5 +258,5 @@ func RunEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t 
 		res.EM, res.F1 = ExactMatch(res.Answer, t.Answer), F1(res.Answer, t.Answer)
 	}
 	res.Final = rt.Context.Messages()
-	return res, nil
+	return nil
 }

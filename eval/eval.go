@@ -26,8 +26,8 @@ import (
 	"github.com/agemem/agemem/roles"
 )
 
-// Policy is one row of the table.
-type Policy struct {
+// Method is one row of the table.
+type Method struct {
 	Name string
 	// Dir is a model directory (a Hugging Face directory or a PEFT adapter)
 	// played by the native engine, greedily; empty plays Scripted.
@@ -38,10 +38,10 @@ type Policy struct {
 
 // Options are an evaluation's inputs.
 type Options struct {
-	Config   config.Config
-	Tasks    []env.Task
-	Policies []Policy
-	Log      io.Writer // progress (nil: none)
+	Config  config.Config
+	Tasks   []env.Task
+	Methods []Method
+	Log     io.Writer // progress (nil: none)
 }
 
 // Stat is a mean over tasks with its standard error.
@@ -61,6 +61,9 @@ type Row struct {
 	PromptTokens float64            `json:"avg_prompt_tokens"`
 	ToolCalls    map[string]float64 `json:"avg_tool_calls"`
 	FormatErrors float64            `json:"avg_format_errors"`
+	// ContextFull is the share of tasks that ended unanswered because the
+	// agent's context outgrew the model.
+	ContextFull float64 `json:"context_full"`
 	// ByType is J by question type (bridge, comparison).
 	ByType map[string]Stat `json:"j_by_type"`
 	// PerTask is each task's J, in task order (paired comparisons).
@@ -78,7 +81,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		return nil, err
 	}
 	var rows []Row
-	for _, p := range o.Policies {
+	for _, p := range o.Methods {
 		outs, err := play(ctx, o.Config, h, o.Tasks, p, o.Log)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Name, err)
@@ -94,7 +97,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 
 // play runs one rollout of every task: scripted policies one task at a
 // time, a model all tasks decoded together.
-func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.Task, p Policy, log io.Writer) ([]env.Outcome, error) {
+func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.Task, p Method, log io.Writer) ([]env.Outcome, error) {
 	if p.Dir == "" {
 		e := roles.AgeMem(cfg, h, tasks, nil)
 		var outs []env.Outcome
@@ -175,6 +178,9 @@ func score(ctx context.Context, name string, outs []env.Outcome, judge reward.Ju
 			row.ToolCalls[k] += float64(v) / n
 		}
 		row.FormatErrors += float64(r.FormatErrors()) / n
+		if r.ContextFull {
+			row.ContextFull += 1 / n
+		}
 	}
 	row.J, row.EM, row.MQ, row.PerTask = stat(j), stat(em), stat(mq), j
 	for k, v := range byType {

@@ -30,7 +30,7 @@ func tasks(t *testing.T, n int) []env.Task {
 
 func oracleRow(t *testing.T, c config.Config, ts []env.Task) (Row, error) {
 	t.Helper()
-	rows, err := Run(context.Background(), Options{Config: c, Tasks: ts, Policies: []Policy{{Name: "oracle", Scripted: "oracle"}}})
+	rows, err := Run(context.Background(), Options{Config: c, Tasks: ts, Methods: []Method{{Name: "oracle", Scripted: "oracle"}}})
 	if err != nil {
 		return Row{}, err
 	}

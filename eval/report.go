@@ -20,7 +20,7 @@ func Print(w io.Writer, rows []Row) {
 	for _, t := range types {
 		fmt.Fprintf(tw, "\tJ %s", t)
 	}
-	fmt.Fprintln(tw, "\tanswered\tavg prompt tokens\tadd\tupdate\tdelete\tretrieve\tsummary\tfilter\tformat errors")
+	fmt.Fprintln(tw, "\tanswered\tavg prompt tokens\tadd\tupdate\tdelete\tretrieve\tsummary\tfilter\tformat errors\tcontext full")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s", r.Policy, r.Tasks, r.J, r.EM, r.MQ)
 		for _, t := range types {
@@ -30,7 +30,7 @@ func Print(w io.Writer, rows []Row) {
 		for _, t := range []string{memtools.ToolAdd, memtools.ToolUpdate, memtools.ToolDelete, memtools.ToolRetrieve, memtools.ToolSummary, memtools.ToolFilter} {
 			fmt.Fprintf(tw, "\t%.2f", r.ToolCalls[t])
 		}
-		fmt.Fprintf(tw, "\t%.2f\n", r.FormatErrors)
+		fmt.Fprintf(tw, "\t%.2f\t%.2f\n", r.FormatErrors, r.ContextFull)
 	}
 	tw.Flush()
 }

@@ -2,6 +2,7 @@ package memtools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -22,6 +23,12 @@ type Completion struct {
 	// response budget ran out); empty where the policy does not say.
 	FinishReason string `json:"finish_reason,omitempty"`
 }
+
+// ErrContextFull is what a Policy's error is (errors.Is) when the
+// conversation no longer fits the model: the agent let its context grow past
+// what the model can read. Episodes end there as failed tasks; serve answers
+// 400 context_length_exceeded.
+var ErrContextFull = errors.New("the conversation no longer fits the model's context")
 
 // Policy turns a conversation into the next assistant message.
 type Policy interface {
@@ -58,7 +65,10 @@ type Trace struct {
 	Answer       string `json:"answer"`
 	HasAnswer    bool   `json:"has_answer"`
 	FormatErrors int    `json:"format_errors"` // responses that broke the format
-	StepLimitHit bool   `json:"step_limit_hit"`
+	// ContextFull: the run stopped because the prompt no longer fit the
+	// model (the policy's error was ErrContextFull).
+	ContextFull  bool `json:"context_full,omitempty"`
+	StepLimitHit bool `json:"step_limit_hit"`
 }
 
 // ToolCalls counts successful calls by tool name.
@@ -87,6 +97,7 @@ func Run(ctx context.Context, p Policy, rt *Runtime, lim Limits) (Trace, error) 
 		st.Overflow = lim.ContextBudget > 0 && st.PromptTokens > lim.ContextBudget
 		c, err := p.Complete(ctx, prompt)
 		if err != nil {
+			tr.ContextFull = errors.Is(err, ErrContextFull)
 			return tr, fmt.Errorf("policy, step %d: %w", step+1, err)
 		}
 		st.Completion = c

@@ -202,6 +202,7 @@ type summary struct {
 	ContextTokens float64            `json:"avg_context_tokens"`
 	ToolCalls     map[string]float64 `json:"avg_tool_calls"`
 	FormatErrors  int                `json:"format_errors"`
+	ContextFull   int                `json:"context_full"` // tasks ended by a context the model cannot read
 }
 
 func summarize(name string, rs []env.Result) summary {
@@ -217,6 +218,9 @@ func summarize(name string, rs []env.Result) summary {
 			s.ToolCalls[k] += float64(v)
 		}
 		s.FormatErrors += r.FormatErrors()
+		if r.ContextFull {
+			s.ContextFull++
+		}
 	}
 	n := float64(max(len(rs), 1))
 	s.EM, s.F1, s.Answered, s.ContextTokens = s.EM/n, s.F1/n, s.Answered/n, s.ContextTokens/n
@@ -228,13 +232,13 @@ func summarize(name string, rs []env.Result) summary {
 
 func printSummary(w io.Writer, ss []summary) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "policy\ttasks\tEM\tF1\tanswered\tavg prompt tokens\tadd\tupdate\tdelete\tretrieve\tsummary\tfilter\tformat errors")
+	fmt.Fprintln(tw, "policy\ttasks\tEM\tF1\tanswered\tavg prompt tokens\tadd\tupdate\tdelete\tretrieve\tsummary\tfilter\tformat errors\tcontext full")
 	for _, s := range ss {
 		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.2f\t%.0f", s.Policy, s.Tasks, s.EM, s.F1, s.Answered, s.ContextTokens)
 		for _, t := range []string{memtools.ToolAdd, memtools.ToolUpdate, memtools.ToolDelete, memtools.ToolRetrieve, memtools.ToolSummary, memtools.ToolFilter} {
 			fmt.Fprintf(tw, "\t%.2f", s.ToolCalls[t])
 		}
-		fmt.Fprintf(tw, "\t%d\n", s.FormatErrors)
+		fmt.Fprintf(tw, "\t%d\t%d\n", s.FormatErrors, s.ContextFull)
 	}
 	tw.Flush()
 }

@@ -170,7 +170,7 @@ and tool calls per task. Writes the table as JSON to eval.out.`,
 			if cfg.Eval.Tasks > 0 && len(tasks) > cfg.Eval.Tasks {
 				tasks = tasks[:cfg.Eval.Tasks]
 			}
-			rows, err := eval.Run(cmd.Context(), eval.Options{Config: cfg, Tasks: tasks, Log: cmd.ErrOrStderr(), Policies: []eval.Policy{
+			rows, err := eval.Run(cmd.Context(), eval.Options{Config: cfg, Tasks: tasks, Log: cmd.ErrOrStderr(), Methods: []eval.Method{
 				{Name: "No-Memory", Scripted: "no-memory"}, {Name: "AgeMem-noRL", Dir: norl}, {Name: "AgeMem", Dir: trained}}})
 			if err != nil {
 				return err

@@ -208,6 +208,9 @@ func (e *PromptTooLongError) Error() string {
 	return fmt.Sprintf("prompt of %d tokens exceeds the limit of %d", e.Tokens, e.Limit)
 }
 
+// Is makes errors.Is(err, memtools.ErrContextFull) hold.
+func (e *PromptTooLongError) Is(target error) bool { return target == memtools.ErrContextFull }
+
 func isStop(id int, stops []int) bool {
 	for _, s := range stops {
 		if s == id {
