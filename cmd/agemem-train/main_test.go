@@ -333,6 +333,7 @@ func TestCLISFTErrors(t *testing.T) {
 		{[]string{"pretrain", "--set", "pretrain.span_max=2"}, "pretrain.span_max: 2"},
 		{[]string{"pretrain", "--set", "pretrain.init=" + dir}, "tokenizer.json"},
 		{[]string{"sft", "--set", "sft.copy_sequences=-1"}, "sft.copy_sequences: -1"},
+		{[]string{"sft", "--set", "sft.copy_weight=0.5"}, "sft.copy_weight: 0.5 must be at least 1"},
 		{[]string{"init-model", "--config", "../../configs/tiny.yaml", "--out", dir}, "--tokenizer is required"},
 	} {
 		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -51,6 +51,9 @@ prompts and reports how many responses the AgeMem parser accepts.`,
 			} else {
 				fmt.Fprintf(out, "held-out loss %.4f -> %.4f\n", res.EvalLossStart, res.EvalLoss)
 			}
+			if !math.IsNaN(res.EvalCopyLoss) {
+				fmt.Fprintf(out, "held-out loss on copied tokens (names and facts from the context) %.4f -> %.4f\n", res.EvalCopyLossStart, res.EvalCopyLoss)
+			}
 			if res.ParseN > 0 {
 				fmt.Fprintf(out, "held-out responses the AgeMem parser accepts: %d/%d (%.1f%%)\n", res.ParseOK, res.ParseN, 100*float64(res.ParseOK)/float64(res.ParseN))
 			}

@@ -3,6 +3,7 @@ package ltm
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -390,5 +391,47 @@ func TestSQLiteLargeNamespaceOnDevice(t *testing.T) {
 	}
 	if asked != 1 {
 		t.Fatalf("the device was asked for %d times, want once", asked)
+	}
+}
+
+// TestWriterGoneFreesTheWriteSlot: a writer whose context ends while it
+// holds the write slot (a client hanging up mid-request) must free it,
+// including when database/sql has already rolled the transaction back on
+// its own; otherwise every later write waits forever.
+func TestWriterGoneFreesTheWriteSlot(t *testing.T) {
+	s, err := OpenSQLite(filepath.Join(t.TempDir(), "m.db"), SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The deterministic case: the context ends, database/sql rolls back,
+	// then the writer's deferred Rollback sees ErrTxDone.
+	ctx, cancel := context.WithCancel(context.Background())
+	tx, err := s.begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, err := tx.ExecContext(context.Background(), "SELECT 1"); errors.Is(err, sql.ErrTxDone) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("database/sql did not roll back the cancelled transaction")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tx.Rollback()
+	// Writers cut off at random moments, then one with time to spare.
+	ns, _ := s.Namespace("u")
+	for i := range 300 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%50)*10*time.Microsecond)
+		ns.Add(ctx, Entry{Content: fmt.Sprint("fact ", i), Embedding: []float32{1, float32(i)}})
+		cancel()
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := ns.Add(ctx, Entry{Content: "after", Embedding: []float32{1, 2}}); err != nil {
+		t.Fatalf("a write after writers that hung up: %v (the write slot was never freed)", err)
 	}
 }

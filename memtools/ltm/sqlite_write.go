@@ -131,13 +131,14 @@ func (t *writeTx) Commit() error {
 	return t.Tx.Commit()
 }
 
-// Rollback after Commit is a no-op, as for sql.Tx.
+// Rollback after Commit is a no-op, as for sql.Tx. It frees the write slot
+// whatever Rollback says: when the caller's context ends, database/sql rolls
+// the transaction back by itself and Rollback reports ErrTxDone, and a slot
+// kept then would block every later writer for good (the serve soak found
+// it: clients hanging up mid-write).
 func (t *writeTx) Rollback() error {
-	err := t.Tx.Rollback()
-	if !errors.Is(err, sql.ErrTxDone) {
-		t.release()
-	}
-	return err
+	defer t.release()
+	return t.Tx.Rollback()
 }
 
 // begin waits for the write slot (ErrBusy if the queue is full) and opens

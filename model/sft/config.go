@@ -31,6 +31,11 @@ type Config struct {
 	// span, a gap, the span again) to every step, so that a model whose
 	// copying was pretrained keeps it while it learns the chat data.
 	CopySequences int `yaml:"copy_sequences"`
+	// CopyWeight multiplies the loss of reply tokens that copy the record's
+	// context (CopyTargets: names and facts the user or a tool gave); 1
+	// weighs every learned token alike. The held-out loss on those tokens
+	// is logged as eval_copy_loss either way.
+	CopyWeight float64 `yaml:"copy_weight"`
 	// Out receives checkpoints, metrics.jsonl, loss.png and the final policy.
 	Out string `yaml:"out"`
 }
@@ -38,7 +43,7 @@ type Config struct {
 // DefaultConfig is the embedded default's: 300 steps of 4,096 tokens.
 func DefaultConfig() Config {
 	return Config{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 4096, GradAccum: 1,
-		ScheduleConfig: optim.ScheduleConfig{LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1}, LossOn: "last",
+		ScheduleConfig: optim.ScheduleConfig{LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1}, LossOn: "last", CopyWeight: 1,
 		EvalEvery: 50, SaveEvery: 100, Out: "runs/tiny/sft"}
 }
 
@@ -56,5 +61,8 @@ func (c Config) Validate() error {
 	e.AtLeast("eval_every", c.EvalEvery, 0)
 	e.AtLeast("save_every", c.SaveEvery, 0)
 	e.AtLeast("copy_sequences", c.CopySequences, 0)
+	if !(c.CopyWeight >= 1) {
+		e.Add("copy_weight", "%g must be at least 1 (1: no extra weight)", c.CopyWeight)
+	}
 	return e.Err()
 }

@@ -22,6 +22,9 @@ type Example struct {
 	// Prompt is the conversation before the last assistant message, for
 	// generating from held-out records.
 	Prompt []chat.Message
+	// Copy marks the learned tokens that copy the record's context (set
+	// by MarkCopies).
+	Copy []bool
 }
 
 const (
@@ -142,4 +145,58 @@ func Split(ex []Example, fraction float64) (trainSet, evalSet []Example) {
 		n = 1
 	}
 	return ex[:len(ex)-n], ex[len(ex)-n:]
+}
+
+// templateShare is how common a token may be among the replies and still
+// count as content: tokens learned in more records than this share (the
+// think phrases, JSON keys, tool names, common letters) are the format.
+const templateShare = 0.2
+
+// MarkCopies sets each record's Copy: the learned tokens that copy its
+// context. A copy starts at a content token (rarer among the replies than
+// templateShare) that the record's unlearned part (what the user said, what
+// a tool returned) holds, and extends left and right while the reply and
+// the context share the bigram, so a copied fact is marked whole ("Ivo is
+// a judge." around the rare "judge" and "Ivo"'s pieces). These are the
+// names and facts a memory agent must carry into its tool calls and
+// answers, and what a small model does not learn when they are a handful
+// among hundreds of format tokens.
+func MarkCopies(ex []Example) {
+	df := map[int]int{}
+	for _, e := range ex {
+		seen := map[int]bool{}
+		for i, id := range e.Seq.IDs {
+			if e.Seq.Loss[i] && !seen[id] {
+				seen[id] = true
+				df[id]++
+			}
+		}
+	}
+	limit := int(templateShare * float64(len(ex)))
+	for k, e := range ex {
+		ids, loss := e.Seq.IDs, e.Seq.Loss
+		ctx, bigrams := map[int]bool{}, map[[2]int]bool{}
+		for i, id := range ids {
+			if !loss[i] {
+				ctx[id] = true
+				if i > 0 && !loss[i-1] {
+					bigrams[[2]int{ids[i-1], id}] = true
+				}
+			}
+		}
+		mark := make([]bool, len(ids))
+		for i, id := range ids {
+			if !loss[i] || mark[i] || !ctx[id] || df[id] > limit {
+				continue
+			}
+			mark[i] = true
+			for j := i - 1; j >= 0 && loss[j] && !mark[j] && bigrams[[2]int{ids[j], ids[j+1]}]; j-- {
+				mark[j] = true
+			}
+			for j := i + 1; j < len(ids) && loss[j] && bigrams[[2]int{ids[j-1], ids[j]}]; j++ {
+				mark[j] = true
+			}
+		}
+		ex[k].Copy = mark
+	}
 }

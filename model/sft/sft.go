@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/agemem/agemem/kernels/cpu"
@@ -51,12 +52,15 @@ type Options struct {
 
 // Result summarises a run.
 type Result struct {
-	Steps                    int
-	EvalLossStart, EvalLoss  float64 // mean NLL per learned held-out token
-	TrainLossStart, TrainEnd float64 // first and last step's training loss
-	TokensPerSec             float64 // tokens through forward+backward per second
-	ParseOK, ParseN          int     // generated held-out responses the AgeMem parser accepts
-	Policy                   string  // where the tuned policy was written
+	Steps                   int
+	EvalLossStart, EvalLoss float64 // mean NLL per learned held-out token
+	// EvalCopyLossStart, EvalCopyLoss: the same on the held-out tokens that
+	// copy their context (MarkCopies); NaN when there are none.
+	EvalCopyLossStart, EvalCopyLoss float64
+	TrainLossStart, TrainEnd        float64 // first and last step's training loss
+	TokensPerSec                    float64 // tokens through forward+backward per second
+	ParseOK, ParseN                 int     // generated held-out responses the AgeMem parser accepts
+	Policy                          string  // where the tuned policy was written
 }
 
 // Run fine-tunes o.Model on o.Config.Data.
@@ -84,7 +88,25 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x736674))
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	MarkCopies(all)
+	if s.CopyWeight != 1 {
+		for i, e := range all {
+			all[i].Seq.Weights = make([]float32, len(e.Copy))
+			for j, c := range e.Copy {
+				all[i].Seq.Weights[j] = 1
+				if c {
+					all[i].Seq.Weights[j] = float32(s.CopyWeight)
+				}
+			}
+		}
+	}
 	trainSet, evalSet := Split(all, s.EvalFraction)
+	var evalCopy []Example // held-out records learning only their copy tokens
+	for _, e := range evalSet {
+		if slices.Contains(e.Copy, true) {
+			evalCopy = append(evalCopy, Example{Seq: train.Sequence{IDs: e.Seq.IDs, Loss: e.Copy}})
+		}
+	}
 	tr := train.NewOptimizer(p, o.Optim, s.LR, s.Over(s.Steps), o.Seed, o.YAML)
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
@@ -106,6 +128,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	evalBatches := Plan(evalSet, s.BatchTokens, 0, 0)
+	evalCopyBatches := Plan(evalCopy, s.BatchTokens, 0, 0)
 	fmt.Fprintf(o.Log, "sft: %d records (%d train, %d held out), %d trainable parameters, %d steps of %d micro-batch(es)\n",
 		len(all), len(trainSet), len(evalSet), tr.NumParams(), s.Steps, s.GradAccum)
 	res.EvalLossStart, res.EvalLoss = math.NaN(), math.NaN()
@@ -119,12 +142,18 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		loop.Eval = func(_ context.Context, n int) (map[string]any, error) {
 			learner.SyncHost()
 			l := train.EvalLoss(p.W, evalBatches)
-			if n == 0 {
-				res.EvalLossStart = l
-				fmt.Fprintf(o.Log, "eval loss before training: %.4f\n", l)
+			m := map[string]any{"eval_loss": l}
+			cl := math.NaN()
+			if len(evalCopyBatches) > 0 {
+				cl = train.EvalLoss(p.W, evalCopyBatches)
+				m["eval_copy_loss"] = cl
 			}
-			res.EvalLoss = l
-			return map[string]any{"eval_loss": l}, nil
+			if n == 0 {
+				res.EvalLossStart, res.EvalCopyLossStart = l, cl
+				fmt.Fprintf(o.Log, "eval loss before training: %.4f (copied tokens: %.4f)\n", l, cl)
+			}
+			res.EvalLoss, res.EvalCopyLoss = l, cl
+			return m, nil
 		}
 	}
 	loop.Step = func(_ context.Context, n int) (map[string]any, string, error) {
@@ -138,9 +167,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			micro = append(micro[:len(micro):len(micro)], train.Pack(seqs))
 		}
 		learned, stepTokens := 0, 0
+		var weight float64 // Σ of the learned tokens' weights
 		for _, b := range micro {
 			learned += len(b.LossRows)
 			stepTokens += len(b.Tokens)
+			weight += float64(len(b.LossRows))
+			for _, w := range b.Weights {
+				weight += float64(w) - 1
+			}
 		}
 		parts := make([]float64, len(micro))
 		err := learner.Accumulate(micro, func(i int) train.TrainOptions {
@@ -149,7 +183,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			d := make([]float32, len(lp))
 			for j, v := range lp {
 				parts[i] -= float64(v)
-				d[j] = -1 / float32(learned) // d(mean NLL)/d logp
+				w := float32(1)
+				if micro[i].Weights != nil {
+					w = micro[i].Weights[j]
+				}
+				d[j] = -w / float32(weight) // d(weighted mean NLL)/d logp
 			}
 			return d
 		})

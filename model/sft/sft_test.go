@@ -291,3 +291,64 @@ func TestCopySequencesKeepCopying(t *testing.T) {
 		t.Fatalf("copy loss %.3f with copy sequences, %.3f without (floor without copying %.3f): they taught no copying", with, without, chance)
 	}
 }
+
+// TestMarkCopies: the tokens a reply copies from its context are the
+// record's own facts (the name and the job the user told), never the format
+// (think phrases, JSON keys, tool names) nor words every reply has.
+func TestMarkCopies(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "sft.jsonl")
+	texts := records(t, data, 120, 5)
+	model := tinyPolicy(t, texts)
+	tok, err := tokenizer.Load(filepath.Join(model, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := Load(data, tok, chat.Qwen3, "all", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	MarkCopies(ex)
+	for i, e := range ex {
+		var rec struct {
+			Messages []struct{ Content string } `json:"messages"`
+		}
+		json.Unmarshal([]byte(texts[i]), &rec)
+		fact := strings.TrimPrefix(rec.Messages[1].Content, "Note: ")
+		who := strings.Fields(fact)[0]
+		var copied []int
+		for j, c := range e.Copy {
+			if c {
+				if !e.Seq.Loss[j] {
+					t.Fatalf("record %d: an unlearned token marked", i)
+				}
+				copied = append(copied, e.Seq.IDs[j])
+			}
+		}
+		var pieces []string
+		for _, id := range copied {
+			pieces = append(pieces, tok.Decode([]int{id}, false))
+		}
+		got := strings.Join(pieces, "|")
+		for _, p := range pieces {
+			if !strings.Contains(fact, strings.TrimSpace(p)) {
+				t.Fatalf("record %d (%q): marked %q, not from the fact", i, fact, got)
+			}
+		}
+		joined := strings.Join(pieces, "")
+		job := strings.TrimSuffix(strings.Fields(fact)[3], ".")
+		if !strings.Contains(joined, who[1:]) || !strings.Contains(joined, " is a "+job) {
+			t.Fatalf("record %d (%q): the copied fact is not marked whole (%q)", i, fact, got)
+		}
+	}
+	// Weights travel through Pack to the learned rows they belong to.
+	a := train.Sequence{IDs: []int{1, 2, 3, 4}, Loss: []bool{false, false, true, true}, Weights: []float32{1, 1, 5, 1}}
+	b := train.Sequence{IDs: []int{1, 2, 7}, Loss: []bool{false, false, true}}
+	pb := train.Pack([]train.Sequence{a, b})
+	if want := []float32{5, 1, 1}; fmt.Sprint(pb.Weights) != fmt.Sprint(want) || fmt.Sprint(pb.Targets) != "[3 4 7]" {
+		t.Fatalf("packed weights %v for targets %v, want %v for [3 4 7]", pb.Weights, pb.Targets, want)
+	}
+	if train.Pack([]train.Sequence{b}).Weights != nil {
+		t.Fatal("unweighted sequences should pack without weights")
+	}
+}

@@ -74,7 +74,7 @@ func BenchmarkTrainStep(b *testing.B) {
 			for i := range ids {
 				ids[i], loss[i] = r.IntN(s.cfg.VocabSize), i > 0
 			}
-			seqs = append(seqs, Sequence{ids, loss})
+			seqs = append(seqs, Sequence{IDs: ids, Loss: loss})
 		}
 		batch := Pack(seqs)
 		for _, recompute := range []bool{false, true} {

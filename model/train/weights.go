@@ -197,6 +197,9 @@ type Batch struct {
 	Targets  []int
 	// Seq[i] is the sequence LossRows[i] belongs to.
 	Seq []int
+	// Weights[i] weighs LossRows[i] in the loss; nil when every sequence
+	// left its weights at 1.
+	Weights []float32
 }
 
 // Sequence is one training sequence: token ids, and for each token whether
@@ -204,6 +207,9 @@ type Batch struct {
 type Sequence struct {
 	IDs  []int
 	Loss []bool
+	// Weights, if set, weigh each learned token in the loss (1 otherwise):
+	// e.g. SFT's copy_weight on tokens the reply copies from its context.
+	Weights []float32
 }
 
 // Pack stacks sequences into one batch. The longest prefix they all share
@@ -234,6 +240,10 @@ func Pack(seqs []Sequence) Batch {
 		shared = max(shared, 0)
 	}
 	var b Batch
+	weighted := false
+	for _, s := range seqs {
+		weighted = weighted || s.Weights != nil
+	}
 	add := func(ids []int, loss []bool, from, seq int) {
 		for i := from; i < len(ids); i++ {
 			row := len(b.Tokens)
@@ -243,6 +253,13 @@ func Pack(seqs []Sequence) Batch {
 				b.LossRows = append(b.LossRows, row)
 				b.Targets = append(b.Targets, ids[i+1])
 				b.Seq = append(b.Seq, seq)
+				if weighted {
+					w := float32(1)
+					if seq >= 0 && seqs[seq].Weights != nil {
+						w = seqs[seq].Weights[i+1]
+					}
+					b.Weights = append(b.Weights, w)
+				}
 			}
 		}
 	}

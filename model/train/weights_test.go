@@ -153,7 +153,7 @@ func TestTrainingForwardMatchesEngine(t *testing.T) {
 				for i := 6; i < len(ids); i++ {
 					loss[i] = true
 				}
-				seqs = append(seqs, Sequence{ids, loss})
+				seqs = append(seqs, Sequence{IDs: ids, Loss: loss})
 			}
 			b := Pack(seqs)
 			got := w.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
