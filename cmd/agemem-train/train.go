@@ -16,6 +16,7 @@ import (
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
 	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/roles"
 )
@@ -107,19 +108,22 @@ func printPlan(w io.Writer, cfg config.Config) error {
 	if rc.Recompute {
 		act = float64(rc.BatchTokens) * 4 * (L*h + 12*h + 4*qw + 4*kvw + 5*inter)
 	}
-	logits := float64(rc.BatchTokens) * float64(mc.VocabSize) * 4 * 2
+	// The LM head runs at most train.LogitChunkFloats logits at a time
+	// (and their gradient), whatever the number of learned tokens.
+	chunk := min(rc.BatchTokens, max(1, train.LogitChunkFloats/mc.VocabSize))
+	logits := float64(chunk) * float64(mc.VocabSize) * 4 * 2
 	total := weights + ref + optimizer + engine + kv + act + logits
 	fmt.Fprintf(w, "config valid; policy %s: %s, %d layers, hidden %d, %.2fM parameters, %.2fM trainable (%s)\n",
 		rc.Init, mc.ModelType, mc.Layers, mc.HiddenSize, params/1e6, trainable/1e6, map[bool]string{true: "LoRA", false: "full"}[cfg.LoRA.Enabled])
 	fmt.Fprintf(w, "a step: %d tasks x %d rollouts, contexts up to %d + %d tokens, micro-batches of %d tokens\n", rc.BatchTasks, rc.K, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget, rc.BatchTokens)
-	fmt.Fprintf(w, "memory per device (device cpu; one device until multi-GPU lands):\n")
+	fmt.Fprintf(w, "memory per device:\n")
 	for _, l := range []struct {
 		name string
 		b    float64
 	}{{"weights (f32 masters)", weights}, {"reference policy", ref}, {"gradients + AdamW moments", optimizer},
 		{"rollout engine weights", engine}, {"KV caches of all rollouts (upper bound)", kv}, {"activations of a micro-batch", act},
-		{"vocabulary logits and gradient", logits}, {"total (approximate)", total}} {
-		fmt.Fprintf(w, "  %-42s %s\n", l.name, gib(l.b))
+		{fmt.Sprintf("vocabulary logits and gradient (%d tokens at a time)", chunk), logits}, {"total (approximate)", total}} {
+		fmt.Fprintf(w, "  %-58s %s\n", l.name, gib(l.b))
 	}
 	return nil
 }

@@ -334,3 +334,62 @@ func (t *Tape[T]) Attention(q, k, v *Var[T], segs []Segment, heads, kvHeads, hd 
 	})
 	return y
 }
+
+// LinearLogProbs is LogProbs(Linear(x, w, nil), targets), with the
+// entropies of the rows' softmax when asked, computed chunk rows at a time:
+// the [rows, vocabulary] logits are never held whole, only [chunk,
+// vocabulary] of them, and the backward recomputes each chunk's logits
+// (one more matmul over the vocabulary) instead of keeping them. For a
+// 152k vocabulary and thousands of learned tokens that is gigabytes (the
+// largest item of a paper-scale step) traded for one extra LM-head
+// matmul, as Liger's fused linear cross-entropy does.
+func (t *Tape[T]) LinearLogProbs(x, w *Var[T], targets []int, chunk int, entropy bool) (*Var[T], []float64) {
+	m, k, n := x.Rows, x.Cols, w.Rows
+	check(w.Cols == k, "linear log-probs: input width %d, weight [%d, %d]", k, w.Rows, w.Cols)
+	check(len(targets) == m, "linear log-probs: %d targets for %d rows", len(targets), m)
+	for _, tok := range targets {
+		check(tok < n, "linear log-probs: target %d outside the vocabulary of %d", tok, n)
+	}
+	chunk = max(1, min(chunk, m))
+	y := t.out(m, 1, x.Requires || w.Requires)
+	var ent []float64
+	buf := make([]T, chunk*n)
+	logits := func(lo, hi int) []T {
+		l := buf[:(hi-lo)*n]
+		xs := x.Val[lo*k : hi*k]
+		if s, ok := f32(l, xs, w.Val); ok {
+			cpu.MatMulT(s[0], s[1], s[2], nil, hi-lo, k, n)
+		} else {
+			copy(l, cpu.MatMulTRef(xs, w.Val, nil, hi-lo, k, n))
+		}
+		return l
+	}
+	for lo := 0; lo < m; lo += chunk {
+		hi := min(lo+chunk, m)
+		l := logits(lo, hi)
+		copy(y.Val[lo:hi], cpu.LogProbGather(l, targets[lo:hi], n))
+		if entropy {
+			ent = append(ent, cpu.Entropy(l, n)...)
+		}
+	}
+	t.record(y, func() {
+		if y.Grad == nil {
+			return
+		}
+		dx, dw := t.gradIf(x), t.gradIf(w)
+		dl := make([]T, chunk*n)
+		for lo := 0; lo < m; lo += chunk {
+			hi := min(lo+chunk, m)
+			l := logits(lo, hi)
+			d := dl[:(hi-lo)*n]
+			clear(d)
+			cpu.LogProbGatherBackward(d, y.Grad[lo:hi], l, targets[lo:hi], n)
+			var dxs []T
+			if dx != nil {
+				dxs = dx[lo*k : hi*k]
+			}
+			linearBackward(dxs, dw, nil, d, x.Val[lo*k:hi*k], w.Val, hi-lo, k, n)
+		}
+	})
+	return y, ent
+}

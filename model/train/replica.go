@@ -80,7 +80,7 @@ type ReplicaActs struct {
 	o             TrainOptions
 	layers        []devLayerAct
 	x, xf, xfn    kernels.Tensor
-	logits        kernels.Tensor
+	logits        kernels.Tensor // nil when Forward ran the LM head in chunks
 	LogProbs, Ent kernels.Tensor // [len(LossRows)], the learned tokens' log-probabilities and entropies
 }
 
@@ -108,11 +108,47 @@ func (d *Replica) Forward(b Batch, o TrainOptions) *ReplicaActs {
 	acts.xf, acts.xfn = be.Zeros(m, h), be.Zeros(m, h)
 	be.Embedding(acts.xf, x, b.LossRows)
 	be.RMSNorm(acts.xfn, acts.xf, d.Norm.W, float32(d.RMSNormEps))
-	acts.logits = be.Zeros(m, d.VocabSize)
-	be.MatMul(acts.logits, acts.xfn, d.LMHead.W, nil)
 	acts.LogProbs, acts.Ent = be.Zeros(m), be.Zeros(m)
-	be.LogProbs(acts.LogProbs, acts.Ent, acts.logits, b.Targets)
+	chunk := o.logitChunk(d.VocabSize)
+	if m <= chunk { // all the logits at once, kept for the backward
+		acts.logits = be.Zeros(m, d.VocabSize)
+		be.MatMul(acts.logits, acts.xfn, d.LMHead.W, nil)
+		be.LogProbs(acts.LogProbs, acts.Ent, acts.logits, b.Targets)
+		return acts
+	}
+	// Chunk by chunk (Tape.LinearLogProbs): the backward recomputes them.
+	buf := be.Zeros(chunk, d.VocabSize)
+	for lo := 0; lo < m; lo += chunk {
+		hi := min(lo+chunk, m)
+		l := be.Rows(buf, 0, hi-lo)
+		be.MatMul(l, be.Rows(acts.xfn, lo, hi), d.LMHead.W, nil)
+		be.LogProbs(be.Rows(acts.LogProbs, lo, hi), be.Rows(acts.Ent, lo, hi), l, b.Targets[lo:hi])
+	}
 	return acts
+}
+
+// headBackward accumulates the LM head's weight gradient and dxfn from
+// dLogp, chunk by chunk when Forward did not keep the logits.
+func (d *Replica) headBackward(acts *ReplicaActs, dxfn, dLogp kernels.Tensor) {
+	be := d.be
+	b := acts.b
+	m := len(b.LossRows)
+	if acts.logits != nil {
+		dlogits := be.Zeros(m, d.VocabSize)
+		be.LogProbsBackward(dlogits, dLogp, acts.logits, b.Targets)
+		be.MatMulBackward(dxfn, d.LMHead.G, nil, dlogits, acts.xfn, d.LMHead.W)
+		return
+	}
+	chunk := acts.o.logitChunk(d.VocabSize)
+	buf, dbuf := be.Zeros(chunk, d.VocabSize), be.Zeros(chunk, d.VocabSize)
+	for lo := 0; lo < m; lo += chunk {
+		hi := min(lo+chunk, m)
+		l, dl, xs := be.Rows(buf, 0, hi-lo), be.Rows(dbuf, 0, hi-lo), be.Rows(acts.xfn, lo, hi)
+		be.MatMul(l, xs, d.LMHead.W, nil)
+		be.Zero(dl)
+		be.LogProbsBackward(dl, be.Rows(dLogp, lo, hi), l, b.Targets[lo:hi])
+		be.MatMulBackward(be.Rows(dxfn, lo, hi), d.LMHead.G, nil, dl, xs, d.LMHead.W)
+	}
 }
 
 func (d *Replica) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
@@ -240,10 +276,8 @@ func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 	b, o := acts.b, acts.o
 	eps := float32(d.RMSNormEps)
 	m := len(b.LossRows)
-	dlogits := be.Zeros(m, d.VocabSize)
-	be.LogProbsBackward(dlogits, dLogp, acts.logits, b.Targets)
 	dxfn, dxf := be.Zeros(m, d.HiddenSize), be.Zeros(m, d.HiddenSize)
-	be.MatMulBackward(dxfn, d.LMHead.G, nil, dlogits, acts.xfn, d.LMHead.W)
+	d.headBackward(acts, dxfn, dLogp)
 	be.RMSNormBackward(dxf, d.Norm.G, dxfn, acts.xf, d.Norm.W, eps)
 	dx := be.Zeros(len(b.Tokens), d.HiddenSize)
 	be.EmbeddingBackward(dx, dxf, b.LossRows)

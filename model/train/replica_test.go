@@ -99,6 +99,21 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 			for i, nv := range tr {
 				relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, 10*tol)
 			}
+			// The LM head in chunks of two learned tokens (the logits
+			// recomputed in the backward): the same values and gradients.
+			oc2 := o
+			oc2.LogitChunk = 2
+			d2 := NewReplica(be, w)
+			acts2 := d2.Forward(b, oc2)
+			if acts2.logits != nil {
+				t.Fatal("a chunked forward kept the whole logits")
+			}
+			relClose(t, "chunked logprobs", be.ToHost(acts2.LogProbs), lp.Val, tol)
+			relClose(t, "chunked entropy", be.ToHost(acts2.Ent), ent32, tol)
+			d2.Backward(acts2, be.FromHost(coef, len(coef)))
+			for i, nv := range tr {
+				relClose(t, "chunked gradient of "+nv.Name, be.ToHost(d2.Params[i].G), nv.V.Grad, 10*tol)
+			}
 			// One optimiser step, clipped: the same update as optim's.
 			params := make([]optim.Param, len(tr))
 			for i, nv := range tr {

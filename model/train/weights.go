@@ -285,6 +285,24 @@ type TrainOptions struct {
 	// NoAdapter runs the base alone, as if no adapter were attached: GRPO's
 	// reference policy under LoRA, without a second copy of the weights.
 	NoAdapter bool
+	// LogitChunk is how many learned tokens' vocabulary logits exist at
+	// once (0: as many as fit LogitChunkFloats). With more learned tokens
+	// than that, the LM head and log-softmax run chunk by chunk and the
+	// backward recomputes each chunk's logits.
+	LogitChunk int
+}
+
+// LogitChunkFloats bounds the logits (and their gradient) a step holds at
+// once: 2²⁴ floats, 64 MiB, where a 152k vocabulary times 16k learned
+// tokens would be 9 GiB.
+const LogitChunkFloats = 1 << 24
+
+// logitChunk is the rows of logits held at once for a vocabulary of v.
+func (o TrainOptions) logitChunk(v int) int {
+	if o.LogitChunk > 0 {
+		return o.LogitChunk
+	}
+	return max(1, LogitChunkFloats/v)
 }
 
 // LogProbs runs the batch through the decoder on the tape and returns the
@@ -315,6 +333,9 @@ func (w *Weights[T]) logProbs(tp *tape.Tape[T], b Batch, o TrainOptions, entropy
 		}
 	}
 	x = tp.RMSNorm(tp.Gather(x, b.LossRows), w.Norm, w.RMSNormEps)
+	if chunk := o.logitChunk(w.LMHead.Rows); len(b.LossRows) > chunk {
+		return tp.LinearLogProbs(x, w.LMHead, b.Targets, chunk, entropy)
+	}
 	logits := tp.Linear(x, w.LMHead, nil)
 	var ent []float64
 	if entropy {

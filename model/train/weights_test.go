@@ -48,13 +48,18 @@ var fdSeqs = []Sequence{
 // head), full fine-tuning and then LoRA on all seven projections.
 func TestWholeModelFiniteDifferences(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		cfg  qwen.Config
-		lora bool
+		name  string
+		cfg   qwen.Config
+		lora  bool
+		chunk int // TrainOptions.LogitChunk
 	}{
-		{"qwen3 full", micro("qwen3", false), false},
-		{"qwen2 tied full", micro("qwen2", true), false},
-		{"qwen3 lora", micro("qwen3", false), true},
+		{"qwen3 full", micro("qwen3", false), false, 0},
+		{"qwen2 tied full", micro("qwen2", true), false, 0},
+		{"qwen3 lora", micro("qwen3", false), true, 0},
+		// The LM head and log-softmax two learned tokens at a time, the
+		// logits recomputed in the backward (LinearLogProbs).
+		{"qwen2 tied full, logits in chunks of 2", micro("qwen2", true), false, 2},
+		{"qwen3 full, logits in chunks of 3", micro("qwen3", false), false, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w := weightsFor[float64](t, c.cfg, 3)
@@ -78,7 +83,7 @@ func TestWholeModelFiniteDifferences(t *testing.T) {
 				coef[i] = r.NormFloat64()
 			}
 			loss := func() float64 {
-				y := w.LogProbs(tape.New[float64](), b, TrainOptions{})
+				y := w.LogProbs(tape.New[float64](), b, TrainOptions{LogitChunk: c.chunk})
 				s := 0.0
 				for i, v := range y.Val {
 					s += coef[i] * v
@@ -86,7 +91,7 @@ func TestWholeModelFiniteDifferences(t *testing.T) {
 				return s
 			}
 			tp := tape.New[float64]()
-			tp.Backward(w.LogProbs(tp, b, TrainOptions{Recompute: true}), coef)
+			tp.Backward(w.LogProbs(tp, b, TrainOptions{Recompute: true, LogitChunk: c.chunk}), coef)
 			checked := 0
 			for _, nv := range w.Trainable() {
 				p := nv.V
