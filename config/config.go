@@ -95,8 +95,8 @@ type Model struct {
 	// host memory); cpu entries are simulated devices.
 	Devices []string `yaml:"devices"`
 	// TrainDtype is the precision of the training matmuls on GPUs: f32, or
-	// bf16 (tensor cores, f32 accumulation; weights, gradients and AdamW
-	// stay f32).
+	// bf16 (tensor cores, f32 accumulation; the frozen base under LoRA is
+	// then held in bf16; trainable weights, gradients and AdamW stay f32).
 	TrainDtype string `yaml:"train_dtype"`
 	// Init is the shape `agemem-train init-model --config` writes.
 	Init ModelInit `yaml:"init"`

@@ -93,6 +93,11 @@ func printPlan(w io.Writer, cfg config.Config) error {
 	rc := cfg.RL
 	gib := func(b float64) string { return fmt.Sprintf("%.2f GiB", b/(1<<30)) }
 	weights := 4 * params // f32 master weights
+	wname := "weights (f32 masters)"
+	if cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16" {
+		weights = 2*(params-trainable) + 4*trainable
+		wname = "weights (bf16 frozen base, f32 adapters)"
+	}
 	ref := 4 * params     // the frozen reference (shared with the base under LoRA)
 	if cfg.LoRA.Enabled {
 		ref = 0
@@ -120,7 +125,7 @@ func printPlan(w io.Writer, cfg config.Config) error {
 	for _, l := range []struct {
 		name string
 		b    float64
-	}{{"weights (f32 masters)", weights}, {"reference policy", ref}, {"gradients + AdamW moments", optimizer},
+	}{{wname, weights}, {"reference policy", ref}, {"gradients + AdamW moments", optimizer},
 		{"rollout engine weights", engine}, {"KV caches of all rollouts (upper bound)", kv}, {"activations of a micro-batch", act},
 		{fmt.Sprintf("vocabulary logits and gradient (%d tokens at a time)", chunk), logits}, {"total (approximate)", total}} {
 		fmt.Fprintf(w, "  %-58s %s\n", l.name, gib(l.b))

@@ -27,13 +27,24 @@ func (*Backend) Mul(y, a, b kernels.Tensor) {
 	}
 }
 
-// MatMulBackward implements kernels.TrainBackend (plain float32 weights only:
-// training keeps master weights in float32).
+// MatMulBackward implements kernels.TrainBackend. w may be an uploaded
+// (frozen, possibly bf16) weight when dw is nil: it is widened for the
+// product, as the reference the GPU's bf16 GEMM is held to.
 func (*Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 	wt := host(w)
 	n, k := wt.Dims[0], wt.Dims[1]
 	xd := data(x)
-	LinearBackward(data(dx), data(dw), data(db), data(dy), xd, data(w), len(xd)/k, k, n)
+	wd := wt.Data
+	if wt.w != nil {
+		if dw != nil {
+			panic("cpu backend: a gradient asked for an uploaded (frozen) weight")
+		}
+		wd = make([]float32, n*k)
+		for r := range n {
+			wt.w.RowTo(wd[r*k:(r+1)*k], r)
+		}
+	}
+	LinearBackward(data(dx), data(dw), data(db), data(dy), xd, wd, len(xd)/k, k, n)
 }
 
 // LinearBackward is MatMulTBackward for float32 with both products

@@ -50,7 +50,7 @@ func BenchmarkCUDATrain(b *testing.B) {
 			for _, nv := range wts.Trainable() {
 				params += len(nv.V.Val)
 			}
-			d := NewReplica(g, wts)
+			d := NewReplica(g, wts, false)
 			stepN := 0
 			step := func() {
 				stepN++

@@ -17,6 +17,12 @@ func TestCUDAReplicaMatchesTape(t *testing.T) {
 	checkReplica(t, g, 1e-4)
 }
 
+// TestCUDAReplicaBF16Base: the frozen base held in bf16 on the GPU (f32
+// GEMMs reading bf16 weights) against the tape on the rounded base.
+func TestCUDAReplicaBF16Base(t *testing.T) {
+	checkBF16Base(t, testkit.GPU(t), 1e-4)
+}
+
 // TestCUDAReplicaBF16: with tensor-core bf16 matmuls (mixed
 // precision) the step stays close to the f32 tape: log-probabilities within
 // bf16 rounding and every gradient pointing the same way (cosine > 0.99).
@@ -33,7 +39,7 @@ func TestCUDAReplicaBF16(t *testing.T) {
 		tp := tape.New[float32]()
 		lp := w.LogProbs(tp, b, TrainOptions{})
 		tp.Backward(lp, coef)
-		d := NewReplica(g, w)
+		d := NewReplica(g, w, false)
 		acts := d.Forward(b, TrainOptions{})
 		relClose(t, c.name+" bf16 logprobs", g.ToHost(acts.LogProbs), lp.Val, 2e-2)
 		d.Backward(acts, g.FromHost(coef, len(coef)))

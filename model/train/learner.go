@@ -147,7 +147,8 @@ func (Tape) SyncHost() {}
 
 // NewLearner returns the Learner devices ask for (model.devices): the tape
 // when there are none, else data-parallel replicas on them, bf16 choosing
-// tensor-core matmuls on GPUs (model.train_dtype).
+// tensor-core matmuls on GPUs and the frozen base held in bf16
+// (model.train_dtype).
 func NewLearner(t *Optimizer, devices []string, bf16 bool, log io.Writer) (Learner, error) {
 	if len(devices) == 0 {
 		return Tape{t}, nil
@@ -156,5 +157,5 @@ func NewLearner(t *Optimizer, devices []string, bf16 bool, log io.Writer) (Learn
 	if err != nil {
 		return nil, err
 	}
-	return NewParallel(t, bes, reduce, log)
+	return NewParallel(t, bes, reduce, bf16, log)
 }

@@ -26,21 +26,23 @@ type Parallel struct {
 	frozen   map[*Weights[float32]][]*Replica // Score's reference replicas
 	log      io.Writer
 	stale    bool // the host weights lag the replicas (SyncHost)
+	baseBF16 bool // frozen weights in bf16 on the devices
 }
 
 // NewParallel puts a replica of t's policy on each backend, starting from
 // the trainer's current weights and moments (a resumed run's included).
-// reduce may be nil: kernels.HostReduce.
-func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reducer, log io.Writer) (*Parallel, error) {
+// reduce may be nil: kernels.HostReduce. baseBF16 holds the frozen weights
+// in bf16 (NewReplica).
+func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reducer, baseBF16 bool, log io.Writer) (*Parallel, error) {
 	if len(bes) == 0 {
 		return nil, fmt.Errorf("data-parallel training needs at least one device")
 	}
 	if reduce == nil {
 		reduce = kernels.HostReduce{}
 	}
-	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, log: log}
+	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, baseBF16: baseBF16, log: log}
 	for _, be := range bes {
-		r := NewReplica(be, t.Model.W)
+		r := NewReplica(be, t.Model.W, baseBF16)
 		r.LoadMoments(t.Opt)
 		p.Replicas = append(p.Replicas, r)
 	}
@@ -216,7 +218,7 @@ func (p *Parallel) Score(w *Weights[float32], batches []Batch, o TrainOptions) (
 	if w != p.T.Model.W {
 		if reps = p.frozen[w]; reps == nil {
 			for _, r := range p.Replicas {
-				reps = append(reps, NewReplica(r.Backend(), w))
+				reps = append(reps, NewReplica(r.Backend(), w, p.baseBF16))
 			}
 			p.frozen[w] = reps
 		}

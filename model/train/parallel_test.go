@@ -31,7 +31,7 @@ func parallelOn(t *testing.T, dir string, bes []kernels.TrainBackend, reduce ker
 		t.Fatal(err)
 	}
 	tr := NewOptimizer(p, optim.Config{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1}, 1e-2, optim.Schedule{}, 1, "")
-	par, err := NewParallel(tr, bes, reduce, nil)
+	par, err := NewParallel(tr, bes, reduce, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

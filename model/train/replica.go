@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/half"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
@@ -33,10 +34,25 @@ type DeviceParam struct {
 
 // NewReplica uploads w's parameters (and adapter) to be. Only
 // float32 weights train.
-func NewReplica(be kernels.TrainBackend, w *Weights[float32]) *Replica {
+//
+// With baseBF16 the frozen weight matrices (the base under LoRA) are held in
+// bfloat16, half the bytes of the largest item on the device; trainable
+// parameters, norms and biases stay float32. Mixed-precision training
+// (model.train_dtype: bf16) rounds every GEMM input to bf16 anyway, so it
+// loses nothing there.
+func NewReplica(be kernels.TrainBackend, w *Weights[float32], baseBF16 bool) *Replica {
 	d := &Replica{be: be, all: map[string]*DeviceParam{}}
 	for _, nv := range w.Named {
-		p := &DeviceParam{Name: nv.Name, W: be.FromHost(nv.V.Val, nv.V.Rows, nv.V.Cols)}
+		p := &DeviceParam{Name: nv.Name}
+		if v := nv.V; baseBF16 && !v.Requires && v.Rows > 1 && v.Cols > 1 {
+			bits := make([]uint16, len(v.Val))
+			for i, x := range v.Val {
+				bits[i] = half.F32ToBF16(x)
+			}
+			p.W = be.Upload(kernels.Weight{Rows: v.Rows, Cols: v.Cols, BF16: bits})
+		} else {
+			p.W = be.FromHost(v.Val, v.Rows, v.Cols)
+		}
 		if nv.V.Requires {
 			p.G = be.Zeros(nv.V.Rows, nv.V.Cols)
 			p.Decay = optim.DecayFor(nv.Name)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels/half"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/tape"
@@ -83,7 +84,7 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 			lp, ent := w.LogProbsEntropy(tp, b, o)
 			tp.Backward(lp, coef)
 
-			d := NewReplica(be, w)
+			d := NewReplica(be, w, false)
 			acts := d.Forward(b, o)
 			relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp.Val, tol)
 			ent32 := make([]float32, len(ent))
@@ -103,7 +104,7 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 			// recomputed in the backward): the same values and gradients.
 			oc2 := o
 			oc2.LogitChunk = 2
-			d2 := NewReplica(be, w)
+			d2 := NewReplica(be, w, false)
 			acts2 := d2.Forward(b, oc2)
 			if acts2.logits != nil {
 				t.Fatal("a chunked forward kept the whole logits")
@@ -149,4 +150,51 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 			relClose(t, "downloaded moment of "+tr[0].Name, opt2.M[tr[0].Name], opt.M[tr[0].Name], 10*tol)
 		})
 	}
+}
+
+// TestReplicaBF16Base: under LoRA a replica may hold the frozen base in
+// bf16 (half its bytes); it then computes exactly what the tape computes
+// with the base rounded to bf16, gradients of the adapters included.
+func TestReplicaBF16Base(t *testing.T) {
+	d := checkBF16Base(t, cpu.New(), 1e-5)
+	// Held as uploaded bf16 weights, not float32 tensors.
+	for name, p := range d.all {
+		if ct := p.W.(*cpu.Tensor); strings.HasSuffix(name, "proj.weight") && ct.Data != nil {
+			t.Fatalf("%s is held in float32", name)
+		}
+	}
+}
+
+func checkBF16Base(t *testing.T, be kernels.TrainBackend, tol float64) *Replica {
+	cs := deviceCases(t)
+	w := cs[len(cs)-1].w // LoRA
+	frozen := 0
+	for _, nv := range w.Named {
+		if v := nv.V; !v.Requires && v.Rows > 1 && v.Cols > 1 {
+			for i, x := range v.Val {
+				v.Val[i] = half.BF16ToF32(half.F32ToBF16(x))
+			}
+			frozen++
+		}
+	}
+	if frozen == 0 {
+		t.Fatal("no frozen matrices under LoRA")
+	}
+	b := Pack(fdSeqs)
+	o := TrainOptions{Dropout: true, Seed: 42}
+	coef := make([]float32, len(b.LossRows))
+	for i := range coef {
+		coef[i] = float32(i%3) - 1
+	}
+	tp := tape.New[float32]()
+	lp := w.LogProbs(tp, b, o)
+	tp.Backward(lp, coef)
+	d := NewReplica(be, w, true)
+	acts := d.Forward(b, o)
+	relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp.Val, tol)
+	d.Backward(acts, be.FromHost(coef, len(coef)))
+	for i, nv := range w.Trainable() {
+		relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, 10*tol)
+	}
+	return d
 }
