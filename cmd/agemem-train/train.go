@@ -98,7 +98,7 @@ func printPlan(w io.Writer, cfg config.Config) error {
 		weights = 2*(params-trainable) + 4*trainable
 		wname = "weights (bf16 frozen base, f32 adapters)"
 	}
-	ref := 4 * params     // the frozen reference (shared with the base under LoRA)
+	ref := 4 * params // the frozen reference (shared with the base under LoRA)
 	if cfg.LoRA.Enabled {
 		ref = 0
 	}
