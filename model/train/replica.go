@@ -116,8 +116,14 @@ func (d *Replica) Forward(b Batch, o TrainOptions) *ReplicaActs {
 	be.Embedding(x, d.Embed.W, b.Tokens)
 	for li := range d.Layers {
 		var a devLayerAct
-		x = d.layerForward(li, x, b, o, &a)
+		y := d.layerForward(li, x, b, o, &a)
+		if o.Recompute {
+			// Keep the layer's input only; Backward runs the layer again
+			// (same dropout masks: they are seeded) before its backward.
+			a = devLayerAct{x: x}
+		}
 		acts.layers = append(acts.layers, a)
+		x = y
 	}
 	acts.x = x
 	m := len(b.LossRows)
@@ -299,6 +305,12 @@ func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 	be.EmbeddingBackward(dx, dxf, b.LossRows)
 	for li := len(d.Layers) - 1; li >= 0; li-- {
 		l, a := &d.Layers[li], &acts.layers[li]
+		if o.Recompute {
+			if li+1 < len(d.Layers) {
+				acts.layers[li+1] = devLayerAct{} // done with: let it go
+			}
+			d.layerForward(li, a.x, b, o, a)
+		}
 		at, mlp := &l.Attn, &l.MLP
 		// y = xMid + Down(act): dxMid starts as dy (dx's buffer, reused).
 		dact := be.Zeros(a.act.Shape()...)

@@ -101,13 +101,14 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 				relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, 10*tol)
 			}
 			// The LM head in chunks of two learned tokens (the logits
-			// recomputed in the backward): the same values and gradients.
+			// recomputed in the backward) and every layer's activations
+			// recomputed in the backward: the same values and gradients.
 			oc2 := o
-			oc2.LogitChunk = 2
+			oc2.LogitChunk, oc2.Recompute = 2, true
 			d2 := NewReplica(be, w, false)
 			acts2 := d2.Forward(b, oc2)
-			if acts2.logits != nil {
-				t.Fatal("a chunked forward kept the whole logits")
+			if acts2.logits != nil || acts2.layers[0].att != nil {
+				t.Fatal("the forward kept the whole logits or a layer's activations")
 			}
 			relClose(t, "chunked logprobs", be.ToHost(acts2.LogProbs), lp.Val, tol)
 			relClose(t, "chunked entropy", be.ToHost(acts2.Ent), ent32, tol)
