@@ -98,6 +98,10 @@ type Model struct {
 	// bf16 (tensor cores, f32 accumulation; the frozen base under LoRA is
 	// then held in bf16; trainable weights, gradients and AdamW stay f32).
 	TrainDtype string `yaml:"train_dtype"`
+	// ShardOptimizer splits the AdamW moments across the data-parallel
+	// devices (ZeRO stage 1): each updates its share of the parameters and
+	// sends them to the others.
+	ShardOptimizer bool `yaml:"shard_optimizer"`
 	// Init is the shape `agemem-train init-model --config` writes.
 	Init ModelInit `yaml:"init"`
 }

@@ -38,13 +38,11 @@ type Options[R any] struct {
 	Config Config
 	LoRA   lora.Options
 	Optim  optim.Config
-	// Devices train data-parallel (model.devices; none: the CPU tape), with
-	// bf16 tensor-core matmuls when TrainBF16 (model.train_dtype); rollouts
-	// decode on Device (model.device) unless training runs on GPUs, whose
-	// every device then decodes a share.
-	Devices   []string
-	TrainBF16 bool
-	Device    kernels.Backend
+	// Learner says where the steps run (model.devices, train_dtype,
+	// shard_optimizer); rollouts decode on Device (model.device) unless
+	// training runs on GPUs, whose every device then decodes a share.
+	Learner train.LearnerOptions
+	Device  kernels.Backend
 	// Dtype stores the exported full weights (model.dtype).
 	Dtype safetensors.DType
 	Seed  uint64
@@ -117,7 +115,7 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
-	learner, err := train.NewLearner(tr, o.Devices, o.TrainBF16, o.Log)
+	learner, err := train.NewLearner(tr, o.Learner, o.Log)
 	if err != nil {
 		return res, err
 	}

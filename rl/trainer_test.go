@@ -66,7 +66,7 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 			for _, c := range chains(exps) {
 				seqs = append(seqs, c.seq)
 			}
-			learner, err := train.NewLearner(tr, c.devices, false, nil)
+			learner, err := train.NewLearner(tr, train.LearnerOptions{Devices: c.devices}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

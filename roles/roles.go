@@ -28,6 +28,7 @@ import (
 	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/rl/reward"
@@ -234,7 +235,7 @@ func GRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[env
 		return o, err
 	}
 	return rl.Options[env.Outcome]{Config: cfg.RL, LoRA: cfg.LoRA, Optim: cfg.Optim,
-		Devices: cfg.Model.Devices, TrainBF16: cfg.Model.TrainDtype == "bf16", Device: be, Dtype: cfg.Model.SaveDtype(),
+		Learner: learnerOptions(cfg), Device: be, Dtype: cfg.Model.SaveDtype(),
 		Seed: uint64(cfg.Seed), ResponseBudget: cfg.Agent.ResponseBudget,
 		Env: AgeMem(cfg, h, tasks, tok), Reward: rew, YAML: cfg.YAML(), Log: log}, nil
 }
@@ -243,13 +244,18 @@ func GRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[env
 // TTY and GenEval).
 func SFT(cfg config.Config) sft.Options {
 	return sft.Options{Config: cfg.SFT, Model: cfg.Model.Path, LoRA: cfg.LoRA, Optim: cfg.Optim,
-		Devices: cfg.Model.Devices, TrainBF16: cfg.Model.TrainDtype == "bf16", Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed),
+		Learner: learnerOptions(cfg), Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed),
 		ResponseBudget: cfg.Agent.ResponseBudget, Copies: cfg.Pretrain, YAML: cfg.YAML()}
 }
 
 // Pretrain is pretrain.Run's options from the config (the caller adds
 // Resume, Log and TTY).
 func Pretrain(cfg config.Config) pretrain.Options {
-	return pretrain.Options{Config: cfg.Pretrain, Optim: cfg.Optim, Devices: cfg.Model.Devices, TrainBF16: cfg.Model.TrainDtype == "bf16",
+	return pretrain.Options{Config: cfg.Pretrain, Optim: cfg.Optim, Learner: learnerOptions(cfg),
 		Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed), YAML: cfg.YAML()}
+}
+
+// learnerOptions are where training steps run, from the model section.
+func learnerOptions(cfg config.Config) train.LearnerOptions {
+	return train.LearnerOptions{Devices: cfg.Model.Devices, BF16: cfg.Model.TrainDtype == "bf16", ShardOptimizer: cfg.Model.ShardOptimizer}
 }

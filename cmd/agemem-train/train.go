@@ -103,7 +103,12 @@ func printPlan(w io.Writer, cfg config.Config) error {
 		ref = 0
 	}
 	optimizer := 12 * trainable // gradient + two AdamW moments, f32
-	engine := 4 * params        // the rollout engine's copy of the weights
+	oname := "gradients + AdamW moments"
+	if n := len(cfg.Model.Devices); cfg.Model.ShardOptimizer && n > 1 {
+		optimizer = 4*trainable + 8*trainable/float64(n)
+		oname = fmt.Sprintf("gradients + AdamW moments (1/%d of them)", n)
+	}
+	engine := 4 * params // the rollout engine's copy of the weights
 	seqs := float64(rc.K * rc.BatchTasks)
 	kv := seqs * float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget) * L * 2 * kvw * 4
 	// Activations the tape holds per token and layer (inputs of each op and
@@ -125,7 +130,7 @@ func printPlan(w io.Writer, cfg config.Config) error {
 	for _, l := range []struct {
 		name string
 		b    float64
-	}{{wname, weights}, {"reference policy", ref}, {"gradients + AdamW moments", optimizer},
+	}{{wname, weights}, {"reference policy", ref}, {oname, optimizer},
 		{"rollout engine weights", engine}, {"KV caches of all rollouts (upper bound)", kv}, {"activations of a micro-batch", act},
 		{fmt.Sprintf("vocabulary logits and gradient (%d tokens at a time)", chunk), logits}, {"total (approximate)", total}} {
 		fmt.Fprintf(w, "  %-58s %s\n", l.name, gib(l.b))

@@ -75,16 +75,15 @@ func (c Config) Validate() error {
 
 // Options are a run's inputs.
 type Options struct {
-	Config    Config
-	Optim     optim.Config
-	Devices   []string
-	TrainBF16 bool
-	Dtype     safetensors.DType
-	Seed      uint64
-	YAML      string
-	Resume    string
-	Log       io.Writer
-	TTY       bool
+	Config  Config
+	Optim   optim.Config
+	Learner train.LearnerOptions
+	Dtype   safetensors.DType
+	Seed    uint64
+	YAML    string
+	Resume  string
+	Log     io.Writer
+	TTY     bool
 }
 
 // Result summarises a run.
@@ -170,7 +169,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
-	learner, err := train.NewLearner(tr, o.Devices, o.TrainBF16, o.Log)
+	learner, err := train.NewLearner(tr, o.Learner, o.Log)
 	if err != nil {
 		return res, err
 	}

@@ -34,10 +34,9 @@ type Options struct {
 	// Copies shapes the copy sequences of Config.CopySequences (the config's
 	// pretrain section: the same spans and gaps the model was pretrained on).
 	Copies pretrain.Config
-	// Devices train data-parallel (model.devices; none: the CPU tape), with
-	// bf16 tensor-core matmuls when TrainBF16 (model.train_dtype).
-	Devices   []string
-	TrainBF16 bool
+	// Learner says where the steps run (model.devices, train_dtype,
+	// shard_optimizer).
+	Learner train.LearnerOptions
 	// Dtype stores the exported full weights (model.dtype).
 	Dtype safetensors.DType
 	Seed  uint64
@@ -111,7 +110,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := tr.ResumeFrom(o.Resume, o.Log); err != nil {
 		return res, err
 	}
-	learner, err := train.NewLearner(tr, o.Devices, o.TrainBF16, o.Log)
+	learner, err := train.NewLearner(tr, o.Learner, o.Log)
 	if err != nil {
 		return res, err
 	}

@@ -219,7 +219,7 @@ func TestSFTOnSimulatedDevices(t *testing.T) {
 	cfg.EvalFraction, cfg.EvalEvery, cfg.SaveEvery = 0.1, 0, 10
 	runOn := func(devices []string, out, resume string) Result {
 		o := base
-		o.Devices, o.Config.Out, o.Resume = devices, filepath.Join(dir, out), resume
+		o.Learner.Devices, o.Config.Out, o.Resume = devices, filepath.Join(dir, out), resume
 		os.MkdirAll(o.Config.Out, 0o755)
 		res, err := Run(context.Background(), o)
 		if err != nil {

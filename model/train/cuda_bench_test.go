@@ -56,7 +56,7 @@ func BenchmarkCUDATrain(b *testing.B) {
 				stepN++
 				acts := d.Forward(batch, TrainOptions{})
 				d.Backward(acts, g.FromHost(dl, len(dl)))
-				d.Step(oc, stepN, 1e-5, 1)
+				d.Step(oc, stepN, 1e-5, 1, nil)
 			}
 			step()
 			g.Sync()

@@ -145,17 +145,28 @@ func (l Tape) Save(dir string) error { return l.T.Save(dir) }
 // SyncHost implements Learner: the tape trains the host copy itself.
 func (Tape) SyncHost() {}
 
-// NewLearner returns the Learner devices ask for (model.devices): the tape
-// when there are none, else data-parallel replicas on them, bf16 choosing
-// tensor-core matmuls on GPUs and the frozen base held in bf16
-// (model.train_dtype).
-func NewLearner(t *Optimizer, devices []string, bf16 bool, log io.Writer) (Learner, error) {
-	if len(devices) == 0 {
+// LearnerOptions say where training steps run.
+type LearnerOptions struct {
+	// Devices train data-parallel (model.devices); none: the CPU tape.
+	Devices []string
+	// BF16 runs GPU matmuls on tensor cores and holds the frozen base in
+	// bf16 (model.train_dtype: bf16).
+	BF16 bool
+	// ShardOptimizer keeps each parameter's AdamW moments on one device
+	// only, which updates it and sends it to the others (ZeRO stage 1,
+	// model.shard_optimizer).
+	ShardOptimizer bool
+}
+
+// NewLearner returns the Learner o asks for: the tape when there are no
+// devices, else data-parallel replicas on them.
+func NewLearner(t *Optimizer, o LearnerOptions, log io.Writer) (Learner, error) {
+	if len(o.Devices) == 0 {
 		return Tape{t}, nil
 	}
-	bes, reduce, err := device.OpenTrainers(devices, bf16, log)
+	bes, reduce, err := device.OpenTrainers(o.Devices, o.BF16, log)
 	if err != nil {
 		return nil, err
 	}
-	return NewParallel(t, bes, reduce, bf16, log)
+	return NewParallel(t, bes, reduce, o, log)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"sync"
 
 	"github.com/agemem/agemem/kernels"
@@ -27,24 +28,66 @@ type Parallel struct {
 	log      io.Writer
 	stale    bool // the host weights lag the replicas (SyncHost)
 	baseBF16 bool // frozen weights in bf16 on the devices
+	// owner[j] is the replica that holds parameter j's moments and updates
+	// it (ZeRO-1); nil: every replica updates every parameter.
+	owner []int
+}
+
+// owners spreads parameters over n replicas, largest first onto the least
+// loaded, so each holds about 1/n of the moments.
+func owners(params []*DeviceParam, n int) []int {
+	order := make([]int, len(params))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return params[order[a]].W.Len() > params[order[b]].W.Len() })
+	load := make([]int, n)
+	own := make([]int, len(params))
+	for _, j := range order {
+		r := 0
+		for i := range load {
+			if load[i] < load[r] {
+				r = i
+			}
+		}
+		own[j] = r
+		load[r] += params[j].W.Len()
+	}
+	return own
+}
+
+// owned is the mask of parameters replica r updates (nil: all).
+func (p *Parallel) owned(r int) []bool {
+	if p.owner == nil {
+		return nil
+	}
+	m := make([]bool, len(p.owner))
+	for j, o := range p.owner {
+		m[j] = o == r
+	}
+	return m
 }
 
 // NewParallel puts a replica of t's policy on each backend, starting from
 // the trainer's current weights and moments (a resumed run's included).
-// reduce may be nil: kernels.HostReduce. baseBF16 holds the frozen weights
-// in bf16 (NewReplica).
-func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reducer, baseBF16 bool, log io.Writer) (*Parallel, error) {
+// reduce may be nil: kernels.HostReduce. o.BF16 holds the frozen weights in
+// bf16 (NewReplica); o.ShardOptimizer gives each parameter an owner.
+func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reducer, o LearnerOptions, log io.Writer) (*Parallel, error) {
 	if len(bes) == 0 {
 		return nil, fmt.Errorf("data-parallel training needs at least one device")
 	}
 	if reduce == nil {
 		reduce = kernels.HostReduce{}
 	}
-	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, baseBF16: baseBF16, log: log}
+	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, baseBF16: o.BF16, log: log}
 	for _, be := range bes {
-		r := NewReplica(be, t.Model.W, baseBF16)
-		r.LoadMoments(t.Opt)
-		p.Replicas = append(p.Replicas, r)
+		p.Replicas = append(p.Replicas, NewReplica(be, t.Model.W, o.BF16))
+	}
+	if o.ShardOptimizer && len(bes) > 1 {
+		p.owner = owners(p.Replicas[0].Params, len(bes))
+	}
+	for r, rep := range p.Replicas {
+		rep.LoadMoments(t.Opt, p.owned(r))
 	}
 	if log != nil {
 		fmt.Fprintf(log, "training on %d device(s), gradients all-reduced through %s\n", len(bes), reduce.Name())
@@ -106,10 +149,23 @@ func (p *Parallel) Update() (gradNorm, lr float64, err error) {
 	lr = t.Schedule.LR(t.LR, t.Step)
 	t.Opt.StepN++
 	var ss kernels.Tensor
-	for _, rep := range p.Replicas {
-		s := rep.Step(t.Opt.Config, t.Opt.StepN, lr, t.ClipNorm)
+	for r, rep := range p.Replicas {
+		s := rep.Step(t.Opt.Config, t.Opt.StepN, lr, t.ClipNorm, p.owned(r))
 		if ss == nil {
 			ss = s
+		}
+	}
+	if p.owner != nil {
+		// Each parameter from the replica that updated it to the others,
+		// through host memory (an NCCL broadcast would go device to
+		// device; not written yet).
+		for j, r := range p.owner {
+			w := bes[r].ToHost(p.Replicas[r].Params[j].W)
+			for i, rep := range p.Replicas {
+				if dst := rep.Params[j].W; i != r {
+					bes[i].CopyRows(dst, 0, bes[i].FromHost(w, dst.Shape()...), 0, dst.Shape()[0])
+				}
+			}
 		}
 	}
 	t.Step++
@@ -129,7 +185,10 @@ func (p *Parallel) SyncHost() {
 // Save copies the weights and AdamW moments to the trainer and writes a
 // checkpoint (Optimizer.Save).
 func (p *Parallel) Save(dir string) error {
-	p.Replicas[0].Download(p.T.Model.W, p.T.Opt)
+	p.Replicas[0].Download(p.T.Model.W, nil)
+	for _, r := range p.Replicas { // each holds its share of the moments
+		r.DownloadMoments(p.T.Opt)
+	}
 	p.stale = false
 	return p.T.Save(dir)
 }

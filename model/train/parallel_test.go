@@ -2,7 +2,9 @@ package train
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/agemem/agemem/kernels"
@@ -21,17 +23,18 @@ func parallelRun(t *testing.T, dir string, devices int, lora bool) (map[string][
 	for range devices {
 		bes = append(bes, cpu.New())
 	}
-	return parallelOn(t, dir, bes, nil, lora)
+	w, l, _ := parallelOn(t, dir, bes, nil, LearnerOptions{}, lora)
+	return w, l
 }
 
-func parallelOn(t *testing.T, dir string, bes []kernels.TrainBackend, reduce kernels.Reducer, withLoRA bool) (map[string][]float32, []float64) {
+func parallelOn(t *testing.T, dir string, bes []kernels.TrainBackend, reduce kernels.Reducer, o LearnerOptions, withLoRA bool) (map[string][]float32, []float64, *Parallel) {
 	t.Helper()
 	p, err := Open(dir, lora.Options{Enabled: withLoRA, R: 4, Alpha: 8, Dropout: 0.1, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := NewOptimizer(p, optim.Config{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, ClipNorm: 1}, 1e-2, optim.Schedule{}, 1, "")
-	par, err := NewParallel(tr, bes, reduce, false, nil)
+	par, err := NewParallel(tr, bes, reduce, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +76,7 @@ func parallelOn(t *testing.T, dir string, bes []kernels.TrainBackend, reduce ker
 	for _, nv := range p.W.Trainable() {
 		out[nv.Name] = append([]float32(nil), nv.V.Val...)
 	}
-	return out, losses
+	return out, losses, par
 }
 
 // TestDataParallelMatchesOneDevice: two and three simulated devices give
@@ -140,12 +143,66 @@ func TestDataParallelGPU(t *testing.T) {
 		}
 		t.Logf("%s: losses %v (CPU %v)", name, gl, wl)
 	}
-	got, gl := parallelOn(t, dir, []kernels.TrainBackend{g0, g1}, nil, false)
+	got, gl, _ := parallelOn(t, dir, []kernels.TrainBackend{g0, g1}, nil, LearnerOptions{}, false)
 	check("2 GPU replicas, host all-reduce", got, gl)
 	n, err := cuda.NewNCCL([]kernels.TrainBackend{g0})
 	if err != nil {
 		t.Skipf("NCCL not loaded: %v", err)
 	}
-	got, gl = parallelOn(t, dir, []kernels.TrainBackend{g0}, n, false)
+	got, gl, _ = parallelOn(t, dir, []kernels.TrainBackend{g0}, n, LearnerOptions{}, false)
 	check("1 GPU, NCCL", got, gl)
+}
+
+// TestShardedOptimizer: with model.shard_optimizer each of three simulated
+// devices holds about a third of the AdamW moments and updates only its
+// parameters, and training ends with exactly the weights and moments of
+// the unsharded run (the same update, computed once instead of thrice).
+func TestShardedOptimizer(t *testing.T) {
+	dir := tinyDir(t)
+	bes := func() []kernels.TrainBackend { return []kernels.TrainBackend{cpu.New(), cpu.New(), cpu.New()} }
+	want, wl, full := parallelOn(t, dir, bes(), nil, LearnerOptions{}, false)
+	got, gl, sharded := parallelOn(t, dir, bes(), nil, LearnerOptions{ShardOptimizer: true}, false)
+	for name, w := range want {
+		for i := range w {
+			if w[i] != got[name][i] {
+				t.Fatalf("%s[%d]: %g sharded, %g unsharded", name, i, got[name][i], w[i])
+			}
+		}
+	}
+	if fmt.Sprint(wl) != fmt.Sprint(gl) {
+		t.Fatalf("losses %v sharded, %v unsharded", gl, wl)
+	}
+	moments := func(r *Replica) (n int) {
+		for _, p := range r.Params {
+			if p.M != nil {
+				n += 2 * p.M.Len()
+			}
+		}
+		return n
+	}
+	total := moments(full.Replicas[0])
+	sum := 0
+	for i, r := range sharded.Replicas {
+		n := moments(r)
+		sum += n
+		if n > total/2 {
+			t.Fatalf("device %d holds %d of %d moment floats: not sharded", i, n, total)
+		}
+		t.Logf("device %d: %d of %d moment floats (%.0f%%)", i, n, total, 100*float64(n)/float64(total))
+	}
+	if sum != total {
+		t.Fatalf("the shards hold %d moment floats, the whole %d", sum, total)
+	}
+	// A checkpoint gathers every shard: the same moments as unsharded.
+	if err := full.Save(filepath.Join(t.TempDir(), "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sharded.Save(filepath.Join(t.TempDir(), "b")); err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range full.T.Opt.M {
+		if fmt.Sprint(m) != fmt.Sprint(sharded.T.Opt.M[name]) || fmt.Sprint(full.T.Opt.V[name]) != fmt.Sprint(sharded.T.Opt.V[name]) {
+			t.Fatalf("%s: saved moments differ", name)
+		}
+	}
 }

@@ -373,13 +373,21 @@ func (d *Replica) ZeroGrad() {
 // takes AdamW step number stepN (1-based, for the bias corrections) at
 // rate lr, and clears the gradients. The squared norm stays on the
 // device; SumSq returns it for logging.
-func (d *Replica) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64) kernels.Tensor {
+//
+// owned, if not nil, limits the update to the parameters it marks (the
+// replica's share under a sharded optimiser); the others' gradients are only
+// cleared. The clipping norm is over every gradient either way.
+func (d *Replica) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64, owned []bool) kernels.Tensor {
 	be := d.be
 	ss := be.Zeros(1)
 	for _, p := range d.Params {
 		be.SumSquares(ss, p.G)
 	}
-	for _, p := range d.Params {
+	for j, p := range d.Params {
+		if owned != nil && !owned[j] {
+			be.Zero(p.G)
+			continue
+		}
 		if p.M == nil {
 			p.M, p.V = be.Zeros(p.W.Shape()...), be.Zeros(p.W.Shape()...)
 		}
@@ -396,18 +404,31 @@ func (d *Replica) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64) kern
 // moments into it.
 func (d *Replica) Download(w *Weights[float32], opt *optim.AdamW) {
 	for _, nv := range w.Trainable() {
-		p := d.all[nv.Name]
-		copy(nv.V.Val, d.be.ToHost(p.W))
-		if opt != nil && p.M != nil {
-			opt.M[nv.Name], opt.V[nv.Name] = d.be.ToHost(p.M), d.be.ToHost(p.V)
+		copy(nv.V.Val, d.be.ToHost(d.all[nv.Name].W))
+	}
+	if opt != nil {
+		d.DownloadMoments(opt)
+	}
+}
+
+// DownloadMoments copies into opt the moments this replica holds (all of
+// them, or its share under a sharded optimiser).
+func (d *Replica) DownloadMoments(opt *optim.AdamW) {
+	for _, p := range d.Params {
+		if p.M != nil {
+			opt.M[p.Name], opt.V[p.Name] = d.be.ToHost(p.M), d.be.ToHost(p.V)
 		}
 	}
 }
 
 // LoadMoments sets the AdamW moments the host optimiser holds (a resumed
-// run's); parameters without any start from zero at the first step.
-func (d *Replica) LoadMoments(opt *optim.AdamW) {
-	for _, p := range d.Params {
+// run's) for the parameters owned marks (nil: all); parameters without
+// any start from zero at the first step.
+func (d *Replica) LoadMoments(opt *optim.AdamW, owned []bool) {
+	for j, p := range d.Params {
+		if owned != nil && !owned[j] {
+			continue
+		}
 		if m, v := opt.M[p.Name], opt.V[p.Name]; m != nil {
 			p.M, p.V = d.be.FromHost(m, p.W.Shape()...), d.be.FromHost(v, p.W.Shape()...)
 		}

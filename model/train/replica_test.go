@@ -127,7 +127,7 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 			if err := opt.Step(params, 1e-2); err != nil {
 				t.Fatal(err)
 			}
-			ss := d.Step(oc, 1, 1e-2, 0.5)
+			ss := d.Step(oc, 1, 1e-2, 0.5, nil)
 			if got := be.ToHost(ss)[0]; got <= 0.25 {
 				t.Fatalf("squared gradient norm %g: the test must clip", got)
 			}
