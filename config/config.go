@@ -27,6 +27,7 @@ import (
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/model/simcse"
 	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/serve"
@@ -68,6 +69,9 @@ type Config struct {
 	Serve serve.Config `yaml:"serve"`
 	// Ollama is the server behind every role set to "ollama".
 	Ollama ollama.Config `yaml:"ollama"`
+	// OpenAI is the OpenAI-compatible server behind every role set to
+	// "openai".
+	OpenAI openai.Config `yaml:"openai"`
 	// SimCSE trains sentence encoders (agemem-train embed train).
 	SimCSE simcse.Config `yaml:"simcse"`
 }
@@ -150,6 +154,7 @@ func Default() Config {
 		Eval:     Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
 		Serve:    serve.DefaultConfig(),
 		Ollama:   ollama.DefaultConfig(),
+		OpenAI:   openai.DefaultConfig(),
 		SimCSE:   simcse.DefaultConfig(),
 	}
 }
@@ -173,6 +178,7 @@ func (c Config) Validate() error {
 	e.AtLeast("eval.tasks", c.Eval.Tasks, 0)
 	e.Section("serve", c.Serve.Validate())
 	e.Section("ollama", c.Ollama.Validate())
+	e.Section("openai", c.OpenAI.Validate())
 	e.Section("simcse", c.SimCSE.Validate())
 	if len(e) > 0 {
 		return fmt.Errorf("invalid config:\n  %s", e.Error())

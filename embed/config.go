@@ -10,11 +10,11 @@ import (
 // "embed").
 type Config struct {
 	// Backend is "hashing" (deterministic feature hashing, no weights),
-	// "encoder" (the BERT-family encoder in Path) or "ollama" (Model on the
-	// ollama server). Dim is the hashing dimension; the others have their
-	// model's.
+	// "encoder" (the BERT-family encoder in Path), "ollama" (Model on the
+	// ollama server) or "openai" (Model on the OpenAI-compatible server).
+	// Dim is the hashing dimension; the others have their model's.
 	Backend string `yaml:"backend"`
-	// Model is the Ollama embedding model (backend ollama).
+	// Model is the embedding model (backends ollama and openai).
 	Model string `yaml:"model"`
 	// Path is the encoder's Hugging Face directory (backend encoder), the
 	// output of agemem-train embed train or a BERT checkpoint.
@@ -40,14 +40,14 @@ func DefaultConfig() Config {
 // Validate checks every key.
 func (c Config) Validate() error {
 	var e valid.Errors
-	e.OneOf("backend", c.Backend, "hashing", "encoder", "ollama")
+	e.OneOf("backend", c.Backend, "hashing", "encoder", "ollama", "openai")
 	if c.Backend == "encoder" && c.Path == "" {
 		e.Add("path", "must name the encoder directory when embed.backend is encoder")
 	}
 	e.OneOf("pooling", c.Pooling, "cls", "cls_mlp", "mean")
 	e.AtLeast("batch_tokens", c.BatchTokens, 16)
-	if c.Backend == "ollama" && c.Model == "" {
-		e.Add("model", "must name an Ollama embedding model (for example nomic-embed-text) when embed.backend is ollama")
+	if (c.Backend == "ollama" || c.Backend == "openai") && c.Model == "" {
+		e.Add("model", "must name an embedding model (for example nomic-embed-text) when embed.backend is %s", c.Backend)
 	}
 	if c.Dim < 8 || c.Dim > 65536 {
 		e.Add("dim", "%d is outside [8, 65536]", c.Dim)

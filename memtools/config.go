@@ -11,8 +11,8 @@ type Options struct {
 	// FilterThreshold is theta of Eq. 15 (0.6).
 	FilterThreshold float64 `yaml:"filter_threshold"`
 	// Summarizer is "extractive" (deterministic), "policy" (the paper's
-	// summarisation prompt sent to the configured policy) or "ollama" (the
-	// same prompt sent to SummarizerModel on the ollama server).
+	// summarisation prompt sent to the configured policy), "ollama" or
+	// "openai" (the same prompt sent to SummarizerModel on that server).
 	Summarizer      string `yaml:"summarizer"`
 	SummarizerModel string `yaml:"summarizer_model"`
 	// SummaryMaxTokens bounds an extractive summary.
@@ -32,9 +32,9 @@ func (o Options) Validate() error {
 	if o.FilterThreshold <= 0 || o.FilterThreshold > 1 {
 		e.Add("filter_threshold", "%g is outside (0, 1]", o.FilterThreshold)
 	}
-	e.OneOf("summarizer", o.Summarizer, "extractive", "policy", "ollama")
-	if o.Summarizer == "ollama" && o.SummarizerModel == "" {
-		e.Add("summarizer_model", "must name an Ollama model when tools.summarizer is ollama")
+	e.OneOf("summarizer", o.Summarizer, "extractive", "policy", "ollama", "openai")
+	if (o.Summarizer == "ollama" || o.Summarizer == "openai") && o.SummarizerModel == "" {
+		e.Add("summarizer_model", "must name a model when tools.summarizer is %s", o.Summarizer)
 	}
 	e.AtLeast("summary_max_tokens", o.SummaryMaxTokens, 8)
 	return e.Err()

@@ -30,12 +30,13 @@ import (
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/rl/reward"
 )
 
-// Embedder is embed.backend: hashing, encoder (embed.path) or ollama
-// (embed.model). An encoder or Ollama model is loaded (and probed) here,
+// Embedder is embed.backend: hashing, encoder (embed.path), ollama or
+// openai (embed.model on that server). An encoder or Ollama model is loaded (and probed) here,
 // so a missing model fails at start-up.
 func Embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
 	e := cfg.Embed
@@ -60,6 +61,16 @@ func Embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
 			return nil, fmt.Errorf("embed.model: %w", err)
 		}
 		oe.KeepAlive = cfg.Ollama.KeepAlive
+		return oe, nil
+	case "openai":
+		c, err := cfg.OpenAI.Connect()
+		if err != nil {
+			return nil, err
+		}
+		oe, err := openai.NewEmbedder(ctx, c, e.Model)
+		if err != nil {
+			return nil, fmt.Errorf("embed.model: %w", err)
+		}
 		return oe, nil
 	}
 	return embed.NewHashing(e.Dim, e.CharNgrams), nil
@@ -117,6 +128,15 @@ func NewHelpers(ctx context.Context, cfg config.Config) (Helpers, error) {
 			return h, fmt.Errorf("tools.summarizer_model: %w", err)
 		}
 		p := cfg.Ollama.Generator(c, cfg.Agent, cfg.Tools.SummarizerModel, ollama.Chat)
+		p.Temperature = 0
+		h.Summarizer = memtools.PolicySummarizer{Policy: p}
+	}
+	if cfg.Tools.Summarizer == "openai" {
+		c, err := cfg.OpenAI.Connect()
+		if err != nil {
+			return h, err
+		}
+		p := cfg.OpenAI.Generator(c, cfg.Tools.SummarizerModel, openai.Chat, cfg.Agent.ResponseBudget)
 		p.Temperature = 0
 		h.Summarizer = memtools.PolicySummarizer{Policy: p}
 	}
@@ -187,14 +207,14 @@ func Reward(ctx context.Context, cfg config.Config, h Helpers) (reward.AgeMem, e
 			j.Relevance = reward.LLMRelevance{Policy: p}
 		}
 	}
-	if r.UsesPolicy() {
+	if r.Uses("policy") {
 		pol, err := decode.LoadGenerator(cpu.New(), cfg.RL.Init, "", decode.Sampling{MaxTokens: 16})
 		if err != nil {
 			return reward.AgeMem{}, fmt.Errorf("reward: a judge is policy: rl.init: %w", err)
 		}
 		set(pol, "policy")
 	}
-	if r.UsesOllama() {
+	if r.Uses("ollama") {
 		c, err := cfg.Ollama.Connect()
 		if err != nil {
 			return reward.AgeMem{}, err
@@ -205,6 +225,15 @@ func Reward(ctx context.Context, cfg config.Config, h Helpers) (reward.AgeMem, e
 		p := cfg.Ollama.Generator(c, cfg.Agent, r.JudgeModel, ollama.Chat)
 		p.Temperature, p.MaxTokens = 0, 64
 		set(p, "ollama")
+	}
+	if r.Uses("openai") {
+		c, err := cfg.OpenAI.Connect()
+		if err != nil {
+			return reward.AgeMem{}, err
+		}
+		p := cfg.OpenAI.Generator(c, r.JudgeModel, openai.Chat, 64)
+		p.Temperature = 0
+		set(p, "openai")
 	}
 	return reward.AgeMem{Weights: r.Weights, Judges: j}, nil
 }

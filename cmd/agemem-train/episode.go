@@ -20,18 +20,24 @@ import (
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/roles"
 )
 
-// policyFor builds the policy for one task: a scripted one, or the native
-// model (shared across tasks).
-func policyFor(name string, t env.Task, cfg config.Config, native, ol memtools.Policy) (memtools.Policy, error) {
+// policyFor builds the policy for one task: a scripted one, or the native,
+// Ollama or OpenAI-compatible model (shared across tasks).
+func policyFor(name string, t env.Task, cfg config.Config, native, ol, oa memtools.Policy) (memtools.Policy, error) {
 	switch name {
 	case "ollama":
 		if ol == nil {
 			return nil, fmt.Errorf("--policy ollama needs --ollama-model NAME (a model on the ollama server)")
 		}
 		return ol, nil
+	case "openai":
+		if oa == nil {
+			return nil, fmt.Errorf("--policy openai needs openai.base_url and a model (--openai-model NAME or openai.model)")
+		}
+		return oa, nil
 	case "oracle":
 		return env.NewOracle(t, 0, 0, uint64(cfg.Seed)), nil
 	case "no-memory":
@@ -42,11 +48,11 @@ func policyFor(name string, t env.Task, cfg config.Config, native, ol memtools.P
 		}
 		return native, nil
 	}
-	return nil, fmt.Errorf("--policy %q: want oracle, no-memory, native or ollama", name)
+	return nil, fmt.Errorf("--policy %q: want oracle, no-memory, native, ollama or openai", name)
 }
 
 func episodeCmd(g *globals) *cobra.Command {
-	var data, taskID, policyNames, modelDir, adapterDir, dev, ollamaModel string
+	var data, taskID, policyNames, modelDir, adapterDir, dev, ollamaModel, openaiModel string
 	var sampling decode.Sampling
 	var first int
 	var asJSON bool
@@ -63,11 +69,15 @@ Policies: oracle (knows the supporting facts, uses the tools), no-memory
 the built-in engine: the paper's AgeMem-noRL baseline for an untrained
 model) and ollama (--ollama-model on the ollama server, driven in
 ollama.format: raw for policies exported here, tools for models with native
-tool calling such as qwen3:4b).`,
+tool calling such as qwen3:4b) and openai (--openai-model, or openai.model,
+on any OpenAI-compatible server at openai.base_url: vLLM, llama.cpp's
+server, LM Studio, SGLang, a hosted API, our own serve; driven in
+openai.format).`,
 		Example: `  agemem-train episode --data data/synth.json --task synth-000001 --policy oracle
   agemem-train episode --data data/synth.json --first 50 --policy no-memory,oracle
   agemem-train episode --data data/synth.json --first 50 --policy oracle --json
-  agemem-train episode --data data/synth.json --first 20 --policy ollama --ollama-model qwen3:4b --set ollama.format=tools`,
+  agemem-train episode --data data/synth.json --first 20 --policy ollama --ollama-model qwen3:4b --set ollama.format=tools
+  agemem-train episode --data data/synth.json --first 20 --policy openai --set openai.base_url=http://127.0.0.1:8000/v1 --openai-model Qwen/Qwen3-4B --set openai.format=tools`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.loadData(&data)
@@ -104,6 +114,22 @@ tool calling such as qwen3:4b).`,
 				p.Template, p.Temperature, p.Seed = ollama.TemplateFor(arch), sampling.Temperature, int(sampling.Seed)
 				ol = p
 			}
+			var oa memtools.Policy
+			if strings.Contains(policyNames, "openai") {
+				if openaiModel == "" {
+					openaiModel = cfg.OpenAI.Model
+				}
+				c, err := cfg.OpenAI.Connect()
+				if err != nil {
+					return err
+				}
+				if openaiModel == "" {
+					return fmt.Errorf("--policy openai needs --openai-model NAME or openai.model")
+				}
+				p := cfg.OpenAI.Generator(c, openaiModel, openai.Format(cfg.OpenAI.Format), cfg.Agent.ResponseBudget)
+				p.Temperature = sampling.Temperature
+				oa = p
+			}
 			helpers, err := roles.NewHelpers(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -116,7 +142,7 @@ tool calling such as qwen3:4b).`,
 				return fmt.Errorf("--task plays one policy; name one in --policy")
 			}
 			for _, p := range policies {
-				if _, err := policyFor(p, env.Task{}, cfg, nativeOrNil(native), ol); err != nil {
+				if _, err := policyFor(p, env.Task{}, cfg, nativeOrNil(native), ol, oa); err != nil {
 					return err
 				}
 			}
@@ -141,7 +167,7 @@ tool calling such as qwen3:4b).`,
 			for _, name := range policies {
 				results = results[:0]
 				for i, t := range tasks {
-					p, _ := policyFor(name, t, cfg, nativeOrNil(native), ol)
+					p, _ := policyFor(name, t, cfg, nativeOrNil(native), ol, oa)
 					rt := roles.Runtime(cfg, helpers, nil)(uint64(cfg.Seed) + uint64(i))
 					if native != nil {
 						rt.Context = stm.New(native.Tokenizer) // count tokens as the model does
@@ -176,6 +202,7 @@ tool calling such as qwen3:4b).`,
 	cmd.Flags().IntVar(&first, "first", 0, "play the first N tasks and print a summary")
 	cmd.Flags().StringVar(&policyNames, "policy", "oracle", "oracle, no-memory, native (--model) or ollama (--ollama-model); with --first, a comma-separated list compares them")
 	cmd.Flags().StringVar(&ollamaModel, "ollama-model", "", "model on the ollama server for --policy ollama (ollama.host, ollama.format)")
+	cmd.Flags().StringVar(&openaiModel, "openai-model", "", "model for --policy openai (default openai.model; openai.base_url, openai.format)")
 	cmd.Flags().StringVar(&modelDir, "model", "", "Qwen checkpoint directory for --policy native (config.json, tokenizer.json, safetensors)")
 	cmd.Flags().StringVar(&adapterDir, "adapter", "", "LoRA adapter directory (PEFT layout) for the native policy")
 	cmd.Flags().StringVar(&dev, "device", "auto", "native policy device: auto (a GPU if found, else CPU), cpu, cuda or cuda:N")

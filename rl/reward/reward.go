@@ -89,11 +89,11 @@ func (c Config) Validate() error {
 		}
 	}
 	e.AtLeast("t_max", w.TMax, 1)
-	e.OneOf("judge", c.Judge, "f1", "em", "policy", "ollama")
-	e.OneOf("storage_judge", c.StorageJudge, "f1", "policy", "ollama")
-	e.OneOf("relevance_judge", c.RelevanceJudge, "cosine", "policy", "ollama")
-	if c.UsesOllama() && c.JudgeModel == "" {
-		e.Add("judge_model", "must name an Ollama model when a judge is ollama")
+	e.OneOf("judge", c.Judge, "f1", "em", "policy", "ollama", "openai")
+	e.OneOf("storage_judge", c.StorageJudge, "f1", "policy", "ollama", "openai")
+	e.OneOf("relevance_judge", c.RelevanceJudge, "cosine", "policy", "ollama", "openai")
+	if (c.Uses("ollama") || c.Uses("openai")) && c.JudgeModel == "" {
+		e.Add("judge_model", "must name a model when a judge is ollama or openai")
 	}
 	if c.StorageF1Threshold <= 0 || c.StorageF1Threshold > 1 {
 		e.Add("storage_f1", "%g is outside (0, 1]", c.StorageF1Threshold)
@@ -101,15 +101,11 @@ func (c Config) Validate() error {
 	return e.Err()
 }
 
-// UsesOllama reports whether some judge runs on the Ollama server.
-func (c Config) UsesOllama() bool {
-	return c.Judge == "ollama" || c.StorageJudge == "ollama" || c.RelevanceJudge == "ollama"
+// Uses reports whether some judge is backend (ollama, openai, policy).
+func (c Config) Uses(backend string) bool {
+	return c.Judge == backend || c.StorageJudge == backend || c.RelevanceJudge == backend
 }
 
-// UsesPolicy reports whether some judge asks the starting policy.
-func (c Config) UsesPolicy() bool {
-	return c.Judge == "policy" || c.StorageJudge == "policy" || c.RelevanceJudge == "policy"
-}
 
 // Breakdown is a reward and its parts.
 type Breakdown struct {

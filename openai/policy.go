@@ -1,0 +1,264 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/stm"
+)
+
+// Format is how a Generator talks to the model.
+type Format string
+
+const (
+	// Raw keeps the AgeMem text format in message content: the model's
+	// <tool_call> blocks come back verbatim, and tool results go back as
+	// user turns wrapped in <tool_response> (how the Qwen templates render
+	// a tool message). For policies trained here served by any server.
+	Raw Format = "raw"
+	// Tools offers the six memory tools as functions; the model's tool
+	// calls are written back as one AgeMem <tool_call> block, and the
+	// history's AgeMem calls and results are sent as tool_calls and tool
+	// messages with matching ids. For models with native function calling.
+	Tools Format = "tools"
+	// Chat returns the reply as written (the judge and the summariser).
+	Chat Format = "chat"
+)
+
+// Generator is a memtools.Policy served by a chat model.
+type Generator struct {
+	Client      *Client
+	Model       string
+	Format      Format
+	MaxTokens   int
+	Temperature float64
+	TopP        float64
+	// OnText, if set, streams the reply: it gets the text so far.
+	OnText func(string)
+}
+
+// Generator is model driven in format f with max tokens and sampling at
+// temperature 1 (as policies are trained; callers set their own).
+func (c Config) Generator(cl *Client, model string, f Format, maxTokens int) *Generator {
+	if model == "" {
+		model = c.Model
+	}
+	return &Generator{Client: cl, Model: model, Format: f, MaxTokens: maxTokens, Temperature: 1, TopP: 1}
+}
+
+// Complete implements memtools.Policy.
+func (g *Generator) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	temp, topP := g.Temperature, g.TopP
+	req := ChatRequest{Model: g.Model, MaxTokens: g.MaxTokens, Temperature: &temp, TopP: &topP}
+	if g.Format == Tools {
+		req.Messages = toolMessages(msgs)
+		req.Tools = MemoryTools()
+	} else {
+		req.Messages = rawMessages(msgs)
+	}
+	var onDelta func(string)
+	if g.OnText != nil {
+		onDelta = g.OnText
+	}
+	r, err := g.Client.Chat(ctx, req, onDelta)
+	if err != nil {
+		return memtools.Completion{}, err
+	}
+	text := r.Message.Content
+	if g.Format == Tools {
+		text = AgeMemText(text, r.Message.ToolCalls)
+	}
+	reason := r.FinishReason
+	if reason == "tool_calls" {
+		reason = "stop"
+	}
+	return memtools.Completion{Text: text, PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens, FinishReason: reason}, nil
+}
+
+// rawMessages sends the conversation as text: tool results as user turns.
+func rawMessages(msgs []stm.Message) []Message {
+	out := make([]Message, 0, len(msgs))
+	for _, m := range msgs {
+		if m.Role == stm.Tool {
+			out = append(out, Message{Role: "user", Content: "<tool_response>\n" + m.Content + "\n</tool_response>"})
+			continue
+		}
+		out = append(out, Message{Role: m.Role, Content: m.Content})
+	}
+	return out
+}
+
+// toolMessages sends the history's AgeMem tool calls as tool_calls (ids
+// call_<message>_<call>) and the tool results that follow as tool messages
+// answering them in order; a result without a call to answer (a format
+// error's message) goes as a user turn.
+func toolMessages(msgs []stm.Message) []Message {
+	out := make([]Message, 0, len(msgs))
+	var pending []string // ids of calls not yet answered
+	for i, m := range msgs {
+		switch m.Role {
+		case stm.Assistant:
+			p := memtools.Parse(m.Content)
+			am := Message{Role: "assistant", Content: assistantText(m.Content)}
+			pending = pending[:0]
+			for j, c := range p.Calls {
+				tc := ToolCall{ID: fmt.Sprintf("call_%d_%d", i, j), Type: "function"}
+				tc.Function.Name, tc.Function.Arguments = c.Name, string(c.Arguments)
+				am.ToolCalls = append(am.ToolCalls, tc)
+				pending = append(pending, tc.ID)
+			}
+			out = append(out, am)
+		case stm.Tool:
+			if len(pending) == 0 {
+				out = append(out, Message{Role: "user", Content: m.Content})
+				continue
+			}
+			out = append(out, Message{Role: "tool", Content: m.Content, ToolCallID: pending[0], Name: m.Name})
+			pending = pending[1:]
+		default:
+			out = append(out, Message{Role: m.Role, Content: m.Content})
+		}
+	}
+	return out
+}
+
+// assistantText is an AgeMem response without its <tool_call> block (the
+// calls travel as tool_calls).
+func assistantText(s string) string {
+	if i := strings.Index(s, "<tool_call>"); i >= 0 {
+		if j := strings.Index(s[i:], "</tool_call>"); j >= 0 {
+			s = s[:i] + s[i+j+len("</tool_call>"):]
+		}
+	}
+	return strings.TrimSpace(s)
+}
+
+// AgeMemText writes a reply with native tool calls in the AgeMem format: a
+// <think> block (the content's own, or empty), then the calls as one
+// <tool_call> JSON list, or the content as the <answer>. Arguments that are
+// not a JSON object go on as a JSON string, so the tool refuses them and
+// tells the model, and nothing the model wrote there can break out of the
+// block.
+func AgeMemText(content string, calls []ToolCall) string {
+	var b strings.Builder
+	if !strings.Contains(content, "<think>") {
+		b.WriteString("<think></think>")
+	}
+	trimmed := strings.TrimSpace(content)
+	hasBlocks := strings.Contains(content, "<answer>") || strings.Contains(content, "<tool_call>") || strings.Contains(content, "<think>")
+	switch {
+	case hasBlocks:
+		b.WriteString(trimmed)
+	case len(calls) == 0:
+		b.WriteString("<answer>" + trimmed + "</answer>")
+	}
+	if len(calls) > 0 {
+		parts := make([]string, len(calls))
+		for i, c := range calls {
+			raw := strings.TrimSpace(c.Function.Arguments)
+			if raw == "" {
+				raw = "{}"
+			}
+			// Re-encoded: json.Marshal escapes < and >, so no argument can
+			// close the block early.
+			var obj map[string]any
+			var args []byte
+			if json.Unmarshal([]byte(raw), &obj) == nil && obj != nil {
+				args, _ = json.Marshal(obj)
+			} else {
+				args, _ = json.Marshal(raw)
+			}
+			name, _ := json.Marshal(c.Function.Name)
+			parts[i] = `{"name":` + string(name) + `,"arguments":` + string(args) + `}`
+		}
+		b.WriteString("<tool_call>[" + strings.Join(parts, ",") + "]</tool_call>")
+	}
+	return b.String()
+}
+
+// MemoryTools are the six AgeMem tools (Figures 6-7) as functions, their
+// parameters as JSON Schema.
+func MemoryTools() []Tool {
+	var tools []Tool
+	for _, s := range memtools.Schemas() {
+		props := map[string]any{}
+		for _, name := range slices.Sorted(maps.Keys(s.Parameters.Properties)) {
+			p := s.Parameters.Properties[name]
+			props[name] = map[string]any{"type": p.Type, "description": p.Description}
+		}
+		var t Tool
+		t.Type = "function"
+		t.Function.Name, t.Function.Description = s.Name, s.Description
+		t.Function.Parameters = map[string]any{"type": "object", "properties": props, "required": s.Parameters.Required}
+		tools = append(tools, t)
+	}
+	return tools
+}
+
+// Embedder embeds with a server's embedding model (embed.backend: openai),
+// unit-normalised so that the store's dot product is the cosine.
+type Embedder struct {
+	Client *Client
+	Model  string
+	Batch  int // texts per request (0: 64)
+	dim    int
+}
+
+// NewEmbedder probes the model once for its dimension.
+func NewEmbedder(ctx context.Context, c *Client, model string) (*Embedder, error) {
+	e := &Embedder{Client: c, Model: model}
+	v, err := e.Embed(ctx, []string{"dimension probe"})
+	if err != nil {
+		return nil, err
+	}
+	e.dim = len(v[0])
+	return e, nil
+}
+
+// Dim implements embed.Embedder.
+func (e *Embedder) Dim() int { return e.dim }
+
+// Embed implements embed.Embedder.
+func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	batch := e.Batch
+	if batch <= 0 {
+		batch = 64
+	}
+	out := make([][]float32, 0, len(texts))
+	for start := 0; start < len(texts); start += batch {
+		vs, err := e.Client.Embeddings(ctx, e.Model, texts[start:min(start+batch, len(texts))])
+		if err != nil {
+			return nil, err
+		}
+		for i, v := range vs {
+			if e.dim != 0 && len(v) != e.dim {
+				return nil, &Error{Server: e.Client.base, Model: e.Model, Status: 200, Attempts: 1,
+					Message: fmt.Sprintf("a %d-dimensional vector for text %d, want %d", len(v), start+i, e.dim)}
+			}
+			out = append(out, unit(v))
+		}
+	}
+	return out, nil
+}
+
+func unit(v []float32) []float32 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	if s == 0 {
+		return v
+	}
+	inv := float32(1 / math.Sqrt(s))
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = x * inv
+	}
+	return out
+}
