@@ -106,7 +106,6 @@ func (c Config) Uses(backend string) bool {
 	return c.Judge == backend || c.StorageJudge == backend || c.RelevanceJudge == backend
 }
 
-
 // Breakdown is a reward and its parts.
 type Breakdown struct {
 	Total float64 `json:"reward"`
