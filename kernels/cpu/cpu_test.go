@@ -154,3 +154,35 @@ func TestMatMulBF16(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulRowsDoNotDependOnTheBatch: a row's product is bit for bit the
+// same whatever rows share its batch, so a sequence decoded alone or beside
+// others (continuous batching forms batches as requests arrive) follows
+// the same tokens, and a seeded run is reproducible.
+func TestMatMulRowsDoNotDependOnTheBatch(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, shape := range [][2]int{{37, 21}, {1030, 9}, {64, 40}} {
+		k, n := shape[0], shape[1]
+		w := make([]float32, n*k)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		for _, m := range []int{1, 2, 3, 5, 17} {
+			x := make([]float32, m*k)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			all := make([]float32, m*n)
+			MatMulT(all, x, w, nil, m, k, n)
+			for i := range m {
+				one := make([]float32, n)
+				MatMulT(one, x[i*k:(i+1)*k], w, nil, 1, k, n)
+				for j := range n {
+					if one[j] != all[i*n+j] {
+						t.Fatalf("k %d, n %d: row %d of %d: %v alone, %v in the batch", k, n, i, m, one[j], all[i*n+j])
+					}
+				}
+			}
+		}
+	}
+}
