@@ -80,14 +80,15 @@ func matMulTiled(y, x, bias []float32, m, k, n int, rows func(j0, j1, k0, k1 int
 							}
 						}
 						if i < i1 {
-							// The odd row through the same 2×4 kernel (the
-							// row twice): a row's result never depends on
-							// whether it had a partner, so decoding beside
-							// other sequences gives the tokens decoding
+							// The odd row: Dot1x4 gives what Dot2x4 gives
+							// for a row, bit for bit, so a row's result never
+							// depends on whether it had a partner: decoding
+							// beside other sequences gives the tokens decoding
 							// alone gives, and a seeded run is reproducible.
-							vec.Dot2x4(x[i*k+k0:], 0, wj, ld, kc, &acc)
+							var one [4]float32
+							vec.Dot1x4(x[i*k+k0:i*k+k0+kc], wj, ld, kc, &one)
 							for b := range 4 {
-								y[i*n+j+b] += acc[b]
+								y[i*n+j+b] += one[b]
 							}
 						}
 					}

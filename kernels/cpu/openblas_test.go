@@ -47,6 +47,9 @@ func BenchmarkMatMul(b *testing.B) {
 		{"q05_kv_896x128", 128, 896, 128},
 		{"q05_gateup_896x4864", 128, 896, 4864},
 		{"q05_down_4864x896", 128, 4864, 896},
+		// One decoding sequence, and three (an odd row in a batch).
+		{"q05_gateup_decode1_896x4864", 1, 896, 4864},
+		{"q05_gateup_decode3_896x4864", 3, 896, 4864},
 	} {
 		b.Run(s.name, func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 2))

@@ -38,6 +38,29 @@ func dotBF16(x []float32, w []uint16) float32 {
 //go:noescape
 func dot2x4AVX2(x *float32, ldx int, w *float32, ldw int, k int, out *float32)
 
+//go:noescape
+func dot1x4AVX2(x *float32, w *float32, ldw int, k int, out *float32)
+
+// Dot1x4 sets out[j] = Dot(x[:k], w[j*ldw:][:k]) for four rows of w, bit
+// for bit what Dot2x4 gives for a row: a matrix product's odd row, so that
+// a row's result never depends on whether it had a partner.
+func Dot1x4(x []float32, w []float32, ldw int, k int, out *[4]float32) {
+	_ = x[k-1]
+	_ = w[3*ldw+k-1]
+	k8 := k &^ 7
+	if HasSIMD && k8 > 0 {
+		dot1x4AVX2(&x[0], &w[0], ldw, k8, &out[0])
+	} else {
+		k8 = 0
+		*out = [4]float32{}
+	}
+	if k8 < k {
+		for j := range 4 {
+			out[j] += dotGeneric(x[k8:k], w[j*ldw+k8:j*ldw+k])
+		}
+	}
+}
+
 // Dot2x4 sets out[i*4+j] = Dot(x[i*ldx:][:k], w[j*ldw:][:k]) for two rows
 // of x and four rows of w: a register tile for matrix products.
 func Dot2x4(x []float32, ldx int, w []float32, ldw int, k int, out *[8]float32) {

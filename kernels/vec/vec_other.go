@@ -20,6 +20,13 @@ func Dot2x4(x []float32, ldx int, w []float32, ldw int, k int, out *[8]float32) 
 	}
 }
 
+// Dot1x4 sets out[j] = Dot(x[:k], w[j*ldw:][:k]), as Dot2x4 does for a row.
+func Dot1x4(x []float32, w []float32, ldw int, k int, out *[4]float32) {
+	for j := range 4 {
+		out[j] = dotGeneric(x[:k], w[j*ldw:j*ldw+k])
+	}
+}
+
 // Gemm4x16 adds to a 4×16 tile of c the product of 4 rows of a and a k×16
 // block of b.
 func Gemm4x16(a []float32, lda int, b []float32, ldb int, k int, c []float32, ldc int) {
