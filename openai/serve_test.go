@@ -2,6 +2,7 @@ package openai_test
 
 import (
 	"context"
+	"math"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -92,6 +93,21 @@ func TestAgainstOurServe(t *testing.T) {
 	ns, _ := db.Namespace("alice")
 	if n, _ := ns.Count(context.Background()); n != 2 {
 		t.Fatalf("alice's namespace holds %d memories, want the 2 the agent stored", n)
+	}
+	// Embeddings from serve's embedder through /v1/embeddings.
+	e, err := openai.NewEmbedder(context.Background(), cl, "agemem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.Embed(context.Background(), []string{"Ivo is a judge."})
+	want, _ := embed.NewHashing(64, []int{3}).Embed(context.Background(), []string{"Ivo is a judge."})
+	if err != nil || e.Dim() != 64 {
+		t.Fatalf("%v, %d dimensions", err, e.Dim())
+	}
+	for i := range want[0] {
+		if math.Abs(float64(got[0][i]-want[0][i])) > 1e-6 {
+			t.Fatalf("component %d: %g through serve, %g from the embedder", i, got[0][i], want[0][i])
+		}
 	}
 	// A wrong key: 401, not retried, and the error says what to check.
 	t.Setenv("AGEMEM_TEST_KEY", "sk-mallory")

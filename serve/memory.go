@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/agemem/agemem/memtools/ltm"
@@ -57,6 +58,10 @@ func bodyError(err error) *apiError {
 	}
 	if errors.Is(err, io.EOF) {
 		return errInvalid("", "invalid_json", "the body is empty; send a JSON object")
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name, _ := strconv.Unquote(f)
+		return errInvalid(name, "unknown_parameter", fmt.Sprintf("unknown parameter %s", f))
 	}
 	return errInvalid("", "invalid_json", "the body is not valid JSON for this endpoint: "+err.Error())
 }

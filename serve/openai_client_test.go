@@ -2,6 +2,7 @@ package serve
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,8 @@ const client = new OpenAI({ baseURL: process.env.BASE + "/v1", apiKey: process.e
     if (chunk.usage) out.streamUsage = chunk.usage;
   }
   out.models = (await client.models.list()).data.map((m) => m.id);
+  const e = await client.embeddings.create({ model: "agemem", input: ["the wifi password", "hunter2"] });
+  out.embeddings = e.data.map((d) => d.embedding);
   try { await client.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "x" }] }); }
   catch (e) { out.errStatus = e.status; out.errCode = e.code; }
   console.log(JSON.stringify(out));
@@ -61,6 +64,7 @@ func TestOfficialOpenAIClient(t *testing.T) {
 		Usage, StreamUsage                 map[string]float64
 		Models                             []string
 		ErrStatus                          int
+		Embeddings                         [][]float32
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("%s: %v", raw, err)
@@ -73,6 +77,17 @@ func TestOfficialOpenAIClient(t *testing.T) {
 	}
 	if len(out.Models) != 1 || out.Models[0] != "agemem" {
 		t.Errorf("models: %v", out.Models)
+	}
+	// The client asks for base64 by default and decodes it: the same
+	// vectors the server's embedder gives.
+	want, _ := ts.srv.enc.Embed(t.Context(), []string{"the wifi password", "hunter2"})
+	if len(out.Embeddings) != 2 {
+		t.Errorf("embeddings: %d vectors", len(out.Embeddings))
+	}
+	for i := range out.Embeddings {
+		if fmt.Sprint(out.Embeddings[i]) != fmt.Sprint(want[i]) {
+			t.Errorf("embedding %d differs from the embedder's", i)
+		}
 	}
 	if out.ErrStatus != 404 || out.ErrCode != "model_not_found" {
 		t.Errorf("error: %d %q", out.ErrStatus, out.ErrCode)

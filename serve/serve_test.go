@@ -4,8 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -494,7 +498,7 @@ func TestMemoryAPI(t *testing.T) {
 	if r := do(t, "POST", u, aliceKey, map[string]any{"content": " "}); r.Status != 400 {
 		t.Fatalf("empty content: %d", r.Status)
 	}
-	if r := do(t, "POST", u, aliceKey, map[string]any{"content": "x", "colour": "red"}); r.Status != 400 || r.errorCode(t) != "invalid_json" {
+	if r := do(t, "POST", u, aliceKey, map[string]any{"content": "x", "colour": "red"}); r.Status != 400 || r.errorCode(t) != "unknown_parameter" {
 		t.Fatalf("unknown field: %d %s", r.Status, r.Body)
 	}
 	r = do(t, "POST", u+"/search", aliceKey, map[string]any{"query": "where was Bob born", "top_k": 1})
@@ -630,5 +634,58 @@ func TestLoadTestReports(t *testing.T) {
 	}
 	if _, err := LoadTest(context.Background(), LoadOptions{URL: ts.URL, Clients: 0, Duration: time.Second, Prompts: []string{"a"}}); err == nil {
 		t.Fatal("0 clients accepted")
+	}
+}
+
+// TestEmbeddingsEndpoint: /v1/embeddings serves the store's embedder as
+// OpenAI does (a string or a list, float or base64), and refuses what it
+// cannot honour with a 4xx naming the parameter.
+func TestEmbeddingsEndpoint(t *testing.T) {
+	ts := start(t, testConfig(t), newScripted())
+	url := ts.URL + "/v1/embeddings"
+	r := do(t, "POST", url, aliceKey, map[string]any{"model": "agemem", "input": []string{"a fact", "another"}})
+	var got struct {
+		Data []struct {
+			Index     int       `json:"index"`
+			Embedding []float32 `json:"embedding"`
+		} `json:"data"`
+		Usage map[string]int `json:"usage"`
+	}
+	if r.Status != 200 || json.Unmarshal(r.Body, &got) != nil || len(got.Data) != 2 || got.Usage["prompt_tokens"] == 0 {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	want, _ := ts.srv.enc.Embed(t.Context(), []string{"a fact", "another"})
+	if fmt.Sprint(got.Data[1].Embedding) != fmt.Sprint(want[1]) || got.Data[1].Index != 1 {
+		t.Fatalf("vector 1 is not the embedder's")
+	}
+	r = do(t, "POST", url, aliceKey, map[string]any{"model": "agemem", "input": "a fact", "encoding_format": "base64"})
+	var b64 struct {
+		Data []struct{ Embedding string } `json:"data"`
+	}
+	json.Unmarshal(r.Body, &b64)
+	raw, err := base64.StdEncoding.DecodeString(b64.Data[0].Embedding)
+	if err != nil || len(raw) != 4*len(want[0]) || math.Float32frombits(binary.LittleEndian.Uint32(raw[4:])) != want[0][1] {
+		t.Fatalf("base64: %v, %d bytes", err, len(raw))
+	}
+	for _, c := range []struct {
+		body   any
+		status int
+		code   string
+	}{
+		{map[string]any{"model": "gpt", "input": "x"}, 404, "model_not_found"},
+		{map[string]any{"model": "agemem", "input": []int{1, 2}}, 400, "invalid_input"},
+		{map[string]any{"model": "agemem", "input": []string{"ok", ""}}, 400, "invalid_input"},
+		{map[string]any{"model": "agemem", "input": []string{}}, 400, "invalid_input"},
+		{map[string]any{"model": "agemem", "input": "x", "dimensions": 7}, 400, "unsupported"},
+		{map[string]any{"model": "agemem", "input": "x", "encoding_format": "int8"}, 400, "invalid_value"},
+		{map[string]any{"model": "agemem", "input": "x", "bogus": 1}, 400, "unknown_parameter"},
+	} {
+		r := do(t, "POST", url, aliceKey, c.body)
+		if r.Status != c.status || r.errorCode(t) != c.code {
+			t.Errorf("%v: %d %s", c.body, r.Status, r.Body)
+		}
+	}
+	if r := do(t, "POST", url, "", map[string]any{"model": "agemem", "input": "x"}); r.Status != 401 {
+		t.Fatalf("no key: %d", r.Status)
 	}
 }

@@ -106,6 +106,7 @@ func New(o Options) (*Server, error) {
 	api("GET /v1/models", s.models)
 	api("GET /v1/models/{model}", s.model)
 	api("POST /v1/chat/completions", s.chat)
+	api("POST /v1/embeddings", s.embeddings)
 	api("DELETE /v1/sessions/{id}", s.deleteSession)
 	api("GET /v1/memories", s.listMemories)
 	api("POST /v1/memories", s.addMemory)
