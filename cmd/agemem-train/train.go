@@ -126,7 +126,11 @@ func printPlan(w io.Writer, cfg config.Config) error {
 	fmt.Fprintf(w, "config valid; policy %s: %s, %d layers, hidden %d, %.2fM parameters, %.2fM trainable (%s)\n",
 		rc.Init, mc.ModelType, mc.Layers, mc.HiddenSize, params/1e6, trainable/1e6, map[bool]string{true: "LoRA", false: "full"}[cfg.LoRA.Enabled])
 	fmt.Fprintf(w, "a step: %d tasks x %d rollouts, contexts up to %d + %d tokens, micro-batches of %d tokens\n", rc.BatchTasks, rc.K, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget, rc.BatchTokens)
-	fmt.Fprintf(w, "memory per device:\n")
+	devs := "the CPU tape (model.devices is empty)"
+	if len(cfg.Model.Devices) > 0 {
+		devs = strings.Join(cfg.Model.Devices, ", ")
+	}
+	fmt.Fprintf(w, "memory per device (%s):\n", devs)
 	for _, l := range []struct {
 		name string
 		b    float64
