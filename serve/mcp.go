@@ -3,7 +3,13 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -41,28 +47,99 @@ func NewMCPServer(t MemoryTools, version string) *mcp.Server {
 		if sc.Parameters.Required == nil {
 			schema["required"] = []string{}
 		}
-		name := sc.Name
-		srv.AddTool(&mcp.Tool{Name: name, Description: sc.Description, InputSchema: schema},
+		name, props := sc.Name, sc.Parameters.Properties
+		srv.AddTool(&mcp.Tool{Name: name, Description: sc.Description, InputSchema: schema, OutputSchema: outputSchema,
+			Annotations: annotations[name]},
 			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				args := req.Params.Arguments
+				if len(args) == 0 {
+					args = json.RawMessage("{}")
+				}
+				// MCP clients send typed JSON: a type the schema does not
+				// allow is refused here (the agent loop, which reads what a
+				// small model wrote, is lenient: "2" for 2).
+				if msg := wrongType(args, props); msg != "" {
+					return toolResult(`{"status":"error","message":`+strconv.Quote(msg)+`}`, false), nil
+				}
 				st, err := t.Store.Namespace(t.Namespace(ctx, req))
 				if err != nil {
 					return nil, err
 				}
 				rt := &memtools.Runtime{Store: st, Context: stm.New(nil), Embedder: t.Embedder, Options: t.Options}
-				args := req.Params.Arguments
-				if len(args) == 0 {
-					args = json.RawMessage("{}")
-				}
 				res, err := rt.Execute(ctx, memtools.Call{Name: name, Arguments: args})
 				if err != nil {
 					return nil, err // the store failed: a protocol error
 				}
 				// A bad argument is a tool error the calling model can read
 				// and correct, as in the agent loop.
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Content}}, IsError: !res.OK}, nil
+				return toolResult(res.Content, res.OK), nil
 			})
 	}
 	return srv
+}
+
+// outputSchema is what every memory tool returns: a status ("success" or
+// "error") and the tool's fields (memory_id, message, memories).
+var outputSchema = map[string]any{"type": "object", "required": []string{"status"}, "properties": map[string]any{
+	"status":    map[string]any{"type": "string", "enum": []string{"success", "error"}},
+	"memory_id": map[string]any{"type": "string"},
+	"message":   map[string]any{"type": "string"},
+	"memories": map[string]any{"type": "array", "items": map[string]any{"type": "object", "properties": map[string]any{
+		"memory_id": map[string]any{"type": "string"}, "content": map[string]any{"type": "string"},
+		"memory_type": map[string]any{"type": "string"}, "metadata": map[string]any{"type": "object"}, "score": map[string]any{"type": "number"}}}},
+}}
+
+// annotations tell clients what each tool does to the store: retrieval
+// reads; adding only adds; updating and deleting overwrite (idempotent).
+var annotations = map[string]*mcp.ToolAnnotations{
+	memtools.ToolAdd:      {Title: "Add a memory", DestructiveHint: ptr(false), OpenWorldHint: ptr(false)},
+	memtools.ToolUpdate:   {Title: "Update a memory", DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+	memtools.ToolDelete:   {Title: "Delete a memory", DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)},
+	memtools.ToolRetrieve: {Title: "Retrieve memories", ReadOnlyHint: true, OpenWorldHint: ptr(false)},
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// toolResult is a tool's JSON result as text and as structured content.
+func toolResult(content string, ok bool) *mcp.CallToolResult {
+	var structured map[string]any
+	json.Unmarshal([]byte(content), &structured)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: content}}, StructuredContent: structured, IsError: !ok}
+}
+
+// wrongType names the first argument whose JSON type the schema does not
+// allow ("" if none).
+func wrongType(args json.RawMessage, props map[string]memtools.Property) string {
+	var a map[string]json.RawMessage
+	if json.Unmarshal(args, &a) != nil {
+		return "the arguments must be a JSON object"
+	}
+	for _, name := range slices.Sorted(maps.Keys(a)) {
+		p, ok := props[name]
+		raw := a[name]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		var v any
+		json.Unmarshal(raw, &v)
+		okType := false
+		switch x := v.(type) {
+		case string:
+			okType = p.Type == "string"
+		case float64:
+			okType = p.Type == "number" || p.Type == "integer" && x == math.Trunc(x)
+		case bool:
+			okType = p.Type == "boolean"
+		case map[string]any:
+			okType = p.Type == "object"
+		case []any:
+			okType = p.Type == "array"
+		}
+		if !okType && p.Type != "" {
+			return fmt.Sprintf("argument %q must be of type %s, not %s", name, p.Type, strings.TrimSpace(string(raw)))
+		}
+	}
+	return ""
 }
 
 func contains(xs []string, x string) bool {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/memtools"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -86,5 +87,64 @@ func TestMCPOverHTTP(t *testing.T) {
 	defer bob.Close()
 	if out, _ := callText(t, bob, "Retrieve_memory", map[string]any{"query": "where is the spare key"}); strings.Contains(out, "blue pot") {
 		t.Fatalf("bob retrieves alice's memory over MCP: %s", out)
+	}
+}
+
+// TestMCPToolsAsClientsExpect: the official SDK client reads tool
+// annotations (Retrieve read-only, Delete destructive), an output schema
+// and structured results; wrongly typed arguments are tool errors; a
+// missing key gets 401 with WWW-Authenticate.
+func TestMCPToolsAsClientsExpect(t *testing.T) {
+	ts := start(t, testConfig(t), newScripted())
+	cs, err := mcpSession(t, ts.URL, aliceKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*mcp.Tool{}
+	for _, tl := range tools.Tools {
+		byName[tl.Name] = tl
+		if tl.OutputSchema == nil || tl.Annotations == nil || tl.Annotations.Title == "" {
+			t.Errorf("%s: no output schema or annotations", tl.Name)
+		}
+	}
+	if a := byName[memtools.ToolRetrieve].Annotations; !a.ReadOnlyHint {
+		t.Errorf("Retrieve_memory is not read-only: %+v", a)
+	}
+	if a := byName[memtools.ToolDelete].Annotations; a.ReadOnlyHint || a.DestructiveHint == nil || !*a.DestructiveHint {
+		t.Errorf("Delete_memory is not destructive: %+v", a)
+	}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: memtools.ToolAdd, Arguments: map[string]any{"content": "Ivo is a judge."}})
+	if err != nil || res.IsError {
+		t.Fatalf("add: %v %+v", err, res)
+	}
+	st, _ := res.StructuredContent.(map[string]any)
+	if st["status"] != "success" || st["memory_id"] == "" {
+		t.Fatalf("structured result %v", res.StructuredContent)
+	}
+	for _, c := range []struct {
+		args map[string]any
+		bad  bool
+	}{
+		{map[string]any{"query": "judge", "top_k": 2}, false},
+		{map[string]any{"query": "judge", "top_k": "2"}, true},
+		{map[string]any{"query": "judge", "top_k": 1.5}, true},
+		{map[string]any{"query": 7}, true},
+	} {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: memtools.ToolRetrieve, Arguments: c.args})
+		if err != nil || res.IsError != c.bad {
+			t.Fatalf("%v: %v, error %v", c.args, err, res.IsError)
+		}
+		if c.bad && !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "must be of type") {
+			t.Fatalf("%v: %s", c.args, res.Content[0].(*mcp.TextContent).Text)
+		}
+	}
+	r := do(t, "POST", ts.URL+"/mcp", "", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	if r.Status != 401 || !strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("no key: %d, WWW-Authenticate %q", r.Status, r.Header.Get("WWW-Authenticate"))
 	}
 }
