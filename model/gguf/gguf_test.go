@@ -154,6 +154,9 @@ func TestExportReadBackByOllama(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
+					t.Fatalf("the exported file's mode is %v, want 0644 (others, e.g. an Ollama server, read it)", fi.Mode().Perm())
+				}
 				g, f := decode(t, path)
 				kv := g.KV()
 				want := map[string]any{

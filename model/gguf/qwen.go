@@ -120,6 +120,12 @@ func ExportQwenFile(dir, path string, o ExportOptions) (Summary, error) {
 	if err == nil {
 		err = f.Sync()
 	}
+	if err == nil {
+		// CreateTemp makes the file 0600; a model file is for others to
+		// read (an Ollama server running as its own user), as a plain
+		// os.Create would leave it under the usual umask.
+		err = f.Chmod(0o644)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
