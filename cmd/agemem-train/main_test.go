@@ -341,3 +341,41 @@ func TestCLISFTErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIEvalExtraMethods: eval plays any task file and adds a row per
+// --method NAME=DIR to the same table (the paper's ablations are trained
+// policies side by side), writing the JSON and chart; bad --method values
+// are named.
+func TestCLIEvalExtraMethods(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth.json")
+	mustRun(t, "data", "synth", "--n", "20", "--seed", "9", "--out", data)
+	tok := filepath.Join(dir, "tok")
+	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "5", "--out", tok)
+	model := filepath.Join(dir, "m")
+	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model)
+	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), mustRead(t, filepath.Join(tok, "tokenizer_config.json")), 0o644)
+	sets := []string{"--set", "data.eval=" + data, "--set", "eval.tasks=2", "--set", "eval.out=" + filepath.Join(dir, "eval.json"),
+		"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "episode.stage1_max_turns=1", "--set", "episode.stage2_max_turns=1",
+		"--norl", model, "--trained", model}
+	out := mustRun(t, append([]string{"eval", "--method", "Answer-Only=" + model}, sets...)...)
+	if !strings.Contains(out, "\nAnswer-Only  2 ") || !strings.Contains(out, "\nAgeMem       2 ") {
+		t.Fatalf("table:\n%s", out)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(mustRead(t, filepath.Join(dir, "eval.json")), &rows); err != nil || len(rows) != 4 || rows[3]["policy"] != "Answer-Only" {
+		t.Fatalf("eval.json: %v %v", err, rows)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "eval.png")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ method, want string }{
+		{"Answer-Only", "want NAME=DIR"},
+		{"AgeMem=" + model, `already has a row "AgeMem"`},
+		{"X=" + dir, "not a model directory"},
+	} {
+		if _, err := run(t, append([]string{"eval", "--method", c.method}, sets...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--method %s: %v", c.method, err)
+		}
+	}
+}

@@ -154,6 +154,7 @@ func runGRPO(ctx context.Context, cfg config.Config, resume string, log io.Write
 
 func evalCmd(g *globals) *cobra.Command {
 	var trained, norl string
+	var extra []string
 	cmd := &cobra.Command{
 		Use:   "eval",
 		Short: "Compare No-Memory, AgeMem-noRL and AgeMem on held-out tasks",
@@ -166,9 +167,15 @@ used), exact match, memory quality MQ (how well the stored entries match
 the supporting facts: the F1 of facts covered and entries relevant, an
 entry matching a fact at token F1 >= reward.storage_f1), each with its
 standard error, J by question type, average prompt tokens at answer time
-and tool calls per task. Writes the table as JSON to eval.out.`,
+and tool calls per task. Writes the table as JSON to eval.out and a bar
+chart beside it. --method NAME=DIR adds a row for another policy, e.g. the
+paper's reward ablation (Table 4): a policy trained with only R_task
+(--set reward.w_context=0 --set reward.w_memory=0 and no penalties) beside
+the All-Returns one, on the same tasks.`,
 		Example: `  agemem-train eval --config configs/tiny.yaml
-  agemem-train eval --config configs/tiny.yaml --trained runs/other/policy --set eval.tasks=0`,
+  agemem-train eval --config configs/tiny.yaml --trained runs/other/policy --set eval.tasks=0
+  agemem-train eval --config configs/tiny.yaml --method Answer-Only=runs/answer-only/rl/policy
+  agemem-train eval --config configs/tiny.yaml --set data.eval=data/other.json --set eval.tasks=200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
@@ -188,8 +195,21 @@ and tool calls per task. Writes the table as JSON to eval.out.`,
 			if cfg.Eval.Tasks > 0 && len(tasks) > cfg.Eval.Tasks {
 				tasks = tasks[:cfg.Eval.Tasks]
 			}
-			rows, err := eval.Run(cmd.Context(), eval.Options{Config: cfg, Tasks: tasks, Log: cmd.ErrOrStderr(), Methods: []eval.Method{
-				{Name: "No-Memory", Scripted: "no-memory"}, {Name: "AgeMem-noRL", Dir: norl}, {Name: "AgeMem", Dir: trained}}})
+			methods := []eval.Method{{Name: "No-Memory", Scripted: "no-memory"}, {Name: "AgeMem-noRL", Dir: norl}, {Name: "AgeMem", Dir: trained}}
+			for _, m := range extra {
+				name, dir, ok := strings.Cut(m, "=")
+				if !ok || name == "" || dir == "" {
+					return fmt.Errorf("--method %q: want NAME=DIR, e.g. Answer-Only=runs/answer-only/rl/policy", m)
+				}
+				if slices.ContainsFunc(methods, func(x eval.Method) bool { return x.Name == name }) {
+					return fmt.Errorf("--method %q: the table already has a row %q", m, name)
+				}
+				if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+					return fmt.Errorf("--method %q: %s is not a model directory (no config.json)", m, dir)
+				}
+				methods = append(methods, eval.Method{Name: name, Dir: dir})
+			}
+			rows, err := eval.Run(cmd.Context(), eval.Options{Config: cfg, Tasks: tasks, Log: cmd.ErrOrStderr(), Methods: methods})
 			if err != nil {
 				return err
 			}
@@ -210,5 +230,6 @@ and tool calls per task. Writes the table as JSON to eval.out.`,
 	}
 	cmd.Flags().StringVar(&trained, "trained", "", "the trained policy (default: rl.out/policy)")
 	cmd.Flags().StringVar(&norl, "norl", "", "the policy without RL (default: rl.init)")
+	cmd.Flags().StringArrayVar(&extra, "method", nil, "another row: NAME=DIR, a policy to play on the same tasks (repeatable)")
 	return cmd
 }
