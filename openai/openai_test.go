@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 )
@@ -352,5 +353,51 @@ func TestOllamaV1(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%s: %d dimensions", em, e.Dim())
+	}
+}
+
+// TestChatModelRunsTheAgentLoop: agent.Run on the server through
+// ChatModel: the tools go out as functions with their schemas, the model's
+// call runs, its result goes back as a tool message answering the call's
+// id, and the reply after it is the answer.
+func TestChatModelRunsTheAgentLoop(t *testing.T) {
+	var sent []ChatRequest
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req ChatRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		sent = append(sent, req)
+		last := req.Messages[len(req.Messages)-1]
+		msg := map[string]any{"role": "assistant", "content": ""}
+		if last.Role == "tool" {
+			msg["content"] = "done: " + last.Content
+		} else {
+			msg["tool_calls"] = []any{map[string]any{"id": "call_9", "type": "function", "function": map[string]any{"name": "get_weather", "arguments": `{"city": "Oslo"}`}}}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}}})
+	}))
+	defer ts.Close()
+	c := DefaultConfig()
+	c.BaseURL = ts.URL + "/v1"
+	cl, _ := New(c, "", nil)
+	tool := agent.Tool{Spec: agent.Spec{Name: "get_weather", Description: "Weather.", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)},
+		Call: func(_ context.Context, args json.RawMessage) (string, error) { return "sunny", nil }}
+	tools, err := agent.NewToolset(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := agent.Run(context.Background(), &ChatModel{Client: cl, Model: "m"}, tools, []agent.Message{{Role: "user", Content: "Weather in Oslo?"}}, agent.Limits{MaxSteps: 3})
+	if err != nil || tr.Answer != "done: sunny" {
+		t.Fatalf("%v: %+v", err, tr)
+	}
+	if len(sent) != 2 || len(sent[0].Tools) != 1 || sent[0].Tools[0].Function.Name != "get_weather" {
+		t.Fatalf("requests %+v", sent)
+	}
+	params, _ := json.Marshal(sent[0].Tools[0].Function.Parameters)
+	if !strings.Contains(string(params), `"required":["city"]`) {
+		t.Fatalf("schema sent as %s", params)
+	}
+	back := sent[1].Messages
+	if back[1].Role != "assistant" || back[1].ToolCalls[0].ID != "call_9" || back[2].Role != "tool" || back[2].ToolCallID != "call_9" {
+		t.Fatalf("second request's history %+v", back)
 	}
 }

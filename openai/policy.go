@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 )
@@ -261,4 +262,44 @@ func unit(v []float32) []float32 {
 		out[i] = x * inv
 	}
 	return out
+}
+
+// ChatModel is an agent.Model on the server: native function calling.
+type ChatModel struct {
+	Client      *Client
+	Model       string
+	MaxTokens   int
+	Temperature float64
+	// OnText, if set, streams the reply's content as it grows.
+	OnText func(string)
+}
+
+// Chat implements agent.Model.
+func (m *ChatModel) Chat(ctx context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	temp := m.Temperature
+	req := ChatRequest{Model: m.Model, MaxTokens: m.MaxTokens, Temperature: &temp}
+	for _, am := range msgs {
+		om := Message{Role: am.Role, Content: am.Content, ToolCallID: am.ToolCallID, Name: am.Name}
+		for _, c := range am.ToolCalls {
+			tc := ToolCall{ID: c.ID, Type: "function"}
+			tc.Function.Name, tc.Function.Arguments = c.Name, c.Arguments
+			om.ToolCalls = append(om.ToolCalls, tc)
+		}
+		req.Messages = append(req.Messages, om)
+	}
+	for _, s := range specs {
+		var t Tool
+		t.Type = "function"
+		t.Function.Name, t.Function.Description, t.Function.Parameters = s.Name, s.Description, s.Parameters
+		req.Tools = append(req.Tools, t)
+	}
+	r, err := m.Client.Chat(ctx, req, m.OnText)
+	if err != nil {
+		return agent.Reply{}, err
+	}
+	out := agent.Message{Role: "assistant", Content: r.Message.Content}
+	for _, c := range r.Message.ToolCalls {
+		out.ToolCalls = append(out.ToolCalls, agent.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+	}
+	return agent.Reply{Message: out, PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens}, nil
 }
