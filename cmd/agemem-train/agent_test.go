@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/openai"
+)
+
+// planServer is an OpenAI-compatible server whose model makes the calls of
+// plan in order, one a turn, then answers "done: " + the last result; it
+// records the tools each request offered.
+func planServer(t *testing.T, plan []openai.ToolCall) (*httptest.Server, *[][]string) {
+	var mu sync.Mutex
+	var offered [][]string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req openai.ChatRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		var names []string
+		for _, tl := range req.Tools {
+			names = append(names, tl.Function.Name)
+		}
+		offered = append(offered, names)
+		turn := len(offered) - 1
+		mu.Unlock()
+		msg := map[string]any{"role": "assistant", "content": ""}
+		if turn < len(plan) {
+			msg["tool_calls"] = []any{plan[turn]}
+		} else {
+			msg["content"] = "done: " + req.Messages[len(req.Messages)-1].Content
+		}
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}}})
+	}))
+	t.Cleanup(ts.Close)
+	return ts, &offered
+}
+
+func plannedCall(name, args string) openai.ToolCall {
+	c := openai.ToolCall{ID: "c_" + name, Type: "function"}
+	c.Function.Name, c.Function.Arguments = name, args
+	return c
+}
+
+// TestAgentWithMemoryTools: `agemem-train agent --memory` gives the model
+// the long-term memory tools on memory.path; what it stores is in the
+// store afterwards; --json prints the trace.
+func TestAgentWithMemoryTools(t *testing.T) {
+	ts, offered := planServer(t, []openai.ToolCall{plannedCall("Add_memory", `{"content": "Ada is my sister."}`), plannedCall("Retrieve_memory", `{"query": "sister"}`)})
+	db := filepath.Join(t.TempDir(), "m.db")
+	out := mustRun(t, "agent", "--set", "openai.base_url="+ts.URL+"/v1", "--model", "m", "--memory", "--set", "memory.path="+db,
+		"--prompt", "Remember my sister Ada.")
+	if !strings.Contains(out, "Add_memory") || !strings.Contains(out, "-> ok") || !strings.Contains(out, "answer: done:") || !strings.Contains(out, "Ada is my sister.") {
+		t.Fatalf("trace:\n%s", out)
+	}
+	if got := (*offered)[0]; len(got) != 4 || !slices.Contains(got, "Add_memory") || !slices.Contains(got, "Retrieve_memory") {
+		t.Fatalf("tools offered: %v, want the four long-term memory tools", got)
+	}
+	s, err := ltm.OpenSQLite(db, ltm.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, _ := s.Namespace("default")
+	n, _ := ns.Count(t.Context())
+	s.Close()
+	if n != 1 {
+		t.Fatalf("the store holds %d memories", n)
+	}
+	out = mustRun(t, "agent", "--set", "openai.base_url="+ts.URL+"/v1", "--model", "m", "--prompt", "hi", "--json")
+	var tr agent.Trace
+	if err := json.Unmarshal([]byte(out), &tr); err != nil || !tr.HasAnswer {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if _, err := run(t, "agent", "--set", "openai.base_url="+ts.URL+"/v1", "--model", "m"); err == nil || !strings.Contains(err.Error(), "--prompt") {
+		t.Fatalf("no prompt: %v", err)
+	}
+}
+
+// TestAgentWithThirdPartyMCPServer: the reference "memory" MCP server
+// (npm, started over stdio with --mcp-command) lends its tools to the loop:
+// the model creates an entity and reads the graph back.
+func TestAgentWithThirdPartyMCPServer(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	server := filepath.Join(testkit.NPM(t), "node_modules", "@modelcontextprotocol", "server-memory", "dist", "index.js")
+	graph := filepath.Join(t.TempDir(), "graph.jsonl")
+	t.Setenv("MEMORY_FILE_PATH", graph)
+	ts, offered := planServer(t, []openai.ToolCall{
+		plannedCall("create_entities", `{"entities": [{"name": "Ada", "entityType": "person", "observations": ["is the user's sister"]}]}`),
+		plannedCall("read_graph", `{}`),
+	})
+	out := mustRun(t, "agent", "--set", "openai.base_url="+ts.URL+"/v1", "--model", "m", "--mcp-command", node+" "+server, "--prompt", "Remember Ada.")
+	if strings.Count(out, "-> ok") != 2 || !strings.Contains(out, "answer: done:") || !strings.Contains(out, "is the user's sister") {
+		t.Fatalf("trace:\n%s", out)
+	}
+	if !strings.Contains(strings.Join((*offered)[0], ","), "create_entities") {
+		t.Fatalf("tools offered: %v", (*offered)[0])
+	}
+	if raw, err := os.ReadFile(graph); err != nil || !strings.Contains(string(raw), "Ada") {
+		t.Fatalf("the server's graph file: %v %s", err, raw)
+	}
+}
