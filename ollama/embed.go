@@ -3,9 +3,9 @@ package ollama
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
+	"github.com/agemem/agemem/embed"
 	"github.com/ollama/ollama/api"
 )
 
@@ -64,24 +64,9 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 			if len(v) == 0 || len(v) != want {
 				return nil, fmt.Errorf("%w: model %q returned a %d-dimensional vector for text %d, want %d", ErrResponseInvalid, e.Model, len(v), start+i, want)
 			}
-			out = append(out, normalize(v))
+			embed.Normalize(v) // for the store's dot product: the cosine
+			out = append(out, v)
 		}
 	}
 	return out, nil
-}
-
-func normalize(v []float32) []float32 {
-	var s float64
-	for _, x := range v {
-		s += float64(x) * float64(x)
-	}
-	if s == 0 {
-		return v
-	}
-	inv := float32(1 / math.Sqrt(s))
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = x * inv
-	}
-	return out
 }

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 )
@@ -242,26 +242,11 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 				return nil, &Error{Server: e.Client.base, Model: e.Model, Status: 200, Attempts: 1,
 					Message: fmt.Sprintf("a %d-dimensional vector for text %d, want %d", len(v), start+i, e.dim)}
 			}
-			out = append(out, unit(v))
+			embed.Normalize(v) // for the store's dot product: the cosine
+			out = append(out, v)
 		}
 	}
 	return out, nil
-}
-
-func unit(v []float32) []float32 {
-	var s float64
-	for _, x := range v {
-		s += float64(x) * float64(x)
-	}
-	if s == 0 {
-		return v
-	}
-	inv := float32(1 / math.Sqrt(s))
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = x * inv
-	}
-	return out
 }
 
 // ChatModel is an agent.Model on the server: native function calling.
