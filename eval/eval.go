@@ -21,6 +21,7 @@ import (
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/rl/rollout"
 	"github.com/agemem/agemem/roles"
@@ -101,6 +102,10 @@ func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.T
 	if p.Dir == "" {
 		e := roles.AgeMem(cfg, h, tasks, nil)
 		var outs []env.Outcome
+		var pr *train.Progress
+		if log != nil {
+			pr = train.NewProgress(log, len(tasks), false)
+		}
 		for i, t := range tasks {
 			var pol memtools.Policy
 			switch p.Scripted {
@@ -116,6 +121,9 @@ func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.T
 				return nil, err
 			}
 			outs = append(outs, out)
+			if pr != nil {
+				pr.Update(i+1, p.Name)
+			}
 		}
 		return outs, nil
 	}
@@ -134,7 +142,12 @@ func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.T
 	for i := range idx {
 		idx[i] = i
 	}
-	rs, _, err := rollout.Run(ctx, pol, e, idx, rollout.Options{K: 1, Seed: uint64(cfg.Seed)})
+	ro := rollout.Options{K: 1, Seed: uint64(cfg.Seed)}
+	if log != nil {
+		pr := train.NewProgress(log, len(tasks), false)
+		ro.Done = func(finished, _ int) { pr.Update(finished, p.Name) }
+	}
+	rs, _, err := rollout.Run(ctx, pol, e, idx, ro)
 	if err != nil {
 		return nil, err
 	}

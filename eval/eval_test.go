@@ -126,3 +126,17 @@ func TestStatIsMeanAndStandardError(t *testing.T) {
 		t.Fatalf("one value: %+v", s)
 	}
 }
+
+// TestEvalReportsProgress: a long evaluation says how far each method got
+// (plain lines on the log, at least one per tenth of the tasks).
+func TestEvalReportsProgress(t *testing.T) {
+	var log bytes.Buffer
+	ts := tasks(t, 20)
+	if _, err := Run(context.Background(), Options{Config: config.Default(), Tasks: ts, Log: &log,
+		Methods: []Method{{Name: "No-Memory", Scripted: "no-memory"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "step 2/20 No-Memory") || !strings.Contains(log.String(), "step 20/20 No-Memory") {
+		t.Fatalf("progress:\n%s", log.String())
+	}
+}

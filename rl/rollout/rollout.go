@@ -65,6 +65,9 @@ type Options struct {
 	Seed uint64 // sampling
 	// EpisodeSeed is the seed Play gets for rollout i (default: i).
 	EpisodeSeed func(i int) uint64
+	// Done, if set, is called as each rollout ends with how many have
+	// ended of how many (from the rollouts' goroutines, one at a time).
+	Done func(finished, total int)
 }
 
 // Run plays K rollouts of each task with the policy and returns them in
@@ -105,6 +108,8 @@ func RunOn[R any](ctx context.Context, pols []memtools.BatchPolicy, e Env[R], ta
 		bs[d] = &batcher{pol: pol, live: live, seed: o.Seed ^ uint64(d)<<48}
 	}
 	var wg sync.WaitGroup
+	var doneMu sync.Mutex
+	finished := 0
 	for i := range n {
 		g := i / o.K
 		rs[i] = Rollout[R]{Task: tasks[g], Group: g}
@@ -114,6 +119,12 @@ func RunOn[R any](ctx context.Context, pols []memtools.BatchPolicy, e Env[R], ta
 			rec := &recorder{b: b, rollout: i}
 			rs[i].Result, rs[i].Err = e.Play(ctx, rec, tasks[g], seed(i))
 			calls[i] = rec.calls
+			if o.Done != nil {
+				doneMu.Lock()
+				finished++
+				o.Done(finished, n)
+				doneMu.Unlock()
+			}
 		})
 	}
 	wg.Wait()
