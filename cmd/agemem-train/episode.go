@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/config"
@@ -19,6 +21,7 @@ import (
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/roles"
@@ -166,6 +169,10 @@ openai.format).`,
 			var results []env.Result
 			for _, name := range policies {
 				results = results[:0]
+				var pr *train.Progress
+				if len(tasks) > 1 {
+					pr = train.NewProgress(cmd.ErrOrStderr(), len(tasks), isatty.IsTerminal(os.Stderr.Fd()))
+				}
 				for i, t := range tasks {
 					p, _ := policyFor(name, t, cfg, nativeOrNil(native), ol, oa)
 					rt := roles.Runtime(cfg, helpers, nil)(uint64(cfg.Seed) + uint64(i))
@@ -180,6 +187,9 @@ openai.format).`,
 						return err
 					}
 					results = append(results, res)
+					if pr != nil {
+						pr.Update(i+1, name)
+					}
 				}
 				sums = append(sums, summarize(name, results))
 			}

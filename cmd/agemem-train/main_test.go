@@ -17,13 +17,27 @@ import (
 
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
+	out, _, err := runStreams(args...)
+	return out, err
+}
+
+// runCombined is run with stderr (logs, progress) after stdout.
+func runCombined(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	out, errs, err := runStreams(args...)
+	return out + errs, err
+}
+
+// runStreams runs the CLI and returns what it wrote to stdout and to
+// stderr (progress and logs), apart, as a pipe would see them.
+func runStreams(args ...string) (string, string, error) {
 	root := newRoot()
-	var out bytes.Buffer
+	var out, errs bytes.Buffer
 	root.SetOut(&out)
-	root.SetErr(&out)
+	root.SetErr(&errs)
 	root.SetArgs(args)
 	err := root.Execute()
-	return out.String(), err
+	return out.String(), errs.String(), err
 }
 
 // mustRun runs a setup command, failing the test if it fails.

@@ -90,7 +90,7 @@ func TestCLIExportAndOllamaEpisode(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "tiny.gguf")
-	out, err := run(t, "export", "--outtype", "q8_0", "--out", file, model)
+	out, err := runCombined(t, "export", "--outtype", "q8_0", "--out", file, model)
 	if err != nil || !strings.Contains(out, "wrote "+file) || !strings.Contains(out, "Q8_0") {
 		t.Fatalf("export: %v\n%s", err, out)
 	}
@@ -100,7 +100,7 @@ func TestCLIExportAndOllamaEpisode(t *testing.T) {
 
 	stub, url := newOllamaStub(t)
 	host := []string{"--set", "ollama.host=" + url}
-	out, err = run(t, append([]string{"export", "--to", "ollama", "--name", "agemem-tiny", model}, host...)...)
+	out, err = runCombined(t, append([]string{"export", "--to", "ollama", "--name", "agemem-tiny", model}, host...)...)
 	if err != nil || !strings.Contains(out, "ollama run agemem-tiny") {
 		t.Fatalf("export --to ollama: %v\n%s", err, out)
 	}
@@ -164,7 +164,7 @@ func TestCLIEmbed(t *testing.T) {
 	sets := []string{"--set", "simcse.init=" + enc, "--set", "simcse.data=" + filepath.Join(data, "corpus.txt"), "--set", "simcse.steps=6",
 		"--set", "simcse.batch=8", "--set", "simcse.eval_every=3", "--set", "simcse.save_every=3", "--set", "simcse.sts=" + filepath.Join(data, "sts-dev.tsv"),
 		"--set", "simcse.tasks=" + filepath.Join(data, "tasks-eval.json"), "--set", "simcse.out=" + filepath.Join(dir, "run"), "--set", "simcse.pooling=mean"}
-	out, err := run(t, append([]string{"embed", "train"}, sets...)...)
+	out, err := runCombined(t, append([]string{"embed", "train"}, sets...)...)
 	if err != nil || !strings.Contains(out, "spearman") || !strings.Contains(out, "recall@3") {
 		t.Fatalf("train: %v\n%s", err, out)
 	}
