@@ -32,6 +32,9 @@ type ToolCall struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
 	Arguments string `json:"arguments"`
+	// Invalid, set by a Model that could not read the call out of the
+	// reply (a broken <tool_call> block), is why; the loop tells the model.
+	Invalid string `json:"invalid,omitempty"`
 }
 
 // Spec describes a tool to the model.
@@ -182,6 +185,9 @@ func (ts *Toolset) Names() []string {
 // result then says what was wrong). Only the caller's context ending is an
 // error.
 func (ts *Toolset) Execute(ctx context.Context, c ToolCall) (string, bool, error) {
+	if c.Invalid != "" {
+		return "error: " + c.Invalid, false, nil
+	}
 	i := slices.IndexFunc(ts.tools, func(t Tool) bool { return t.Name == c.Name })
 	if i < 0 {
 		return fmt.Sprintf("error: there is no tool %q; the tools are: %s", c.Name, strings.Join(ts.Names(), ", ")), false, nil

@@ -100,6 +100,9 @@ func TestBrokenCallsAreToldToTheModel(t *testing.T) {
 		{call("4", "get_weather", `{"city": 7}`), "do not match its schema"},
 		{call("5", "get_weather", `{"city": "Oslo", "days": 0}`), "do not match its schema"},
 		{call("6", "get_weather", `{"city": "Atlantis"}`), "get_weather failed: no station there"},
+		// A block the model's reply could not be read from (a Model sets
+		// Invalid): refused with the model's parser's reason.
+		{ToolCall{ID: "7", Name: "get_weather", Arguments: `{"city": `, Invalid: "the <tool_call> block is never closed"}, "never closed"},
 	}
 	var calls []ToolCall
 	for _, c := range cases {

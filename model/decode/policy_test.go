@@ -2,16 +2,19 @@ package decode
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -77,5 +80,43 @@ func TestNativePolicyRunsTheAgentLoop(t *testing.T) {
 	outs, err := p.CompleteBatch(context.Background(), [][]stm.Message{c.Messages(), c.Messages()[:2]})
 	if err != nil || len(outs) != 2 {
 		t.Fatalf("batch: %v", err)
+	}
+}
+
+// TestChatModelRendersToolsAndSurvives: the native engine as an
+// agent.Model renders the tools into its template's tools section (the
+// prompt is exactly chat.Render's with the tool definitions) and the
+// function-calling loop survives whatever a random model writes.
+func TestChatModelRendersToolsAndSurvives(t *testing.T) {
+	tok := qwen3Tokenizer(t)
+	cfg := qwen.Presets["tiny-qwen3"]
+	cfg.VocabSize = tok.VocabSize()
+	dir := filepath.Join(t.TempDir(), "m")
+	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 5); err != nil {
+		t.Fatal(err)
+	}
+	m, err := qwen.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 3, MaxTokens: 16})
+	rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: stm.New(tok), Embedder: embed.NewHashing(64, nil), Options: memtools.DefaultOptions()}
+	ts, err := agent.NewToolset(agent.MemoryTools(rt)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []agent.Message{{Role: "user", Content: "Remember: my cat is Tabby."}}
+	tr, err := agent.Run(context.Background(), ChatModel{Generator: p}, ts, msgs, agent.Limits{MaxSteps: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tools []json.RawMessage
+	for _, s := range ts.Specs() {
+		raw, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]any{"name": s.Name, "description": s.Description, "parameters": s.Parameters}})
+		tools = append(tools, raw)
+	}
+	want, _ := chat.Render([]chat.Message{{Role: "user", Content: msgs[0].Content}}, chat.Options{Template: p.Template, Tools: tools, AddGenerationPrompt: true})
+	if !strings.Contains(want, "<tools>") || tr.Steps[0].Reply.PromptTokens != len(tok.Encode(want)) {
+		t.Fatalf("first prompt of %d tokens, the rendering with tools has %d", tr.Steps[0].Reply.PromptTokens, len(tok.Encode(want)))
 	}
 }
