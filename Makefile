@@ -50,6 +50,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandlers -fuzztime $(FUZZTIME) ./serve/
 	$(GO) test -run '^$$' -fuzz FuzzReadJSONL -fuzztime $(FUZZTIME) ./memtools/ltm/
 	$(GO) test -run '^$$' -fuzz FuzzCheckWAL -fuzztime $(FUZZTIME) ./memtools/ltm/
+	$(GO) test -run '^$$' -fuzz FuzzExecute -fuzztime $(FUZZTIME) ./agent/
+	$(GO) test -run '^$$' -fuzz FuzzParseToolCalls -fuzztime $(FUZZTIME) ./model/chat/
 
 # The serve soak: mixed chat, streaming, memory API, malformed and abandoned
 # requests from 16 clients of 8 tenants; zero 5xx, goroutines and heap back.

@@ -9,15 +9,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/roles"
 )
 
 func agentCmd(g *globals) *cobra.Command {
-	var prompt, system, model string
+	var prompt, system, model, native, dev string
 	var memory, asJSON bool
 	var maxSteps int
 	var urls, headers, commands []string
@@ -25,7 +27,9 @@ func agentCmd(g *globals) *cobra.Command {
 		Use:   "agent",
 		Short: "Run one function-calling conversation with memory tools and MCP servers' tools",
 		Long: `Runs the function-calling agent loop once: the model on the OpenAI-compatible
-server at openai.base_url (--model, or openai.model) answers --prompt,
+server at openai.base_url (--model, or openai.model), or a local Qwen
+checkpoint run by the built-in engine (--native DIR, the tools rendered by
+its own chat template and its <tool_call> blocks parsed back), answers --prompt,
 calling tools until it answers without one (or --max-steps turns pass).
 Tools: with --memory, AgeMem's long-term memory tools on the SQLite store
 at memory.path (namespace memory.namespace), the store serve uses; and the
@@ -49,17 +53,33 @@ Prints the trace (--json for machines).`,
 			if strings.TrimSpace(prompt) == "" {
 				return fmt.Errorf("--prompt is required")
 			}
-			if model == "" {
-				model = cfg.OpenAI.Model
-			}
-			if model == "" {
-				return fmt.Errorf("name the model with --model or openai.model")
-			}
-			cl, err := cfg.OpenAI.Connect()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
+			var m agent.Model
+			if native != "" {
+				be, err := device.Open(dev, cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+				if err != nil {
+					return err
+				}
+				defer g.Model.Close()
+				g.Prefixes = decode.NewPrefixCache(g.Model.MaxPositions)
+				m = decode.ChatModel{Generator: g}
+			} else {
+				if model == "" {
+					model = cfg.OpenAI.Model
+				}
+				if model == "" {
+					return fmt.Errorf("name the model with --model (or openai.model), or a local checkpoint with --native DIR")
+				}
+				cl, err := cfg.OpenAI.Connect()
+				if err != nil {
+					return err
+				}
+				m = &openai.ChatModel{Client: cl, Model: model, MaxTokens: cfg.Agent.ResponseBudget}
+			}
 			ts, err := agent.NewToolset()
 			if err != nil {
 				return err
@@ -119,7 +139,6 @@ Prints the trace (--json for machines).`,
 				msgs = append(msgs, agent.Message{Role: "system", Content: system})
 			}
 			msgs = append(msgs, agent.Message{Role: "user", Content: prompt})
-			m := &openai.ChatModel{Client: cl, Model: model, MaxTokens: cfg.Agent.ResponseBudget}
 			tr, err := agent.Run(ctx, m, ts, msgs, agent.Limits{MaxSteps: maxSteps})
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -136,6 +155,8 @@ Prints the trace (--json for machines).`,
 	cmd.Flags().StringVar(&prompt, "prompt", "", "the user's message")
 	cmd.Flags().StringVar(&system, "system", "", "a system message")
 	cmd.Flags().StringVar(&model, "model", "", "the model on the server (default openai.model)")
+	cmd.Flags().StringVar(&native, "native", "", "a local Qwen2/2.5/3 checkpoint directory, run by the built-in engine (greedy)")
+	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device: auto, cpu, cuda or cuda:N")
 	cmd.Flags().BoolVar(&memory, "memory", false, "add AgeMem's long-term memory tools on memory.path")
 	cmd.Flags().StringArrayVar(&urls, "mcp-url", nil, "an MCP server over streamable HTTP (repeatable)")
 	cmd.Flags().StringArrayVar(&headers, "mcp-header", nil, "NAME=VALUE sent to every --mcp-url server (repeatable)")

@@ -113,3 +113,16 @@ func TestAgentWithThirdPartyMCPServer(t *testing.T) {
 		t.Fatalf("the server's graph file: %v %s", err, raw)
 	}
 }
+
+// TestAgentOnTheNativeEngine: --native runs the loop on a local checkpoint
+// (a random tiny Qwen3 with the real tokenizer here): whatever it writes,
+// the run ends with a trace, not a crash.
+func TestAgentOnTheNativeEngine(t *testing.T) {
+	model := filepath.Join(t.TempDir(), "m")
+	mustRun(t, "init-model", "--preset", "tiny-qwen3", "--tokenizer", testkit.QwenTokenizer(t), "--out", model)
+	out := mustRun(t, "agent", "--native", model, "--device", "cpu", "--memory", "--set", "memory.path="+filepath.Join(t.TempDir(), "m.db"),
+		"--set", "agent.response_budget=12", "--max-steps", "2", "--prompt", "Remember that Ada is my sister.")
+	if !strings.HasPrefix(out, "tools: ") || !strings.Contains(out, "Add_memory") || !(strings.Contains(out, "answer: ") || strings.Contains(out, "no answer")) {
+		t.Fatalf("trace:\n%s", out)
+	}
+}
