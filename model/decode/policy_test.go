@@ -38,16 +38,7 @@ func qwen3Tokenizer(t *testing.T) *tokenizer.Tokenizer {
 // with a rescoring.
 func TestNativePolicyRunsTheAgentLoop(t *testing.T) {
 	tok := qwen3Tokenizer(t)
-	cfg := qwen.Presets["tiny-qwen3"]
-	cfg.VocabSize = tok.VocabSize()
-	dir := filepath.Join(t.TempDir(), "m")
-	if err := qwen.InitRandom(dir, cfg, safetensors.BF16, 5); err != nil {
-		t.Fatal(err)
-	}
-	m, err := qwen.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := randomQwen3(t, tok, safetensors.BF16)
 	p := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 3, MaxTokens: 24})
 	c := stm.New(tok)
 	c.Append(stm.Message{Role: stm.System, Content: memtools.SystemPrompt()}, stm.Message{Role: stm.User, Content: "My cat is called Tabby."})
@@ -89,16 +80,7 @@ func TestNativePolicyRunsTheAgentLoop(t *testing.T) {
 // function-calling loop survives whatever a random model writes.
 func TestChatModelRendersToolsAndSurvives(t *testing.T) {
 	tok := qwen3Tokenizer(t)
-	cfg := qwen.Presets["tiny-qwen3"]
-	cfg.VocabSize = tok.VocabSize()
-	dir := filepath.Join(t.TempDir(), "m")
-	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 5); err != nil {
-		t.Fatal(err)
-	}
-	m, err := qwen.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := randomQwen3(t, tok, safetensors.F32)
 	p := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 3, MaxTokens: 16})
 	rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: stm.New(tok), Embedder: embed.NewHashing(64, nil), Options: memtools.DefaultOptions()}
 	ts, err := agent.NewToolset(agent.MemoryTools(rt)...)
@@ -119,4 +101,20 @@ func TestChatModelRendersToolsAndSurvives(t *testing.T) {
 	if !strings.Contains(want, "<tools>") || tr.Steps[0].Reply.PromptTokens != len(tok.Encode(want)) {
 		t.Fatalf("first prompt of %d tokens, the rendering with tools has %d", tr.Steps[0].Reply.PromptTokens, len(tok.Encode(want)))
 	}
+}
+
+// randomQwen3 is a random tiny Qwen3 carrying tok's vocabulary.
+func randomQwen3(t *testing.T, tok *tokenizer.Tokenizer, dtype safetensors.DType) *qwen.Model {
+	t.Helper()
+	cfg := qwen.Presets["tiny-qwen3"]
+	cfg.VocabSize = tok.VocabSize()
+	dir := filepath.Join(t.TempDir(), "m")
+	if err := qwen.InitRandom(dir, cfg, dtype, 5); err != nil {
+		t.Fatal(err)
+	}
+	m, err := qwen.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
