@@ -1,0 +1,100 @@
+package locomo
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func TestNormalize(t *testing.T) {
+	for in, want := range map[string]string{
+		"The Eiffel Tower, Paris!": "eiffel tower paris",
+		"Apples and oranges":       "apples oranges",
+		"an ant and a bee":         "ant bee",
+		"Anna's band":              "annas band", // punctuation first: "anna s" never forms
+		"the’s a1 the-end":         "’s a1 end",  // ’ is not ASCII punctuation and not a word character
+		"  7 May   2023 ":          "7 may 2023",
+		"état a état":              "état état",
+		"1,000,000 dollars":        "1000000 dollars",
+		"Thea and Andy":            "thea andy",
+	} {
+		if got := Normalize(in); got != want {
+			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestTokenF1HandWorked: stems match across inflections, articles and
+// punctuation do not count, repeated tokens count once per occurrence.
+func TestTokenF1HandWorked(t *testing.T) {
+	for _, c := range []struct {
+		pred, gold string
+		want       float64
+	}{
+		{"She was running marathons", "running a marathon", 2 * (2.0 / 4) * 1 / (2.0/4 + 1)}, // run, marathon shared; pred has she, wa, run, marathon
+		{"Paris", "The city of Paris", 2 * 1 * (1.0 / 3) / (1 + 1.0/3)},                      // gold: citi, of, pari
+		{"dogs dogs", "dog", 2 * 0.5 * 1 / 1.5},
+		{"", "anything", 0},
+		{"the", "the", 0}, // both normalise to nothing
+		{"7 May 2023", "7 May, 2023", 1},
+	} {
+		if got := TokenF1(c.pred, c.gold); !near(got, c.want) {
+			t.Errorf("TokenF1(%q, %q) = %.4f, want %.4f", c.pred, c.gold, got, c.want)
+		}
+	}
+}
+
+func TestScoreQAByCategory(t *testing.T) {
+	multi := QA{Category: 1, Answer: "painting, hiking"}
+	// Gold parts: painting (best: "paints" -> paint = 1), hiking (best 0).
+	if got := ScoreQA(multi, "paints, swimming"); !near(got, 0.5) {
+		t.Errorf("multi-hop: %.4f, want 0.5", got)
+	}
+	if got := ScoreQA(multi, "hiking and painting"); !near(got, (2*0.5*1/1.5+2*0.5*1/1.5)/2) {
+		t.Errorf("multi-hop, one predicted part: %.4f", got)
+	}
+	open := QA{Category: 3, Answer: "likely yes; she loves dogs"}
+	if got := ScoreQA(open, "Likely yes"); !near(got, 1) {
+		t.Errorf("open-domain keeps the answer up to ';': %.4f", got)
+	}
+	adv := QA{Category: 5, AdversarialAnswer: "a red car"}
+	for pred, want := range map[string]float64{"No information available.": 1, "That was NOT MENTIONED": 1, "a red car": 0} {
+		if got := ScoreQA(adv, pred); got != want {
+			t.Errorf("adversarial %q: %v", pred, got)
+		}
+	}
+	if got := ScoreQA(QA{Category: 2, Answer: "7 May 2023"}, "on 7 May 2023"); !near(got, 2*0.75*1/1.75) {
+		t.Errorf("temporal: %.4f", got)
+	}
+}
+
+func TestEvidenceRecall(t *testing.T) {
+	q := QA{Evidence: []string{"D1:3", "D2:5", "D4:1"}}
+	for _, c := range []struct {
+		ctx  []string
+		want float64
+	}{
+		{nil, 1},
+		{[]string{}, 0},
+		{[]string{"D1:3", "D4:1", "D9:9"}, 2.0 / 3},
+		{[]string{"S2", "S4"}, 2.0 / 3},
+		{[]string{"S1", "S2", "S4"}, 1},
+	} {
+		if got := EvidenceRecall(q, c.ctx); !near(got, c.want) {
+			t.Errorf("context %v: %.4f, want %.4f", c.ctx, got, c.want)
+		}
+	}
+	if EvidenceRecall(QA{}, []string{"D1:1"}) != 1 {
+		t.Error("a question without evidence scores 1")
+	}
+}
+
+func TestAnswerTextAsPythonStr(t *testing.T) {
+	for raw, want := range map[string]string{`"Oslo"`: "Oslo", `2022`: "2022", `3.0`: "3.0", `0.5`: "0.5", `1e5`: "100000.0", `1e16`: "1e+16", `0.00001`: "1e-05", `-2`: "-2"} {
+		if got, err := answerText(json.RawMessage(raw)); err != nil || got != want {
+			t.Errorf("answer %s: %q, %v; want %q", raw, got, err, want)
+		}
+	}
+}
