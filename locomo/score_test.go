@@ -3,6 +3,7 @@ package locomo
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -95,6 +96,85 @@ func TestAnswerTextAsPythonStr(t *testing.T) {
 	for raw, want := range map[string]string{`"Oslo"`: "Oslo", `2022`: "2022", `3.0`: "3.0", `0.5`: "0.5", `1e5`: "100000.0", `1e16`: "1e+16", `0.00001`: "1e-05", `-2`: "-2"} {
 		if got, err := answerText(json.RawMessage(raw)); err != nil || got != want {
 			t.Errorf("answer %s: %q, %v; want %q", raw, got, err, want)
+		}
+	}
+}
+
+// TestSynthLoadsAndScores: synthetic conversations in LoCoMo's layout load
+// (every evidence id names a turn), hold all five categories, and an
+// oracle's predictions (the gold answers; "Not mentioned" for adversarial
+// questions; the evidence as context) score 1 everywhere.
+func TestSynthLoadsAndScores(t *testing.T) {
+	raw, err := Synth(4, 6, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cats := map[int]int{}
+	var preds []Prediction
+	for _, s := range samples {
+		for i, q := range s.QA {
+			cats[q.Category]++
+			for _, ev := range q.Evidence {
+				if !s.HasDialog(ev) {
+					t.Fatalf("%s qa %d: evidence %s names no turn", s.ID, i, ev)
+				}
+			}
+			p := q.Answer
+			switch q.Category {
+			case 3: // scored against the answer up to its ';'
+				p, _, _ = strings.Cut(p, ";")
+			case 5:
+				p = "Not mentioned in the conversation."
+			}
+			preds = append(preds, Prediction{SampleID: s.ID, QAIndex: i, Prediction: p, Context: q.Evidence})
+		}
+	}
+	if len(cats) != 5 {
+		t.Fatalf("categories %v, want all five", cats)
+	}
+	rep, scored, err := Score(samples, preds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Overall.Mean != 1 || rep.Recall.Mean != 1 || rep.Missing != 0 || len(scored) != rep.Questions {
+		t.Fatalf("oracle report %+v", rep)
+	}
+	// Errors name what is wrong.
+	for _, c := range []struct {
+		p    Prediction
+		want string
+	}{
+		{Prediction{SampleID: "nope"}, `no sample "nope"`},
+		{Prediction{SampleID: samples[0].ID, QAIndex: 999}, "not 999"},
+		{preds[0], "predicted twice"},
+	} {
+		if _, _, err := Score(samples, []Prediction{preds[0], c.p}[boolIndex(c.want != "predicted twice"):]); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v", c.p, err)
+		}
+	}
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestLoadNamesBadInput(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{}`: "not a JSON list",
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A"}}]`:                                                                                                                              `sample 0 (s1): the conversation needs "speaker_a" and "speaker_b"`,
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A"}]}}]`:                                                                           "session_1, turn 0: no dia_id",
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}, "qa": [{"question": "q", "category": 9}]}]`: "qa 0 (\"q\"): category 9",
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}, "qa": [{"question": "q", "category": 4}]}]`: "no answer",
+	} {
+		if _, err := Parse([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", raw, err, want)
 		}
 	}
 }

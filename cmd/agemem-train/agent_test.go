@@ -126,3 +126,25 @@ func TestAgentOnTheNativeEngine(t *testing.T) {
 		t.Fatalf("trace:\n%s", out)
 	}
 }
+
+// TestCLILoCoMo: synth writes LoCoMo's layout; score reads predictions,
+// prints F1 by category, writes per-question scores, and names a bad
+// prediction line.
+func TestCLILoCoMo(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "locomo.json")
+	mustRun(t, "locomo", "synth", "--samples", "2", "--sessions", "4", "--out", data)
+	preds := filepath.Join(dir, "preds.jsonl")
+	os.WriteFile(preds, []byte(`{"sample_id": "conv-1", "qa_index": 0, "prediction": "I do not know", "context": ["D1:1"]}`+"\n"), 0o644)
+	out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds, "--out", filepath.Join(dir, "scores.jsonl"))
+	if !strings.Contains(out, "overall") || !strings.Contains(out, "questions have no prediction") {
+		t.Fatalf("table:\n%s", out)
+	}
+	if raw := mustRead(t, filepath.Join(dir, "scores.jsonl")); !strings.Contains(string(raw), `"qa_index":0`) {
+		t.Fatalf("scores: %s", raw)
+	}
+	os.WriteFile(preds, []byte("{\"sample_id\": \"conv-1\", \"qa_index\": \"zero\"}\n"), 0o644)
+	if _, err := run(t, "locomo", "score", "--data", data, "--predictions", preds); err == nil || !strings.Contains(err.Error(), "preds.jsonl:1") {
+		t.Fatalf("bad line: %v", err)
+	}
+}

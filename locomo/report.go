@@ -1,0 +1,166 @@
+package locomo
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// Prediction is one line of a predictions file.
+type Prediction struct {
+	SampleID   string `json:"sample_id"`
+	QAIndex    int    `json:"qa_index"` // position in that sample's qa list
+	Prediction string `json:"prediction"`
+	// Context, if given, is the dialogue ids (or "S<n>" sessions) the
+	// method retrieved, for evidence recall.
+	Context []string `json:"context,omitempty"`
+}
+
+// ReadPredictions reads predictions JSONL; errors name the line.
+func ReadPredictions(path string) ([]Prediction, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	var out []Prediction
+	for line := 1; sc.Scan(); line++ {
+		raw := strings.TrimSpace(sc.Text())
+		if raw == "" {
+			continue
+		}
+		var p Prediction
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil {
+			return nil, fmt.Errorf("%s:%d: %v (want {\"sample_id\", \"qa_index\", \"prediction\", \"context\"?})", path, line, err)
+		}
+		if p.SampleID == "" {
+			return nil, fmt.Errorf("%s:%d: no sample_id", path, line)
+		}
+		out = append(out, p)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return out, nil
+}
+
+// Scored is one question's score.
+type Scored struct {
+	SampleID   string  `json:"sample_id"`
+	QAIndex    int     `json:"qa_index"`
+	Category   int     `json:"category"`
+	Question   string  `json:"question"`
+	Answer     string  `json:"answer"`
+	Prediction string  `json:"prediction"`
+	F1         float64 `json:"f1"`
+	Recall     float64 `json:"evidence_recall"`
+	HasContext bool    `json:"has_context"`
+}
+
+// Cell is a mean over questions.
+type Cell struct {
+	Mean float64 `json:"mean"`
+	N    int     `json:"n"`
+}
+
+// Report is the table: F1 per category and overall, evidence recall over
+// the predictions that gave a context.
+type Report struct {
+	ByCategory map[string]Cell `json:"by_category"`
+	Overall    Cell            `json:"overall"`
+	Recall     Cell            `json:"evidence_recall"`
+	// Questions is how many questions the samples hold; Missing how many of
+	// them have no prediction (not scored).
+	Questions int `json:"questions"`
+	Missing   int `json:"missing"`
+}
+
+// Score scores predictions against the samples. A prediction naming an
+// unknown sample or question, or one given twice, is an error.
+func Score(samples []Sample, preds []Prediction) (Report, []Scored, error) {
+	bySample := map[string]*Sample{}
+	rep := Report{ByCategory: map[string]Cell{}}
+	for i := range samples {
+		bySample[samples[i].ID] = &samples[i]
+		rep.Questions += len(samples[i].QA)
+	}
+	seen := map[string]bool{}
+	var out []Scored
+	sums := map[string]float64{}
+	var total, recall float64
+	for i, p := range preds {
+		s := bySample[p.SampleID]
+		if s == nil {
+			return rep, nil, fmt.Errorf("prediction %d: no sample %q", i+1, p.SampleID)
+		}
+		if p.QAIndex < 0 || p.QAIndex >= len(s.QA) {
+			return rep, nil, fmt.Errorf("prediction %d: sample %q has questions 0-%d, not %d", i+1, p.SampleID, len(s.QA)-1, p.QAIndex)
+		}
+		key := fmt.Sprintf("%s/%d", p.SampleID, p.QAIndex)
+		if seen[key] {
+			return rep, nil, fmt.Errorf("prediction %d: question %d of %q predicted twice", i+1, p.QAIndex, p.SampleID)
+		}
+		seen[key] = true
+		q := s.QA[p.QAIndex]
+		sc := Scored{SampleID: p.SampleID, QAIndex: p.QAIndex, Category: q.Category, Question: q.Question, Answer: q.Answer,
+			Prediction: p.Prediction, F1: ScoreQA(q, p.Prediction), Recall: EvidenceRecall(q, p.Context), HasContext: p.Context != nil}
+		out = append(out, sc)
+		cat := Categories[q.Category]
+		sums[cat] += sc.F1
+		c := rep.ByCategory[cat]
+		c.N++
+		rep.ByCategory[cat] = c
+		total += sc.F1
+		if sc.HasContext {
+			recall += sc.Recall
+			rep.Recall.N++
+		}
+	}
+	for cat, c := range rep.ByCategory {
+		c.Mean = sums[cat] / float64(c.N)
+		rep.ByCategory[cat] = c
+	}
+	rep.Overall = Cell{N: len(out)}
+	if len(out) > 0 {
+		rep.Overall.Mean = total / float64(len(out))
+	}
+	if rep.Recall.N > 0 {
+		rep.Recall.Mean = recall / float64(rep.Recall.N)
+	}
+	rep.Missing = rep.Questions - len(out)
+	return rep, out, nil
+}
+
+// Print writes the table: F1 by category (LoCoMo's order), overall, and
+// evidence recall.
+func (r Report) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "category\tquestions\tF1")
+	var cats []int
+	for n := range Categories {
+		cats = append(cats, n)
+	}
+	sort.Ints(cats)
+	for _, n := range cats {
+		if c, ok := r.ByCategory[Categories[n]]; ok {
+			fmt.Fprintf(tw, "%d %s\t%d\t%.4f\n", n, Categories[n], c.N, c.Mean)
+		}
+	}
+	fmt.Fprintf(tw, "overall\t%d\t%.4f\n", r.Overall.N, r.Overall.Mean)
+	tw.Flush()
+	if r.Recall.N > 0 {
+		fmt.Fprintf(w, "evidence recall: %.4f over %d predictions with a context\n", r.Recall.Mean, r.Recall.N)
+	}
+	if r.Missing > 0 {
+		fmt.Fprintf(w, "%d of %d questions have no prediction (not scored)\n", r.Missing, r.Questions)
+	}
+}
