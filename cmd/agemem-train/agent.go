@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
@@ -54,31 +55,9 @@ Prints the trace (--json for machines).`,
 				return fmt.Errorf("--prompt is required")
 			}
 			ctx := cmd.Context()
-			var m agent.Model
-			if native != "" {
-				be, err := device.Open(dev, cmd.ErrOrStderr())
-				if err != nil {
-					return err
-				}
-				g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
-				if err != nil {
-					return err
-				}
-				defer g.Model.Close()
-				g.Prefixes = decode.NewPrefixCache(g.Model.MaxPositions)
-				m = decode.ChatModel{Generator: g}
-			} else {
-				if model == "" {
-					model = cfg.OpenAI.Model
-				}
-				if model == "" {
-					return fmt.Errorf("name the model with --model (or openai.model), or a local checkpoint with --native DIR")
-				}
-				cl, err := cfg.OpenAI.Connect()
-				if err != nil {
-					return err
-				}
-				m = &openai.ChatModel{Client: cl, Model: model, MaxTokens: cfg.Agent.ResponseBudget}
+			m, err := chatModel(cmd, cfg, model, native, dev)
+			if err != nil {
+				return err
 			}
 			ts, err := agent.NewToolset()
 			if err != nil {
@@ -186,4 +165,33 @@ func printAgentTrace(w io.Writer, tools []string, tr agent.Trace) {
 	case tr.StepLimitHit:
 		fmt.Fprintf(w, "no answer: the model was still calling tools after %d turns (--max-steps)\n", len(tr.Steps))
 	}
+}
+
+// chatModel is the agent.Model the flags name: a local checkpoint on the
+// built-in engine (native), else the model on the OpenAI-compatible server.
+// A native model stays loaded for the process's life.
+func chatModel(cmd *cobra.Command, cfg config.Config, model, native, dev string) (agent.Model, error) {
+	if native != "" {
+		be, err := device.Open(dev, cmd.ErrOrStderr())
+		if err != nil {
+			return nil, err
+		}
+		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		if err != nil {
+			return nil, err
+		}
+		g.Prefixes = decode.NewPrefixCache(g.Model.MaxPositions)
+		return decode.ChatModel{Generator: g}, nil
+	}
+	if model == "" {
+		model = cfg.OpenAI.Model
+	}
+	if model == "" {
+		return nil, fmt.Errorf("name the model with --model (or openai.model), or a local checkpoint with --native DIR")
+	}
+	cl, err := cfg.OpenAI.Connect()
+	if err != nil {
+		return nil, err
+	}
+	return &openai.ChatModel{Client: cl, Model: model, MaxTokens: cfg.Agent.ResponseBudget}, nil
 }

@@ -148,3 +148,26 @@ func TestCLILoCoMo(t *testing.T) {
 		t.Fatalf("bad line: %v", err)
 	}
 }
+
+// TestCLILoCoMoRun: run --retrieval-only writes the retrieved turns, which
+// score turns into evidence recall; run with a model writes answers; bad
+// method combinations are refused.
+func TestCLILoCoMoRun(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "locomo.json")
+	mustRun(t, "locomo", "synth", "--samples", "2", "--sessions", "5", "--out", data)
+	preds := filepath.Join(dir, "preds.jsonl")
+	mustRun(t, "locomo", "run", "--data", data, "--method", "rag", "--k", "3", "--retrieval-only", "--out", preds)
+	out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds)
+	if !strings.Contains(out, "evidence recall:") {
+		t.Fatalf("score:\n%s", out)
+	}
+	ts, _ := planServer(t, nil) // answers "done: <prompt>" at once
+	mustRun(t, "locomo", "run", "--data", data, "--method", "full-context", "--set", "openai.base_url="+ts.URL+"/v1", "--model", "m", "--out", preds)
+	if raw := mustRead(t, preds); !strings.Contains(string(raw), `"prediction":"done:`) {
+		t.Fatalf("predictions: %.300s", raw)
+	}
+	if _, err := run(t, "locomo", "run", "--data", data, "--method", "full-context", "--retrieval-only", "--out", preds); err == nil || !strings.Contains(err.Error(), "--method rag") {
+		t.Fatalf("retrieval-only without rag: %v", err)
+	}
+}

@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/locomo"
+	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/roles"
 )
 
-func locomoCmd() *cobra.Command {
+func locomoCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "locomo",
 		Short: "LoCoMo: synthetic conversations in its format, and its QA scoring",
@@ -101,6 +105,95 @@ writes each question's score as JSONL, --json the table.`,
 	score.Flags().StringVar(&predictions, "predictions", "", "predictions JSONL")
 	score.Flags().StringVar(&scores, "out", "", "write each question's score here (JSONL)")
 	score.Flags().BoolVar(&asJSON, "json", false, "print the table as JSON")
-	cmd.AddCommand(synth, score)
+	cmd.AddCommand(synth, score, locomoRunCmd(g))
+	return cmd
+}
+
+func locomoRunCmd(g *globals) *cobra.Command {
+	var data, method, out, model, native, dev string
+	var k int
+	var retrievalOnly bool
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Answer LoCoMo's questions with a method and write predictions for score",
+		Long: `Runs a method over every question of a LoCoMo file and writes predictions
+JSONL for locomo score. Methods: rag (the k turns most similar to the
+question by the configured embedder, embed.backend, then the model answers
+from them) and full-context (the model reads the whole conversation).
+--retrieval-only skips the model: the predictions carry only the retrieved
+turns, and score reports their evidence recall@k. The model is the
+OpenAI-compatible server's (--model, openai.base_url) or a local checkpoint
+(--native DIR); the prompt is LoCoMo's short-answer instruction.`,
+		Example: `  agemem-train locomo run --data data/locomo-synth.json --method rag --k 5 --retrieval-only --out preds.jsonl
+  agemem-train locomo run --data locomo10.json --method rag --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --out preds.jsonl`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if data == "" || out == "" {
+				return fmt.Errorf("--data and --out are required")
+			}
+			if method != "rag" && method != "full-context" {
+				return fmt.Errorf("--method %q: want rag or full-context (ta-mem and agemem are not written yet)", method)
+			}
+			if retrievalOnly && method != "rag" {
+				return fmt.Errorf("--retrieval-only measures a retriever: use it with --method rag")
+			}
+			samples, err := locomo.Load(data)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			var r locomo.Retriever
+			if method == "rag" {
+				emb, err := roles.Embedder(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				r = &locomo.RAG{Embedder: emb}
+			}
+			var preds []locomo.Prediction
+			if retrievalOnly {
+				preds, err = locomo.RetrievalPredictions(ctx, samples, r, k)
+			} else {
+				var m agent.Model
+				if m, err = chatModel(cmd, cfg, model, native, dev); err != nil {
+					return err
+				}
+				total := 0
+				for _, s := range samples {
+					total += len(s.QA)
+				}
+				pr := train.NewProgress(cmd.ErrOrStderr(), total, isatty.IsTerminal(os.Stderr.Fd()))
+				preds, err = locomo.Answer(ctx, m, samples, r, k, func(done, _ int) { pr.Update(done, method) })
+			}
+			if err != nil {
+				return err
+			}
+			f, err := os.Create(out)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(f)
+			for _, p := range preds {
+				enc.Encode(p)
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d predictions to %s\n", len(preds), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "the LoCoMo file")
+	cmd.Flags().StringVar(&method, "method", "rag", "rag or full-context")
+	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag)")
+	cmd.Flags().BoolVar(&retrievalOnly, "retrieval-only", false, "no model: write the retrieved turns only (evidence recall@k)")
+	cmd.Flags().StringVar(&out, "out", "", "predictions JSONL to write")
+	cmd.Flags().StringVar(&model, "model", "", "the model on the OpenAI-compatible server (default openai.model)")
+	cmd.Flags().StringVar(&native, "native", "", "a local Qwen checkpoint directory instead of a server")
+	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device")
 	return cmd
 }
