@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,8 +207,12 @@ func TestGreedyTenantDoesNotStarveOthers(t *testing.T) {
 	const n = 40
 	replies := make([]reply, n)
 	var wg sync.WaitGroup
+	var answered atomic.Int64
 	for i := range n {
-		wg.Go(func() { replies[i] = do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", "Wait")) })
+		wg.Go(func() {
+			replies[i] = do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", "Wait"))
+			answered.Add(1)
+		})
 	}
 	for range 4 { // alice's four slots are taken
 		<-be.calls
@@ -223,6 +228,11 @@ func TestGreedyTenantDoesNotStarveOthers(t *testing.T) {
 	<-be.calls // bob's own call
 	if d := time.Since(t0); d > time.Second {
 		t.Fatalf("bob waited %s behind alice's flood", d)
+	}
+	// Every request beyond alice's 8 is refused at once; the slots open only
+	// after, or a late request would take one.
+	for answered.Load() < n-8 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
 	close(be.gate)
 	wg.Wait()
