@@ -21,8 +21,8 @@ func TestFindPeaksAsScipy(t *testing.T) {
 		{[]float64{2, 2, 2, 2}, nil},            // flat
 		{[]float64{0, 2, 1, 3, 0}, []int{1, 3}}, // two peaks
 		{[]float64{0, 1, 0.5, 0.5, 2, 0}, []int{1, 4}},
-		{[]float64{0, 1e-6, 0, 5e-6, 0}, nil}, // prominences 1e-6 and 5e-6 < 1e-5
-		{[]float64{0, 2e-5, 1.5e-5, 3e-5, 0}, []int{3}}, // the first: 2e-5 − max(0, 1.5e-5) = 5e-6 < 1e-5
+		{[]float64{0, 1e-6, 0, 5e-6, 0}, nil},              // prominences 1e-6 and 5e-6 < 1e-5
+		{[]float64{0, 2e-5, 1.5e-5, 3e-5, 0}, []int{3}},    // the first: 2e-5 − max(0, 1.5e-5) = 5e-6 < 1e-5
 		{[]float64{0, 3e-5, 1.5e-5, 4e-5, 0}, []int{1, 3}}, // 3e-5 − 1.5e-5 = 1.5e-5
 		{nil, nil},
 		{[]float64{5}, nil},
