@@ -1,7 +1,11 @@
 package toolret
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +48,46 @@ func TestMeanAsPytrecEval(t *testing.T) {
 	m, n, skipped := Mean(runs, qrels, 1)
 	if n != 2 || skipped != 1 || !close(m.Recall, 0.5) || !close(m.NDCG, 0.5) || !close(m.Precision, 0.5) || !close(m.Comprehensiveness, 0.5) {
 		t.Fatalf("%+v over %d, %d skipped", m, n, skipped)
+	}
+}
+
+// TestTRECFiles: qrels and run files read as trec_eval reads them (the
+// score orders, the rank column is ignored), a written run reads back to
+// the same ranking, and malformed lines are named.
+func TestTRECFiles(t *testing.T) {
+	dir := t.TempDir()
+	qrels := filepath.Join(dir, "qrels.txt")
+	run := filepath.Join(dir, "run.txt")
+	os.WriteFile(qrels, []byte("q1 0 t1 1\nq1 0 t2 2\n\nq2 0 t9 1\n"), 0o644)
+	os.WriteFile(run, []byte("q1 Q0 t2 1 0.2 x\nq1 Q0 t1 2 0.9 x\nq2 Q0 t8 1 0.5 x\n"), 0o644)
+	qr, err := ReadQrels(qrels)
+	if err != nil || qr["q1"]["t2"] != 2 || len(qr["q2"]) != 1 {
+		t.Fatalf("%v %v", qr, err)
+	}
+	rn, err := ReadRun(run)
+	if err != nil || Ranked(rn["q1"])[0] != "t1" {
+		t.Fatalf("%v %v (the score, not the rank column, orders)", rn, err)
+	}
+	var buf strings.Builder
+	rn["q1"]["t3"] = 0.9000000001 // nearly tied: full precision keeps the order
+	WriteRun(&buf, rn, "tag")
+	os.WriteFile(run, []byte(buf.String()), 0o644)
+	back, err := ReadRun(run)
+	if err != nil || fmt.Sprint(Ranked(back["q1"])) != fmt.Sprint(Ranked(rn["q1"])) {
+		t.Fatalf("written and read back: %v, was %v (%v)", Ranked(back["q1"]), Ranked(rn["q1"]), err)
+	}
+	for content, want := range map[string]string{
+		"q1 0 t1\n":              "want 4 fields",
+		"q1 0 t1 high\n":         "not an integer",
+		"q1 0 t1 1\nq1 0 t1 0\n": "judges t1 twice",
+	} {
+		os.WriteFile(qrels, []byte(content), 0o644)
+		if _, err := ReadQrels(qrels); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "qrels.txt:") {
+			t.Errorf("%q: %v", content, err)
+		}
+	}
+	os.WriteFile(run, []byte("q1 Q0 t1 1 0.5 x\nq1 Q0 t1 2 0.4 x\n"), 0o644)
+	if _, err := ReadRun(run); err == nil || !strings.Contains(err.Error(), "run.txt:2: query q1 lists t1 twice") {
+		t.Errorf("duplicate: %v", err)
 	}
 }

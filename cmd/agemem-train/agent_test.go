@@ -171,3 +171,20 @@ func TestCLILoCoMoRun(t *testing.T) {
 		t.Fatalf("retrieval-only without rag: %v", err)
 	}
 }
+
+// TestCLIToolsScore: tools score evaluates a TREC run against qrels at the
+// asked cutoffs and writes per-query values.
+func TestCLIToolsScore(t *testing.T) {
+	dir := t.TempDir()
+	qrels, runf := filepath.Join(dir, "qrels"), filepath.Join(dir, "run")
+	os.WriteFile(qrels, []byte("q1 0 a 1\nq2 0 b 1\nq3 0 c 1\n"), 0o644)
+	os.WriteFile(runf, []byte("q1 Q0 a 1 2 x\nq1 Q0 z 2 1 x\nq2 Q0 z 1 2 x\nq2 Q0 b 2 1 x\n"), 0o644)
+	out := mustRun(t, "tools", "score", "--qrels", qrels, "--run", runf, "--k", "1,2", "--out", filepath.Join(dir, "pq.jsonl"))
+	// @1: q1 hit, q2 miss -> recall 0.5; @2: both found -> recall 1.
+	if !strings.Contains(out, "1  0.5000  0.5000") || !strings.Contains(out, "2  ") || !strings.Contains(out, "1 judged queries have no ranking") {
+		t.Fatalf("table:\n%s", out)
+	}
+	if raw := mustRead(t, filepath.Join(dir, "pq.jsonl")); strings.Count(string(raw), "\n") != 2 {
+		t.Fatalf("per-query: %s", raw)
+	}
+}
