@@ -121,8 +121,9 @@ type TrainBackend interface {
 	Zero(t Tensor)
 	// AddScaled: y += s·x.
 	AddScaled(y, x Tensor, s float32)
-	// Mul: y = a ∘ b, elementwise (dropout masks).
-	Mul(y, a, b Tensor)
+	// Dropout: y = x ∘ keep / (1−p), keep drawn from seed as DropoutBits
+	// says (y may be x).
+	Dropout(y, x Tensor, p float64, seed uint64)
 
 	// MatMulBackward of MatMul(y, x, w, bias): dx += dy·w, dw += dyᵀ·x,
 	// db += Σ_rows dy.

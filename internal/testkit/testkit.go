@@ -99,3 +99,19 @@ func GEMMRate(g *cuda.Backend, bf16 bool) float64 {
 	g.Sync()
 	return 2 * float64(n) * float64(n) * float64(n) * float64(reps) / time.Since(t0).Seconds()
 }
+
+// CopyRate measures device memory bandwidth through the backend (bytes
+// read plus bytes written per second, copying 1 GiB): the bound a decode
+// step, which reads every weight once, cannot beat.
+func CopyRate(g *cuda.Backend) float64 {
+	const rows, cols, reps = 1 << 14, 1 << 14, 10
+	x, y := g.Zeros(rows, cols), g.Zeros(rows, cols)
+	g.CopyRows(y, 0, x, 0, rows)
+	g.Sync()
+	t0 := time.Now()
+	for range reps {
+		g.CopyRows(y, 0, x, 0, rows)
+	}
+	g.Sync()
+	return 2 * 4 * rows * cols * reps / time.Since(t0).Seconds()
+}

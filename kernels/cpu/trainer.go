@@ -19,11 +19,15 @@ func (*Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	}
 }
 
-// Mul implements kernels.TrainBackend.
-func (*Backend) Mul(y, a, b kernels.Tensor) {
-	yd, bd := data(y), data(b)
-	for i, v := range data(a) {
-		yd[i] = v * bd[i]
+// Dropout implements kernels.TrainBackend.
+func (*Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
+	yd, thr, scale := data(y), kernels.DropoutThreshold(p), float32(1/(1-p))
+	for i, v := range data(x) {
+		if kernels.DropoutBits(seed, uint64(i)) >= thr {
+			yd[i] = v * scale
+		} else {
+			yd[i] = 0
+		}
 	}
 }
 

@@ -164,3 +164,253 @@ extern "C" __global__ void attention_backward(float* dq, float* dk, float* dv, c
         dq[qo + d] += scale * a;
     }
 }
+
+// Tiled attention for prompts and training (no mask, head_dim <= 128): the
+// kernels above give each query its own pass over every key in global
+// memory, and their backward adds into dk and dv with an atomic per
+// (query, key, dimension), which at 10k-token contexts is most of a
+// training step. Here a block of ATT_NQ queries (one a warp) shares each
+// tile of 32 keys staged in shared memory. For the scores a lane owns a
+// key (or, for dk/dv, a query) and takes whole dot products; for the
+// weighted sums a lane owns head dimensions and the weights come by
+// shuffle, so each tile costs a handful of warp reductions, not one per
+// key. The backward is three passes with no atomics: the row
+// log-sum-exps (attention_tiled with lse_only), dq by query blocks, and dk
+// and dv by key blocks, each summing over its kv head's group of heads.
+// Padded rows (stride hd|1) keep a lane's row reads in distinct banks.
+#define ATT_NQ 8
+
+__device__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+    return v;
+}
+
+// dot of a padded shared row with a broadcast shared vector.
+__device__ float sdot(const float* row, const float* vec, int hd) {
+    float a = 0.f;
+    for (int d = 0; d < hd; d++) a += row[d] * vec[d];
+    return a;
+}
+
+// attention_tiled: causal GQA for queries start..start+t-1. q, out [t,
+// heads*hd]; k, v [start+t, kvheads*hd]; lse (nullable) [t, heads] gets
+// each row's log-sum-exp of the scaled scores; lse_only skips the values.
+// Grid (ceil(t/ATT_NQ), heads), ATT_NQ warps. Dynamic shared memory:
+// (32*(hd|1) + 32*hd + ATT_NQ*hd) floats.
+extern "C" __global__ void attention_tiled(float* out, float* lse, const float* q, const float* k, const float* v,
+                                           int t, int start, int heads, int kvheads, int hd, int lse_only) {
+    extern __shared__ float sh[];
+    int h = blockIdx.y, kvh = h / (heads / kvheads);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int i0 = blockIdx.x * ATT_NQ, i = i0 + warp;
+    int kp = hd | 1;
+    float* ks = sh;           // [32][kp]
+    float* vs = ks + 32 * kp; // [32][hd]
+    float* qs = vs + 32 * hd; // [ATT_NQ][hd], pre-scaled
+    float scale = rsqrtf((float)hd);
+    bool live = i < t;
+    for (int d = lane; d < hd; d += 32) qs[warp * hd + d] = live ? q[((long)i * heads + h) * hd + d] * scale : 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float m = NEG_INF, l = 0.f;
+    int last = start + min(i0 + ATT_NQ, t) - 1; // the block's last key
+    int mine = start + i;                      // this warp's last key
+    for (int j0 = 0; j0 <= last; j0 += 32) {
+        __syncthreads(); // the previous tile is consumed
+        for (int x = threadIdx.x; x < 32 * hd; x += blockDim.x) {
+            int r = x / hd, d = x - r * hd, j = j0 + r;
+            float kv = 0.f, vv = 0.f;
+            if (j <= last) {
+                long o = ((long)j * kvheads + kvh) * hd + d;
+                kv = k[o];
+                vv = v[o];
+            }
+            ks[r * kp + d] = kv;
+            vs[r * hd + d] = vv;
+        }
+        __syncthreads();
+        if (!live || j0 > mine) continue; // uniform per warp; the loop bound is per block
+        int j = j0 + lane;
+        float s = j <= mine ? sdot(ks + lane * kp, qs + warp * hd, hd) : NEG_INF;
+        float mn = fmaxf(m, warp_max(s)); // finite: key j0 <= mine is in the tile
+        float p = j <= mine ? expf(s - mn) : 0.f;
+        float c = expf(m - mn);
+        l = l * c + warp_sum(p);
+        m = mn;
+        if (lse_only) continue;
+        int nj = min(32, mine - j0 + 1);
+#pragma unroll
+        for (int r = 0; r < 4; r++) acc[r] *= c;
+        for (int jj = 0; jj < nj; jj++) {
+            float pj = __shfl_sync(0xffffffff, p, jj);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int d = lane + 32 * r;
+                if (d < hd) acc[r] += pj * vs[jj * hd + d];
+            }
+        }
+    }
+    if (!live) return;
+    if (lse && lane == 0) lse[(long)i * heads + h] = m + logf(l);
+    if (lse_only) return;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int d = lane + 32 * r;
+        if (d < hd) out[((long)i * heads + h) * hd + d] = acc[r] / l;
+    }
+}
+
+// attention_rowdot: D[r] = sum_d dout[r,d] out[r,d] over rows of hd; a warp
+// a row.
+extern "C" __global__ void attention_rowdot(float* D, const float* dout, const float* out, int rows, int hd) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    float a = 0.f;
+    for (int d = lane; d < hd; d += 32) a += dout[(long)r * hd + d] * out[(long)r * hd + d];
+    a = warp_sum(a);
+    if (lane == 0) D[r] = a;
+}
+
+// attention_bwd_dq: dq += scale sum_j ds_ij k_j, ds = p (dout.v_j - D),
+// p = exp(scale q.k_j - lse). Grid (ceil(t/ATT_NQ), heads), ATT_NQ warps.
+// Dynamic shared memory: (64*(hd|1) + 2*ATT_NQ*hd) floats.
+extern "C" __global__ void attention_bwd_dq(float* dq, const float* q, const float* k, const float* v,
+                                            const float* dout, const float* lse, const float* D,
+                                            int t, int start, int heads, int kvheads, int hd) {
+    extern __shared__ float sh[];
+    int h = blockIdx.y, kvh = h / (heads / kvheads);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int i0 = blockIdx.x * ATT_NQ, i = i0 + warp;
+    int kp = hd | 1;
+    float* ks = sh;            // [32][kp]
+    float* vs = ks + 32 * kp;  // [32][kp]
+    float* qs = vs + 32 * kp;  // [ATT_NQ][hd], pre-scaled
+    float* gs = qs + ATT_NQ * hd; // [ATT_NQ][hd] dout
+    float scale = rsqrtf((float)hd);
+    bool live = i < t;
+    long qo = ((long)i * heads + h) * hd;
+    for (int d = lane; d < hd; d += 32) {
+        qs[warp * hd + d] = live ? q[qo + d] * scale : 0.f;
+        gs[warp * hd + d] = live ? dout[qo + d] : 0.f;
+    }
+    float L = live ? lse[(long)i * heads + h] : 0.f, Dr = live ? D[(long)i * heads + h] : 0.f;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    int last = start + min(i0 + ATT_NQ, t) - 1, mine = start + i;
+    for (int j0 = 0; j0 <= last; j0 += 32) {
+        __syncthreads();
+        for (int x = threadIdx.x; x < 32 * hd; x += blockDim.x) {
+            int r = x / hd, d = x - r * hd, j = j0 + r;
+            float kv = 0.f, vv = 0.f;
+            if (j <= last) {
+                long o = ((long)j * kvheads + kvh) * hd + d;
+                kv = k[o];
+                vv = v[o];
+            }
+            ks[r * kp + d] = kv;
+            vs[r * kp + d] = vv;
+        }
+        __syncthreads();
+        if (!live || j0 > mine) continue;
+        int j = j0 + lane;
+        float ds = 0.f;
+        if (j <= mine) {
+            float p = expf(sdot(ks + lane * kp, qs + warp * hd, hd) - L);
+            ds = p * (sdot(vs + lane * kp, gs + warp * hd, hd) - Dr);
+        }
+        int nj = min(32, mine - j0 + 1);
+        for (int jj = 0; jj < nj; jj++) {
+            float w = __shfl_sync(0xffffffff, ds, jj);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int d = lane + 32 * r;
+                if (d < hd) acc[r] += w * ks[jj * kp + d];
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int d = lane + 32 * r;
+        if (d < hd) dq[qo + d] += scale * acc[r];
+    }
+}
+
+// attention_bwd_dkv: for key j of kv head kvh, over the heads of its group
+// and the queries i with start+i >= j: dv += p dout_i, dk += scale ds q_i.
+// Grid (ceil((start+t)/ATT_NQ), kvheads), ATT_NQ warps (a key each).
+// Dynamic shared memory: (64*(hd|1) + 2*ATT_NQ*hd + 64) floats.
+extern "C" __global__ void attention_bwd_dkv(float* dk, float* dv, const float* q, const float* k, const float* v,
+                                             const float* dout, const float* lse, const float* D,
+                                             int t, int start, int heads, int kvheads, int hd) {
+    extern __shared__ float sh[];
+    int kvh = blockIdx.y, group = heads / kvheads;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int nk = start + t;
+    int jb = blockIdx.x * ATT_NQ, j = jb + warp;
+    int qp = hd | 1;
+    float* qs = sh;                // [32][qp] queries, pre-scaled
+    float* gs = qs + 32 * qp;      // [32][qp] dout
+    float* ks = gs + 32 * qp;      // [ATT_NQ][hd]
+    float* vs = ks + ATT_NQ * hd;  // [ATT_NQ][hd]
+    float* ls = vs + ATT_NQ * hd;  // [32] lse
+    float* Ds = ls + 32;           // [32] D
+    float scale = rsqrtf((float)hd);
+    bool live = j < nk;
+    long ko = ((long)j * kvheads + kvh) * hd;
+    for (int d = lane; d < hd; d += 32) {
+        ks[warp * hd + d] = live ? k[ko + d] : 0.f;
+        vs[warp * hd + d] = live ? v[ko + d] : 0.f;
+    }
+    float dka[4] = {0.f, 0.f, 0.f, 0.f}, dva[4] = {0.f, 0.f, 0.f, 0.f};
+    int ilo = max(0, jb - start); // the first query any of the block's keys sees
+    for (int g = 0; g < group; g++) {
+        int h = kvh * group + g;
+        for (int i0 = ilo; i0 < t; i0 += 32) {
+            __syncthreads();
+            for (int x = threadIdx.x; x < 32 * hd; x += blockDim.x) {
+                int r = x / hd, d = x - r * hd, i = i0 + r;
+                float qv = 0.f, gv = 0.f;
+                if (i < t) {
+                    long o = ((long)i * heads + h) * hd + d;
+                    qv = q[o] * scale;
+                    gv = dout[o];
+                }
+                qs[r * qp + d] = qv;
+                gs[r * qp + d] = gv;
+            }
+            if (threadIdx.x < 32) {
+                int i = i0 + threadIdx.x;
+                ls[threadIdx.x] = i < t ? lse[(long)i * heads + h] : 0.f;
+                Ds[threadIdx.x] = i < t ? D[(long)i * heads + h] : 0.f;
+            }
+            __syncthreads();
+            if (!live) continue;
+            int i = i0 + lane;
+            float p = 0.f, ds = 0.f;
+            if (i < t && start + i >= j) {
+                p = expf(sdot(qs + lane * qp, ks + warp * hd, hd) - ls[lane]);
+                ds = p * (sdot(gs + lane * qp, vs + warp * hd, hd) - Ds[lane]);
+            }
+            int ni = min(32, t - i0);
+            for (int ii = 0; ii < ni; ii++) {
+                float pw = __shfl_sync(0xffffffff, p, ii), dw = __shfl_sync(0xffffffff, ds, ii);
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int d = lane + 32 * r;
+                    if (d < hd) {
+                        dva[r] += pw * gs[ii * qp + d];
+                        dka[r] += dw * qs[ii * qp + d]; // q pre-scaled: this is scale ds q
+                    }
+                }
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        int d = lane + 32 * r;
+        if (d < hd) {
+            dk[ko + d] += dka[r];
+            dv[ko + d] += dva[r];
+        }
+    }
+}

@@ -39,6 +39,7 @@ type Backend struct {
 	cachedBytes uint64
 	sinceGC     uint64
 	liveBytes   uint64
+	peakBytes   uint64 // the most liveBytes+cachedBytes has been
 
 	// Every kernel, GEMM, copy and memset of this backend is queued on
 	// stream, in order, so the host only waits where it reads results.
@@ -155,6 +156,22 @@ func (b *Backend) MemStats() (live, cached uint64) {
 	return b.liveBytes, b.cachedBytes
 }
 
+// PeakBytes is the most device memory the allocator has held (live tensors
+// and cache) since the backend started or ResetPeak: what PyTorch reports as
+// torch.cuda.max_memory_reserved.
+func (b *Backend) PeakBytes() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.peakBytes
+}
+
+// ResetPeak starts PeakBytes again from what is held now.
+func (b *Backend) ResetPeak() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.peakBytes = b.liveBytes + b.cachedBytes
+}
+
 func must(err error) {
 	if err != nil {
 		panic(err)
@@ -178,6 +195,11 @@ func ptr(t kernels.Tensor) uint64 {
 
 // launch runs kernel k with the given grid, block and dynamic shared memory.
 func (b *Backend) launch(k string, grid, block, shared int, args ...any) {
+	b.launch2(k, [2]int{grid, 1}, block, shared, args...)
+}
+
+// launch2 launches kernel k on a two-dimensional grid.
+func (b *Backend) launch2(k string, grid [2]int, block, shared int, args ...any) {
 	defer b.enter()()
 	params := make([]unsafe.Pointer, len(args))
 	keep := make([]any, len(args))
@@ -202,7 +224,7 @@ func (b *Backend) launch(k string, grid, block, shared int, args ...any) {
 			panic(fmt.Sprintf("cuda: kernel argument of type %T", a))
 		}
 	}
-	must(libs.cu.LaunchKernel(b.fns[k], uint32(max(grid, 1)), 1, 1, uint32(block), 1, 1, uint32(shared), b.stream, &params[0], nil).err("launch " + k))
+	must(libs.cu.LaunchKernel(b.fns[k], uint32(max(grid[0], 1)), uint32(max(grid[1], 1)), 1, uint32(block), 1, 1, uint32(shared), b.stream, &params[0], nil).err("launch " + k))
 	runtime.KeepAlive(keep)
 }
 
@@ -346,6 +368,10 @@ func (b *Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, 
 		}
 		vt = b.ints(v)
 		vp = vt.ptr
+	}
+	if valid == nil && t >= tiledMinRows && hd <= tiledMaxHeadDim {
+		b.attentionTiled(out, nil, q, kc, vc, t, start, heads, kvHeads, hd)
+		return
 	}
 	b.launch("attention", t*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), ptr(kc), ptr(vc), vp, uint64(0), int32(start), int32(heads), int32(kvHeads), int32(hd))
 	runtime.KeepAlive(vt)

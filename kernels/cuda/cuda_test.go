@@ -47,7 +47,7 @@ func TestEveryLaunchIsAKernel(t *testing.T) {
 	if len(defined) < 20 {
 		t.Fatalf("%d kernels found in the source", len(defined))
 	}
-	launch := regexp.MustCompile(`\.launch\("(\w+)"`)
+	launch := regexp.MustCompile(`\.launch2?\("(\w+)"`)
 	files, _ := filepath.Glob("*.go")
 	launched := 0
 	for _, f := range files {
@@ -417,4 +417,32 @@ func BenchmarkIndexSearchGPU(b *testing.B) {
 	b.ReportMetric(qps, "queries/s")
 	b.ReportMetric(bound, "bound_queries/s")
 	b.ReportMetric(qps/bound, "ratio")
+}
+
+// TestAllocatorSizeClasses: small requests share power-of-two blocks, large
+// ones round to 2 MiB (a 136 MiB matrix must not take 256 MiB), and a
+// cached large block serves a request at most an eighth smaller.
+func TestAllocatorSizeClasses(t *testing.T) {
+	for _, c := range []struct{ n, want uint64 }{{1, 512}, {513, 1024}, {1 << 20, 1 << 20}, {1<<20 + 1, 2 << 20},
+		{18944 * 3584 * 2, 18944*3584*2 + (2<<20 - 18944*3584*2%(2<<20))}, {4 << 20, 4 << 20}} {
+		if got := sizeClass(c.n); got != c.want {
+			t.Errorf("sizeClass(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+	b := &Backend{cache: map[uint64][]uint64{100 << 20: {7}, 64 << 20: {9}, 1024: {3}}, cachedBytes: 164<<20 + 1024}
+	if p, got := b.takeCached(90 << 20); p != 7 || got != 100<<20 {
+		t.Errorf("90 MiB request: block %d of %d bytes, want the cached 100 MiB one", p, got)
+	}
+	if p, _ := b.takeCached(50 << 20); p != 0 {
+		t.Errorf("50 MiB request took block %d: 64 MiB is more than an eighth larger", p)
+	}
+	if p, _ := b.takeCached(512); p != 0 {
+		t.Errorf("512-byte request took block %d of another class", p)
+	}
+	if p, got := b.takeCached(1024); p != 3 || got != 1024 {
+		t.Errorf("1 KiB request: block %d of %d bytes", p, got)
+	}
+	if b.cachedBytes != 64<<20 {
+		t.Errorf("cachedBytes %d after taking two blocks, want %d", b.cachedBytes, 64<<20)
+	}
 }

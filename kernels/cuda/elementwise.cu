@@ -32,10 +32,17 @@ extern "C" __global__ void add_scaled(float* y, const float* x, float s, long n)
     if (i < n) y[i] += s * x[i];
 }
 
-// mul: y = a * b, elementwise.
-extern "C" __global__ void mul(float* y, const float* a, const float* b, long n) {
+// dropout: y = x * scale where DropoutBits(seed, i) >= thr, else 0
+// (kernels/dropout.go: splitmix64 of the element's counter).
+extern "C" __global__ void dropout(float* y, const float* x, long n, unsigned long long seed,
+                                   unsigned long long thr, float scale) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a[i] * b[i];
+    if (i >= n) return;
+    unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    y[i] = z >= thr ? x[i] * scale : 0.f;
 }
 
 // bias_add: y[r, c] += b[c] for rows of n.

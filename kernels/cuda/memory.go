@@ -39,14 +39,52 @@ const (
 	gcEvery        = 512 << 20 // bytes allocated between forced collections
 )
 
-// sizeClass rounds a request up to a power of two (at least 512 bytes), so
-// blocks are reusable across nearby sizes.
+// sizeClass rounds a request up. Small ones (up to 1 MiB) go to a power of
+// two (at least 512 bytes), so blocks are reusable across nearby sizes;
+// larger ones to a multiple of 2 MiB, as PyTorch's caching allocator
+// rounds them: a power of two would hold a 7B model's 136 MiB MLP matrix
+// in 256 MiB, nearly doubling the weights on the device.
 func sizeClass(n uint64) uint64 {
+	if n > largeAlloc {
+		return (n + largeRound - 1) &^ (largeRound - 1)
+	}
 	c := uint64(512)
 	for c < n {
 		c <<= 1
 	}
 	return c
+}
+
+const (
+	largeAlloc = 1 << 20
+	largeRound = 2 << 20
+)
+
+// takeCached removes and returns a cached block for a request of class
+// size: one of that class, else (for large requests) the smallest cached
+// block at most an eighth larger, so activations of varying lengths reuse
+// each other's blocks. It returns the block's own size. b.mu is held.
+func (b *Backend) takeCached(size uint64) (ptr, got uint64) {
+	got = size
+	if len(b.cache[size]) == 0 {
+		if size <= largeAlloc {
+			return 0, 0
+		}
+		got = 0
+		for s, list := range b.cache {
+			if len(list) > 0 && s > size && s <= size+size/8 && (got == 0 || s < got) {
+				got = s
+			}
+		}
+		if got == 0 {
+			return 0, 0
+		}
+	}
+	list := b.cache[got]
+	ptr = list[len(list)-1]
+	b.cache[got] = list[:len(list)-1]
+	b.cachedBytes -= got
+	return ptr, got
 }
 
 func (b *Backend) alloc(n int, shape []int) *Tensor {
@@ -65,13 +103,12 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 		b.bind()
 	}
 	b.mu.Lock()
-	var p uint64
-	if list := b.cache[size]; len(list) > 0 {
-		p = list[len(list)-1]
-		b.cache[size] = list[:len(list)-1]
-		b.cachedBytes -= size
+	p, got := b.takeCached(size)
+	if p != 0 {
+		size = got
 	}
 	b.liveBytes += size
+	b.peakBytes = max(b.peakBytes, b.liveBytes+b.cachedBytes)
 	b.mu.Unlock()
 	if p == 0 {
 		r := libs.cu.MemAlloc(&p, size)

@@ -33,10 +33,10 @@ func (b *Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	b.launch("add_scaled", blocks(n, 256), 256, 0, ptr(y), ptr(x), s, int64(n))
 }
 
-// Mul implements kernels.TrainBackend.
-func (b *Backend) Mul(y, a, c kernels.Tensor) {
+// Dropout implements kernels.TrainBackend.
+func (b *Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 	n := y.Len()
-	b.launch("mul", blocks(n, 256), 256, 0, ptr(y), ptr(a), ptr(c), int64(n))
+	b.launch("dropout", blocks(n, 256), 256, 0, ptr(y), ptr(x), int64(n), seed, kernels.DropoutThreshold(p), float32(1/(1-p)))
 }
 
 // MatMulBackward implements kernels.TrainBackend with two cuBLAS GEMMs that
@@ -114,10 +114,44 @@ func (b *Backend) EmbeddingBackward(dtable, dy kernels.Tensor, ids []int) {
 	runtime.KeepAlive(idt)
 }
 
+// The tiled attention kernels (attention.cu) serve prompts of at least
+// tiledMinRows queries with head_dim up to tiledMaxHeadDim; a decode step's
+// single query keeps the kernel that splits its keys across warps.
+const (
+	tiledMinRows    = 16
+	tiledMaxHeadDim = 128
+	tiledQueries    = 8 // ATT_NQ: queries (warps) a block
+)
+
+// attentionTiled runs attention_tiled; lse, when not nil, receives the
+// rows' log-sum-exps and the values are skipped.
+func (b *Backend) attentionTiled(out, lse, q, k, v kernels.Tensor, t, start, heads, kvHeads, hd int) {
+	kp := hd | 1
+	lseOnly := int32(0)
+	if lse != nil {
+		lseOnly = 1
+	}
+	b.launch2("attention_tiled", [2]int{(t + tiledQueries - 1) / tiledQueries, heads}, tiledQueries*32, 4*(32*kp+32*hd+tiledQueries*hd),
+		ptr(out), ptr(lse), ptr(q), ptr(k), ptr(v), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd), lseOnly)
+}
+
 // AttentionBackward implements kernels.TrainBackend (flash-style: the scores
-// are recomputed, never stored).
+// are recomputed, never stored). Up to head_dim 128 it is three tiled
+// passes without atomics: the rows' log-sum-exps, dq by query blocks, dk
+// and dv by key blocks.
 func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
 	t := q.Len() / (heads * hd)
+	if hd <= tiledMaxHeadDim {
+		lse, d := b.Zeros(t, heads), b.Zeros(t, heads)
+		b.attentionTiled(nil, lse, q, k, v, t, start, heads, kvHeads, hd)
+		b.launch("attention_rowdot", blocks(t*heads, 8), 256, 0, ptr(d), ptr(dout), ptr(out), int32(t*heads), int32(hd))
+		kp := hd | 1
+		b.launch2("attention_bwd_dq", [2]int{(t + tiledQueries - 1) / tiledQueries, heads}, tiledQueries*32, 4*(64*kp+2*tiledQueries*hd),
+			ptr(dq), ptr(q), ptr(k), ptr(v), ptr(dout), ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
+		b.launch2("attention_bwd_dkv", [2]int{(start + t + tiledQueries - 1) / tiledQueries, kvHeads}, tiledQueries*32, 4*(64*kp+2*tiledQueries*hd+64),
+			ptr(dk), ptr(dv), ptr(q), ptr(k), ptr(v), ptr(dout), ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
+		return
+	}
 	b.launch("attention_backward", t*heads, attnThreads, attnShared(hd), ptr(dq), ptr(dk), ptr(dv), ptr(dout), ptr(out),
 		ptr(q), ptr(k), ptr(v), int32(start), int32(heads), int32(kvHeads), int32(hd))
 }

@@ -112,8 +112,10 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 		return []kernels.Tensor{out, ent, dl}
 	})
 	// Attention forward and backward over a segment with a 3-row prefix,
-	// and a long one (more keys than a block has threads), head_dim 128.
-	for _, sh := range []struct{ t, start, heads, kvh, hd int }{{6, 3, 4, 2, 32}, {300, 0, 2, 1, 128}, {40, 10, 6, 3, 24}} {
+	// and long ones (more keys than a block has threads, partial tiles,
+	// the tiled kernels from 16 queries on), head_dim 128 and odd ones.
+	for _, sh := range []struct{ t, start, heads, kvh, hd int }{{6, 3, 4, 2, 32}, {300, 0, 2, 1, 128}, {40, 10, 6, 3, 24},
+		{200, 70, 4, 2, 64}, {77, 0, 3, 1, 33}, {16, 45, 8, 8, 128}} {
 		nk := sh.start + sh.t
 		q, kk, vv := rnd(r, sh.t*sh.heads*sh.hd), rnd(r, nk*sh.kvh*sh.hd), rnd(r, nk*sh.kvh*sh.hd)
 		do := rnd(r, sh.t*sh.heads*sh.hd)
@@ -139,7 +141,7 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 		acc := be.FromHost([]float32{0.5}, 1)
 		be.AddScaled(acc, be.FromHost([]float32{2}, 1), 3)
 		y := be.Zeros(1000)
-		be.Mul(y, gt, wt)
+		be.Dropout(y, gt, 0.3, 42)
 		return []kernels.Tensor{wt, mt, vt, acc, y}
 	})
 }

@@ -1,8 +1,11 @@
 package qwen
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,4 +72,72 @@ func benchModelDir(b *testing.B) string {
 		}
 	}
 	return dir
+}
+
+// BenchmarkCUDAPaperDecode is rollout decoding of the paper's models on one
+// GPU: Qwen2.5-7B- and Qwen3-4B-shaped random bf16 weights, a 512-token
+// prompt, then 64 greedy steps for a batch of 1 and of 8 sequences. Each
+// figure stands beside the memory-bandwidth bound measured in the same run
+// (a step reads every weight once: batch × bandwidth / weight bytes, the
+// KV cache not counted). The transformers `generate` anchor is
+// model/train/testdata/peft_anchor.py. $AGEMEM_PAPER_SHAPES picks shapes.
+func BenchmarkCUDAPaperDecode(b *testing.B) {
+	g := testkit.GPU(b)
+	bw := testkit.CopyRate(g)
+	shapes := os.Getenv("AGEMEM_PAPER_SHAPES")
+	if shapes == "" {
+		shapes = "qwen2.5-7b-shape,qwen3-4b-shape"
+	}
+	for _, shape := range strings.Split(shapes, ",") {
+		cfg, ok := Presets[shape]
+		if !ok {
+			b.Fatalf("no preset %q", shape)
+		}
+		g.BF16 = true
+		m, err := FromTensors(g, cfg, RandomBF16(cfg, 1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, batch := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/batch%d", shape, batch), func(b *testing.B) {
+				const promptLen, steps = 512, 64
+				var decode time.Duration
+				for b.Loop() {
+					prompts, caches, next := make([][]int, batch), make([]*Cache, batch), make([][]int, batch)
+					for s := range batch {
+						prompts[s] = make([]int, promptLen)
+						for i := range prompts[s] {
+							prompts[s][i] = (i*7919 + s*13) % m.VocabSize
+						}
+						caches[s] = m.NewCache(promptLen + steps + 1)
+						next[s] = []int{s + 1}
+					}
+					if _, err := m.forward(prompts, caches, true); err != nil {
+						b.Fatal(err)
+					}
+					g.Sync()
+					t0 := time.Now()
+					for range steps {
+						if _, err := m.forward(next, caches, true); err != nil {
+							b.Fatal(err)
+						}
+						for s := range next {
+							next[s][0] = (next[s][0]*31 + 7) % m.VocabSize
+						}
+					}
+					g.Sync()
+					decode += time.Since(t0)
+				}
+				tps := float64(batch*steps*b.N) / decode.Seconds()
+				bound := float64(batch) * bw / float64(m.WeightBytes())
+				b.ReportMetric(tps, "decode_tok/s")
+				b.ReportMetric(bound, "bound_tok/s")
+				b.ReportMetric(tps/bound, "ratio")
+				b.ReportMetric(bw/1e12, "bandwidth_TB/s")
+			})
+		}
+		g.BF16 = false
+		m = nil
+		runtime.GC()
+	}
 }

@@ -1,11 +1,15 @@
 package qwen
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+
+	"github.com/agemem/agemem/kernels/half"
 
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -20,6 +24,12 @@ var Presets = map[string]Config{
 		Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: false, VocabSize: 512, MaxPositions: 8192},
 	"qwen2.5-0.5b-shape": {ModelType: "qwen2", HiddenSize: 896, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64,
 		Intermediate: 4864, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: true, VocabSize: 151936, MaxPositions: 32768},
+	// The paper's two models (Qwen2.5-7B-Instruct, Qwen3-4B-Instruct),
+	// shapes as their config.json files give them.
+	"qwen2.5-7b-shape": {ModelType: "qwen2", HiddenSize: 3584, Layers: 28, Heads: 28, KVHeads: 4, HeadDim: 128,
+		Intermediate: 18944, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: false, VocabSize: 152064, MaxPositions: 32768},
+	"qwen3-4b-shape": {ModelType: "qwen3", HiddenSize: 2560, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128,
+		Intermediate: 9728, RMSNormEps: 1e-6, RopeTheta: 1e6, TieEmbeddings: true, VocabSize: 151936, MaxPositions: 40960},
 }
 
 // InitRandom writes a random-weight model in the Hugging Face layout
@@ -61,6 +71,50 @@ func RandomTensors(cfg Config, dtype safetensors.DType, seed uint64) []safetenso
 		ts = append(ts, safetensors.FromFloat32(p.Name, dtype, p.Shape, v))
 	}
 	return ts
+}
+
+// RandomBF16 draws bf16 weights of cfg's shapes for benchmarks of real
+// model sizes, in parallel: matrices uniform with standard deviation 0.02,
+// norm weights 1. A 7B model takes seconds where RandomTensors (one
+// normal draw at a time, in a fixed order) takes minutes.
+func RandomBF16(cfg Config, seed uint64) TensorMap {
+	m := TensorMap{}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i, p := range Params(cfg) {
+		n := 1
+		for _, d := range p.Shape {
+			n *= d
+		}
+		data := make([]byte, 2*n)
+		mu.Lock()
+		m[p.Name] = safetensors.Tensor{Name: p.Name, DType: safetensors.BF16, Shape: p.Shape, Data: data}
+		mu.Unlock()
+		const chunk = 1 << 22
+		for lo := 0; lo < n; lo += chunk {
+			wg.Add(1)
+			go func(lo, hi int, seed uint64) {
+				defer wg.Done()
+				out := data[2*lo : 2*hi]
+				if p.Role == Norm || p.Role == HeadNorm {
+					for j := 0; j < len(out); j += 2 {
+						binary.LittleEndian.PutUint16(out[j:], half.F32ToBF16(1))
+					}
+					return
+				}
+				const a = 0.02 * 1.7320508 // uniform on [-a, a] has std 0.02
+				x := seed
+				for j := 0; j < len(out); j += 2 {
+					x ^= x << 13 // xorshift64
+					x ^= x >> 7
+					x ^= x << 17
+					binary.LittleEndian.PutUint16(out[j:], half.F32ToBF16(float32(a*(2*float64(x>>11)/(1<<53)-1))))
+				}
+			}(lo, min(lo+chunk, n), seed*0x9e3779b97f4a7c15+uint64(i)<<32+uint64(lo)|1)
+		}
+	}
+	wg.Wait()
+	return m
 }
 
 // WriteConfig writes a config.json that transformers loads too.

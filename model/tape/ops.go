@@ -1,8 +1,7 @@
 package tape
 
 import (
-	"math/rand/v2"
-
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 )
 
@@ -215,12 +214,12 @@ func (t *Tape[T]) Dropout(x *Var[T], p float64, seed uint64) *Var[T] {
 }
 
 // DropoutKeep draws which of n elements dropout with probability p keeps,
-// from seed alone: the mask the tape and device replicas share.
+// from seed alone: the mask the tape and the backends' Dropout share.
 func DropoutKeep(n int, p float64, seed uint64) []bool {
-	r := rand.New(rand.NewPCG(seed, 0x64726f70))
+	thr := kernels.DropoutThreshold(p)
 	keep := make([]bool, n)
 	for i := range keep {
-		keep[i] = r.Float64() >= p
+		keep[i] = kernels.DropoutBits(seed, uint64(i)) >= thr
 	}
 	return keep
 }

@@ -1,8 +1,15 @@
 package train
 
 import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/model/lora"
 
 	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/model/optim"
@@ -78,3 +85,120 @@ func BenchmarkCUDATrain(b *testing.B) {
 }
 
 // gemmRate measures cuBLAS GEMM FLOP/s through the backend: f32 at 4096³,
+
+// BenchmarkCUDAPaperStep is the paper's GRPO update on one GPU: a
+// Qwen2.5-7B- or Qwen3-4B-shaped model with random bf16 weights (real
+// shapes), the base frozen in bf16, LoRA r 16 on all seven projections,
+// tensor-core matmuls, activation recomputation and chunked vocabulary
+// log-probabilities; K rollouts of CTX-token contexts and RESP-token
+// responses, one rollout a micro-batch, then one AdamW step. It reports
+// the update's tokens/s, the allocator's peak (live tensors and cache, as
+// torch.cuda.max_memory_reserved) and the device memory in use at the end
+// (the CUDA context and cuBLAS's workspace too). The anchor is
+// testdata/peft_anchor.py: PyTorch + PEFT with gradient checkpointing on
+// the same shapes on the same machine.
+//
+// $AGEMEM_PAPER_SHAPES (default qwen2.5-7b-shape,qwen3-4b-shape),
+// $AGEMEM_PAPER_K (8), $AGEMEM_PAPER_CTX (8192), $AGEMEM_PAPER_RESP (2048).
+func BenchmarkCUDAPaperStep(b *testing.B) {
+	g := testkit.GPU(b)
+	k, ctx, resp := envInt("AGEMEM_PAPER_K", 8), envInt("AGEMEM_PAPER_CTX", 8192), envInt("AGEMEM_PAPER_RESP", 2048)
+	for _, shape := range strings.Split(envStr("AGEMEM_PAPER_SHAPES", "qwen2.5-7b-shape,qwen3-4b-shape"), ",") {
+		b.Run(shape, func(b *testing.B) {
+			cfg, ok := qwen.Presets[shape]
+			if !ok {
+				b.Fatalf("no preset %q", shape)
+			}
+			t0 := time.Now()
+			w, err := NewWeights[float32](cfg, qwen.RandomBF16(cfg, 1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			modules, shapeOf := cfg.Linears()
+			a, err := lora.New(lora.Options{R: 16, Alpha: 32, Dropout: 0.05, TargetModules: qwen.LoRATargets}.Config(""), modules, shapeOf, 1, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := w.AttachLoRA(a); err != nil {
+				b.Fatal(err)
+			}
+			params := 0
+			for _, nv := range w.Trainable() {
+				params += len(nv.V.Val)
+			}
+			g.BF16 = true
+			defer func() { g.BF16 = false }()
+			g.ResetPeak()
+			d := NewReplica(g, w, true)
+			w = nil
+			runtime.GC()
+			g.Sync()
+			b.Logf("%s: weights drawn and uploaded in %s, %d LoRA parameters (r %d), %.2f GiB held", shape, time.Since(t0).Round(time.Second), params, a.Config.R, gib(g.PeakBytes()))
+
+			o := TrainOptions{Recompute: true, Dropout: true, Seed: 1}
+			rollout := func(i int) (Batch, kernels.Tensor) {
+				ids, loss := make([]int, ctx+resp), make([]bool, ctx+resp)
+				for j := range ids {
+					ids[j] = (j*7919 + i*104729) % cfg.VocabSize
+					loss[j] = j >= ctx
+				}
+				bt := Pack([]Sequence{{IDs: ids, Loss: loss}})
+				dl := make([]float32, len(bt.LossRows))
+				for j := range dl { // a GRPO coefficient: ±advantage / tokens
+					dl[j] = float32(1-2*(i%2)) / float32(k*resp)
+				}
+				return bt, g.FromHost(dl, len(dl))
+			}
+			oc := optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+			// Warm-up: one rollout's forward and backward (kernels compiled,
+			// the allocator's cache filled), not timed.
+			bt, dl := rollout(0)
+			d.Backward(d.Forward(bt, o), dl)
+			d.ZeroGrad()
+			g.Sync()
+			var elapsed time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				for i := range k {
+					bt, dl := rollout(i)
+					acts := d.Forward(bt, o)
+					if i == 0 {
+						g.Sync()
+						b.Logf("%s: one rollout's forward %s", shape, time.Since(t0).Round(time.Millisecond))
+					}
+					d.Backward(acts, dl)
+					if i == 0 {
+						g.Sync()
+						b.Logf("%s: and its backward (recomputing) %s, %.2f GiB peak", shape, time.Since(t0).Round(time.Millisecond), gib(g.PeakBytes()))
+					}
+				}
+				d.Step(oc, 1, 1e-5, 1, nil)
+				d.ZeroGrad()
+				g.Sync()
+				elapsed += time.Since(t0)
+			}
+			free, total := g.MemInfo()
+			tps := float64(k*(ctx+resp)*b.N) / elapsed.Seconds()
+			b.ReportMetric(tps, "update_tok/s")
+			b.ReportMetric(gib(g.PeakBytes()), "peak_GiB")
+			b.ReportMetric(gib(total-free), "device_used_GiB")
+			b.ReportMetric(elapsed.Seconds()/float64(b.N), "s/step")
+		})
+	}
+}
+
+func gib(n uint64) float64 { return float64(n) / (1 << 30) }
+
+func envStr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

@@ -80,8 +80,9 @@ type devLinear = qwen.Linear[*DeviceParam]
 
 // devLinAct is what one projection's backward needs from its forward.
 type devLinAct struct {
-	in, xd, xa kernels.Tensor // input; LoRA: dropout(input) and its A product
-	mask       kernels.Tensor // LoRA dropout mask (scaled), nil without
+	in, xa   kernels.Tensor // input; LoRA: dropout(input)'s A product
+	dropped  bool           // LoRA dropout ran, seeded dropSeed
+	dropSeed uint64
 }
 
 // devLayerAct holds one layer's forward activations for its backward.
@@ -188,20 +189,12 @@ func (d *Replica) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *de
 	}
 	xd := x
 	if o.Dropout && p.Dropout > 0 {
-		// The tape's mask, so that a run on either side draws the same
-		// adapter noise.
-		mask := make([]float32, x.Len())
-		scale := float32(1 / (1 - p.Dropout))
-		for i, keep := range tape.DropoutKeep(len(mask), p.Dropout, p.DropoutSeed(o.Seed)) {
-			if keep {
-				mask[i] = scale
-			}
-		}
-		act.mask = be.FromHost(mask, x.Shape()...)
+		// The tape's mask (kernels.DropoutBits), drawn on the device; the
+		// backward draws it again rather than keep it.
+		act.dropped, act.dropSeed = true, p.DropoutSeed(o.Seed)
 		xd = be.Zeros(x.Shape()...)
-		be.Mul(xd, x, act.mask)
+		be.Dropout(xd, x, p.Dropout, act.dropSeed)
 	}
-	act.xd = xd
 	act.xa = be.Zeros(rows, p.A.W.Shape()[0])
 	be.MatMul(act.xa, xd, p.A.W, nil)
 	lo := be.Zeros(y.Shape()...)
@@ -226,13 +219,15 @@ func (d *Replica) linearBackward(p *devLinear, dx, dy kernels.Tensor, o TrainOpt
 	be.AddScaled(dys, dy, float32(p.Scale))
 	dxa := be.Zeros(act.xa.Shape()...)
 	be.MatMulBackward(dxa, p.LB.G, nil, dys, act.xa, p.LB.W)
-	if act.mask == nil {
-		be.MatMulBackward(dx, p.A.G, nil, dxa, act.xd, p.A.W)
+	if !act.dropped {
+		be.MatMulBackward(dx, p.A.G, nil, dxa, act.in, p.A.W)
 		return
 	}
-	dxd := be.Zeros(act.xd.Shape()...)
-	be.MatMulBackward(dxd, p.A.G, nil, dxa, act.xd, p.A.W)
-	be.Mul(dxd, dxd, act.mask)
+	xd := be.Zeros(act.in.Shape()...)
+	be.Dropout(xd, act.in, p.Dropout, act.dropSeed)
+	dxd := be.Zeros(act.in.Shape()...)
+	be.MatMulBackward(dxd, p.A.G, nil, dxa, xd, p.A.W)
+	be.Dropout(dxd, dxd, p.Dropout, act.dropSeed)
 	be.AddScaled(dx, dxd, 1)
 }
 
