@@ -393,3 +393,30 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 		}
 	}
 }
+
+// TestDryRunSaysWhetherItFits: --dry-run of the paper's 7B config (shape
+// only: a config.json) names the largest item and its setting when it does
+// not fit the paper's 24 GiB card, and says it fits on a large enough one;
+// LoRA with a bf16 base prints the bf16 weights line.
+func TestDryRunSaysWhetherItFits(t *testing.T) {
+	dir := t.TempDir()
+	if err := qwen.WriteConfig(dir, qwen.Presets["qwen2.5-7b-shape"], "bf16"); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"train", "--config", "../../configs/qwen2.5-7b-instruct.yaml", "--set", "model.path=" + dir, "--set", "rl.init=" + dir,
+		"--set", "model.train_dtype=bf16", "--dry-run"}
+	out, err := run(t, base...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"weights (bf16 frozen base, f32 adapters)                   14.26 GiB", "the update alone",
+		"does not fit in 24 GiB per device", "the largest item is the KV caches (70.00 GiB); to shrink it: lower rl.k"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry-run output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, append(base, "--device-gib", "200")...)
+	if err != nil || !strings.Contains(out, "fits in 200 GiB per device") {
+		t.Errorf("with --device-gib 200: %v\n%s", err, out)
+	}
+}

@@ -24,6 +24,7 @@ import (
 func trainCmd(g *globals) *cobra.Command {
 	var resume string
 	var dryRun bool
+	var deviceGiB float64
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Train the policy to manage its memory with step-wise GRPO (AgeMem)",
@@ -49,7 +50,7 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 				return err
 			}
 			if dryRun {
-				return printPlan(cmd.OutOrStdout(), cfg)
+				return printPlan(cmd.OutOrStdout(), cfg, deviceGiB)
 			}
 			res, err := runGRPO(cmd.Context(), cfg, resume, cmd.ErrOrStderr())
 			if err != nil {
@@ -64,12 +65,13 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate the config and the model, print the memory a run needs, and stop")
+	cmd.Flags().Float64Var(&deviceGiB, "device-gib", 24, "with --dry-run: each device's memory in GiB, to say whether the run fits (24: the paper's RTX 4090)")
 	return cmd
 }
 
 // printPlan is --dry-run: the config is valid (it loaded), the model's
 // config.json is read, and the memory of a step is estimated.
-func printPlan(w io.Writer, cfg config.Config) error {
+func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	mc, err := qwen.LoadConfig(cfg.RL.Init)
 	if err != nil {
 		return fmt.Errorf("rl.init: %w", err)
@@ -143,6 +145,30 @@ func printPlan(w io.Writer, cfg config.Config) error {
 		{"the update alone (no engine, no KV caches)", weights + ref + optimizer + act + logits}, {"total (approximate)", total}} {
 		fmt.Fprintf(w, "  %-58s %s\n", l.name, gib(l.b))
 	}
+	if total <= deviceGiB*(1<<30) {
+		fmt.Fprintf(w, "fits in %.0f GiB per device\n", deviceGiB)
+		return nil
+	}
+	// Name the largest item and the setting that shrinks it.
+	items := []struct {
+		name, fix string
+		b         float64
+	}{
+		{wname, "lora.enabled: true with model.train_dtype: bf16 (a bf16 frozen base)", weights},
+		{"the reference policy", "lora.enabled: true (the reference is the base without the adapter)", ref},
+		{oname, "model.shard_optimizer: true over several model.devices, or lora.enabled: true", optimizer},
+		{"the rollout engine's weights", "none yet: the engine holds its own f32 copy (sharing the trainer's bf16 base is not built)", engine},
+		{"the KV caches", "lower rl.k x rl.batch_tasks or agent.context_budget (paged caches are not built yet)", kv},
+		{"the activations", "rl.recompute: true, or a smaller rl.batch_tokens", act},
+		{"the vocabulary logits", "nothing: they are already chunked", logits},
+	}
+	big := items[0]
+	for _, it := range items[1:] {
+		if it.b > big.b {
+			big = it
+		}
+	}
+	fmt.Fprintf(w, "does not fit in %.0f GiB per device (--device-gib): the largest item is %s (%s); to shrink it: %s\n", deviceGiB, big.name, gib(big.b), big.fix)
 	return nil
 }
 
