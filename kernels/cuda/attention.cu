@@ -192,6 +192,37 @@ __device__ float sdot(const float* row, const float* vec, int hd) {
     return a;
 }
 
+// load_kv_tile stages keys j0..j0+31 of kv head kvh (zeros past last) in
+// shared memory, key rows kstride apart and value rows vstride apart.
+__device__ void load_kv_tile(float* ks, int kstride, float* vs, int vstride, const float* k, const float* v,
+                             int j0, int last, int kvheads, int kvh, int hd) {
+    for (int x = threadIdx.x; x < 32 * hd; x += blockDim.x) {
+        int r = x / hd, d = x - r * hd, j = j0 + r;
+        float kv = 0.f, vv = 0.f;
+        if (j <= last) {
+            long o = ((long)j * kvheads + kvh) * hd + d;
+            kv = k[o];
+            vv = v[o];
+        }
+        ks[r * kstride + d] = kv;
+        vs[r * vstride + d] = vv;
+    }
+}
+
+// add_weighted_rows: acc (this lane's head dimensions lane, lane+32, ...)
+// += sum over the first n rows of w_jj * rows[jj], where lane jj holds w.
+// Inlined, so acc stays in registers.
+__device__ __forceinline__ void add_weighted_rows(float acc[4], float w, const float* rows, int stride, int n, int hd, int lane) {
+    for (int jj = 0; jj < n; jj++) {
+        float wj = __shfl_sync(0xffffffff, w, jj);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            int d = lane + 32 * r;
+            if (d < hd) acc[r] += wj * rows[jj * stride + d];
+        }
+    }
+}
+
 // attention_tiled: causal GQA for queries start..start+t-1. q, out [t,
 // heads*hd]; k, v [start+t, kvheads*hd]; lse (nullable) [t, heads] gets
 // each row's log-sum-exp of the scaled scores; lse_only skips the values.
@@ -216,17 +247,7 @@ extern "C" __global__ void attention_tiled(float* out, float* lse, const float* 
     int mine = start + i;                      // this warp's last key
     for (int j0 = 0; j0 <= last; j0 += 32) {
         __syncthreads(); // the previous tile is consumed
-        for (int x = threadIdx.x; x < 32 * hd; x += blockDim.x) {
-            int r = x / hd, d = x - r * hd, j = j0 + r;
-            float kv = 0.f, vv = 0.f;
-            if (j <= last) {
-                long o = ((long)j * kvheads + kvh) * hd + d;
-                kv = k[o];
-                vv = v[o];
-            }
-            ks[r * kp + d] = kv;
-            vs[r * hd + d] = vv;
-        }
+        load_kv_tile(ks, kp, vs, hd, k, v, j0, last, kvheads, kvh, hd);
         __syncthreads();
         if (!live || j0 > mine) continue; // uniform per warp; the loop bound is per block
         int j = j0 + lane;
@@ -240,14 +261,7 @@ extern "C" __global__ void attention_tiled(float* out, float* lse, const float* 
         int nj = min(32, mine - j0 + 1);
 #pragma unroll
         for (int r = 0; r < 4; r++) acc[r] *= c;
-        for (int jj = 0; jj < nj; jj++) {
-            float pj = __shfl_sync(0xffffffff, p, jj);
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int d = lane + 32 * r;
-                if (d < hd) acc[r] += pj * vs[jj * hd + d];
-            }
-        }
+        add_weighted_rows(acc, p, vs, hd, nj, hd, lane);
     }
     if (!live) return;
     if (lse && lane == 0) lse[(long)i * heads + h] = m + logf(l);
@@ -297,17 +311,7 @@ extern "C" __global__ void attention_bwd_dq(float* dq, const float* q, const flo
     int last = start + min(i0 + ATT_NQ, t) - 1, mine = start + i;
     for (int j0 = 0; j0 <= last; j0 += 32) {
         __syncthreads();
-        for (int x = threadIdx.x; x < 32 * hd; x += blockDim.x) {
-            int r = x / hd, d = x - r * hd, j = j0 + r;
-            float kv = 0.f, vv = 0.f;
-            if (j <= last) {
-                long o = ((long)j * kvheads + kvh) * hd + d;
-                kv = k[o];
-                vv = v[o];
-            }
-            ks[r * kp + d] = kv;
-            vs[r * kp + d] = vv;
-        }
+        load_kv_tile(ks, kp, vs, kp, k, v, j0, last, kvheads, kvh, hd);
         __syncthreads();
         if (!live || j0 > mine) continue;
         int j = j0 + lane;
@@ -317,14 +321,7 @@ extern "C" __global__ void attention_bwd_dq(float* dq, const float* q, const flo
             ds = p * (sdot(vs + lane * kp, gs + warp * hd, hd) - Dr);
         }
         int nj = min(32, mine - j0 + 1);
-        for (int jj = 0; jj < nj; jj++) {
-            float w = __shfl_sync(0xffffffff, ds, jj);
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int d = lane + 32 * r;
-                if (d < hd) acc[r] += w * ks[jj * kp + d];
-            }
-        }
+        add_weighted_rows(acc, ds, ks, kp, nj, hd, lane);
     }
     if (!live) return;
 #pragma unroll
