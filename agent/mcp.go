@@ -6,21 +6,99 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 
+	"github.com/agemem/agemem/internal/valid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // MCPServer is an MCP server whose tools join a run's tools (config
-// section agent.mcp_servers): a command started with stdio, or a URL of a
+// section mcp.servers, or agemem-train agent's --mcp-url/--mcp-command): a
+// command started over stdio (with env added to ours), or a URL of a
 // streamable-HTTP endpoint with headers (for example Authorization).
+// Header and env values may name environment variables as ${NAME}, read
+// when the server is connected, so a config file need not hold secrets.
 type MCPServer struct {
 	Name    string            `yaml:"name"`
 	Command []string          `yaml:"command"`
+	Env     map[string]string `yaml:"env"`
 	URL     string            `yaml:"url"`
 	Headers map[string]string `yaml:"headers"`
+}
+
+// MCPConfig is the config section mcp.
+type MCPConfig struct {
+	// Servers are connected by agemem-train agent; their tools join the
+	// loop's.
+	Servers []MCPServer `yaml:"servers"`
+}
+
+// Validate checks every server: a unique name, a command or an http(s)
+// url (not both), env only with a command, headers only with a url.
+func (c MCPConfig) Validate() error {
+	var e valid.Errors
+	seen := map[string]bool{}
+	for i, s := range c.Servers {
+		key := fmt.Sprintf("servers[%d]", i)
+		switch {
+		case s.Name == "":
+			e.Add(key+".name", "is required (it names the server in errors and traces)")
+		case seen[s.Name]:
+			e.Add(key+".name", "%q names two servers", s.Name)
+		}
+		seen[s.Name] = true
+		switch {
+		case len(s.Command) > 0 && s.URL != "":
+			e.Add(key, "gives both a command and a url: one server is one or the other")
+		case len(s.Command) == 0 && s.URL == "":
+			e.Add(key, "needs a command (stdio, e.g. [npx, -y, \"@modelcontextprotocol/server-memory\"]) or a url (streamable HTTP)")
+		case s.URL != "":
+			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				e.Add(key+".url", "%q is not an http(s) URL", s.URL)
+			}
+			if len(s.Env) > 0 {
+				e.Add(key+".env", "is for command servers; a url server takes headers")
+			}
+		default:
+			if strings.TrimSpace(s.Command[0]) == "" {
+				e.Add(key+".command", "starts with an empty program name")
+			}
+			if len(s.Headers) > 0 {
+				e.Add(key+".headers", "are for url servers; a command server takes env")
+			}
+		}
+	}
+	return e.Err()
+}
+
+// envRef is ${NAME}; any other $ in a value is literal.
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expand replaces ${NAME} in each value by the environment variable,
+// failing on one that is not set (a missing API key would otherwise be
+// sent as an empty header).
+func expand(server, what string, m map[string]string) (map[string]string, error) {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		var missing string
+		out[k] = envRef.ReplaceAllStringFunc(v, func(ref string) string {
+			name := ref[2 : len(ref)-1]
+			val, ok := os.LookupEnv(name)
+			if !ok && missing == "" {
+				missing = name
+			}
+			return val
+		})
+		if missing != "" {
+			return nil, fmt.Errorf("MCP server %q: %s %s names ${%s}, which is not set in the environment", server, what, k, missing)
+		}
+	}
+	return out, nil
 }
 
 // MCPClient is a connection to one MCP server.
@@ -44,9 +122,24 @@ func ConnectMCP(ctx context.Context, s MCPServer) (*MCPClient, error) {
 	var t mcp.Transport
 	switch {
 	case len(s.Command) > 0 && s.URL == "":
-		t = &mcp.CommandTransport{Command: exec.Command(s.Command[0], s.Command[1:]...)}
+		env, err := expand(s.Name, "env", s.Env)
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(s.Command[0], s.Command[1:]...)
+		if len(env) > 0 {
+			cmd.Env = os.Environ()
+			for k, v := range env {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+		}
+		t = &mcp.CommandTransport{Command: cmd}
 	case s.URL != "" && len(s.Command) == 0:
-		t = &mcp.StreamableClientTransport{Endpoint: s.URL, MaxRetries: -1, HTTPClient: &http.Client{Transport: headers{s.Headers, http.DefaultTransport}}}
+		hdr, err := expand(s.Name, "header", s.Headers)
+		if err != nil {
+			return nil, err
+		}
+		t = &mcp.StreamableClientTransport{Endpoint: s.URL, MaxRetries: -1, HTTPClient: &http.Client{Transport: headers{hdr, http.DefaultTransport}}}
 	default:
 		return nil, fmt.Errorf("MCP server %q: give either a command (stdio) or a url (streamable HTTP)", s.Name)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +50,20 @@ func TestMCPToolListChanged(t *testing.T) {
 	tr, err := Run(ctx, m, ts, nil, Limits{MaxSteps: 3})
 	if err != nil || tr.Steps[0].Results[0].Result != "from b" || len(m.specs[0]) != 2 {
 		t.Fatalf("%v %+v (specs %v)", err, tr, m.specs)
+	}
+}
+
+// TestMCPHeadersReadTheEnvironment: ${NAME} in a header is the variable's
+// value when connecting; an unset one is an error naming server, header and
+// variable, before anything is sent.
+func TestMCPHeadersReadTheEnvironment(t *testing.T) {
+	t.Setenv("AGEMEM_TEST_KEY", "s3cret")
+	got, err := expand("srv", "header", map[string]string{"Authorization": "Bearer ${AGEMEM_TEST_KEY}", "X-Plain": "a$b$"})
+	if err != nil || got["Authorization"] != "Bearer s3cret" || got["X-Plain"] != "a$b$" {
+		t.Fatalf("expand: %v %v", got, err)
+	}
+	_, err = ConnectMCP(t.Context(), MCPServer{Name: "srv", URL: "http://127.0.0.1:1/mcp", Headers: map[string]string{"Authorization": "Bearer ${AGEMEM_TEST_UNSET}"}})
+	if err == nil || !strings.Contains(err.Error(), `MCP server "srv": header Authorization names ${AGEMEM_TEST_UNSET}`) {
+		t.Fatalf("unset variable: %v", err)
 	}
 }

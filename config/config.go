@@ -14,6 +14,8 @@ package config
 import (
 	"fmt"
 
+	"github.com/agemem/agemem/agent"
+
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/internal/valid"
@@ -72,6 +74,8 @@ type Config struct {
 	// OpenAI is the OpenAI-compatible server behind every role set to
 	// "openai".
 	OpenAI openai.Config `yaml:"openai"`
+	// MCP names the MCP servers whose tools agemem-train agent offers.
+	MCP agent.MCPConfig `yaml:"mcp"`
 	// SimCSE trains sentence encoders (agemem-train embed train).
 	SimCSE simcse.Config `yaml:"simcse"`
 }
@@ -155,6 +159,7 @@ func Default() Config {
 		Serve:    serve.DefaultConfig(),
 		Ollama:   ollama.DefaultConfig(),
 		OpenAI:   openai.DefaultConfig(),
+		MCP:      agent.MCPConfig{Servers: []agent.MCPServer{}},
 		SimCSE:   simcse.DefaultConfig(),
 	}
 }
@@ -179,6 +184,7 @@ func (c Config) Validate() error {
 	e.Section("serve", c.Serve.Validate())
 	e.Section("ollama", c.Ollama.Validate())
 	e.Section("openai", c.OpenAI.Validate())
+	e.Section("mcp", c.MCP.Validate())
 	e.Section("simcse", c.SimCSE.Validate())
 	if len(e) > 0 {
 		return fmt.Errorf("invalid config:\n  %s", e.Error())

@@ -77,6 +77,14 @@ func TestLoadErrors(t *testing.T) {
 		{"ollama think", "ollama:\n  think: maybe\n", nil, []string{"ollama.think"}},
 		{"encoder without path", "embed:\n  backend: encoder\n", nil, []string{"embed.path"}},
 		{"bad pooling", "embed:\n  pooling: max\n", nil, []string{"embed.pooling", "cls, cls_mlp, mean"}},
+		{"mcp server without name", "mcp:\n  servers:\n    - {command: [npx, x]}\n", nil, []string{"mcp.servers[0].name", "is required"}},
+		{"mcp command and url", "mcp:\n  servers:\n    - {name: a, command: [x], url: \"http://h/mcp\"}\n", nil, []string{"mcp.servers[0]", "both a command and a url"}},
+		{"mcp neither", "mcp:\n  servers:\n    - {name: a}\n", nil, []string{"mcp.servers[0]", "needs a command"}},
+		{"mcp bad url", "mcp:\n  servers:\n    - {name: a, url: \"ftp://h\"}\n", nil, []string{"mcp.servers[0].url", "not an http(s) URL"}},
+		{"mcp repeated name", "mcp:\n  servers:\n    - {name: a, url: \"http://h/mcp\"}\n    - {name: a, command: [x]}\n", nil, []string{"mcp.servers[1].name", `"a" names two servers`}},
+		{"mcp headers on command", "mcp:\n  servers:\n    - {name: a, command: [x], headers: {A: b}}\n", nil, []string{"mcp.servers[0].headers"}},
+		{"mcp header not a string", "mcp:\n  servers:\n    - {name: a, url: \"http://h/mcp\", headers: {A: [1]}}\n", nil, []string{"mcp.servers[0].headers.A must be a single string value"}},
+		{"mcp unknown key", "mcp:\n  servers:\n    - {name: a, comand: [x]}\n", nil, []string{"mcp.servers[0].comand", "did you mean command"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load(write(t, tc.body), tc.sets)

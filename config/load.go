@@ -100,6 +100,24 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
 				return err
 			}
 		}
+	case reflect.Map:
+		// Free-form keys (environment variables, HTTP headers): every key
+		// is accepted, every value checked as the element type.
+		if n.Kind != yaml.MappingNode {
+			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+				return nil
+			}
+			return fmt.Errorf("config %s: %s must be a mapping", where(file, n), keyName(prefix))
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if err := checkKeys(k, t.Key(), prefix+"."+k.Value, file); err != nil {
+				return err
+			}
+			if err := checkKeys(v, t.Elem(), prefix+"."+k.Value, file); err != nil {
+				return err
+			}
+		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			return fmt.Errorf("config %s: %s must be a list", where(file, n), keyName(prefix))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -34,9 +35,9 @@ its own chat template and its <tool_call> blocks parsed back), answers --prompt,
 calling tools until it answers without one (or --max-steps turns pass).
 Tools: with --memory, AgeMem's long-term memory tools on the SQLite store
 at memory.path (namespace memory.namespace), the store serve uses; and the
-tools of every MCP server named with --mcp-url (streamable HTTP; headers
-with --mcp-header NAME=VALUE) or --mcp-command (a command line started
-over stdio). A call to an unknown tool, with arguments that break the
+tools of every MCP server in the config's mcp.servers and named with
+--mcp-url (streamable HTTP; headers with --mcp-header NAME=VALUE) or
+--mcp-command (a command line started over stdio). A call to an unknown tool, with arguments that break the
 tool's JSON Schema, or to a server that failed is told to the model.
 Prints the trace (--json for machines).`,
 		Example: `  agemem-train agent --set openai.base_url=http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --memory \
@@ -84,7 +85,7 @@ Prints the trace (--json for machines).`,
 					}
 				}
 			}
-			var servers []agent.MCPServer
+			servers := slices.Clone(cfg.MCP.Servers)
 			hdr := map[string]string{}
 			for _, h := range headers {
 				k, v, ok := strings.Cut(h, "=")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -186,5 +187,39 @@ func TestCLIToolsScore(t *testing.T) {
 	}
 	if raw := mustRead(t, filepath.Join(dir, "pq.jsonl")); strings.Count(string(raw), "\n") != 2 {
 		t.Fatalf("per-query: %s", raw)
+	}
+}
+
+// TestAgentMCPServersFromConfig: the same third-party server named in the
+// config's mcp.servers, its env reading ${GRAPH} from the environment when
+// it starts; a variable that is not set is an error naming server and key.
+func TestAgentMCPServersFromConfig(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	server := filepath.Join(testkit.NPM(t), "node_modules", "@modelcontextprotocol", "server-memory", "dist", "index.js")
+	graph := filepath.Join(t.TempDir(), "graph.jsonl")
+	cfg := filepath.Join(t.TempDir(), "agent.yaml")
+	body := fmt.Sprintf("mcp:\n  servers:\n    - name: memory\n      command: [%q, %q]\n      env: {MEMORY_FILE_PATH: \"${GRAPH}\"}\n", node, server)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts, _ := planServer(t, []openai.ToolCall{
+		plannedCall("create_entities", `{"entities": [{"name": "Ada", "entityType": "person", "observations": ["likes tea"]}]}`),
+	})
+	args := []string{"agent", "--config", cfg, "--set", "openai.base_url=" + ts.URL + "/v1", "--model", "m", "--prompt", "Remember Ada."}
+	t.Setenv("GRAPH", "")
+	os.Unsetenv("GRAPH")
+	if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), `MCP server "memory": env MEMORY_FILE_PATH names ${GRAPH}`) {
+		t.Fatalf("GRAPH unset: %v", err)
+	}
+	t.Setenv("GRAPH", graph)
+	out := mustRun(t, args...)
+	if !strings.Contains(out, "-> ok") || !strings.Contains(out, "create_entities") {
+		t.Fatalf("trace:\n%s", out)
+	}
+	if raw, err := os.ReadFile(graph); err != nil || !strings.Contains(string(raw), "likes tea") {
+		t.Fatalf("the server's graph file (from the config's env): %v %s", err, raw)
 	}
 }
