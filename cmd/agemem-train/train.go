@@ -158,7 +158,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		{"the reference policy", "lora.enabled: true (the reference is the base without the adapter)", ref},
 		{oname, "model.shard_optimizer: true over several model.devices, or lora.enabled: true", optimizer},
 		{"the rollout engine's weights", "none yet: the engine holds its own f32 copy (sharing the trainer's bf16 base is not built)", engine},
-		{"the KV caches", "lower rl.k x rl.batch_tasks or agent.context_budget (paged caches are not built yet)", kv},
+		{"the KV caches", "lower rl.k x rl.batch_tasks or agent.context_budget (caches grow as rollouts fill them, so this is reached only when every rollout fills its context; a budget that makes rollouts wait is not built yet)", kv},
 		{"the activations", "rl.recompute: true, or a smaller rl.batch_tokens", act},
 		{"the vocabulary logits", "nothing: they are already chunked", logits},
 	}

@@ -93,16 +93,16 @@ func (pc *PrefixCache) put(ids []int, c *qwen.Cache, pinned bool) {
 	kept := pc.entries[:0]
 	for _, e := range pc.entries {
 		if !e.pinned && len(e.ids) <= len(ids) && slices.Equal(e.ids, ids[:len(e.ids)]) {
-			pc.rows -= e.cache.Max
+			pc.rows -= e.cache.Cap()
 			continue
 		}
 		kept = append(kept, e)
 	}
 	pc.entries = append(kept, &prefixEntry{ids: slices.Clone(ids), cache: c, pinned: pinned})
-	pc.rows += c.Max
+	pc.rows += c.Cap()
 	for i := 0; pc.rows > pc.budget && i < len(pc.entries); {
 		if e := pc.entries[i]; !e.pinned && e != pc.entries[len(pc.entries)-1] {
-			pc.rows -= e.cache.Max
+			pc.rows -= e.cache.Cap()
 			pc.entries = append(pc.entries[:i], pc.entries[i+1:]...)
 			continue
 		}
@@ -114,6 +114,7 @@ func (pc *PrefixCache) put(ids []int, c *qwen.Cache, pinned bool) {
 // positions of src (a match's).
 func withPrefix(m *qwen.Model, src *qwen.Cache, n, maxT int) *qwen.Cache {
 	c := m.NewCache(maxT)
+	c.Reserve(n)
 	for i := range src.K {
 		m.B.CopyRows(c.K[i], 0, src.K[i], 0, n)
 		m.B.CopyRows(c.V[i], 0, src.V[i], 0, n)

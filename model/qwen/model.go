@@ -118,32 +118,65 @@ func FromTensors(be kernels.Backend, cfg Config, src TensorSource) (*Model, erro
 
 // Cache is the key/value cache of one sequence: per layer [maxT,
 // kvHeads·headDim] on the model's backend.
+//
+// A cache holds what its sequence uses, not its maximum: it starts with
+// room for cacheStart positions and doubles as positions arrive, up to
+// Max, so a rollout that stops early never held the full context (GRPO's
+// K×B rollouts at an 8k context would otherwise reserve their upper bound
+// at once).
 type Cache struct {
-	K, V []kernels.Tensor
-	Len  int // positions filled
-	Max  int
+	K, V []kernels.Tensor // [Cap(), kvHeads·headDim] per layer; rows from Len on are free
+	Len  int              // positions filled
+	Max  int              // the most positions it may grow to
 	be   kernels.Backend
 }
 
-// NewCache allocates a cache for up to maxT positions.
+// cacheStart is a new cache's room, in positions.
+const cacheStart = 256
+
+// NewCache makes a cache for up to maxT positions.
 func (m *Model) NewCache(maxT int) *Cache {
-	c := &Cache{Max: maxT, be: m.B}
-	for range m.Layers {
-		c.K = append(c.K, m.B.Zeros(maxT, m.KVHeads*m.HeadDim))
-		c.V = append(c.V, m.B.Zeros(maxT, m.KVHeads*m.HeadDim))
+	c := &Cache{Max: maxT, be: m.B, K: make([]kernels.Tensor, len(m.Layers)), V: make([]kernels.Tensor, len(m.Layers))}
+	n := min(maxT, cacheStart)
+	for i := range c.K {
+		c.K[i], c.V[i] = m.B.Zeros(n, m.KVHeads*m.HeadDim), m.B.Zeros(n, m.KVHeads*m.HeadDim)
 	}
 	return c
 }
 
-// Clone copies the cache, for sequences that share a prompt prefix.
-func (c *Cache) Clone() *Cache {
-	n := &Cache{Len: c.Len, Max: c.Max, be: c.be}
+// Cap is how many positions the cache has room for now.
+func (c *Cache) Cap() int {
+	if len(c.K) == 0 {
+		return 0
+	}
+	return c.K[0].Shape()[0]
+}
+
+// Reserve makes room for n positions (at most Max), keeping the filled
+// ones: the room at least doubles, so filling a cache copies each
+// position about once.
+func (c *Cache) Reserve(n int) {
+	if n <= c.Cap() {
+		return
+	}
+	c.resize(min(c.Max, max(n, 2*c.Cap())))
+}
+
+func (c *Cache) resize(room int) {
 	for i := range c.K {
-		k, v := c.be.Zeros(c.K[i].Shape()...), c.be.Zeros(c.V[i].Shape()...)
+		w := c.K[i].Shape()[1]
+		k, v := c.be.Zeros(room, w), c.be.Zeros(room, w)
 		c.be.CopyRows(k, 0, c.K[i], 0, c.Len)
 		c.be.CopyRows(v, 0, c.V[i], 0, c.Len)
-		n.K, n.V = append(n.K, k), append(n.V, v)
+		c.K[i], c.V[i] = k, v
 	}
+}
+
+// Clone copies the cache, for sequences that share a prompt prefix; the
+// copy has room for what is filled (and at least cacheStart positions).
+func (c *Cache) Clone() *Cache {
+	n := &Cache{Len: c.Len, Max: c.Max, be: c.be, K: slices.Clone(c.K), V: slices.Clone(c.V)}
+	n.resize(max(c.Len, min(c.Max, cacheStart)))
 	return n
 }
 
@@ -185,6 +218,7 @@ func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]flo
 		if caches[s].Len+len(toks) > caches[s].Max {
 			return nil, fmt.Errorf("sequence %d: %d tokens exceed the cache of %d", s, caches[s].Len+len(toks), caches[s].Max)
 		}
+		caches[s].Reserve(caches[s].Len + len(toks))
 		for i, id := range toks {
 			if id < 0 || id >= m.VocabSize {
 				return nil, fmt.Errorf("sequence %d: token id %d is outside the vocabulary of %d", s, id, m.VocabSize)
