@@ -169,3 +169,26 @@ func TestRunIsReproducible(t *testing.T) {
 		t.Fatalf("runs differ in length: %d, %d rollouts", len(a), len(b))
 	}
 }
+
+// TestRolloutProgress: a step's rollouts are reported as they end (off a
+// terminal, a line at each quarter), so a long rollout phase is not silent.
+func TestRolloutProgress(t *testing.T) {
+	c := microSetup(t)
+	c.RL.Steps = 1
+	var log bytes.Buffer
+	o, err := roles.GRPO(context.Background(), c, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.Train(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"step 1: rollouts 2/6 done", "step 1: rollouts 3/6 done", "step 1: rollouts 5/6 done", "step 1: rollouts 6/6 done"} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, log.String())
+		}
+	}
+	if strings.Contains(log.String(), "rollouts 4/6") {
+		t.Errorf("off a terminal only quarters are reported:\n%s", log.String())
+	}
+}

@@ -153,7 +153,7 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			pols = append(pols, pol)
 		}
 		rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step),
-			EpisodeSeed: func(i int) uint64 { return uint64(step*100000 + i) }})
+			EpisodeSeed: func(i int) uint64 { return uint64(step*100000 + i) }, Done: rolloutProgress(o.Log, o.TTY, n, t0)})
 		if err != nil {
 			return nil, "", err
 		}
@@ -224,4 +224,19 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		return res, err
 	}
 	return res, metrics.Close()
+}
+
+// rolloutProgress reports a step's rollouts as they end, which at paper
+// scale take minutes: on a terminal a redrawn line (the step's bar redraws
+// over it), else a plain line at each quarter.
+func rolloutProgress(log io.Writer, tty bool, step int, t0 time.Time) func(done, total int) {
+	return func(done, total int) {
+		el := time.Since(t0).Round(time.Second)
+		switch {
+		case tty:
+			fmt.Fprintf(log, "\rstep %d: rollouts %d/%d (%s) ", step, done, total, el)
+		case 4*done/total != 4*(done-1)/total:
+			fmt.Fprintf(log, "step %d: rollouts %d/%d done (%s)\n", step, done, total, el)
+		}
+	}
 }

@@ -4,11 +4,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/gguf"
+	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/ollama"
 )
 
@@ -68,7 +72,15 @@ the policy can be served with serve.backend ollama.`,
 			if label == "" {
 				label = filepath.Base(filepath.Clean(args[0]))
 			}
-			sum, err := gguf.ExportQwenFile(args[0], path, gguf.ExportOptions{Type: typ, Name: label})
+			w := cmd.ErrOrStderr()
+			var pr *train.Progress
+			progress := func(done, total int) {
+				if pr == nil {
+					pr = train.NewProgress(w, total, isatty.IsTerminal(os.Stderr.Fd()))
+				}
+				pr.Update(done, "tensors written")
+			}
+			sum, err := gguf.ExportQwenFile(args[0], path, gguf.ExportOptions{Type: typ, Name: label, Progress: progress})
 			if err != nil {
 				return err
 			}
@@ -76,8 +88,12 @@ the policy can be served with serve.backend ollama.`,
 			if err != nil {
 				return err
 			}
-			w := cmd.ErrOrStderr()
-			fmt.Fprintf(w, "gguf: %s, %d tensors (%v), %d parameters, %.1f MiB\n", sum.Arch, sum.Tensors, sum.Types, sum.Params, float64(st.Size())/(1<<20))
+			var types []string
+			for t, n := range sum.Types {
+				types = append(types, fmt.Sprintf("%d %v", n, t))
+			}
+			slices.Sort(types)
+			fmt.Fprintf(w, "gguf: %s, %d tensors (%s), %.1fM parameters, %.1f MiB\n", sum.Arch, sum.Tensors, strings.Join(types, ", "), float64(sum.Params)/1e6, float64(st.Size())/(1<<20))
 			if to == "" {
 				fmt.Fprintf(w, "wrote %s\n", path)
 				return nil

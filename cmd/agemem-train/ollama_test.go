@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -91,7 +92,8 @@ func TestCLIExportAndOllamaEpisode(t *testing.T) {
 	}
 	file := filepath.Join(dir, "tiny.gguf")
 	out, err := runCombined(t, "export", "--outtype", "q8_0", "--out", file, model)
-	if err != nil || !strings.Contains(out, "wrote "+file) || !strings.Contains(out, "Q8_0") {
+	if err != nil || !strings.Contains(out, "wrote "+file) || !strings.Contains(out, " Q8_0") || strings.Contains(out, "map[") ||
+		!regexp.MustCompile(`step (\d+)/(\d+) tensors written`).MatchString(out) {
 		t.Fatalf("export: %v\n%s", err, out)
 	}
 	if raw, _ := os.ReadFile(file); !bytes.HasPrefix(raw, []byte("GGUF\x03\x00\x00\x00")) {

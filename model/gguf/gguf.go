@@ -97,11 +97,25 @@ type KV struct {
 // Tensor is one tensor to write. Dims are innermost first; Data holds the
 // values in row-major order of the reversed dims (as a Go or PyTorch
 // tensor of shape [dims[n-1], ..., dims[0]] stores them).
+//
+// A tensor may give Load instead of Data: the writer calls it when the
+// tensor's turn comes and drops the values after, so an export holds one
+// tensor at a time, whatever the model's size.
 type Tensor struct {
 	Name string
 	Dims []uint64
 	Type Type
 	Data []float32
+	Load func() []float32
+}
+
+// Len is the number of values its dims give.
+func (t Tensor) Len() uint64 {
+	n := uint64(1)
+	for _, d := range t.Dims {
+		n *= d
+	}
+	return n
 }
 
 // Alignment is general.alignment's default, which this writer uses.
@@ -126,19 +140,21 @@ const (
 
 // Write writes a GGUF v3 file. Every tensor is checked first (its data
 // length against its dims, Q8_0's block size), so a bad tensor fails before
-// anything is written.
+// anything is written (a Load tensor's length when it is loaded).
 func Write(w io.Writer, kvs []KV, tensors []Tensor) error {
+	return WriteProgress(w, kvs, tensors, nil)
+}
+
+// WriteProgress is Write calling progress (when not nil) after each
+// tensor's data with how many of how many are written.
+func WriteProgress(w io.Writer, kvs []KV, tensors []Tensor, progress func(done, total int)) error {
 	seen := map[string]bool{}
 	for _, t := range tensors {
 		if seen[t.Name] {
 			return fmt.Errorf("gguf: tensor %q appears twice", t.Name)
 		}
 		seen[t.Name] = true
-		n := uint64(1)
-		for _, d := range t.Dims {
-			n *= d
-		}
-		if len(t.Dims) == 0 || n != uint64(len(t.Data)) {
+		if len(t.Dims) == 0 || (t.Load == nil && t.Len() != uint64(len(t.Data))) {
 			return fmt.Errorf("gguf: tensor %q has dims %v but %d values", t.Name, t.Dims, len(t.Data))
 		}
 		if t.Type == Q8_0 && t.Dims[0]%QK8_0 != 0 {
@@ -179,12 +195,24 @@ func Write(w io.Writer, kvs []KV, tensors []Tensor) error {
 		}
 		e.u32(uint32(t.Type))
 		e.u64(offset)
-		offset = align(offset + uint64(t.Type.Size(len(t.Data))))
+		offset = align(offset + uint64(t.Type.Size(int(t.Len()))))
 	}
 	e.pad()
-	for _, t := range tensors {
+	for i, t := range tensors {
+		if t.Load != nil {
+			t.Data = t.Load()
+			if uint64(len(t.Data)) != t.Len() {
+				return fmt.Errorf("gguf: tensor %q has dims %v but loaded %d values", t.Name, t.Dims, len(t.Data))
+			}
+		}
 		e.tensor(t)
 		e.pad()
+		if e.err != nil {
+			return e.err
+		}
+		if progress != nil {
+			progress(i+1, len(tensors))
+		}
 	}
 	if e.err != nil {
 		return e.err

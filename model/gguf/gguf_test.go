@@ -3,6 +3,7 @@ package gguf
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -440,5 +441,46 @@ func TestQuantizeQ8_0(t *testing.T) {
 	QuantizeQ8_0(blk[:], make([]float32, 32))
 	if !bytes.Equal(blk[:], make([]byte, 34)) {
 		t.Errorf("zero block: %v", blk)
+	}
+}
+
+// TestWriteLoadsOneTensorAtATime: tensors given as Load are read when
+// their turn comes, one at a time (each after the previous one is
+// written), and the file is the same, byte for byte, as from Data; a Load
+// that returns the wrong length is an error naming the tensor.
+func TestWriteLoadsOneTensorAtATime(t *testing.T) {
+	mk := func(n int, seed float32) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = seed + float32(i)/7
+		}
+		return v
+	}
+	plain := []Tensor{{Name: "a", Dims: []uint64{64, 2}, Type: Q8_0, Data: mk(128, 1)}, {Name: "b", Dims: []uint64{5}, Type: F32, Data: mk(5, 2)},
+		{Name: "c", Dims: []uint64{3, 4}, Type: F16, Data: mk(12, 3)}}
+	var events []string
+	lazy := make([]Tensor, len(plain))
+	for i, p := range plain {
+		lazy[i] = Tensor{Name: p.Name, Dims: p.Dims, Type: p.Type, Load: func() []float32 {
+			events = append(events, "load "+p.Name)
+			return p.Data
+		}}
+	}
+	var want, got bytes.Buffer
+	if err := Write(&want, nil, plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteProgress(&got, nil, lazy, func(done, total int) { events = append(events, fmt.Sprintf("written %d/%d", done, total)) }); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatal("the file from Load tensors differs from the one from Data")
+	}
+	if s := strings.Join(events, ", "); s != "load a, written 1/3, load b, written 2/3, load c, written 3/3" {
+		t.Fatalf("events: %s", s)
+	}
+	lazy[1].Load = func() []float32 { return mk(4, 0) }
+	if err := Write(io.Discard, nil, lazy); err == nil || !strings.Contains(err.Error(), `tensor "b" has dims [5] but loaded 4 values`) {
+		t.Fatalf("short load: %v", err)
 	}
 }

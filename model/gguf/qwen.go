@@ -30,6 +30,8 @@ type ExportOptions struct {
 	Type Type
 	// Name is general.name (default: the directory's base name).
 	Name string
+	// Progress, if set, is called after each tensor is written.
+	Progress func(done, total int)
 }
 
 // Summary says what an export wrote.
@@ -102,10 +104,10 @@ func ExportQwen(dir string, w io.Writer, o ExportOptions) (Summary, error) {
 	}
 	s := Summary{Arch: cfg.ModelType, Tensors: len(tensors), Types: map[Type]int{}}
 	for _, t := range tensors {
-		s.Params += uint64(len(t.Data))
+		s.Params += t.Len()
 		s.Types[t.Type]++
 	}
-	return s, Write(w, kvs, tensors)
+	return s, WriteProgress(w, kvs, tensors, o.Progress)
 }
 
 // ExportQwenFile writes the export to path, through a temporary file that
@@ -163,7 +165,9 @@ func qwenTensors(cfg qwen.Config, st *safetensors.Dir, typ Type) ([]Tensor, erro
 		} else if tt == Q8_0 && dims[0]%QK8_0 != 0 {
 			tt = F16
 		}
-		out = append(out, Tensor{Name: p.GGUF, Dims: dims, Type: tt, Data: t.Float32()})
+		// Converted when written: the mapped file is read one tensor at a
+		// time, so exporting a 7B model does not hold it in float32.
+		out = append(out, Tensor{Name: p.GGUF, Dims: dims, Type: tt, Load: t.Float32})
 	}
 	if cfg.TieEmbeddings {
 		// A tied checkpoint may still hold a copy of the head: llama.cpp
