@@ -66,6 +66,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown lora module", "lora:\n  target_modules: [q_proj, lm_head]\n", nil, []string{"lora.target_modules[1]", `"lm_head"`}},
 		{"bad aggregation", "rl:\n  aggregation: sum\n", nil, []string{"rl.aggregation", `"sum"`}},
 		{"positive penalty", "reward:\n  p_overflow: 0.5\n", nil, []string{"reward.p_overflow", "a penalty"}},
+		{"negative kv budget", "rl:\n  kv_budget: -1\n", nil, []string{"rl.kv_budget"}},
 		{"clip out of range", "rl:\n  clip: 1.5\n", nil, []string{"rl.clip", "outside (0, 1)"}},
 		{"sft loss_on", "sft:\n  loss_on: every\n", nil, []string{"sft.loss_on"}},
 		{"ollama embedder without model", "embed:\n  backend: ollama\n", nil, []string{"embed.model", "nomic-embed-text"}},

@@ -35,8 +35,13 @@ type Config struct {
 	// PrefixCache keeps each rollout's key/value cache between its calls,
 	// so a call prefills only what its context gained (false: every call
 	// prefills its whole context, as before).
-	PrefixCache bool   `yaml:"prefix_cache"`
-	Out         string `yaml:"out"`
+	PrefixCache bool `yaml:"prefix_cache"`
+	// KVBudget bounds, per rollout engine, the positions (prompt plus
+	// response budget) of the calls decoded at once, and the positions the
+	// prefix cache keeps: rollouts beyond it wait for the next group
+	// (0: no bound, every live rollout decodes together).
+	KVBudget int    `yaml:"kv_budget"`
+	Out      string `yaml:"out"`
 }
 
 // DefaultConfig is the paper's K 8, β 0.1 and the common PPO clip 0.2.
@@ -53,6 +58,7 @@ func (c Config) Validate() error {
 	e.AtLeast("k", c.K, 1)
 	e.AtLeast("batch_tasks", c.BatchTasks, 1)
 	e.AtLeast("steps", c.Steps, 1)
+	e.AtLeast("kv_budget", c.KVBudget, 0)
 	if err := c.ScheduleConfig.Validate(); err != nil {
 		e = append(e, err.(valid.Errors)...)
 	}

@@ -144,11 +144,16 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 				return nil, "", err
 			}
 			pol := decode.NewGenerator(m, tok, decode.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget})
-			pol.Template = tmpl
+			pol.Template, pol.KVBudget = tmpl, rc.KVBudget
 			if rc.PrefixCache {
 				// Each rollout's calls resend its growing context: keep
-				// one cache per rollout for this step's weights.
-				pol.Prefixes = decode.NewPrefixCache(len(tasks) * rc.K * m.MaxPositions)
+				// one cache per rollout for this step's weights (within
+				// the KV budget, when there is one).
+				keep := len(tasks) * rc.K * m.MaxPositions
+				if rc.KVBudget > 0 {
+					keep = min(keep, rc.KVBudget)
+				}
+				pol.Prefixes = decode.NewPrefixCache(keep)
 			}
 			pols = append(pols, pol)
 		}

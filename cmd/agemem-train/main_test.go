@@ -410,7 +410,7 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"weights (bf16 frozen base, f32 adapters)                   14.26 GiB", "the update alone",
-		"does not fit in 24 GiB per device", "the largest item is the KV caches (70.00 GiB); to shrink it: lower rl.k"} {
+		"does not fit in 24 GiB per device", "the largest item is the KV caches (70.00 GiB); to shrink it: rl.kv_budget"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, out)
 		}
@@ -418,5 +418,14 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 	out, err = run(t, append(base, "--device-gib", "200")...)
 	if err != nil || !strings.Contains(out, "fits in 200 GiB per device") {
 		t.Errorf("with --device-gib 200: %v\n%s", err, out)
+	}
+	// On GPUs in bf16 the engine is bf16; a KV budget of 16384 positions
+	// (and as much again for the prefix cache) is 28·2·512·4 bytes each.
+	out, err = run(t, append(base, "--set", "model.devices=[cuda:0]", "--set", "rl.kv_budget=16384", "--set", "rl.batch_tokens=4096")...)
+	for _, want := range []string{"rollout engine weights (bf16)                              14.19 GiB",
+		"KV caches (rl.kv_budget)                                   3.50 GiB", "an 8-bit base"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("GPU, kv_budget: %v: output lacks %q:\n%s", err, want, out)
+		}
 	}
 }

@@ -111,8 +111,24 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		oname = fmt.Sprintf("gradients + AdamW moments (1/%d of them)", n)
 	}
 	engine := 4 * params // the rollout engine's copy of the weights
+	ename := "rollout engine weights"
+	if cfg.Model.TrainDtype == "bf16" && slices.ContainsFunc(cfg.Model.Devices, func(d string) bool { return strings.HasPrefix(d, "cuda") }) {
+		// Rollouts decode on the training GPUs, whose bf16 mode uploads
+		// the engine's matrices as bf16.
+		engine, ename = 2*params, "rollout engine weights (bf16)"
+	}
 	seqs := float64(rc.K * rc.BatchTasks)
-	kv := seqs * float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget) * L * 2 * kvw * 4
+	kvPos := seqs * float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget)
+	kvName := "KV caches of all rollouts (upper bound)"
+	if b := float64(rc.KVBudget); b > 0 {
+		if rc.PrefixCache {
+			b *= 2 // the prefix cache keeps as much again
+		}
+		if b < kvPos {
+			kvPos, kvName = b, "KV caches (rl.kv_budget)"
+		}
+	}
+	kv := kvPos * L * 2 * kvw * 4
 	// Activations the tape holds per token and layer (inputs of each op and
 	// their gradients), measured at 63 KiB/token on the tiny default; with
 	// recomputation one layer's worth plus each layer's input.
@@ -140,7 +156,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		name string
 		b    float64
 	}{{wname, weights}, {"reference policy", ref}, {oname, optimizer},
-		{"rollout engine weights", engine}, {"KV caches of all rollouts (upper bound)", kv}, {"activations of a micro-batch", act},
+		{ename, engine}, {kvName, kv}, {"activations of a micro-batch", act},
 		{fmt.Sprintf("vocabulary logits and gradient (%d tokens at a time)", chunk), logits},
 		{"the update alone (no engine, no KV caches)", weights + ref + optimizer + act + logits}, {"total (approximate)", total}} {
 		fmt.Fprintf(w, "  %-58s %s\n", l.name, gib(l.b))
@@ -150,15 +166,19 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		return nil
 	}
 	// Name the largest item and the setting that shrinks it.
+	weightsFix := "lora.enabled: true with model.train_dtype: bf16 (a bf16 frozen base)"
+	if cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16" {
+		weightsFix = "nothing yet: an 8-bit base, and one base shared with the rollout engine, are not built"
+	}
 	items := []struct {
 		name, fix string
 		b         float64
 	}{
-		{wname, "lora.enabled: true with model.train_dtype: bf16 (a bf16 frozen base)", weights},
+		{wname, weightsFix, weights},
 		{"the reference policy", "lora.enabled: true (the reference is the base without the adapter)", ref},
 		{oname, "model.shard_optimizer: true over several model.devices, or lora.enabled: true", optimizer},
-		{"the rollout engine's weights", "none yet: the engine holds its own f32 copy (sharing the trainer's bf16 base is not built)", engine},
-		{"the KV caches", "lower rl.k x rl.batch_tasks or agent.context_budget (caches grow as rollouts fill them, so this is reached only when every rollout fills its context; a budget that makes rollouts wait is not built yet)", kv},
+		{"the rollout engine's weights", "model.train_dtype: bf16 with GPUs in model.devices (the engine is then bf16); sharing the trainer's base is not built yet", engine},
+		{"the KV caches", "rl.kv_budget (positions decoded at once; rollouts beyond it wait), or lower rl.k x rl.batch_tasks or agent.context_budget", kv},
 		{"the activations", "rl.recompute: true, or a smaller rl.batch_tokens", act},
 		{"the vocabulary logits", "nothing: they are already chunked", logits},
 	}

@@ -52,16 +52,19 @@ type Generation struct {
 // per step. Sequence i samples from its own generator seeded with
 // (Seed, i), so a run is reproducible.
 func Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
-	return generate(ctx, m, prompts, s, dec, nil)
+	return generate(ctx, m, prompts, s, dec, nil, 0)
 }
 
 // Generate is decode.Generate starting each prompt from its longest cached
 // prefix, and keeping every finished sequence's cache for later prompts.
 func (pc *PrefixCache) Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
-	return generate(ctx, m, prompts, s, dec, pc)
+	return generate(ctx, m, prompts, s, dec, pc, 0)
 }
 
-func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer, pc *PrefixCache) ([]Generation, error) {
+// generate decodes prompts together; first is the index of prompts[0] in
+// the caller's whole list, which seeds each sequence's sampler, so a list
+// decoded in groups samples what it would all at once.
+func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer, pc *PrefixCache, first int) ([]Generation, error) {
 	if len(prompts) == 0 {
 		return nil, nil
 	}
@@ -90,7 +93,7 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 	// one token of its own to produce first logits from.
 	var rest []int
 	for i, p := range prompts {
-		rngs[i] = rand.New(rand.NewPCG(s.Seed, uint64(i)))
+		rngs[i] = rand.New(rand.NewPCG(s.Seed, uint64(first+i)))
 		if src, k := pc.Match(p); k > 0 {
 			caches[i], next[i] = withPrefix(m, src, k, maxLen), p[k:]
 			continue
@@ -149,7 +152,7 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 			g.Tokens = append(g.Tokens, tok)
 			g.LogProbs = append(g.LogProbs, logp[tok])
 			if s.onToken != nil {
-				s.onToken(i, tok)
+				s.onToken(first+i, tok)
 			}
 			switch {
 			case slices.Contains(s.StopIDs, tok):

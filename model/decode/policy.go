@@ -28,6 +28,12 @@ type Generator struct {
 	// call prefills only what was added (an episode's calls resend the
 	// whole context). It must be dropped when the weights change.
 	Prefixes *PrefixCache
+	// KVBudget bounds the positions (prompt + Sampling.MaxTokens, summed)
+	// of the conversations a CompleteBatch decodes at once, so the KV
+	// caches never need more (0: no bound). The others wait for the next
+	// group, in order; a conversation larger than the budget runs alone.
+	// Each conversation samples what it would in one batch.
+	KVBudget int
 }
 
 // NewGenerator returns a policy that stops at <|im_end|> and <|endoftext|>.
@@ -127,9 +133,13 @@ func (p *Generator) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([
 		}
 		prompts[i] = ids
 	}
-	gens, err := p.Prefixes.Generate(ctx, p.Model, prompts, p.Sampling, p.Tokenizer)
-	if err != nil {
-		return nil, err
+	var gens []Generation
+	for _, g := range kvGroups(prompts, p.Sampling.MaxTokens, p.KVBudget) {
+		part, err := generate(ctx, p.Model, prompts[g[0]:g[1]], p.Sampling, p.Tokenizer, p.Prefixes, g[0])
+		if err != nil {
+			return nil, err
+		}
+		gens = append(gens, part...)
 	}
 	out := make([]memtools.Completion, len(gens))
 	for i, g := range gens {
@@ -221,3 +231,23 @@ func isStop(id int, stops []int) bool {
 }
 
 var _ memtools.BatchPolicy = (*Generator)(nil)
+
+// kvGroups splits prompts, in order, into runs [lo, hi) whose positions
+// (each prompt plus maxTokens) sum to at most budget (budget <= 0: one run);
+// a prompt larger than the budget is a run of its own.
+func kvGroups(prompts [][]int, maxTokens, budget int) [][2]int {
+	if budget <= 0 {
+		return [][2]int{{0, len(prompts)}}
+	}
+	var out [][2]int
+	lo, used := 0, 0
+	for i, p := range prompts {
+		need := len(p) + maxTokens
+		if i > lo && used+need > budget {
+			out = append(out, [2]int{lo, i})
+			lo, used = i, 0
+		}
+		used += need
+	}
+	return append(out, [2]int{lo, len(prompts)})
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -117,4 +118,59 @@ func randomQwen3(t *testing.T, tok *tokenizer.Tokenizer, dtype safetensors.DType
 		t.Fatal(err)
 	}
 	return m
+}
+
+// TestKVBudgetGroupsConversations: under a KV budget a batch is decoded in
+// groups whose positions fit it, and every conversation samples exactly
+// what it samples in one batch; the grouping is worked by hand.
+func TestKVBudgetGroupsConversations(t *testing.T) {
+	p3 := func(n int) []int { return make([]int, n) }
+	for _, c := range []struct {
+		lens     []int
+		max, bud int
+		want     [][2]int
+	}{
+		{[]int{10, 10, 10}, 5, 0, [][2]int{{0, 3}}},
+		{[]int{10, 10, 10}, 5, 30, [][2]int{{0, 2}, {2, 3}}},
+		{[]int{10, 40, 10, 10}, 5, 30, [][2]int{{0, 1}, {1, 2}, {2, 4}}}, // 45 runs alone
+		{[]int{10, 10}, 5, 15, [][2]int{{0, 1}, {1, 2}}},
+	} {
+		var ps [][]int
+		for _, l := range c.lens {
+			ps = append(ps, p3(l))
+		}
+		if got := kvGroups(ps, c.max, c.bud); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("lens %v, max %d, budget %d: groups %v, want %v", c.lens, c.max, c.bud, got, c.want)
+		}
+	}
+
+	tok := qwen3Tokenizer(t)
+	m := randomQwen3(t, tok, safetensors.F32)
+	var convs [][]stm.Message
+	for _, q := range []string{"Hi.", "What is the capital of France?", "Name a colour.", "Count to three.", "Say yes."} {
+		convs = append(convs, []stm.Message{{Role: "user", Content: q}})
+	}
+	all := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 9, MaxTokens: 12})
+	want, err := all.CompleteBatch(context.Background(), convs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grouped := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 9, MaxTokens: 12})
+	grouped.KVBudget = 60 // about two conversations at a time
+	got, err := grouped.CompleteBatch(context.Background(), convs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i].Text != want[i].Text {
+			t.Errorf("conversation %d: %q under the budget, %q in one batch", i, got[i].Text, want[i].Text)
+		}
+	}
+	prompts := make([][]int, len(convs))
+	for i, c := range convs {
+		prompts[i], _ = grouped.Prompt(c)
+	}
+	if g := kvGroups(prompts, 12, 60); len(g) < 3 {
+		t.Fatalf("budget 60 made groups %v: the test does not split the batch", g)
+	}
 }
