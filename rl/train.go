@@ -138,11 +138,11 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		// Rollouts with the current weights.
 		learner.SyncHost()
 		var pols []memtools.BatchPolicy
-		for _, g := range rolloutBackends(o.Device, learner) {
-			m, err := p.W.Engine(g)
-			if err != nil {
-				return nil, "", err
-			}
+		engines, err := rolloutEngines(o.Device, learner, p.W)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, m := range engines {
 			pol := decode.NewGenerator(m, tok, decode.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget})
 			pol.Template, pol.KVBudget = tmpl, rc.KVBudget
 			if rc.PrefixCache {

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl/grpo"
 	"github.com/agemem/agemem/rl/rollout"
@@ -18,24 +19,27 @@ func hostLoss(rc Config) train.PolicyLoss {
 	}}
 }
 
-// rolloutBackends are the devices rollouts decode on: every training GPU
-// when training is data-parallel on GPUs (one engine each, the rollouts
-// spread over them), else model.device alone.
-func rolloutBackends(be kernels.Backend, l train.Learner) []kernels.Backend {
-	par, ok := l.(*train.Parallel)
-	if !ok {
-		return []kernels.Backend{be}
-	}
-	var gpus []kernels.Backend
-	for _, r := range par.Replicas {
-		if r.Backend().Name() == "cuda" {
-			gpus = append(gpus, r.Backend())
+// rolloutEngines are the models rollouts decode with: on every training
+// GPU at once, each over that replica's own weights (Replica.Engine: the
+// base is shared with the trainer, not copied, and is always current);
+// without GPUs one engine on be from the host weights w.
+func rolloutEngines(be kernels.Backend, l train.Learner, w *train.Weights[float32]) ([]*qwen.Model, error) {
+	if par, ok := l.(*train.Parallel); ok {
+		var ms []*qwen.Model
+		for _, r := range par.Replicas {
+			if r.Backend().Name() == "cuda" {
+				ms = append(ms, r.Engine())
+			}
+		}
+		if len(ms) > 0 {
+			return ms, nil
 		}
 	}
-	if len(gpus) == 0 {
-		return []kernels.Backend{be}
+	m, err := w.Engine(be)
+	if err != nil {
+		return nil, err
 	}
-	return gpus
+	return []*qwen.Model{m}, nil
 }
 
 // update runs rl.epochs passes over the step's experiences in

@@ -419,10 +419,10 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 	if err != nil || !strings.Contains(out, "fits in 200 GiB per device") {
 		t.Errorf("with --device-gib 200: %v\n%s", err, out)
 	}
-	// On GPUs in bf16 the engine is bf16; a KV budget of 16384 positions
+	// On GPUs rollouts use the trainer's weights; a KV budget of 16384 positions
 	// (and as much again for the prefix cache) is 28·2·512·4 bytes each.
 	out, err = run(t, append(base, "--set", "model.devices=[cuda:0]", "--set", "rl.kv_budget=16384", "--set", "rl.batch_tokens=4096")...)
-	for _, want := range []string{"rollout engine weights (bf16)                              14.19 GiB",
+	for _, want := range []string{"rollout engine weights (the trainer's, shared)             0.00 GiB",
 		"KV caches (rl.kv_budget)                                   3.50 GiB", "an 8-bit base"} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("GPU, kv_budget: %v: output lacks %q:\n%s", err, want, out)

@@ -112,10 +112,10 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	}
 	engine := 4 * params // the rollout engine's copy of the weights
 	ename := "rollout engine weights"
-	if cfg.Model.TrainDtype == "bf16" && slices.ContainsFunc(cfg.Model.Devices, func(d string) bool { return strings.HasPrefix(d, "cuda") }) {
-		// Rollouts decode on the training GPUs, whose bf16 mode uploads
-		// the engine's matrices as bf16.
-		engine, ename = 2*params, "rollout engine weights (bf16)"
+	if slices.ContainsFunc(cfg.Model.Devices, func(d string) bool { return strings.HasPrefix(d, "cuda") }) {
+		// Rollouts decode on the training GPUs over the replicas' own
+		// weights (train.Replica.Engine): no second copy.
+		engine, ename = 0, "rollout engine weights (the trainer's, shared)"
 	}
 	seqs := float64(rc.K * rc.BatchTasks)
 	kvPos := seqs * float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget)
@@ -132,9 +132,12 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	// Activations the tape holds per token and layer (inputs of each op and
 	// their gradients), measured at 63 KiB/token on the tiny default; with
 	// recomputation one layer's worth plus each layer's input.
-	act := float64(rc.BatchTokens) * 4 * L * (12*h + 4*qw + 4*kvw + 5*inter)
+	// A micro-batch is rl.batch_tokens, but never less than one whole
+	// rollout: a sequence is not split across micro-batches.
+	mb := float64(max(rc.BatchTokens, cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget))
+	act := mb * 4 * L * (12*h + 4*qw + 4*kvw + 5*inter)
 	if rc.Recompute {
-		act = float64(rc.BatchTokens) * 4 * (L*h + 12*h + 4*qw + 4*kvw + 5*inter)
+		act = mb * 4 * (L*h + 12*h + 4*qw + 4*kvw + 5*inter)
 	}
 	// The LM head runs at most train.LogitChunkFloats logits at a time
 	// (and their gradient), whatever the number of learned tokens.
@@ -168,7 +171,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	// Name the largest item and the setting that shrinks it.
 	weightsFix := "lora.enabled: true with model.train_dtype: bf16 (a bf16 frozen base)"
 	if cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16" {
-		weightsFix = "nothing yet: an 8-bit base, and one base shared with the rollout engine, are not built"
+		weightsFix = "nothing yet: an 8-bit base is not built"
 	}
 	items := []struct {
 		name, fix string
@@ -177,7 +180,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		{wname, weightsFix, weights},
 		{"the reference policy", "lora.enabled: true (the reference is the base without the adapter)", ref},
 		{oname, "model.shard_optimizer: true over several model.devices, or lora.enabled: true", optimizer},
-		{"the rollout engine's weights", "model.train_dtype: bf16 with GPUs in model.devices (the engine is then bf16); sharing the trainer's base is not built yet", engine},
+		{"the rollout engine's weights", "GPUs in model.devices (rollouts then decode with the trainer's own weights)", engine},
 		{"the KV caches", "rl.kv_budget (positions decoded at once; rollouts beyond it wait), or lower rl.k x rl.batch_tasks or agent.context_budget", kv},
 		{"the activations", "rl.recompute: true, or a smaller rl.batch_tokens", act},
 		{"the vocabulary logits", "nothing: they are already chunked", logits},

@@ -295,9 +295,24 @@ func (o engineOps) Linear(l *Linear[kernels.Tensor], x kernels.Tensor) kernels.T
 		be.MatMul(h, x, l.A, nil)
 		d := be.Zeros(t, l.Out)
 		be.MatMul(d, h, l.LB, nil)
-		be.Add(y, d)
+		if s := l.Scale; s != 1 && s != 0 {
+			// An adapter shared with a trainer (Bound) keeps its α/r;
+			// trainers' backends scale.
+			be.(interface {
+				AddScaled(y, x kernels.Tensor, s float32)
+			}).AddScaled(y, d, float32(s))
+		} else {
+			be.Add(y, d)
+		}
 	}
 	return y
+}
+
+// Bound is a model over tensors already on be (a trainer's own weights,
+// so rollouts share them instead of copying). A LoRA path with a Scale
+// other than 1 needs a backend with AddScaled (every kernels.TrainBackend).
+func Bound(be kernels.Backend, d *Decoder[kernels.Tensor]) *Model {
+	return &Model{Decoder: d, B: be}
 }
 
 func (o engineOps) Rope(x kernels.Tensor, heads int) kernels.Tensor {

@@ -73,6 +73,21 @@ func NewReplica(be kernels.TrainBackend, w *Weights[float32], baseBF16 bool) *Re
 	return d
 }
 
+// Engine is a decoding model over the replica's own tensors on its device:
+// the base and, under LoRA, the adapter are the ones the trainer updates,
+// not a copy, so rollouts hold no second model on the device and always
+// decode with the current weights (no dropout: it is inference).
+func (d *Replica) Engine() *qwen.Model {
+	dec, _ := qwen.Bind(d.Config, func(p qwen.Param, dst *kernels.Tensor) error { *dst = d.all[p.Name].W; return nil })
+	src, dst := d.Linears(), dec.Linears()
+	for i, s := range src {
+		if s.A != nil {
+			dst[i].A, dst[i].LB, dst[i].Scale = s.A.W, s.LB.W, s.Scale
+		}
+	}
+	return qwen.Bound(d.be, dec)
+}
+
 // Backend is the device the trainer runs on.
 func (d *Replica) Backend() kernels.TrainBackend { return d.be }
 

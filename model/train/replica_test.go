@@ -3,6 +3,7 @@ package train
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/agemem/agemem/kernels/half"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/tape"
 )
 
@@ -198,4 +200,52 @@ func checkBF16Base(t *testing.T, be kernels.TrainBackend, tol float64) *Replica 
 		relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, 10*tol)
 	}
 	return d
+}
+
+// TestReplicaEngineSharesTheTrainersWeights: Replica.Engine decodes with
+// the replica's own tensors: its logits are the host engine's (built from a
+// copy of the weights, the adapter's scale folded in), it allocates no
+// weights of its own, and after a training step on the replica it decodes
+// with the new weights, as a host engine rebuilt from them does.
+func TestReplicaEngineSharesTheTrainersWeights(t *testing.T) {
+	be := cpu.New()
+	prompt := []int{3, 9, 1, 7, 7, 2}
+	logits := func(m *qwen.Model) []float32 {
+		out, err := m.ForwardLast([][]int{prompt}, []*qwen.Cache{m.NewCache(len(prompt))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	for _, c := range deviceCases(t) {
+		d := NewReplica(be, c.w, false)
+		eng := d.Engine()
+		if eng.Embed != d.Embed.W || eng.Layers[0].MLP.Up.W != d.Layers[0].MLP.Up.W.W {
+			t.Fatalf("%s: the engine holds its own weights", c.name)
+		}
+		host, err := c.w.Engine(be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := logits(eng)
+		relClose(t, c.name+" engine vs host engine", before, logits(host), 1e-5)
+
+		b := Pack(fdSeqs)
+		coef := make([]float32, len(b.LossRows))
+		for i := range coef {
+			coef[i] = 1
+		}
+		d.Backward(d.Forward(b, TrainOptions{}), be.FromHost(coef, len(coef)))
+		d.Step(optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, 1, 1e-2, 0, nil)
+		d.Download(c.w, nil)
+		after, err := c.w.Engine(be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := logits(eng)
+		relClose(t, c.name+" engine after a step vs a rebuilt host engine", now, logits(after), 1e-5)
+		if slices.Equal(now, before) {
+			t.Fatalf("%s: the step did not change the engine's logits", c.name)
+		}
+	}
 }
