@@ -394,38 +394,46 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 	}
 }
 
-// TestDryRunSaysWhetherItFits: --dry-run of the paper's 7B config (shape
-// only: a config.json) names the largest item and its setting when it does
-// not fit the paper's 24 GiB card, and says it fits on a large enough one;
-// LoRA with a bf16 base prints the bf16 weights line.
+// TestDryRunSaysWhetherItFits: --dry-run of the paper's configs (shapes
+// only: a config.json) on 8 GPUs: the 4B fits the paper's 24 GiB card, the
+// 7B does not and the largest item is named with what would shrink it;
+// rollouts share the trainer's weights on GPUs, the KV line follows
+// rl.kv_budget; without a budget and on the CPU tape the largest item is
+// the KV caches' upper bound; a large enough card fits.
 func TestDryRunSaysWhetherItFits(t *testing.T) {
-	dir := t.TempDir()
-	if err := qwen.WriteConfig(dir, qwen.Presets["qwen2.5-7b-shape"], "bf16"); err != nil {
-		t.Fatal(err)
+	shape := func(name string) string {
+		dir := t.TempDir()
+		if err := qwen.WriteConfig(dir, qwen.Presets[name], "bf16"); err != nil {
+			t.Fatal(err)
+		}
+		return dir
 	}
-	base := []string{"train", "--config", "../../configs/qwen2.5-7b-instruct.yaml", "--set", "model.path=" + dir, "--set", "rl.init=" + dir,
-		"--set", "model.train_dtype=bf16", "--dry-run"}
-	out, err := run(t, base...)
-	if err != nil {
-		t.Fatal(err)
+	dryRun := func(config, dir string, extra ...string) string {
+		t.Helper()
+		out, err := run(t, append([]string{"train", "--config", "../../configs/" + config, "--set", "model.path=" + dir, "--set", "rl.init=" + dir, "--dry-run"}, extra...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
 	}
-	for _, want := range []string{"weights (bf16 frozen base, f32 adapters)                   14.26 GiB", "the update alone",
-		"does not fit in 24 GiB per device", "the largest item is the KV caches (70.00 GiB); to shrink it: rl.kv_budget"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("dry-run output lacks %q:\n%s", want, out)
+	check := func(what, out string, wants ...string) {
+		t.Helper()
+		for _, w := range wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", what, w, out)
+			}
 		}
 	}
-	out, err = run(t, append(base, "--device-gib", "200")...)
-	if err != nil || !strings.Contains(out, "fits in 200 GiB per device") {
-		t.Errorf("with --device-gib 200: %v\n%s", err, out)
-	}
-	// On GPUs rollouts use the trainer's weights; a KV budget of 16384 positions
-	// (and as much again for the prefix cache) is 28·2·512·4 bytes each.
-	out, err = run(t, append(base, "--set", "model.devices=[cuda:0]", "--set", "rl.kv_budget=16384", "--set", "rl.batch_tokens=4096")...)
-	for _, want := range []string{"rollout engine weights (the trainer's, shared)             0.00 GiB",
-		"KV caches (rl.kv_budget)                                   3.50 GiB", "an 8-bit base"} {
-		if err != nil || !strings.Contains(out, want) {
-			t.Errorf("GPU, kv_budget: %v: output lacks %q:\n%s", err, want, out)
-		}
-	}
+	q7, q4 := shape("qwen2.5-7b-shape"), shape("qwen3-4b-shape")
+	check("7B", dryRun("qwen2.5-7b-instruct.yaml", q7),
+		"weights (bf16 frozen base, f32 adapters)                   14.26 GiB",
+		"rollout engine weights (the trainer's, shared)             0.00 GiB",
+		"KV caches (rl.kv_budget)                                   1.75 GiB", // 8192·2 positions · 28·2·512·4 B
+		"activations of a micro-batch                               9.71 GiB", // one 10,240-token rollout
+		"does not fit in 24 GiB per device", "the largest item is weights", "an 8-bit base")
+	check("4B", dryRun("qwen3-4b-instruct.yaml", q4), "fits in 24 GiB per device")
+	check("7B on the CPU tape, no budget", dryRun("qwen2.5-7b-instruct.yaml", q7, "--set", "rl.kv_budget=0", "--set", "model.devices=[]"),
+		"rollout engine weights                                     28.37 GiB",
+		"the largest item is the KV caches (70.00 GiB); to shrink it: rl.kv_budget")
+	check("7B on a large card", dryRun("qwen2.5-7b-instruct.yaml", q7, "--device-gib", "200"), "fits in 200 GiB per device")
 }
