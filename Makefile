@@ -84,7 +84,9 @@ demo: build
 	# Qwen's pre-tokenizer: the table in the README was measured with it (the
 	# words pre-tokenizer, the tool's default, gave J 0.017 for AgeMem-noRL here).
 	$(BIN)/agemem-train tokenizer train --config $(CFG) --data data/synth.json --vocab-size 2048 --pretokenizer qwen --out runs/tiny/tok
-	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json --n 400 --forget-rate 0.1 --keep-distractor-rate 0.5 --out data/sft.jsonl
+	# One record per call: the demo's table was measured with it (merged
+	# conversations, the default, teach the same replies in half the tokens).
+	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json --n 400 --forget-rate 0.1 --keep-distractor-rate 0.5 --per-call --out data/sft.jsonl
 	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer runs/tiny/tok/tokenizer.json --dtype f32
 	$(BIN)/agemem-train sft --config $(CFG)
 	$(BIN)/agemem-train train --config $(CFG)

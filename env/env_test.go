@@ -282,3 +282,66 @@ func TestContextFullEndsTheEpisodeNotTheRun(t *testing.T) {
 		t.Fatalf("other policy errors must stop the run: %v", err)
 	}
 }
+
+// TestConversationsHoldEveryCall: the merged SFT records learn exactly the
+// replies of the per-call records, each against exactly the context it was
+// given, in fewer records and messages; a Filter that rewrote the context
+// starts a new record.
+func TestConversationsHoldEveryCall(t *testing.T) {
+	var buf bytes.Buffer
+	WriteHotpot(&buf, NewSynth(5).Generate(6))
+	var tasks []Task
+	StreamHotpot(&buf, func(t Task) error { tasks = append(tasks, t); return nil })
+	for _, task := range tasks {
+		res := runEpisode(t, NewOracle(task, 0, 0, 1), task)
+		calls, convs := SFTRecords(res), SFTConversations(res)
+		// Every (context, reply) a conversation learns.
+		type example struct {
+			stage int
+			ctx   string
+		}
+		learned := map[example]int{}
+		msgs := func(ms []SFTMessage) string {
+			var b strings.Builder
+			for _, m := range ms {
+				fmt.Fprintf(&b, "%s:%s:%s\n", m.Role, m.Name, m.Content)
+			}
+			return b.String()
+		}
+		total := 0
+		for _, c := range convs {
+			total += len(c.Messages)
+			for i, m := range c.Messages {
+				if m.Role == "assistant" && m.Weight != nil && *m.Weight == 1 {
+					learned[example{c.Stage, msgs(c.Messages[:i+1])}]++
+				}
+			}
+		}
+		perCall := 0
+		for _, r := range calls {
+			perCall += len(r.Messages)
+			k := example{r.Stage, msgs(r.Messages)}
+			if learned[k] != 1 {
+				t.Fatalf("task %s: a stage %d call is learned %d times by the conversations", task.ID, r.Stage, learned[k])
+			}
+			delete(learned, k)
+		}
+		if len(learned) != 0 {
+			t.Fatalf("task %s: conversations learn %d replies no call made", task.ID, len(learned))
+		}
+		if len(convs) >= len(calls) || total >= perCall*3/4 {
+			t.Fatalf("task %s: %d conversations of %d messages for %d calls of %d", task.ID, len(convs), total, len(calls), perCall)
+		}
+		// Stage 2 filters distractors, which rewrites its context: more
+		// than one record there, the later ones holding weight-0 replies.
+		var s2 int
+		for _, c := range convs {
+			if c.Stage == Stage2 {
+				s2++
+			}
+		}
+		if res.ToolCalls()["Filter_context"] > 0 && s2 < 2 {
+			t.Fatalf("task %s: %d filters, but Stage 2 is one record", task.ID, res.ToolCalls()["Filter_context"])
+		}
+	}
+}

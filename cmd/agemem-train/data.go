@@ -67,13 +67,20 @@ func sftDataCmd(g *globals) *cobra.Command {
 	var data, out, policyName string
 	var forget, keep float64
 	var n int
+	var perCall bool
+	var stages []int
 	cmd := &cobra.Command{
 		Use:   "sft",
 		Short: "Turn oracle episodes into supervised chat data (JSONL) in the AgeMem format",
-		Long: `Plays the oracle on tasks and writes one JSON line per policy call: the
-messages the policy saw (OpenAI chat format: system, user, assistant, tool)
-followed by the oracle's reply, which is what SFT learns. Error rates make the
-oracle imperfect, so the tuned policy leaves RL room to improve.`,
+		Long: `Plays the oracle on tasks and writes its episodes as chat JSONL (OpenAI
+format: system, user, assistant, tool): each of the oracle's replies with
+exactly the messages it saw, which is what SFT learns. Calls that continue
+one conversation (the next call sees the last one's context and reply, then
+new messages) share one record, every reply learned (weight 1) against its
+own context; where a Filter or Summary rewrote the context a new record
+starts, the replies it still holds weighted 0. The same gradient as one
+record per call (--per-call) in about half the tokens. Error rates
+make the oracle imperfect, so the tuned policy leaves RL room to improve.`,
 		Example: "  agemem-train data sft --policy oracle --data data/synth.json --out data/sft.jsonl --forget-rate 0.1 --keep-distractor-rate 0.2",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -86,6 +93,13 @@ oracle imperfect, so the tuned policy leaves RL room to improve.`,
 			}
 			if forget < 0 || forget > 1 || keep < 0 || keep > 1 {
 				return fmt.Errorf("--forget-rate and --keep-distractor-rate must lie in [0, 1]")
+			}
+			keepStage := map[int]bool{}
+			for _, s := range stages {
+				if s < env.Stage1 || s > env.Stage3 {
+					return fmt.Errorf("--stages %d: stages are 1, 2 and 3", s)
+				}
+				keepStage[s] = true
 			}
 			if dir := filepath.Dir(out); dir != "." {
 				if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -107,7 +121,14 @@ oracle imperfect, so the tuned policy leaves RL room to improve.`,
 				if err != nil {
 					return err
 				}
-				for _, r := range env.SFTRecords(res) {
+				recs := env.SFTConversations(res)
+				if perCall {
+					recs = env.SFTRecords(res)
+				}
+				for _, r := range recs {
+					if !keepStage[r.Stage] {
+						continue
+					}
 					if err := enc.Encode(r); err != nil {
 						return err
 					}
@@ -127,7 +148,7 @@ oracle imperfect, so the tuned policy leaves RL room to improve.`,
 			if err := f.Close(); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d examples from %d tasks to %s\n", records, tasks, out)
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d records from %d tasks to %s\n", records, tasks, out)
 			return nil
 		},
 	}
@@ -137,5 +158,7 @@ oracle imperfect, so the tuned policy leaves RL room to improve.`,
 	cmd.Flags().Float64Var(&forget, "forget-rate", 0, "chance the oracle does not store a fact it is shown")
 	cmd.Flags().Float64Var(&keep, "keep-distractor-rate", 0, "chance the oracle does not filter a distractor")
 	cmd.Flags().IntVar(&n, "n", 0, "tasks to use (0: all)")
+	cmd.Flags().IntSliceVar(&stages, "stages", []int{1, 2, 3}, "the stages whose calls are written, e.g. 1 for Stage 1 alone: short conversations that each store what the user said (copy-dense data)")
+	cmd.Flags().BoolVar(&perCall, "per-call", false, "one record per policy call, only its last message learned (more tokens, the same examples)")
 	return cmd
 }

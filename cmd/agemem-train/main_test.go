@@ -236,37 +236,58 @@ func TestCLISFTData(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "synth.json")
 	mustRun(t, "data", "synth", "--n", "10", "--out", data)
-	out := filepath.Join(dir, "sft.jsonl")
-	if _, err := run(t, "data", "sft", "--data", data, "--out", out, "--forget-rate", "0.3", "--n", "5"); err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := os.ReadFile(out)
-	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
-	if len(lines) < 5*6 {
-		t.Fatalf("%d examples from 5 tasks", len(lines))
-	}
-	stages := map[int]bool{}
-	for _, l := range lines {
-		var r struct {
-			Stage    int `json:"stage"`
-			Messages []struct {
-				Role    string `json:"role"`
-				Content string `json:"content"`
-			} `json:"messages"`
-		}
-		if err := json.Unmarshal([]byte(l), &r); err != nil {
+	// records reads a file data sft wrote: its records' stages and their
+	// learned (weight 1) replies, each checked for its shape.
+	records := func(args ...string) (stages map[int]int, learned int) {
+		out := filepath.Join(dir, "sft.jsonl")
+		if _, err := run(t, append([]string{"data", "sft", "--data", data, "--out", out, "--forget-rate", "0.3", "--n", "5"}, args...)...); err != nil {
 			t.Fatal(err)
 		}
-		stages[r.Stage] = true
-		last := r.Messages[len(r.Messages)-1]
-		if r.Messages[0].Role != "system" || last.Role != "assistant" || !strings.HasPrefix(last.Content, "<think>") {
-			t.Fatalf("example shape: first %s, last %s %q", r.Messages[0].Role, last.Role, last.Content)
+		raw, _ := os.ReadFile(out)
+		stages = map[int]int{}
+		for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var r struct {
+				Stage    int `json:"stage"`
+				Messages []struct {
+					Role    string `json:"role"`
+					Content string `json:"content"`
+					Weight  *int   `json:"weight"`
+				} `json:"messages"`
+			}
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+			stages[r.Stage]++
+			last := r.Messages[len(r.Messages)-1]
+			if r.Messages[0].Role != "system" || last.Role != "assistant" || last.Weight == nil || *last.Weight != 1 {
+				t.Fatalf("record shape: first %s, last %s %v", r.Messages[0].Role, last.Role, last.Weight)
+			}
+			for _, m := range r.Messages {
+				if m.Role == "assistant" && (m.Weight == nil || !strings.HasPrefix(m.Content, "<think>")) {
+					t.Fatalf("assistant message without a weight or think block: %q", m.Content)
+				}
+				if m.Weight != nil && *m.Weight == 1 {
+					learned++
+				}
+			}
 		}
+		return stages, learned
 	}
-	if len(stages) != 3 {
-		t.Fatalf("stages covered: %v", stages)
+	perCall, calls := records("--per-call")
+	merged, replies := records()
+	if calls < 5*6 || replies != calls || len(perCall) != 3 || len(merged) != 3 {
+		t.Fatalf("per call: %d replies in %v records; merged: %d replies in %v", calls, perCall, replies, merged)
 	}
-	if _, err := run(t, "data", "sft", "--data", data, "--out", out, "--forget-rate", "2"); err == nil {
+	if merged[1] >= perCall[1] || merged[2] >= perCall[2] {
+		t.Fatalf("merged records %v are not fewer than one a call %v", merged, perCall)
+	}
+	if only, _ := records("--stages", "1"); len(only) != 1 || only[1] != merged[1] {
+		t.Fatalf("--stages 1 wrote %v", only)
+	}
+	if _, err := run(t, "data", "sft", "--data", data, "--out", filepath.Join(dir, "x.jsonl"), "--stages", "0"); err == nil || !strings.Contains(err.Error(), "--stages 0") {
+		t.Fatalf("stage 0: %v", err)
+	}
+	if _, err := run(t, "data", "sft", "--data", data, "--out", filepath.Join(dir, "x.jsonl"), "--forget-rate", "2"); err == nil {
 		t.Fatal("a rate above 1 must be refused")
 	}
 }

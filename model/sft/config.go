@@ -19,8 +19,9 @@ type Config struct {
 	GradAccum int `yaml:"grad_accum"`
 	// The learning rate and its schedule.
 	optim.ScheduleConfig `yaml:",inline"`
-	// LossOn is "last" (the final assistant message of each record: one
-	// policy call, as `data sft` writes) or "all" (every assistant message).
+	// LossOn is "all" (every assistant message a record does not weight 0,
+	// OpenAI's fine-tuning convention; what `data sft` writes) or "last"
+	// (only the final one).
 	LossOn string `yaml:"loss_on"`
 	// EvalEvery and SaveEvery are in optimiser steps (0: only at the end).
 	EvalEvery int `yaml:"eval_every"`
@@ -43,7 +44,7 @@ type Config struct {
 // DefaultConfig is the embedded default's: 300 steps of 4,096 tokens.
 func DefaultConfig() Config {
 	return Config{Data: "data/sft.jsonl", EvalFraction: 0.05, Steps: 300, BatchTokens: 4096, GradAccum: 1,
-		ScheduleConfig: optim.ScheduleConfig{LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1}, LossOn: "last", CopyWeight: 1,
+		ScheduleConfig: optim.ScheduleConfig{LR: 1e-2, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1}, LossOn: "all", CopyWeight: 1,
 		EvalEvery: 50, SaveEvery: 100, Out: "runs/tiny/sft"}
 }
 

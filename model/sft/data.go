@@ -32,10 +32,10 @@ const (
 	turnEnd   = "<|im_end|>"
 )
 
-// Load reads chat JSONL and tokenizes each record. lossOn "last" learns the
-// final assistant message of each record (one policy call, as `agemem-train
-// data sft` writes), "all" every assistant message. Errors name the file,
-// the line and what is wrong.
+// Load reads chat JSONL and tokenizes each record. lossOn "all" learns
+// every assistant message that has no "weight": 0 (OpenAI's fine-tuning
+// field), "last" only the final message. Errors name the file, the line and
+// what is wrong.
 func Load(path string, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn string, maxTokens int) ([]Example, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -50,14 +50,16 @@ func Load(path string, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn stri
 		if raw == "" {
 			continue
 		}
-		ex, err := parse([]byte(raw), tok, tmpl, lossOn)
+		exs, err := parse([]byte(raw), tok, tmpl, lossOn)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
-		if maxTokens > 0 && len(ex.Seq.IDs) > maxTokens {
-			return nil, fmt.Errorf("%s:%d: %d tokens exceed the model's %d positions", path, line, len(ex.Seq.IDs), maxTokens)
+		for _, ex := range exs {
+			if maxTokens > 0 && len(ex.Seq.IDs) > maxTokens {
+				return nil, fmt.Errorf("%s:%d: %d tokens exceed the model's %d positions", path, line, len(ex.Seq.IDs), maxTokens)
+			}
 		}
-		out = append(out, ex)
+		out = append(out, exs...)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -68,57 +70,116 @@ func Load(path string, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn stri
 	return out, nil
 }
 
-func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn string) (Example, error) {
+func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn string) ([]Example, error) {
 	var rec struct {
-		Messages []chat.Message `json:"messages"`
+		Messages []struct {
+			chat.Message
+			// Weight is OpenAI's fine-tuning field: 0 leaves an
+			// assistant message out of the loss, 1 (or none) learns it.
+			Weight *int `json:"weight"`
+		} `json:"messages"`
 	}
 	if err := json.Unmarshal(raw, &rec); err != nil {
-		return Example{}, fmt.Errorf("not a chat record: %w", err)
+		return nil, fmt.Errorf("not a chat record: %w", err)
 	}
 	if len(rec.Messages) == 0 {
-		return Example{}, fmt.Errorf(`no "messages"`)
+		return nil, fmt.Errorf(`no "messages"`)
 	}
-	last := -1
+	msgs := make([]chat.Message, len(rec.Messages))
+	var learn []int
+	replies := 0
 	for i, m := range rec.Messages {
+		msgs[i] = m.Message
 		switch m.Role {
 		case "system", "user", "tool":
+			if m.Weight != nil {
+				return nil, fmt.Errorf("messages[%d]: weight is for assistant messages, not %s", i, m.Role)
+			}
 		case "assistant":
-			last = i
+			replies++
+			if m.Weight != nil && *m.Weight != 0 && *m.Weight != 1 {
+				return nil, fmt.Errorf("messages[%d]: weight %d: want 0 or 1", i, *m.Weight)
+			}
+			if m.Weight == nil || *m.Weight == 1 {
+				learn = append(learn, i)
+			}
 		default:
-			return Example{}, fmt.Errorf("messages[%d]: role %q is not system, user, assistant or tool", i, m.Role)
+			return nil, fmt.Errorf("messages[%d]: role %q is not system, user, assistant or tool", i, m.Role)
 		}
 	}
-	if last < 0 {
-		return Example{}, fmt.Errorf("no assistant message to learn")
-	}
-	if lossOn == "last" && last != len(rec.Messages)-1 {
-		return Example{}, fmt.Errorf("messages[%d]: the record must end with the assistant message it teaches (sft.loss_on: last)", len(rec.Messages)-1)
-	}
-	text, err := chat.Render(rec.Messages, chat.Options{Template: tmpl})
-	if err != nil {
-		return Example{}, err
-	}
-	// Assistant turns as the template rendered them: the loss covers their
-	// content and the end-of-turn token (the model must learn to stop), not
-	// the "<|im_start|>assistant\n" header, which the prompt supplies.
-	var spans [][2]int
-	for off := 0; ; {
-		i := strings.Index(text[off:], turnStart)
-		if i < 0 {
-			break
-		}
-		lo := off + i + len(turnStart)
-		j := strings.Index(text[lo:], turnEnd)
-		if j < 0 {
-			return Example{}, fmt.Errorf("an assistant turn without %s", turnEnd)
-		}
-		hi := lo + j + len(turnEnd)
-		spans = append(spans, [2]int{lo, hi})
-		off = hi
+	if replies == 0 {
+		return nil, fmt.Errorf("no assistant message to learn")
 	}
 	if lossOn == "last" {
-		spans = spans[len(spans)-1:]
+		last := len(msgs) - 1
+		if msgs[last].Role != "assistant" {
+			return nil, fmt.Errorf("messages[%d]: the record must end with the assistant message it teaches (sft.loss_on: last)", last)
+		}
+		if len(learn) == 0 || learn[len(learn)-1] != last {
+			return nil, fmt.Errorf("messages[%d]: the last message has weight 0, so the record teaches nothing (sft.loss_on: last)", last)
+		}
+		learn = learn[len(learn)-1:]
 	}
+	if len(learn) == 0 {
+		return nil, fmt.Errorf("no assistant message to learn")
+	}
+	full, err := chat.Render(msgs, chat.Options{Template: tmpl})
+	if err != nil {
+		return nil, err
+	}
+	// Each learned reply must be learned as the policy saw its context when
+	// it wrote it: the rendering of the conversation up to that reply. Where
+	// the whole conversation renders that prefix unchanged (Qwen2.5's
+	// template, or Qwen3's within one user turn) the reply is a span of
+	// one shared example; where the template rewrote it (Qwen3 drops the
+	// reasoning of turns before the last user message) it becomes an
+	// example of its own.
+	var out []Example
+	var spans [][2]int
+	lastShared := -1
+	for _, i := range learn {
+		text := full
+		if i < len(msgs)-1 {
+			if text, err = chat.Render(msgs[:i+1], chat.Options{Template: tmpl}); err != nil {
+				return nil, err
+			}
+		}
+		sp, err := lastTurn(text)
+		if err != nil {
+			return nil, err
+		}
+		if strings.HasPrefix(full, text) {
+			spans = append(spans, sp)
+			lastShared = i
+			continue
+		}
+		out = append(out, Example{Seq: tokenize(tok, text, [][2]int{sp}), Prompt: msgs[:i]})
+	}
+	if len(spans) > 0 {
+		out = append(out, Example{Seq: tokenize(tok, full, spans), Prompt: msgs[:lastShared]})
+	}
+	return out, nil
+}
+
+// lastTurn is the span of the last assistant turn of a rendered
+// conversation as the loss covers it: its content and the end-of-turn
+// token (the model must learn to stop), not the "<|im_start|>assistant\n"
+// header, which the prompt supplies.
+func lastTurn(text string) ([2]int, error) {
+	i := strings.LastIndex(text, turnStart)
+	if i < 0 {
+		return [2]int{}, fmt.Errorf("the template rendered no assistant turn")
+	}
+	lo := i + len(turnStart)
+	j := strings.Index(text[lo:], turnEnd)
+	if j < 0 {
+		return [2]int{}, fmt.Errorf("an assistant turn without %s", turnEnd)
+	}
+	return [2]int{lo, lo + j + len(turnEnd)}, nil
+}
+
+// tokenize encodes text, learning the tokens of spans (in order).
+func tokenize(tok *tokenizer.Tokenizer, text string, spans [][2]int) train.Sequence {
 	var seq train.Sequence
 	add := func(s string, learn bool) {
 		for _, id := range tok.Encode(s) {
@@ -133,7 +194,7 @@ func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn stri
 		prev = sp[1]
 	}
 	add(text[prev:], false)
-	return Example{Seq: seq, Prompt: rec.Messages[:last]}, nil
+	return seq
 }
 
 // Split holds out the last share of the records (after a seeded shuffle by

@@ -94,19 +94,27 @@ func TestLoadMasksAssistantTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	learned := func(e Example) string {
+		var ids []int
+		for j, id := range e.Seq.IDs {
+			if e.Seq.Loss[j] {
+				ids = append(ids, id)
+			}
+		}
+		return tok.Decode(ids, false)
+	}
+	// Qwen2.5's template renders every prefix of a conversation unchanged,
+	// so a record is one example whose every assistant turn is learned.
 	for _, lossOn := range []string{"last", "all"} {
-		ex, err := Load(data, tok, chat.Qwen3, lossOn, 0)
+		ex, err := Load(data, tok, chat.Qwen25, lossOn, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(ex) != 4 {
+			t.Fatalf("%s: %d examples from 4 records", lossOn, len(ex))
+		}
 		for i, e := range ex {
-			var learned []int
-			for j, id := range e.Seq.IDs {
-				if e.Seq.Loss[j] {
-					learned = append(learned, id)
-				}
-			}
-			text := tok.Decode(learned, false)
+			text := learned(e)
 			if !strings.HasSuffix(text, "<|im_end|>") || strings.Contains(text, "Note:") || strings.Contains(text, "<|im_start|>") {
 				t.Fatalf("%s record %d learns %q", lossOn, i, text)
 			}
@@ -120,6 +128,63 @@ func TestLoadMasksAssistantTokens(t *testing.T) {
 				t.Fatalf("last record %d: only the final reply should be learned: %q", i, text)
 			}
 		}
+	}
+	// Qwen3's renders the last assistant turn with a think block that it
+	// drops once the turn is history: the first reply of a two-turn record
+	// is learned as generated (its own example, think block included), the
+	// second in the shared conversation.
+	ex, err := Load(data, tok, chat.Qwen3, "all", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ex) != 6 {
+		t.Fatalf("Qwen3: %d examples from 4 records, want 6", len(ex))
+	}
+	for i, want := range []string{"<tool_call>", "<think>\n\n</think>\n\n<tool_call>", "Noted.", "<tool_call>", "<think>\n\n</think>\n\n<tool_call>", "Noted."} {
+		if text := learned(ex[i]); !strings.Contains(text, want) || strings.Count(text, "<|im_end|>") != 1 {
+			t.Fatalf("Qwen3 example %d learns %q, want one turn with %q", i, text, want)
+		}
+	}
+}
+
+// TestConversationsWeightTheirReplies: `data sft`'s merged records learn
+// each reply once, weight 0 leaves a reply out, and a weight other than 0
+// or 1, or on a message that is not the assistant's, is an error naming it.
+func TestConversationsWeightTheirReplies(t *testing.T) {
+	tok, err := tokenizer.Parse(mustTrain(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(line, lossOn string) ([]Example, error) {
+		path := filepath.Join(t.TempDir(), "sft.jsonl")
+		os.WriteFile(path, []byte(line+"\n"), 0o644)
+		return Load(path, tok, chat.Qwen25, lossOn, 0)
+	}
+	line := `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "weight": 0}, {"role": "user", "content": "there"}, {"role": "assistant", "content": "hey", "weight": 1}]}`
+	ex, err := load(line, "all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int
+	for j, id := range ex[0].Seq.IDs {
+		if ex[0].Seq.Loss[j] {
+			ids = append(ids, id)
+		}
+	}
+	if got := tok.Decode(ids, false); len(ex) != 1 || got != "hey<|im_end|>" {
+		t.Fatalf("learned %q in %d examples, want only the weight-1 reply", got, len(ex))
+	}
+	for _, c := range []struct{ line, want string }{
+		{`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "weight": 2}]}`, "messages[1]: weight 2: want 0 or 1"},
+		{`{"messages": [{"role": "user", "content": "hi", "weight": 1}, {"role": "assistant", "content": "yo"}]}`, "messages[0]: weight is for assistant messages"},
+		{`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "weight": 0}]}`, "no assistant message to learn"},
+	} {
+		if _, err := load(c.line, "all"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.line, err, c.want)
+		}
+	}
+	if _, err := load(`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo", "weight": 0}]}`, "last"); err == nil || !strings.Contains(err.Error(), "weight 0") {
+		t.Errorf("last with a weight-0 final reply: %v", err)
 	}
 }
 
@@ -172,6 +237,9 @@ func TestSFTLearns(t *testing.T) {
 	cfg.Data, cfg.Out = data, filepath.Join(dir, "out")
 	cfg.Steps, cfg.BatchTokens, cfg.LR, cfg.WarmupSteps = 60, 1024, 1e-2, 5
 	cfg.EvalFraction, cfg.EvalEvery, cfg.SaveEvery = 0.1, 20, 30
+	// One reply per record: the two reply styles of records() (AgeMem text
+	// and Qwen3's think-block tool calls) are too many formats for 60 steps.
+	cfg.LossOn = "last"
 	o.GenEval = 8
 	res, err := Run(context.Background(), o)
 	if err != nil {
@@ -304,7 +372,7 @@ func TestMarkCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex, err := Load(data, tok, chat.Qwen3, "all", 0)
+	ex, err := Load(data, tok, chat.Qwen25, "all", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
