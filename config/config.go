@@ -19,6 +19,7 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/internal/valid"
+	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/lora"
@@ -78,6 +79,8 @@ type Config struct {
 	MCP agent.MCPConfig `yaml:"mcp"`
 	// SimCSE trains sentence encoders (agemem-train embed train).
 	SimCSE simcse.Config `yaml:"simcse"`
+	// MemTool is the working set of tools (agemem-train memtool).
+	MemTool memtool.Config `yaml:"memtool"`
 }
 
 // Eval configures the held-out comparison.
@@ -161,6 +164,7 @@ func Default() Config {
 		OpenAI:   openai.DefaultConfig(),
 		MCP:      agent.MCPConfig{Servers: []agent.MCPServer{}},
 		SimCSE:   simcse.DefaultConfig(),
+		MemTool:  memtool.DefaultConfig(),
 	}
 }
 
@@ -186,6 +190,7 @@ func (c Config) Validate() error {
 	e.Section("openai", c.OpenAI.Validate())
 	e.Section("mcp", c.MCP.Validate())
 	e.Section("simcse", c.SimCSE.Validate())
+	e.Section("memtool", c.MemTool.Validate())
 	if len(e) > 0 {
 		return fmt.Errorf("invalid config:\n  %s", e.Error())
 	}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agemem/agemem/chart"
+	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/roles"
+)
+
+func memtoolCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "memtool",
+		Short: "MemTool: an agent's working set of tools (generate a benchmark, run it)",
+	}
+	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g))
+	return cmd
+}
+
+func memtoolSynthCmd() *cobra.Command {
+	var out string
+	var seed uint64
+	var companies, perCompany, queries int
+	cmd := &cobra.Command{
+		Use:   "synth",
+		Short: "Generate a ScaleMCP-style benchmark: a tool collection and queries with gold tools",
+		Long: `Writes DIR/tools.json (a JSON list of MCP servers and their tools, the layout
+public MCP tool collections use) and DIR/queries.json (StableToolBench's
+solvable_queries layout, with "relevant APIs"): fictional companies, each a
+server of financial-metric tools, and questions about one to four of them,
+some following up on the previous question's company. ScaleMCP has 5,000
+tools (the defaults: 1,000 companies × 5).`,
+		Example: `  agemem-train memtool synth --out data/memtool
+  agemem-train memtool synth --companies 100 --queries 50 --out /tmp/mt`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sb, err := memtool.Synth(seed, companies, perCompany, queries)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			for name, b := range map[string][]byte{"tools.json": sb.Collection, "queries.json": sb.Queries} {
+				if err := os.WriteFile(filepath.Join(out, name), b, 0o644); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d tools of %d servers and %d queries to %s\n", companies*perCompany, companies, queries, out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "data/memtool", "directory to write tools.json and queries.json to")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "generator seed")
+	cmd.Flags().IntVar(&companies, "companies", 1000, "companies (MCP servers)")
+	cmd.Flags().IntVar(&perCompany, "per-company", 5, "tools per company (at most 10)")
+	cmd.Flags().IntVar(&queries, "queries", 200, "queries")
+	return cmd
+}
+
+func memtoolBenchCmd(g *globals) *cobra.Command {
+	var modes, policy, model, native, dev, controller, judgeModel string
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the ScaleMCP-style session in each mode and report the paper's metrics",
+		Long: `Plays the first memtool.bench.turns queries of memtool.bench.queries as one
+session per mode (autonomous, workflow, hybrid; memtool.limit tools at most,
+memtool.top_k per search keyword), the knowledge base being
+memtool.bench.tools indexed with the configured embedder (embed.backend).
+Tools run in a simulator that returns a fixed figure per tool. Prints, per
+mode, Avg Removal Ratio 3T, Avg Residual 3T, Tool Correctness and Task
+Completion (the paper's Table 2 columns), and the knowledge base's
+recall@top_k of the gold tools (no model involved); writes report.json
+(every turn's trace) and tools.png (tool count per turn) to
+memtool.bench.out.
+
+The agent: --policy oracle (a scripted agent that knows each query's gold
+tools: the ceiling, and a check of the control flow), native (a local Qwen
+checkpoint, --native DIR, its own tool-call format) or openai (--model on
+openai.base_url: vLLM, llama.cpp, Ollama's /v1, a hosted API).
+--controller-model gives the prune and search calls their own (cheaper)
+model on the same server.`,
+		Example: `  agemem-train memtool synth --out data/memtool
+  agemem-train memtool bench --policy oracle
+  agemem-train memtool bench --policy native --native runs/tiny/rl/policy --set memtool.bench.turns=20
+  agemem-train memtool bench --policy openai --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --modes hybrid`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			c := cfg.MemTool
+			ctx := cmd.Context()
+			qs, err := memtool.LoadQueries(c.Bench.Queries)
+			if err != nil {
+				return err
+			}
+			tools := memtool.QueryTools(qs)
+			if c.Bench.Tools != "" {
+				if tools, err = memtool.LoadCollection(c.Bench.Tools); err != nil {
+					return err
+				}
+			}
+			emb, err := roles.Embedder(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			kb, err := memtool.NewKB(ctx, emb, tools)
+			if err != nil {
+				return err
+			}
+			for _, q := range qs {
+				for _, g := range q.Gold {
+					if _, ok := kb.Get(g); !ok {
+						return fmt.Errorf("%s: query %s: gold tool %q is not in the knowledge base (%s)", c.Bench.Queries, q.ID, g, c.Bench.Tools)
+					}
+				}
+			}
+			o := memtool.BenchOptions{Config: c, KB: kb, Queries: qs, Log: cmd.ErrOrStderr(), Judge: memtool.ContainsJudge{}}
+			for _, m := range strings.Split(modes, ",") {
+				if m = strings.TrimSpace(m); m != memtool.Autonomous && m != memtool.Workflow && m != memtool.Hybrid {
+					return fmt.Errorf("--modes: %q is not autonomous, workflow or hybrid", m)
+				}
+				o.Modes = append(o.Modes, m)
+			}
+			switch policy {
+			case "oracle":
+				gold := map[string][]string{}
+				for _, q := range qs {
+					gold[q.Text] = q.Gold
+				}
+				o.Agent = memtool.Oracle{Gold: gold, KB: kb}
+			case "native":
+				if native == "" {
+					return fmt.Errorf("--policy native needs --native DIR")
+				}
+				if o.Agent, err = chatModel(cmd, cfg, "", native, dev); err != nil {
+					return err
+				}
+			case "openai":
+				if o.Agent, err = chatModel(cmd, cfg, model, "", dev); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("--policy %q: want oracle, native or openai", policy)
+			}
+			if controller != "" {
+				if o.Controller, err = chatModel(cmd, cfg, controller, "", dev); err != nil {
+					return err
+				}
+			}
+			if c.Bench.Judge == "model" {
+				if judgeModel == "" {
+					return fmt.Errorf("memtool.bench.judge model needs --judge-model (a model on openai.base_url)")
+				}
+				jm, err := chatModel(cmd, cfg, judgeModel, "", dev)
+				if err != nil {
+					return err
+				}
+				o.Judge = memtool.ModelJudge{Model: jm}
+			}
+			rep, err := memtool.Bench(ctx, o)
+			if err != nil {
+				return err
+			}
+			printMemtoolReport(cmd.OutOrStdout(), rep, policy)
+			return writeMemtoolReport(c.Bench.Out, rep)
+		},
+	}
+	cmd.Flags().StringVar(&modes, "modes", "autonomous,workflow,hybrid", "modes to run, comma-separated")
+	cmd.Flags().StringVar(&policy, "policy", "oracle", "the agent: oracle, native or openai")
+	cmd.Flags().StringVar(&model, "model", "", "--policy openai: the model on openai.base_url (default openai.model)")
+	cmd.Flags().StringVar(&native, "native", "", "--policy native: a local Qwen checkpoint directory")
+	cmd.Flags().StringVar(&dev, "device", "auto", "the native model's device")
+	cmd.Flags().StringVar(&controller, "controller-model", "", "a model on openai.base_url for the prune, search and summary calls (default: the agent)")
+	cmd.Flags().StringVar(&judgeModel, "judge-model", "", "the judge's model on openai.base_url (memtool.bench.judge model)")
+	return cmd
+}
+
+func fmtMetric(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func printMemtoolReport(w io.Writer, rep memtool.Report, policy string) {
+	fmt.Fprintf(w, "%d tools, %d turns, L = %d, top-%d per keyword; knowledge-base recall@%d of the gold tools %.3f (NDCG %.3f)\n",
+		rep.Tools, rep.Turns, rep.Limit, rep.TopK, rep.Retrieval.K, rep.Retrieval.Recall, rep.Retrieval.NDCG)
+	fmt.Fprintf(w, "%-8s %-11s %-10s %-10s %-9s %-9s %-9s %-7s %-7s %s\n", "policy", "mode", "RR3T", "Resid3T", "ToolCorr", "TaskComp", "max tools", "L hits", "failed", "answered")
+	for _, m := range rep.Modes {
+		x := m.Metrics
+		fmt.Fprintf(w, "%-8s %-11s %-10s %-10s %-9.3f %-9.3f %-9d %-7d %-7d %.2f\n", policy, m.Mode, fmtMetric(x.AvgRemovalRatio3T, 3),
+			fmtMetric(x.AvgResidual3T, 2), x.ToolCorrectness, x.TaskCompletion, x.MaxCount, x.LimitHits, x.Failed, x.Answered)
+	}
+}
+
+func writeMemtoolReport(dir string, rep memtool.Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
+		return err
+	}
+	var series []chart.Series
+	for _, m := range rep.Modes {
+		s := chart.Series{Name: m.Mode}
+		for i, c := range m.Counts {
+			s.Points = append(s.Points, chart.Point{X: float64(i + 1), Y: float64(c)})
+		}
+		series = append(series, s)
+	}
+	return chart.Lines(filepath.Join(dir, "tools.png"), fmt.Sprintf("MemTool: tools loaded after each turn (L = %d)", rep.Limit),
+		"user turn", "tools in context", series)
+}

@@ -1,0 +1,208 @@
+// Package memtool is MemTool (Lumer et al., 2025): the short-term memory of
+// an agent's tools. An agent with thousands of available tools keeps a
+// working set of at most L of them in its context, searching a tool
+// knowledge base to add tools and removing the ones it no longer needs, in
+// one of three modes (Algorithms 1-3): Autonomous (the agent has the
+// meta-tools SYS_SEARCH_TOOLS and SYS_REMOVE_TOOLS), Workflow (a prune call
+// and a search call before an agent without meta-tools) and Hybrid (a prune
+// call, then an agent that can only search). It runs on the function-calling
+// loop of package agent, with any agent.Model.
+package memtool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/embed"
+)
+
+// Tool is one tool of the knowledge base: its function-calling spec and
+// where it comes from.
+type Tool struct {
+	agent.Spec
+	Server   string `json:"server,omitempty"`
+	Category string `json:"category,omitempty"`
+}
+
+// Document is what the knowledge base embeds for a tool: its name and its
+// description (the paper indexes "tool names and descriptions").
+func (t Tool) Document() string {
+	return strings.ReplaceAll(t.Name, "_", " ") + ": " + t.Description
+}
+
+// KB is the tool knowledge base 𝒱: tools indexed by name and description
+// with an embedder, searched by cosine similarity (exact top-k; on a GPU
+// when the index is large and embed.Index.OnDevice was given one).
+type KB struct {
+	tools  []Tool
+	byName map[string]int
+	emb    embed.Embedder
+	index  *embed.Index
+}
+
+// batch is how many tool documents go to the embedder at once.
+const batch = 256
+
+// NewKB embeds every tool's document. Names must be unique and valid
+// function names (Qualify makes them so).
+func NewKB(ctx context.Context, emb embed.Embedder, tools []Tool) (*KB, error) {
+	kb := &KB{byName: map[string]int{}, emb: emb, index: embed.NewIndex(emb.Dim())}
+	for _, t := range tools {
+		if !validName.MatchString(t.Name) {
+			return nil, fmt.Errorf("memtool: tool name %q is not a function name (%s)", t.Name, validName)
+		}
+		if _, dup := kb.byName[t.Name]; dup {
+			return nil, fmt.Errorf("memtool: two tools named %q", t.Name)
+		}
+		kb.byName[t.Name] = len(kb.tools)
+		kb.tools = append(kb.tools, t)
+	}
+	for lo := 0; lo < len(kb.tools); lo += batch {
+		hi := min(lo+batch, len(kb.tools))
+		docs := make([]string, 0, hi-lo)
+		for _, t := range kb.tools[lo:hi] {
+			docs = append(docs, t.Document())
+		}
+		vecs, err := emb.Embed(ctx, docs)
+		if err != nil {
+			return nil, fmt.Errorf("memtool: embedding tools %d-%d: %w", lo, hi-1, err)
+		}
+		for _, v := range vecs {
+			if _, err := kb.index.Add(v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return kb, nil
+}
+
+// Len is the number of tools.
+func (kb *KB) Len() int { return len(kb.tools) }
+
+// Tools are the tools in the order given.
+func (kb *KB) Tools() []Tool { return kb.tools }
+
+// Get looks a tool up by name.
+func (kb *KB) Get(name string) (Tool, bool) {
+	i, ok := kb.byName[name]
+	if !ok {
+		return Tool{}, false
+	}
+	return kb.tools[i], true
+}
+
+// Index is the vector index (to put it on a device with OnDevice).
+func (kb *KB) Index() *embed.Index { return kb.index }
+
+// Search is VectorSearch(Q, 𝒱, k): the k tools most similar to each
+// keyword, best first, keywords in order, each tool once.
+func (kb *KB) Search(ctx context.Context, keywords []string, k int) ([]Tool, error) {
+	var qs []string
+	for _, q := range keywords {
+		if q = strings.TrimSpace(q); q != "" {
+			qs = append(qs, q)
+		}
+	}
+	if len(qs) == 0 || k <= 0 {
+		return nil, nil
+	}
+	vecs, err := kb.emb.Embed(ctx, qs)
+	if err != nil {
+		return nil, fmt.Errorf("memtool: embedding the search keywords: %w", err)
+	}
+	seen := map[int]bool{}
+	var out []Tool
+	for _, v := range vecs {
+		hits, err := kb.index.Search(v, k, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hits {
+			if !seen[h.Row] {
+				seen[h.Row] = true
+				out = append(out, kb.tools[h.Row])
+			}
+		}
+	}
+	return out, nil
+}
+
+// Scores are every tool's similarity to one query, by name (for retrieval
+// metrics over the whole knowledge base).
+func (kb *KB) Scores(ctx context.Context, query string, k int) (map[string]float64, error) {
+	vecs, err := kb.emb.Embed(ctx, []string{query})
+	if err != nil {
+		return nil, err
+	}
+	hits, err := kb.index.Search(vecs[0], k, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64, len(hits))
+	for _, h := range hits {
+		out[kb.tools[h.Row].Name] = float64(h.Score)
+	}
+	return out, nil
+}
+
+// validName is what function-calling APIs accept as a tool name (OpenAI's
+// pattern).
+var validName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+var notName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
+
+// FunctionName turns any text into a valid tool name: runs of other
+// characters become one underscore, and it is cut to 64 characters.
+func FunctionName(s string) string {
+	s = strings.Trim(notName.ReplaceAllString(strings.TrimSpace(s), "_"), "_")
+	if s == "" {
+		s = "tool"
+	}
+	if len(s) > 64 {
+		s = strings.TrimRight(s[:64], "_")
+	}
+	return s
+}
+
+// Qualify makes the tools' names valid and unique: a name that is not a
+// function name is rewritten (FunctionName), and a name two servers share
+// is prefixed with its server ("server__name", numbered if that collides
+// too). It returns how many names it changed.
+func Qualify(tools []Tool) int {
+	count := map[string]int{}
+	for i := range tools {
+		count[FunctionName(tools[i].Name)]++
+	}
+	taken := map[string]bool{}
+	changed := 0
+	for i := range tools {
+		t := &tools[i]
+		name := FunctionName(t.Name)
+		if count[name] > 1 && t.Server != "" {
+			name = FunctionName(t.Server + "__" + name)
+		}
+		base := name
+		for n := 2; taken[name]; n++ {
+			suffix := fmt.Sprintf("_%d", n)
+			name = base[:min(len(base), 64-len(suffix))] + suffix
+		}
+		taken[name] = true
+		if name != t.Name {
+			t.Name = name
+			changed++
+		}
+	}
+	return changed
+}
+
+// schemaOrEmpty is a tool's parameters, or the empty object schema.
+func schemaOrEmpty(raw json.RawMessage) json.RawMessage {
+	if len(strings.TrimSpace(string(raw))) == 0 || string(raw) == "null" {
+		return json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	return raw
+}
