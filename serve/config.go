@@ -82,6 +82,10 @@ type Config struct {
 	// (which resends everything before it) prefills only what is new; 0
 	// keeps only the system prompt's.
 	PrefixCache int `yaml:"prefix_cache"`
+	// ToolGateway serves MemTool's tool gateway at /mcp/tools: the tools
+	// of the config's mcp.servers behind SYS_SEARCH_TOOLS and
+	// SYS_REMOVE_TOOLS, a working set per namespace (memtool.limit, top_k).
+	ToolGateway bool `yaml:"tool_gateway"`
 	// LogFormat is json or text (structured logs on stderr).
 	LogFormat string `yaml:"log_format"`
 }

@@ -151,10 +151,7 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
-// mcpHandler serves MCP over streamable HTTP at /mcp. The API key is
-// checked by the SDK's bearer-token middleware; the token's UserID binds
-// each MCP session to its key, so a session id cannot be used with
-// another key.
+// mcpHandler serves the memory tools over MCP (streamable HTTP) at /mcp.
 func (s *Server) mcpHandler() http.Handler {
 	srv := NewMCPServer(MemoryTools{Store: s.db, Embedder: s.enc, Options: s.tools,
 		Namespace: func(_ context.Context, req *mcp.CallToolRequest) string {
@@ -165,7 +162,27 @@ func (s *Server) mcpHandler() http.Handler {
 			}
 			return s.ns
 		}}, "1")
-	h := http.Handler(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+	return s.mcpHTTP(func(*http.Request) *mcp.Server { return srv })
+}
+
+// mcpNamespace is the namespace of an MCP HTTP request (the context the
+// bearer-token middleware filled): its key's, or open's on a server
+// without keys.
+func mcpNamespace(ctx context.Context, open string) string {
+	if ti := auth.TokenInfoFromContext(ctx); ti != nil {
+		if ns, ok := ti.Extra["namespace"].(string); ok {
+			return ns
+		}
+	}
+	return open
+}
+
+// mcpHTTP serves the MCP server server picks over streamable HTTP. The API
+// key is checked by the SDK's bearer-token middleware; the token's UserID
+// binds each MCP session to its key, so a session id cannot be used with
+// another key.
+func (s *Server) mcpHTTP(server func(*http.Request) *mcp.Server) http.Handler {
+	h := http.Handler(mcp.NewStreamableHTTPHandler(server,
 		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.MaxBodyBytes, SessionTimeout: s.cfg.SessionTTL}))
 	if len(s.keys.keys) == 0 {
 		return h // open server: every MCP call uses memory.namespace

@@ -14,9 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/decode"
@@ -39,7 +41,10 @@ type Options struct {
 	// Summarizer, if set, replaces the extractive summariser of
 	// Summary_context (tools.summarizer ollama).
 	Summarizer memtools.Summarizer
-	Logger     *slog.Logger
+	// ToolGateway, if set, is served at /mcp/tools: MemTool's working set
+	// of tools in front of the config's MCP servers, one per namespace.
+	ToolGateway *memtool.Gateway
+	Logger      *slog.Logger
 }
 
 // Server is the HTTP server. Handler serves it; Serve runs it on a
@@ -118,6 +123,10 @@ func New(o Options) (*Server, error) {
 	api("DELETE /v1/memories/{id}", s.deleteMemory)
 	api("GET /v1/namespaces", s.namespaces)
 	mux.Handle("/mcp", s.mcpHandler())
+	if o.ToolGateway != nil {
+		gw := o.ToolGateway
+		mux.Handle("/mcp/tools", s.mcpHTTP(func(r *http.Request) *mcp.Server { return gw.Server(mcpNamespace(r.Context(), s.ns)) }))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})

@@ -16,9 +16,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/ollama"
@@ -152,11 +154,55 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 			return fmt.Errorf("serve.policy %s: %w", cfg.Serve.Policy, err)
 		}
 	}
+	if cfg.Serve.ToolGateway {
+		gw, closeAll, err := toolGateway(ctx, cfg, enc)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		o.ToolGateway = gw
+		log.Info("tool gateway at /mcp/tools", "servers", len(cfg.MCP.Servers), "tools", gw.Len(), "limit", cfg.MemTool.Limit)
+	}
 	s, err := serve.New(o)
 	if err != nil {
 		return err
 	}
 	return listenAndServe(ctx, cfg, s, log)
+}
+
+// toolGateway connects to every server of mcp.servers and indexes their
+// tools for the gateway; closeAll ends the connections.
+func toolGateway(ctx context.Context, cfg config.Config, enc embed.Embedder) (*memtool.Gateway, func(), error) {
+	if len(cfg.MCP.Servers) == 0 {
+		return nil, nil, fmt.Errorf("serve.tool_gateway: mcp.servers names no MCP server to put behind the gateway")
+	}
+	var clients []*agent.MCPClient
+	closeAll := func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+	var tools []agent.Tool
+	for _, sv := range cfg.MCP.Servers {
+		c, err := agent.ConnectMCP(ctx, sv)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("serve.tool_gateway: %w", err)
+		}
+		clients = append(clients, c)
+		ts, err := c.Tools(ctx)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("serve.tool_gateway: %w", err)
+		}
+		tools = append(tools, ts...)
+	}
+	gw, err := memtool.NewGateway(ctx, enc, tools, cfg.MemTool)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return gw, closeAll, nil
 }
 
 // ollamaBackend drives serve.policy on the Ollama server in ollama.format;

@@ -1,0 +1,179 @@
+package memtool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/embed"
+)
+
+// Gateway is MemTool's Autonomous mode as an MCP server in front of many
+// MCP servers: a client (any MCP host with hundreds of tools behind it)
+// sees SYS_SEARCH_TOOLS, SYS_REMOVE_TOOLS and its current working set,
+// never the whole catalogue. A search adds the tools found, a removal drops
+// tools; either way the client is told with notifications/tools/list_changed.
+// Calls of working-set tools go to the server that owns them. Each working
+// set has an id (serve gives one per API key's namespace), so tenants do
+// not share tools.
+type Gateway struct {
+	kb          *KB
+	calls       map[string]func(context.Context, json.RawMessage) (string, error)
+	limit, topK int
+
+	mu   sync.Mutex
+	sets map[string]*gatewaySet
+}
+
+type gatewaySet struct {
+	srv   *mcp.Server
+	mu    sync.Mutex
+	tools []string // the working set, in the order added
+}
+
+// NewGateway indexes the upstream tools (agent.MCPClient.Tools of each
+// server; their Call goes to the server) with emb. Names two servers share
+// are qualified (Qualify), calls still reach the tool by its own name.
+func NewGateway(ctx context.Context, emb embed.Embedder, upstream []agent.Tool, c Config) (*Gateway, error) {
+	if c.Limit < 3 || c.TopK < 1 {
+		return nil, fmt.Errorf("memtool gateway: limit %d (at least 3) or top_k %d (at least 1)", c.Limit, c.TopK)
+	}
+	tools := make([]Tool, len(upstream))
+	for i, t := range upstream {
+		tools[i] = Tool{Spec: t.Spec}
+		tools[i].Parameters = schemaOrEmpty(t.Parameters)
+	}
+	Qualify(tools)
+	g := &Gateway{calls: map[string]func(context.Context, json.RawMessage) (string, error){}, limit: c.Limit, topK: c.TopK, sets: map[string]*gatewaySet{}}
+	for i, t := range tools {
+		if t.Name == SearchTools || t.Name == RemoveTools {
+			return nil, fmt.Errorf("memtool gateway: an upstream tool is named %s, the gateway's own", t.Name)
+		}
+		g.calls[t.Name] = upstream[i].Call
+	}
+	kb, err := NewKB(ctx, emb, tools)
+	if err != nil {
+		return nil, err
+	}
+	g.kb = kb
+	return g, nil
+}
+
+// Len is the number of upstream tools.
+func (g *Gateway) Len() int { return g.kb.Len() }
+
+// WorkingSet is the tools loaded in working set id.
+func (g *Gateway) WorkingSet(id string) []string {
+	s := g.set(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.tools)
+}
+
+// Server is the MCP server of working set id (made on first use).
+func (g *Gateway) Server(id string) *mcp.Server { return g.set(id).srv }
+
+func (g *Gateway) set(id string) *gatewaySet {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s, ok := g.sets[id]; ok {
+		return s
+	}
+	s := &gatewaySet{srv: mcp.NewServer(&mcp.Implementation{Name: "agemem-memtool", Version: "1"}, nil)}
+	list := func(arg, desc string) map[string]any {
+		var m map[string]any
+		json.Unmarshal(listSchema(arg, desc), &m)
+		return m
+	}
+	s.srv.AddTool(&mcp.Tool{Name: SearchTools, InputSchema: list("keywords", "Search keywords, one for each tool to add."),
+		Description: fmt.Sprintf("Search the %d tools behind this server and add the ones found to your tools: one search keyword for each tool you want. You cannot have more than %d tools; remove the ones you no longer use with %s.", g.kb.Len(), g.limit, RemoveTools)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var a struct{ Keywords []string }
+			if err := json.Unmarshal(rawArgs(req), &a); err != nil || len(a.Keywords) == 0 {
+				return textResult("error: give keywords, a list of strings", true), nil
+			}
+			return g.search(ctx, s, a.Keywords)
+		})
+	s.srv.AddTool(&mcp.Tool{Name: RemoveTools, InputSchema: list("tool_names", "Names of the tools to remove, verbatim."),
+		Description: "Remove tools you no longer need, by their exact names."},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var a struct {
+				ToolNames []string `json:"tool_names"`
+			}
+			if err := json.Unmarshal(rawArgs(req), &a); err != nil {
+				return textResult("error: give tool_names, a list of strings", true), nil
+			}
+			s.mu.Lock()
+			var gone []string
+			s.tools = slices.DeleteFunc(s.tools, func(n string) bool {
+				if slices.Contains(a.ToolNames, n) {
+					gone = append(gone, n)
+					return true
+				}
+				return false
+			})
+			s.mu.Unlock()
+			if len(gone) > 0 {
+				s.srv.RemoveTools(gone...)
+			}
+			return textResult(fmt.Sprintf("%d tools removed: %s", len(gone), strings.Join(gone, ", ")), false), nil
+		})
+	g.sets[id] = s
+	return s
+}
+
+func (g *Gateway) search(ctx context.Context, s *gatewaySet, keywords []string) (*mcp.CallToolResult, error) {
+	found, err := g.kb.Search(ctx, keywords, g.topK)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	var fresh []Tool
+	for _, t := range found {
+		if !slices.Contains(s.tools, t.Name) {
+			fresh = append(fresh, t)
+		}
+	}
+	if len(s.tools)+len(fresh)+2 > g.limit {
+		n := len(s.tools)
+		s.mu.Unlock()
+		return textResult(fmt.Sprintf("Hit L limit, remove tools. (%d loaded, %d found, at most %d with the two meta-tools.)", n, len(fresh), g.limit), true), nil
+	}
+	for _, t := range fresh {
+		s.tools = append(s.tools, t.Name)
+	}
+	s.mu.Unlock()
+	for _, t := range fresh {
+		var schema map[string]any
+		if err := json.Unmarshal(t.Parameters, &schema); err != nil || schema == nil {
+			schema = map[string]any{"type": "object"}
+		}
+		call := g.calls[t.Name]
+		s.srv.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: schema},
+			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				out, err := call(ctx, rawArgs(req))
+				if err != nil {
+					return textResult(err.Error(), true), nil
+				}
+				return textResult(out, false), nil
+			})
+	}
+	return textResult(fmt.Sprintf("%d tools added: %s", len(fresh), strings.Join(names(fresh), ", ")), false), nil
+}
+
+func rawArgs(req *mcp.CallToolRequest) json.RawMessage {
+	if len(req.Params.Arguments) == 0 {
+		return json.RawMessage("{}")
+	}
+	return req.Params.Arguments
+}
+
+func textResult(text string, isErr bool) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, IsError: isErr}
+}
