@@ -41,6 +41,15 @@ type Config struct {
 	SpanMax int `yaml:"span_max"`
 	GapMin  int `yaml:"gap_min"`
 	GapMax  int `yaml:"gap_max"`
+	// Cued sequences teach where a copy starts, which a bare repeat cannot
+	// (its first token follows filler, so nothing predicts it): the span
+	// follows an announcement (SourceCues), Distractors other spans sit
+	// before and after it, some behind the very cue that later asks for the
+	// copy (as stored memories sit behind "content":" in a user turn), and
+	// the repeat follows a request cue (TargetCues: a tool argument, an
+	// answer tag), all of it learned.
+	Cued        bool `yaml:"cued"`
+	Distractors int  `yaml:"distractors"`
 	// The learning rate and its schedule: induction forms at 1e-3 and not
 	// at the 1e-2 SFT of a tiny model from scratch uses.
 	optim.ScheduleConfig `yaml:",inline"`
@@ -66,6 +75,7 @@ func (c Config) Validate() error {
 	e.AtLeast("span_max", c.SpanMax, c.SpanMin)
 	e.AtLeast("gap_min", c.GapMin, 0)
 	e.AtLeast("gap_max", c.GapMax, c.GapMin)
+	e.AtLeast("distractors", c.Distractors, 0)
 	if err := c.ScheduleConfig.Validate(); err != nil {
 		e = append(e, err.(valid.Errors)...)
 	}
@@ -96,39 +106,91 @@ type Result struct {
 // Sequences draws n copy sequences over a vocabulary: the span's tokens
 // from [lo, hi), the filler's from the byte tokens of printable ASCII.
 type Sequences struct {
-	c      Config
-	lo, hi int
-	r      *rand.Rand
+	c             Config
+	lo, hi        int
+	r             *rand.Rand
+	sources, asks [][]int // cue token ids (Cued)
 }
 
-// NewSequences draws from seed over the tokens [lo, hi).
-func NewSequences(c Config, lo, hi int, seed uint64) *Sequences {
-	return &Sequences{c: c, lo: lo, hi: hi, r: rand.New(rand.NewPCG(seed, 0x636f7079))}
+// SourceCues announce what is to be copied, TargetCues ask for the copy:
+// the phrasings of the agent's world (a user's casual aside, a memory
+// tool's argument, an answer), with generic ones beside them so that the
+// circuit keys on "announced" rather than on four strings.
+var (
+	SourceCues = []string{"By the way, ", "Something I read today: ", "A friend mentioned this: ",
+		"Here is a note from my reading: ", "Note: ", "Fact: ", "I learned that ", "Remember this: "}
+	TargetCues = []string{`{"content":"`, `"content":"`, `<answer>`, `{"query":"`, "Stored: ", "So: "}
+)
+
+// NewSequences draws from seed over the tokens [lo, hi). Cued sequences
+// need the cues in tok's ids (c.Cued with a nil tok is an error).
+func NewSequences(c Config, lo, hi int, seed uint64, tok *tokenizer.Tokenizer) (*Sequences, error) {
+	s := &Sequences{c: c, lo: lo, hi: hi, r: rand.New(rand.NewPCG(seed, 0x636f7079))}
+	if !c.Cued {
+		return s, nil
+	}
+	if tok == nil {
+		return nil, fmt.Errorf("cued copy sequences need the tokenizer")
+	}
+	for _, t := range SourceCues {
+		s.sources = append(s.sources, tok.Encode(t))
+	}
+	for _, t := range TargetCues {
+		s.asks = append(s.asks, tok.Encode(t))
+	}
+	return s, nil
 }
 
-// Next is one sequence: span, gap, span again (only the repeat learned).
+// Next is one sequence: span, gap, span again (only the repeat learned);
+// cued, the spans among distractors behind their cues.
 func (s *Sequences) Next() train.Sequence {
 	r, c := s.r, s.c
-	n := c.SpanMin + r.IntN(c.SpanMax-c.SpanMin+1)
-	g := c.GapMin + r.IntN(c.GapMax-c.GapMin+1)
-	span := make([]int, n)
-	for i := range span {
-		span[i] = s.lo + r.IntN(s.hi-s.lo)
-	}
 	var seq train.Sequence
-	push := func(id int, learn bool) {
-		seq.IDs = append(seq.IDs, id)
-		seq.Loss = append(seq.Loss, learn)
+	push := func(ids []int, learn bool) {
+		for _, id := range ids {
+			seq.IDs = append(seq.IDs, id)
+			seq.Loss = append(seq.Loss, learn)
+		}
 	}
-	for _, id := range span {
-		push(id, false)
+	span := func() []int {
+		ids := make([]int, c.SpanMin+r.IntN(c.SpanMax-c.SpanMin+1))
+		for i := range ids {
+			ids[i] = s.lo + r.IntN(s.hi-s.lo)
+		}
+		return ids
 	}
-	for range g {
-		push(32+r.IntN(95), false)
+	filler := func(n int) []int {
+		ids := make([]int, n)
+		for i := range ids {
+			ids[i] = 32 + r.IntN(95)
+		}
+		return ids
 	}
-	for _, id := range span {
-		push(id, true)
+	src := span()
+	if !c.Cued {
+		push(src, false)
+		push(filler(c.GapMin+r.IntN(c.GapMax-c.GapMin+1)), false)
+		push(src, true)
+		return seq
 	}
+	ask := s.asks[r.IntN(len(s.asks))]
+	at := r.IntN(c.Distractors + 1) // the source's place among the spans
+	for i := range c.Distractors + 1 {
+		push(filler(1+r.IntN(8)), false)
+		switch {
+		case i == at:
+			push(s.sources[r.IntN(len(s.sources))], false)
+			push(src, false)
+		case r.IntN(2) == 0:
+			push(ask, false)
+			fallthrough
+		default:
+			push(span(), false)
+		}
+	}
+	push(filler(c.GapMin+r.IntN(c.GapMax-c.GapMin+1)), false)
+	push(ask, false)
+	push(src, true)
 	return seq
 }
 
@@ -173,13 +235,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	held := NewSequences(c, lo, hi, o.Seed^0x686f6c64)
+	held, err := NewSequences(c, lo, hi, o.Seed^0x686f6c64, tok)
+	if err != nil {
+		return res, err
+	}
 	var evalSeqs []train.Sequence
 	for range 64 {
 		evalSeqs = append(evalSeqs, held.Next())
 	}
 	evalBatch := train.Pack(evalSeqs)
-	gen := NewSequences(c, lo, hi, o.Seed)
+	gen, _ := NewSequences(c, lo, hi, o.Seed, tok)
 	// A resumed run draws the same sequences the uninterrupted one would.
 	for range tr.Step * c.Sequences {
 		gen.Next()

@@ -21,7 +21,7 @@ import (
 func TestSequencesRepeatTheSpan(t *testing.T) {
 	c := DefaultConfig()
 	c.SpanMin, c.SpanMax, c.GapMin, c.GapMax = 3, 9, 0, 20
-	s := NewSequences(c, 300, 400, 5)
+	s, _ := NewSequences(c, 300, 400, 5, nil)
 	for range 200 {
 		q := s.Next()
 		learned := 0
@@ -49,11 +49,71 @@ func TestSequencesRepeatTheSpan(t *testing.T) {
 			}
 		}
 	}
-	a, b := NewSequences(c, 300, 400, 9), NewSequences(c, 300, 400, 9)
+	a, _ := NewSequences(c, 300, 400, 9, nil)
+	b, _ := NewSequences(c, 300, 400, 9, nil)
 	for range 10 {
 		if !slices.Equal(a.Next().IDs, b.Next().IDs) {
 			t.Fatal("the same seed drew different sequences")
 		}
+	}
+}
+
+// TestCuedSequences: a cued sequence learns exactly the announced span,
+// after a request cue, with the distractor spans (some behind the request
+// cue itself) elsewhere and never learned.
+func TestCuedSequences(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join(tinyInit(t, 420), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	c.Cued, c.Distractors, c.SpanMin, c.SpanMax = true, 2, 3, 8
+	if _, err := NewSequences(c, 300, 400, 1, nil); err == nil {
+		t.Fatal("cued sequences without a tokenizer")
+	}
+	s, err := NewSequences(c, 300, 400, 4, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sources, asks [][]int
+	for _, x := range SourceCues {
+		sources = append(sources, tok.Encode(x))
+	}
+	for _, x := range TargetCues {
+		asks = append(asks, tok.Encode(x))
+	}
+	endsWith := func(ids []int, cues [][]int) bool {
+		return slices.ContainsFunc(cues, func(cue []int) bool { return len(ids) >= len(cue) && slices.Equal(ids[len(ids)-len(cue):], cue) })
+	}
+	askedDistractor := 0
+	for range 200 {
+		q := s.Next()
+		first := slices.Index(q.Loss, true)
+		learned := q.IDs[first:]
+		if first < 0 || slices.Contains(q.Loss[first:], false) || len(learned) < c.SpanMin || len(learned) > c.SpanMax {
+			t.Fatalf("learned part %v of %v", learned, q.Loss)
+		}
+		if !endsWith(q.IDs[:first], asks) {
+			t.Fatal("the repeat does not follow a request cue")
+		}
+		// The span occurs once before, right after an announcement.
+		n, at := 0, -1
+		for i := 0; i+len(learned) <= first; i++ {
+			if slices.Equal(q.IDs[i:i+len(learned)], learned) {
+				n, at = n+1, i
+			}
+		}
+		if n != 1 || !endsWith(q.IDs[:at], sources) {
+			t.Fatalf("the source span occurs %d times, announced: %v", n, at >= 0 && endsWith(q.IDs[:at], sources))
+		}
+		for i := range first {
+			if q.IDs[i] >= 300 && q.IDs[i] < 400 && (i == 0 || q.IDs[i-1] < 256) && i != at && endsWith(q.IDs[:i], asks) {
+				askedDistractor++
+			}
+		}
+	}
+	if askedDistractor == 0 {
+		t.Fatal("no distractor ever sat behind a request cue")
 	}
 }
 

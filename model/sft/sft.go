@@ -121,7 +121,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if err != nil {
 			return res, fmt.Errorf("sft.copy_sequences: %w", err)
 		}
-		copies = pretrain.NewSequences(o.Copies, lo, hi, o.Seed^0x73667463)
+		if copies, err = pretrain.NewSequences(o.Copies, lo, hi, o.Seed^0x73667463, tok); err != nil {
+			return res, err
+		}
 		for range tr.Step * s.CopySequences { // a resumed run draws what it would have
 			copies.Next()
 		}

@@ -333,7 +333,7 @@ func TestCopySequencesKeepCopying(t *testing.T) {
 	}
 	pc := pretrain.DefaultConfig()
 	pc.SpanMin, pc.SpanMax, pc.GapMin, pc.GapMax = 6, 6, 2, 2
-	held := pretrain.NewSequences(pc, lo, hi, 77)
+	held, _ := pretrain.NewSequences(pc, lo, hi, 77, nil)
 	var seqs []train.Sequence
 	for range 32 {
 		seqs = append(seqs, held.Next())
