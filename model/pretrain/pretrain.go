@@ -61,7 +61,7 @@ type Config struct {
 
 // DefaultConfig is the embedded default's recipe.
 func DefaultConfig() Config {
-	return Config{Init: "runs/tiny/init", Steps: 2500, Sequences: 16, SpanMin: 12, SpanMax: 12, GapMin: 5, GapMax: 64,
+	return Config{Init: "runs/tiny/init", Steps: 2500, Sequences: 16, SpanMin: 12, SpanMax: 12, GapMin: 5, GapMax: 64, Distractors: 2,
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-3, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1},
 		EvalEvery:      250, Out: "runs/tiny/pretrain"}
 }
