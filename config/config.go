@@ -18,6 +18,7 @@ import (
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/fittext"
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/memtools"
@@ -81,6 +82,8 @@ type Config struct {
 	SimCSE simcse.Config `yaml:"simcse"`
 	// MemTool is the working set of tools (agemem-train memtool).
 	MemTool memtool.Config `yaml:"memtool"`
+	// FitText is tool retrieval with pseudo-tools (agemem-train tools retrieve).
+	FitText fittext.Config `yaml:"fittext"`
 }
 
 // Eval configures the held-out comparison.
@@ -165,6 +168,7 @@ func Default() Config {
 		MCP:      agent.MCPConfig{Servers: []agent.MCPServer{}},
 		SimCSE:   simcse.DefaultConfig(),
 		MemTool:  memtool.DefaultConfig(),
+		FitText:  fittext.DefaultConfig(),
 	}
 }
 
@@ -191,6 +195,7 @@ func (c Config) Validate() error {
 	e.Section("mcp", c.MCP.Validate())
 	e.Section("simcse", c.SimCSE.Validate())
 	e.Section("memtool", c.MemTool.Validate())
+	e.Section("fittext", c.FitText.Validate())
 	if len(e) > 0 {
 		return fmt.Errorf("invalid config:\n  %s", e.Error())
 	}

@@ -131,20 +131,45 @@ func (kb *KB) Search(ctx context.Context, keywords []string, k int) ([]Tool, err
 	return out, nil
 }
 
-// Scores are every tool's similarity to one query, by name (for retrieval
-// metrics over the whole knowledge base).
+// Hit is a retrieved tool and its cosine similarity.
+type Hit struct {
+	Name  string  `json:"name"`
+	Score float64 `json:"score"`
+}
+
+// Rank retrieves, for each text, its k most similar tools, best first:
+// RET(d, 𝒯, k). The texts are embedded in one batch.
+func (kb *KB) Rank(ctx context.Context, texts []string, k int) ([][]Hit, error) {
+	if len(texts) == 0 {
+		return nil, nil
+	}
+	vecs, err := kb.emb.Embed(ctx, texts)
+	if err != nil {
+		return nil, fmt.Errorf("memtool: embedding %d texts: %w", len(texts), err)
+	}
+	out := make([][]Hit, len(vecs))
+	for i, v := range vecs {
+		hits, err := kb.index.Search(v, k, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hits {
+			out[i] = append(out[i], Hit{Name: kb.tools[h.Row].Name, Score: float64(h.Score)})
+		}
+	}
+	return out, nil
+}
+
+// Scores are one query's k best tools by name (a run for the retrieval
+// metrics).
 func (kb *KB) Scores(ctx context.Context, query string, k int) (map[string]float64, error) {
-	vecs, err := kb.emb.Embed(ctx, []string{query})
+	hits, err := kb.Rank(ctx, []string{query}, k)
 	if err != nil {
 		return nil, err
 	}
-	hits, err := kb.index.Search(vecs[0], k, nil)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]float64, len(hits))
-	for _, h := range hits {
-		out[kb.tools[h.Row].Name] = float64(h.Score)
+	out := make(map[string]float64, len(hits[0]))
+	for _, h := range hits[0] {
+		out[h.Name] = h.Score
 	}
 	return out, nil
 }

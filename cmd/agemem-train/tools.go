@@ -14,7 +14,7 @@ import (
 	"github.com/agemem/agemem/toolret"
 )
 
-func toolsCmd() *cobra.Command {
+func toolsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tools", Short: "Tool retrieval: evaluation as the benchmarks do it"}
 	var qrelsPath, runPath, ks, out string
 	var asJSON bool
@@ -107,6 +107,6 @@ writes each query's values as JSONL.`,
 	score.Flags().StringVar(&ks, "k", "1,3,5,10", "cutoffs")
 	score.Flags().StringVar(&out, "out", "", "write per-query values here (JSONL)")
 	score.Flags().BoolVar(&asJSON, "json", false, "print the table as JSON")
-	cmd.AddCommand(score)
+	cmd.AddCommand(score, toolsRetrieveCmd(g), toolsSynthCmd())
 	return cmd
 }

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/chart"
+	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/fittext"
+	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/openai"
+	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/toolret"
+)
+
+func toolsRetrieveCmd(g *globals) *cobra.Command {
+	var strategies, data, corpus, stb, model, refineModel, native, dev, out, runPath string
+	var k, first int
+	cmd := &cobra.Command{
+		Use:   "retrieve",
+		Short: "FitText: retrieve tools for queries with each strategy and measure the rankings",
+		Long: `Runs FitText's strategies (fittext section) on a retrieval dataset and prints
+NDCG@k, Precision@k, Recall@k and Comprehensiveness@k (×100, as the paper's
+tables) per strategy and subset, and over all queries:
+  query        the user's query (the static baseline; no model)
+  single       the model's pseudo-tool descriptions, retrieved once
+  dbd          each refined T times against what it retrieves (fittext.turns)
+  scattershot  S probes sampled from each, voted on (fittext.scatter)
+  memetic      a population evolved by crossover, mutation and refinement,
+               with a memory of what was tried (fittext.population, .generations)
+Data: ToolRet's layout (--data queries, --corpus tools; JSON list or JSONL)
+or StableToolBench's solvable_queries (--stb FILE: the corpus is every API
+of the api_lists). The knowledge base is indexed with embed.backend. The
+model writes the pseudo-tools: --native DIR (the built-in engine) or
+--model on openai.base_url (--refine-model for every other call, as the
+paper pairs GPT-4.1 with GPT-4.1-mini). --out writes report.json (the table
+and each query's ranking) and retrieval.png; --run writes the rankings as a
+TREC run file (tag = strategy) for tools score.`,
+		Example: `  agemem-train tools synth --out data/fittext
+  agemem-train tools retrieve --data data/fittext/queries.jsonl --corpus data/fittext/tools.jsonl --strategy query
+  agemem-train tools retrieve --data data/fittext/queries.jsonl --corpus data/fittext/tools.jsonl \
+    --strategy query,single,memetic --native runs/tiny/rl/policy --out runs/fittext
+  agemem-train tools retrieve --stb G1_instruction.json --strategy query,dbd,memetic \
+    --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --run run.txt`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			ss := strings.Split(strategies, ",")
+			needModel := false
+			for i, s := range ss {
+				ss[i] = strings.TrimSpace(s)
+				if err := fittext.CheckStrategy(ss[i]); err != nil {
+					return fmt.Errorf("--strategy: %w", err)
+				}
+				needModel = needModel || ss[i] != "query"
+			}
+			var ds fittext.Dataset
+			switch {
+			case stb != "" && data == "":
+				ds, err = fittext.LoadStableToolBench(stb)
+			case data != "" && corpus != "" && stb == "":
+				ds, err = fittext.LoadToolRet(data, corpus)
+			default:
+				return fmt.Errorf("give --data and --corpus (ToolRet's layout) or --stb (StableToolBench's)")
+			}
+			if err != nil {
+				return err
+			}
+			if first > 0 && first < len(ds.Queries) {
+				ds.Queries = ds.Queries[:first]
+			}
+			ctx := cmd.Context()
+			emb, err := roles.Embedder(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			kb, err := memtool.NewKB(ctx, emb, ds.Tools)
+			if err != nil {
+				return err
+			}
+			fc := cfg.FitText
+			if k > 0 {
+				fc.K = k
+			}
+			r := &fittext.Retriever{Config: fc, KB: kb, Rand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x66697474))}
+			if needModel {
+				if native == "" && model == "" && cfg.OpenAI.Model == "" {
+					return fmt.Errorf("strategies other than query need a model: --native DIR or --model (openai.base_url)")
+				}
+				if r.LLM, err = fittextLLM(cmd, cfg, model, native, dev); err != nil {
+					return err
+				}
+				if refineModel != "" {
+					if r.Refiner, err = fittextLLM(cmd, cfg, refineModel, "", dev); err != nil {
+						return err
+					}
+				}
+			}
+			pr := train.NewProgress(cmd.ErrOrStderr(), len(ss)*len(ds.Queries), isatty.IsTerminal(os.Stderr.Fd()))
+			done := 0
+			ev, err := fittext.Evaluate(ctx, r, ds, ss, fc.K, func(s string, _, _ int) { done++; pr.Update(done, s) })
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d tools, %d queries, embed.backend %s\n", len(ds.Tools), len(ds.Queries), cfg.Embed.Backend)
+			fittext.WriteTable(cmd.OutOrStdout(), ev.Rows)
+			if runPath != "" {
+				f, err := os.Create(runPath)
+				if err != nil {
+					return err
+				}
+				for _, s := range ss {
+					if err := toolret.WriteRun(f, ev.Runs[s], s); err != nil {
+						f.Close()
+						return err
+					}
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+			}
+			if out != "" {
+				return writeRetrieval(out, ev, ss)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&strategies, "strategy", "query", "strategies, comma-separated: "+strings.Join(fittext.Strategies, ", "))
+	cmd.Flags().StringVar(&data, "data", "", "ToolRet-layout queries (JSON list or JSONL)")
+	cmd.Flags().StringVar(&corpus, "corpus", "", "ToolRet-layout tool corpus (JSON list or JSONL)")
+	cmd.Flags().StringVar(&stb, "stb", "", "a StableToolBench solvable_queries file")
+	cmd.Flags().IntVar(&k, "k", 0, "cutoff and RET's top-k (default fittext.k)")
+	cmd.Flags().IntVar(&first, "first", 0, "only the first N queries")
+	cmd.Flags().StringVar(&model, "model", "", "the model on openai.base_url that writes the pseudo-tools (default openai.model)")
+	cmd.Flags().StringVar(&refineModel, "refine-model", "", "a model on openai.base_url for every call but the first")
+	cmd.Flags().StringVar(&native, "native", "", "a local Qwen checkpoint instead of a server")
+	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device")
+	cmd.Flags().StringVar(&out, "out", "", "directory for report.json and retrieval.png")
+	cmd.Flags().StringVar(&runPath, "run", "", "write the rankings as a TREC run file")
+	return cmd
+}
+
+func toolsSynthCmd() *cobra.Command {
+	var out string
+	var seed uint64
+	var providers, queries int
+	cmd := &cobra.Command{
+		Use:   "synth",
+		Short: "Generate a tool-retrieval dataset in ToolRet's layout, with the semantic gap",
+		Long: `Writes DIR/tools.jsonl (id, documentation) and DIR/queries.jsonl (id, query,
+subset, labels as ToolRet stores them): fictional providers each offering
+most of 24 capabilities in three subsets (web, code, customized); tools are
+described in a database's words, queries state a goal in a user's and name
+the provider, whose other tools (and the other providers' same tool) are
+the distractors.`,
+		Example: `  agemem-train tools synth --out data/fittext`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, q, err := fittext.Synth(seed, providers, queries)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(out, "tools.jsonl"), c, 0o644); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(out, "queries.jsonl"), q, 0o644); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d tools and %d queries to %s\n", strings.Count(string(c), "\n"), queries, out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "data/fittext", "directory")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "generator seed")
+	cmd.Flags().IntVar(&providers, "providers", 40, "providers (at most 80)")
+	cmd.Flags().IntVar(&queries, "queries", 300, "queries")
+	return cmd
+}
+
+// fittextLLM is the model the flags name as a fittext.LLM: one user
+// message, sampled at the temperature each operator asks for.
+func fittextLLM(cmd *cobra.Command, cfg config.Config, model, native, dev string) (fittext.LLM, error) {
+	m, err := chatModel(cmd, cfg, model, native, dev)
+	if err != nil {
+		return nil, err
+	}
+	return fittext.LLMFunc(func(ctx context.Context, prompt string, t float64) (string, error) {
+		var at agent.Model
+		switch x := m.(type) {
+		case decode.ChatModel:
+			g := *x.Generator
+			g.Sampling.Temperature = t
+			at = decode.ChatModel{Generator: &g}
+		case *openai.ChatModel:
+			c := *x
+			c.Temperature = t
+			at = &c
+		default:
+			at = m
+		}
+		r, err := at.Chat(ctx, []agent.Message{{Role: "user", Content: prompt}}, nil)
+		if err != nil {
+			return "", err
+		}
+		return r.Message.Content, nil
+	}), nil
+}
+
+func writeRetrieval(dir string, ev fittext.Evaluation, strategies []string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(map[string]any{"rows": ev.Rows, "results": ev.Results}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
+		return err
+	}
+	var rows []string
+	var vals [][]float64
+	for _, s := range strategies {
+		for _, r := range ev.Rows {
+			if r.Strategy == s && r.Subset == "all" {
+				rows = append(rows, s)
+				m := r.Metrics
+				vals = append(vals, []float64{100 * m.NDCG, 100 * m.Precision, 100 * m.Recall, 100 * m.Comprehensiveness})
+			}
+		}
+	}
+	k := ev.Rows[0].K
+	return chart.Bars(filepath.Join(dir, "retrieval.png"), "FitText: tool retrieval over all queries", "×100", rows,
+		[]string{fmt.Sprintf("NDCG@%d", k), fmt.Sprintf("P@%d", k), fmt.Sprintf("R@%d", k), fmt.Sprintf("C@%d", k)}, vals, nil)
+}

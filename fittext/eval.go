@@ -1,0 +1,105 @@
+package fittext
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/agemem/agemem/toolret"
+)
+
+// Row is one strategy's figures on one subset (or "all": every query,
+// the merged qrels the paper's per-domain "Global" figures use).
+type Row struct {
+	Strategy string          `json:"strategy"`
+	Subset   string          `json:"subset"`
+	K        int             `json:"k"`
+	Metrics  toolret.Metrics `json:"metrics"`
+	Queries  int             `json:"queries"`
+	LLMCalls float64         `json:"llm_calls_per_query"`
+}
+
+// Evaluation is a run over a dataset: the table, and each strategy's
+// ranking per query (corpus ids; scores strictly decreasing with rank, so
+// trec_eval keeps the strategy's order, as the authors' "rank" scoring).
+type Evaluation struct {
+	Rows    []Row                             `json:"rows"`
+	Runs    map[string]map[string]toolret.Run `json:"-"`
+	Results map[string][]Result               `json:"-"`
+}
+
+// Evaluate runs every strategy on every query of ds and measures the
+// rankings at cutoff k. progress, if set, hears each query done.
+func Evaluate(ctx context.Context, r *Retriever, ds Dataset, strategies []string, k int, progress func(strategy string, done, total int)) (Evaluation, error) {
+	ev := Evaluation{Runs: map[string]map[string]toolret.Run{}, Results: map[string][]Result{}}
+	qrels := map[string]toolret.Qrels{}
+	subsetOf := map[string]string{}
+	var subsets []string
+	for _, q := range ds.Queries {
+		qrels[q.ID] = q.Gold
+		subsetOf[q.ID] = q.Subset
+		if !slices.Contains(subsets, q.Subset) {
+			subsets = append(subsets, q.Subset)
+		}
+	}
+	for _, s := range strategies {
+		if err := CheckStrategy(s); err != nil {
+			return ev, err
+		}
+		runs := map[string]toolret.Run{}
+		calls := map[string]int{}
+		for i, q := range ds.Queries {
+			res, err := r.Retrieve(ctx, s, q.Text)
+			if err != nil {
+				return ev, fmt.Errorf("%s, query %s: %w", s, q.ID, err)
+			}
+			run := toolret.Run{}
+			for rank, h := range res.Ranking {
+				run[ds.IDs[h.Name]] = float64(len(res.Ranking) - rank)
+			}
+			runs[q.ID] = run
+			calls[q.Subset] += res.Calls
+			calls[""] += res.Calls
+			ev.Results[s] = append(ev.Results[s], res)
+			if progress != nil {
+				progress(s, i+1, len(ds.Queries))
+			}
+		}
+		ev.Runs[s] = runs
+		for _, sub := range append(slices.Clone(subsets), "all") {
+			sr, sq := map[string]toolret.Run{}, map[string]toolret.Qrels{}
+			for id, run := range runs {
+				if sub == "all" || subsetOf[id] == sub {
+					sr[id], sq[id] = run, qrels[id]
+				}
+			}
+			m, n, _ := toolret.Mean(sr, sq, k)
+			key := sub
+			if sub == "all" {
+				key = ""
+			}
+			row := Row{Strategy: s, Subset: sub, K: k, Metrics: m, Queries: n}
+			if n > 0 {
+				row.LLMCalls = float64(calls[key]) / float64(n)
+			}
+			ev.Rows = append(ev.Rows, row)
+		}
+	}
+	return ev, nil
+}
+
+// WriteTable prints the rows as the paper's tables read: ×100.
+func WriteTable(w io.Writer, rows []Row) {
+	if len(rows) == 0 {
+		return
+	}
+	k := rows[0].K
+	fmt.Fprintf(w, "%-12s %-12s %8s %8s %8s %8s %8s %10s\n", "strategy", "subset", "queries", fmt.Sprintf("N@%d", k), fmt.Sprintf("P@%d", k),
+		fmt.Sprintf("R@%d", k), fmt.Sprintf("C@%d", k), "LLM calls")
+	for _, r := range rows {
+		m := r.Metrics
+		fmt.Fprintf(w, "%-12s %-12s %8d %8.2f %8.2f %8.2f %8.2f %10.1f\n", r.Strategy, r.Subset, r.Queries,
+			100*m.NDCG, 100*m.Precision, 100*m.Recall, 100*m.Comprehensiveness, r.LLMCalls)
+	}
+}

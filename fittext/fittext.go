@@ -1,0 +1,133 @@
+// Package fittext is FitText (Zheng et al.): tool retrieval that does not
+// search with the user's query but with descriptions of the tools the
+// agent wishes it had (pseudo-tools, written between Begin and End),
+// refined against the tools they retrieve (DBD), sampled and voted on
+// (Scattershot), or evolved by a memetic algorithm with a memory of what
+// was already tried (Memetic). The knowledge base is MemTool's
+// (memtool.KB); the model is any LLM with a temperature.
+package fittext
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/agemem/agemem/internal/valid"
+)
+
+// The pseudo-tool delimiters (the authors' special tokens; the paper
+// writes them {BEGIN} and {END}).
+const (
+	Begin = "<|begin_func_description|>"
+	End   = "<|end_func_description|>"
+)
+
+var block = regexp.MustCompile(`(?s)` + regexp.QuoteMeta(Begin) + `(.*?)` + regexp.QuoteMeta(End))
+
+// ParseBlocks is PARSEBLOCKS: every non-empty pseudo-tool in text.
+func ParseBlocks(text string) []string {
+	var out []string
+	for _, m := range block.FindAllStringSubmatch(text, -1) {
+		if s := strings.TrimSpace(m[1]); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ParseSingle is PARSESINGLE: the first non-empty pseudo-tool, or "".
+func ParseSingle(text string) string {
+	if bs := ParseBlocks(text); len(bs) > 0 {
+		return bs[0]
+	}
+	return ""
+}
+
+// LLM is the model the strategies call: one user prompt, one reply, at a
+// temperature (the paper's operators differ: refinement at most 0.7, the
+// memetic operators and Scattershot at 1.5).
+type LLM interface {
+	Generate(ctx context.Context, prompt string, temperature float64) (string, error)
+}
+
+// LLMFunc is an LLM from a function.
+type LLMFunc func(ctx context.Context, prompt string, temperature float64) (string, error)
+
+// Generate implements LLM.
+func (f LLMFunc) Generate(ctx context.Context, prompt string, t float64) (string, error) {
+	return f(ctx, prompt, t)
+}
+
+// Strategies are the retrieval strategies, in the paper's order.
+var Strategies = []string{"query", "single", "dbd", "scattershot", "memetic"}
+
+// Config is the "fittext" section: the paper's defaults (Table 8), and
+// the authors' code's variants where the two differ.
+type Config struct {
+	// K tools per retrieval (RET's top-k) and B, the voting budget.
+	K int `yaml:"k"`
+	B int `yaml:"b"`
+	// Exemplars is how many retrieved tools' descriptions ground a prompt
+	// (the authors' example_num is 15 for ToolRet; the paper retrieves k).
+	Exemplars int `yaml:"exemplars"`
+	// Turns of DBD refinement (T: 3 or 5) and its temperature (≤ 0.7).
+	Turns      int     `yaml:"turns"`
+	RefineTemp float64 `yaml:"refine_temperature"`
+	// Scattershot: S probes at ScatterTemp (the paper: 1.5; the authors'
+	// code: 0.9).
+	Scatter     int     `yaml:"scatter"`
+	ScatterTemp float64 `yaml:"scatter_temperature"`
+	// Memetic V1: population N, G generations, early stop at fitness
+	// Theta, crossover probability, operator temperature (1.5).
+	Population  int     `yaml:"population"`
+	Generations int     `yaml:"generations"`
+	Theta       float64 `yaml:"theta"`
+	Crossover   float64 `yaml:"crossover"`
+	MemeticTemp float64 `yaml:"memetic_temperature"`
+	// MemoryPenalty is how fitness is penalised for repeating what was
+	// tried: tools (the paper, Eq. 7: Jaccard of the retrieved tool sets,
+	// counted above 0.3, weight 0.5) or text (the authors' code: Jaccard of
+	// the words of the pseudo-tool and of the remembered ones).
+	MemoryPenalty string `yaml:"memory_penalty"`
+	// AnalysisTemp is the temperature of the first call, which writes the
+	// ancestors (the paper does not give it).
+	AnalysisTemp float64 `yaml:"analysis_temperature"`
+}
+
+// DefaultConfig is the paper's setting.
+func DefaultConfig() Config {
+	return Config{K: 5, B: 5, Exemplars: 5, Turns: 3, RefineTemp: 0.7, Scatter: 5, ScatterTemp: 1.5,
+		Population: 6, Generations: 3, Theta: 0.95, Crossover: 0.5, MemeticTemp: 1.5, MemoryPenalty: "tools", AnalysisTemp: 0}
+}
+
+// Validate checks every key.
+func (c Config) Validate() error {
+	var e valid.Errors
+	e.AtLeast("k", c.K, 1)
+	e.AtLeast("b", c.B, 1)
+	e.AtLeast("exemplars", c.Exemplars, 1)
+	e.AtLeast("turns", c.Turns, 0)
+	e.AtLeast("scatter", c.Scatter, 1)
+	e.AtLeast("population", c.Population, 2)
+	e.AtLeast("generations", c.Generations, 1)
+	e.Ratio("crossover", c.Crossover)
+	for key, t := range map[string]float64{"refine_temperature": c.RefineTemp, "scatter_temperature": c.ScatterTemp,
+		"memetic_temperature": c.MemeticTemp, "analysis_temperature": c.AnalysisTemp} {
+		if t < 0 || t > 2 {
+			e.Add(key, "%g is not in [0, 2]", t)
+		}
+	}
+	e.OneOf("memory_penalty", c.MemoryPenalty, "tools", "text")
+	return e.Err()
+}
+
+// CheckStrategy names a strategy that does not exist.
+func CheckStrategy(s string) error {
+	for _, x := range Strategies {
+		if s == x {
+			return nil
+		}
+	}
+	return fmt.Errorf("strategy %q: want one of %s", s, strings.Join(Strategies, ", "))
+}

@@ -1,0 +1,344 @@
+package fittext
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtool"
+)
+
+// scripted is a model obeying the block contract. As the analyst it
+// writes, per query, the capability the generator's goal phrasing stands
+// for in the database's words (good) or the query itself (!good); every
+// other operator returns a variation of its input. It counts its calls by
+// operator.
+type scripted struct {
+	good  bool
+	calls map[string]int
+	temps map[string][]float64
+	r     *rand.Rand
+}
+
+func newScripted(good bool) *scripted {
+	return &scripted{good: good, calls: map[string]int{}, temps: map[string][]float64{}, r: rand.New(rand.NewPCG(1, 2))}
+}
+
+var provider = regexp.MustCompile(`Use (\w+)\.`)
+
+func wrap(s string) string { return Begin + " " + s + " " + End }
+
+func (s *scripted) Generate(_ context.Context, p string, t float64) (string, error) {
+	op := "?"
+	switch {
+	case strings.HasPrefix(p, "You can use many tools"):
+		op = "analysis"
+	case strings.Contains(p, "Produce "):
+		op = "seed"
+	case strings.Contains(p, "Parent 2:"):
+		op = "crossover"
+	case strings.Contains(p, "mutated variant"):
+		op = "mutation"
+	case strings.Contains(p, "diversified"):
+		op = "scatter"
+	case strings.Contains(p, "Refine exactly one"):
+		op = "refine"
+	}
+	s.calls[op]++
+	s.temps[op] = append(s.temps[op], t)
+	noise := []string{"quickly", "data", "service", "api", "information"}
+	switch op {
+	case "analysis":
+		q := p[strings.LastIndex(p, "Task: ")+6:]
+		var blocks []string
+		for _, in := range intents {
+			for _, g := range in.goals {
+				head, _, _ := strings.Cut(g, "%s")
+				if strings.HasPrefix(q, head) {
+					prov := ""
+					if m := provider.FindStringSubmatch(q); m != nil {
+						prov = m[1]
+					}
+					if s.good {
+						blocks = append(blocks, wrap(prov+": "+in.vocab), wrap(prov+" "+in.key))
+					} else {
+						blocks = append(blocks, wrap(q))
+					}
+				}
+			}
+		}
+		return strings.Join(blocks, "\n"), nil
+	case "seed":
+		var n int
+		fmt.Sscanf(p[strings.Index(p, "Produce ")+8:], "%d", &n)
+		anc := between(p, "Ancestor description (keep its intent):\n", "\n")
+		var out []string
+		for i := range n {
+			out = append(out, wrap(anc+" "+noise[i%len(noise)]))
+		}
+		return strings.Join(out, "\n"), nil
+	case "crossover":
+		return wrap(between(p, "Parent 1:\n", "\n") + " " + noise[s.r.IntN(len(noise))]), nil
+	case "mutation":
+		return wrap(between(p, "Parent:\n", "\n") + " " + noise[s.r.IntN(len(noise))]), nil
+	case "scatter":
+		return wrap(between(p, "Draft description (reference only; do not copy it):\n", "\n") + " " + noise[s.r.IntN(len(noise))]), nil
+	case "refine":
+		return wrap(between(p, "Draft description to refine:\n", "\n")), nil
+	}
+	return "", fmt.Errorf("unknown prompt: %.80s", p)
+}
+
+func between(s, a, b string) string {
+	_, rest, _ := strings.Cut(s, a)
+	out, _, _ := strings.Cut(rest, b)
+	return out
+}
+
+func synthData(t *testing.T, providers, n int) Dataset {
+	t.Helper()
+	corpus, queries, err := Synth(3, providers, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cp, qp := filepath.Join(dir, "tools.jsonl"), filepath.Join(dir, "queries.jsonl")
+	os.WriteFile(cp, corpus, 0o644)
+	os.WriteFile(qp, queries, 0o644)
+	ds, err := LoadToolRet(qp, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+func retriever(t *testing.T, ds Dataset, llm LLM) *Retriever {
+	t.Helper()
+	kb, err := memtool.NewKB(context.Background(), embed.NewHashing(512, []int{3, 4}), ds.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Retriever{Config: DefaultConfig(), KB: kb, LLM: llm, Rand: rand.New(rand.NewPCG(7, 7))}
+}
+
+func TestParseBlocks(t *testing.T) {
+	text := "think...\n" + wrap("first tool") + " and " + Begin + "  \n " + End + wrap("second\nline") + Begin + " unterminated"
+	if got := ParseBlocks(text); len(got) != 2 || got[0] != "first tool" || got[1] != "second\nline" {
+		t.Fatalf("blocks %q", got)
+	}
+	if ParseSingle("no blocks") != "" || ParseSingle(text) != "first tool" {
+		t.Fatal("ParseSingle")
+	}
+}
+
+// VOTE on hand-worked lists: votes first, then mean rank, then mean
+// similarity, then name.
+func TestVoteHandWorked(t *testing.T) {
+	h := func(n string, s float64) memtool.Hit { return memtool.Hit{Name: n, Score: s} }
+	lists := [][]memtool.Hit{
+		{h("a", 0.9), h("b", 0.8), h("c", 0.7)},
+		{h("b", 0.85), h("a", 0.6), h("d", 0.5)},
+		{h("c", 0.9), h("e", 0.4)},
+	}
+	// a: 2 votes, ranks 1,2 (1.5), sims .9,.6 (.75); b: 2 votes, ranks 2,1 (1.5), sims .8,.85 (.825)
+	// c: 2 votes, ranks 3,1 (2); d: 1 vote rank 3; e: 1 vote rank 2.
+	got := Vote(lists, 4)
+	want := []string{"b", "a", "c", "e"}
+	for i, w := range want {
+		if got[i].Name != w {
+			t.Fatalf("vote order %v, want %v", got, want)
+		}
+	}
+	if math.Abs(got[0].Score-0.825) > 1e-12 || len(Vote(lists, 10)) != 5 {
+		t.Fatalf("scores %v", got)
+	}
+}
+
+func TestFitnessHandWorked(t *testing.T) {
+	h := func(s ...float64) []memtool.Hit {
+		var out []memtool.Hit
+		for i, x := range s {
+			out = append(out, memtool.Hit{Name: fmt.Sprint(i), Score: x})
+		}
+		return out
+	}
+	if got := SRet(h(0.9, 0.6, 0.3, 0.1)); math.Abs(got-(0.63+0.3*0.6)) > 1e-12 {
+		t.Fatalf("s_ret %v", got)
+	}
+	if got := SRet(h(0.5)); math.Abs(got-0.5) > 1e-12 || SRet(nil) != 0 {
+		t.Fatalf("s_ret of one %v", got)
+	}
+	m := Memory{{Intent: "get the weather forecast", Tools: []string{"a", "b", "c"}}}
+	// Tools: {a,b,x} vs {a,b,c}: J = 2/4 = 0.5 > 0.3 → 0.25; {a,x,y}: 1/5 = 0.2 → 0.
+	if p := m.Penalty("tools", "", []string{"a", "b", "x"}); math.Abs(p-0.25) > 1e-12 {
+		t.Fatalf("tools penalty %v", p)
+	}
+	if p := m.Penalty("tools", "", []string{"a", "x", "y"}); p != 0 {
+		t.Fatalf("penalty under the gate %v", p)
+	}
+	// Text: {get,the,weather,report} vs {get,the,weather,forecast}: 3/5 = 0.6 → 0.3.
+	if p := m.Penalty("text", "Get the weather report", nil); math.Abs(p-0.3) > 1e-12 {
+		t.Fatalf("text penalty %v", p)
+	}
+}
+
+// Every strategy's control flow: how many calls of which operator, at
+// which temperature, and what each returns.
+func TestStrategiesControlFlow(t *testing.T) {
+	ds := synthData(t, 10, 6)
+	q := ds.Queries[0].Text
+	c := DefaultConfig()
+	for _, tc := range []struct {
+		strategy string
+		calls    map[string]int
+	}{
+		{"query", map[string]int{}},
+		{"single", map[string]int{"analysis": 1}},
+		{"dbd", map[string]int{"analysis": 1, "refine": 2 * c.Turns}},
+		{"scattershot", map[string]int{"analysis": 1, "scatter": 2 * c.Scatter}},
+		// Two lineages; θ is out of reach, so G-1 = 2 rounds of 5 offspring,
+		// each refined.
+		{"memetic", map[string]int{"analysis": 1, "seed": 2, "refine": 2 * 2 * (c.Population - 1)}},
+	} {
+		m := newScripted(true)
+		r := retriever(t, ds, m)
+		r.Config.Theta = 2
+		res, err := r.Retrieve(context.Background(), tc.strategy, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := m.calls
+		if tc.strategy == "memetic" {
+			ops := got["crossover"] + got["mutation"]
+			if ops != 2*2*(c.Population-1) || got["crossover"] == 0 || got["mutation"] == 0 {
+				t.Fatalf("memetic: %d crossovers and %d mutations", got["crossover"], got["mutation"])
+			}
+			delete(got, "crossover")
+			delete(got, "mutation")
+			for _, x := range m.temps["seed"] {
+				if x != 1.5 {
+					t.Fatalf("memetic temperature %v", x)
+				}
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.calls) {
+			t.Fatalf("%s: calls %v, want %v", tc.strategy, got, tc.calls)
+		}
+		if len(res.Ranking) == 0 || len(res.Ranking) > 2*c.K {
+			t.Fatalf("%s: ranking of %d", tc.strategy, len(res.Ranking))
+		}
+		if tc.strategy == "dbd" && m.temps["refine"][0] != 0.7 {
+			t.Fatalf("dbd temperature %v", m.temps["refine"][0])
+		}
+		if tc.strategy == "scattershot" && m.temps["scatter"][0] != 1.5 {
+			t.Fatalf("scattershot temperature %v", m.temps["scatter"][0])
+		}
+	}
+	// A model that writes no block still retrieves (with its reply).
+	r := retriever(t, ds, LLMFunc(func(context.Context, string, float64) (string, error) { return "", nil }))
+	if res, err := r.Retrieve(context.Background(), "dbd", q); err != nil || len(res.Ranking) == 0 || res.Ancestors[0] != q {
+		t.Fatalf("empty analysis: %v %+v", err, res)
+	}
+	if _, err := r.Retrieve(context.Background(), "genetic", q); err == nil {
+		t.Fatal("unknown strategy accepted")
+	}
+}
+
+// The point of FitText, on the generated data: an analyst that describes
+// the tool in the database's words retrieves better than the user's
+// query; one that echoes the query does not.
+func TestPseudoToolsBeatTheQuery(t *testing.T) {
+	ds := synthData(t, 20, 60)
+	good := retriever(t, ds, newScripted(true))
+	ev, err := Evaluate(context.Background(), good, ds, []string{"query", "single", "memetic"}, 5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := map[string]float64{}
+	for _, r := range ev.Rows {
+		if r.Subset == "all" {
+			all[r.Strategy] = r.Metrics.NDCG
+			if r.Queries != 60 {
+				t.Fatalf("%s: %d queries", r.Strategy, r.Queries)
+			}
+		}
+	}
+	t.Logf("NDCG@5: %v", all)
+	if !(all["single"] > all["query"]+0.1) || !(all["memetic"] > all["query"]+0.1) {
+		t.Fatalf("pseudo-tools in the tools' words did not beat the query: %v", all)
+	}
+	echo := retriever(t, ds, newScripted(false))
+	ev2, err := Evaluate(context.Background(), echo, ds, []string{"single"}, 5, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := ev2.Rows[len(ev2.Rows)-1].Metrics.NDCG; math.Abs(e-all["query"]) > 0.05 {
+		t.Fatalf("echoing the query gave %v, the query %v", e, all["query"])
+	}
+}
+
+func TestLoaders(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	corpus := write("tools.jsonl", `{"id": "gorilla/torch.reshape", "documentation": {"name": "reshape", "description": "Reshape a tensor"}}
+{"id": 7, "description": "Sort a list"}
+`)
+	qs := write("gorilla-pytorch.jsonl", `{"id": "q1", "query": "flatten my array", "labels": "[{\"id\": \"gorilla/torch.reshape\", \"relevance\": 1}]"}
+{"id": 2, "query": "order these", "labels": [{"id": 7, "relevance": 2}], "subset": "other"}
+`)
+	ds, err := LoadToolRet(qs, corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds.Tools) != 2 || ds.IDs[ds.Tools[0].Name] != "gorilla/torch.reshape" || !strings.Contains(ds.Tools[0].Description, "Reshape a tensor") {
+		t.Fatalf("tools %+v ids %v", ds.Tools, ds.IDs)
+	}
+	if ds.Queries[0].Subset != "gorilla-pytorch" || ds.Queries[1].Subset != "other" || ds.Queries[1].Gold["7"] != 2 {
+		t.Fatalf("queries %+v", ds.Queries)
+	}
+	for _, bad := range []struct{ q, c, want string }{
+		{qs, write("c1.jsonl", `{"id": "a", "documentation": ""}`), `tool "a" has no documentation`},
+		{qs, write("c2.jsonl", "{\"id\": \"a\", \"description\": \"x\"}\nnot json\n"), "c2.jsonl:2: not a JSON object"},
+		{qs, write("c3.jsonl", `{"id": "a", "description": "x"}`+"\n"+`{"id": "a", "description": "y"}`), `tool id "a" appears twice`},
+		{write("q1.jsonl", `{"id": "x", "query": "y", "labels": []}`), corpus, "labels is not a non-empty list"},
+		{write("q2.jsonl", `{"id": "x", "query": "y", "labels": [{"id": "nope"}]}`), corpus, `labelled tool "nope" is not in the corpus`},
+		{write("q3.jsonl", `{"id": "x", "labels": [{"id": 7}]}`), corpus, "needs an id and a query"},
+	} {
+		if _, err := LoadToolRet(bad.q, bad.c); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("error %v, want %q", err, bad.want)
+		}
+	}
+	stb := write("G1_instruction.json", `[{"query":"Forecast for Paris?","query_id":88,"api_list":[
+	 {"category_name":"Weather","tool_name":"Weather API","api_name":"Get Forecast","api_description":"5-day forecast"},
+	 {"category_name":"Weather","tool_name":"Weather API","api_name":"Get Alerts","api_description":"alerts"}],
+	 "relevant APIs":[["Weather API","Get Forecast"]]}]`)
+	sd, err := LoadStableToolBench(stb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sd.Tools) != 2 || sd.Queries[0].Subset != "G1_instruction" || sd.Queries[0].Gold["get_forecast_for_weather_api"] != 1 {
+		t.Fatalf("stablebench %+v", sd)
+	}
+}
+
+func TestConfigNamesBadKeys(t *testing.T) {
+	c := DefaultConfig()
+	c.K, c.Crossover, c.MemoryPenalty, c.ScatterTemp = 0, 1.5, "both", 3
+	err := c.Validate()
+	for _, want := range []string{"k: ", "crossover: ", `memory_penalty: "both"`, "scatter_temperature: "} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %q", err, want)
+		}
+	}
+}

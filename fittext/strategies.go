@@ -1,0 +1,428 @@
+package fittext
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/agemem/agemem/memtool"
+)
+
+// Retriever runs the strategies over a knowledge base.
+type Retriever struct {
+	Config Config
+	KB     *memtool.KB
+	// LLM writes the ancestors (the paper's analysis model); Refiner runs
+	// every other operator (nil: LLM). The paper pairs GPT-4.1 with
+	// GPT-4.1-mini or Qwen3-30B this way.
+	LLM, Refiner LLM
+	// Rand draws selection, crossover and mutation (seeded: reproducible).
+	Rand *rand.Rand
+}
+
+// Result is one query's retrieval.
+type Result struct {
+	Query     string        `json:"query"`
+	Strategy  string        `json:"strategy"`
+	Ancestors []string      `json:"ancestors,omitempty"`
+	Finals    []string      `json:"finals,omitempty"` // the descriptions each lineage ended with
+	Ranking   []memtool.Hit `json:"ranking"`          // best first, each tool once
+	Calls     int           `json:"llm_calls"`
+}
+
+// Memory is the tool memory 𝓜 of one invocation: what was tried, with
+// its generation index and the tools it retrieved (Eq. 7 compares tool
+// sets; App. C.2 stores intent strings: both are kept).
+type Memory []MemoryEntry
+
+// MemoryEntry is one remembered probe.
+type MemoryEntry struct {
+	Intent string
+	Gen    int
+	Tools  []string
+}
+
+type run struct {
+	r     *Retriever
+	query string
+	mem   Memory
+	res   *Result
+}
+
+func (x *run) gen(ctx context.Context, llm LLM, prompt string, t float64) (string, error) {
+	x.res.Calls++
+	out, err := llm.Generate(ctx, prompt, t)
+	if err != nil {
+		return "", fmt.Errorf("fittext: %s: the model: %w", x.res.Strategy, err)
+	}
+	return out, nil
+}
+
+func (x *run) refiner() LLM {
+	if x.r.Refiner != nil {
+		return x.r.Refiner
+	}
+	return x.r.LLM
+}
+
+// ret is RET for several descriptions at once.
+func (x *run) ret(ctx context.Context, ds []string, k int) ([][]memtool.Hit, error) {
+	return x.r.KB.Rank(ctx, ds, k)
+}
+
+func names(hs []memtool.Hit) []string {
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = h.Name
+	}
+	return out
+}
+
+func blurbs(kb *memtool.KB, hs []memtool.Hit) []string {
+	out := make([]string, 0, len(hs))
+	for _, h := range hs {
+		t, _ := kb.Get(h.Name)
+		out = append(out, t.Description)
+	}
+	return out
+}
+
+// Retrieve runs strategy (one of Strategies) for query.
+func (r *Retriever) Retrieve(ctx context.Context, strategy, query string) (Result, error) {
+	if err := CheckStrategy(strategy); err != nil {
+		return Result{}, err
+	}
+	if err := r.Config.Validate(); err != nil {
+		return Result{}, err
+	}
+	res := Result{Query: query, Strategy: strategy}
+	x := &run{r: r, query: query, res: &res}
+	c := r.Config
+	if strategy == "query" { // the static baseline: no model
+		hits, err := x.ret(ctx, []string{query}, c.K)
+		if err != nil {
+			return res, err
+		}
+		res.Ranking = hits[0]
+		return res, nil
+	}
+	if r.LLM == nil {
+		return res, fmt.Errorf("fittext: strategy %s needs a model", strategy)
+	}
+	out, err := x.gen(ctx, r.LLM, analysisPrompt(query), c.AnalysisTemp)
+	if err != nil {
+		return res, err
+	}
+	res.Ancestors = ParseBlocks(out)
+	if len(res.Ancestors) == 0 {
+		// A model that writes no block: its reply (or the query) is the one
+		// ancestor, so that every strategy still retrieves.
+		a := strings.TrimSpace(out)
+		if a == "" {
+			a = query
+		}
+		res.Ancestors = []string{a}
+	}
+	var lists [][]memtool.Hit
+	for _, a := range res.Ancestors {
+		var list []memtool.Hit
+		var final string
+		switch strategy {
+		case "single":
+			final = a
+			hits, err := x.ret(ctx, []string{a}, c.K)
+			if err != nil {
+				return res, err
+			}
+			list = hits[0]
+			x.mem = append(x.mem, MemoryEntry{Intent: a, Tools: names(list)})
+		case "dbd":
+			final, list, err = x.dbd(ctx, a)
+		case "scattershot":
+			final, list, err = x.scattershot(ctx, a)
+		case "memetic":
+			final, list, err = x.memetic(ctx, a)
+		}
+		if err != nil {
+			return res, err
+		}
+		res.Finals = append(res.Finals, final)
+		lists = append(lists, list)
+	}
+	res.Ranking = merge(lists)
+	return res, nil
+}
+
+// merge concatenates the lineages' lists, each tool once (the first time).
+func merge(lists [][]memtool.Hit) []memtool.Hit {
+	seen := map[string]bool{}
+	var out []memtool.Hit
+	for _, l := range lists {
+		for _, h := range l {
+			if !seen[h.Name] {
+				seen[h.Name] = true
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// dbd is Algorithm 3 for one lineage: T refinements, each grounded in the
+// lineage's deduplicated exemplars with the ancestor as anchor.
+func (x *run) dbd(ctx context.Context, a string) (string, []memtool.Hit, error) {
+	c := x.r.Config
+	d := a
+	var ex []memtool.Hit
+	for range c.Turns {
+		hits, err := x.ret(ctx, []string{d}, c.Exemplars)
+		if err != nil {
+			return "", nil, err
+		}
+		for _, h := range hits[0] {
+			if !slices.ContainsFunc(ex, func(e memtool.Hit) bool { return e.Name == h.Name }) {
+				ex = append(ex, h)
+			}
+		}
+		out, err := x.gen(ctx, x.refiner(), refinePrompt(x.query, a, d, blurbs(x.r.KB, ex)), c.RefineTemp)
+		if err != nil {
+			return "", nil, err
+		}
+		if next := ParseSingle(out); next != "" {
+			d = next
+		}
+	}
+	hits, err := x.ret(ctx, []string{d}, c.K)
+	if err != nil {
+		return "", nil, err
+	}
+	x.mem = append(x.mem, MemoryEntry{Intent: d, Tools: names(hits[0])})
+	return d, hits[0], nil
+}
+
+// scattershot is Algorithm 5 for one lineage: S probes sampled from the
+// ancestor and its exemplars, voted on (the ancestor itself does not
+// vote). With no usable probe the ancestor's own retrieval stands.
+func (x *run) scattershot(ctx context.Context, a string) (string, []memtool.Hit, error) {
+	c := x.r.Config
+	seed, err := x.ret(ctx, []string{a}, c.Exemplars)
+	if err != nil {
+		return "", nil, err
+	}
+	var probes []string
+	for range c.Scatter {
+		out, err := x.gen(ctx, x.refiner(), scatterPrompt(x.query, a, blurbs(x.r.KB, seed[0])), c.ScatterTemp)
+		if err != nil {
+			return "", nil, err
+		}
+		if p := ParseSingle(out); p != "" {
+			probes = append(probes, p)
+		}
+	}
+	if len(probes) == 0 {
+		hits, err := x.ret(ctx, []string{a}, c.K)
+		if err != nil {
+			return "", nil, err
+		}
+		return a, hits[0], nil
+	}
+	hits, err := x.ret(ctx, probes, c.K)
+	if err != nil {
+		return "", nil, err
+	}
+	return probes[0], Vote(hits, c.B), nil
+}
+
+// Vote is VOTE (Algorithm 7): the tools the probes retrieved, ordered by
+// how many probes retrieved them, then mean rank, then mean similarity
+// (then name, for a stable order); the first b. A tool's score is its
+// mean similarity.
+func Vote(lists [][]memtool.Hit, b int) []memtool.Hit {
+	type tally struct {
+		votes      int
+		rank, sims float64
+	}
+	t := map[string]*tally{}
+	for _, l := range lists {
+		for i, h := range l {
+			v := t[h.Name]
+			if v == nil {
+				v = &tally{}
+				t[h.Name] = v
+			}
+			v.votes++
+			v.rank += float64(i + 1)
+			v.sims += h.Score
+		}
+	}
+	ids := make([]string, 0, len(t))
+	for id := range t {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		a, b := t[ids[i]], t[ids[j]]
+		if a.votes != b.votes {
+			return a.votes > b.votes
+		}
+		ra, rb := a.rank/float64(a.votes), b.rank/float64(b.votes)
+		if ra != rb {
+			return ra < rb
+		}
+		sa, sb := a.sims/float64(a.votes), b.sims/float64(b.votes)
+		if sa != sb {
+			return sa > sb
+		}
+		return ids[i] < ids[j]
+	})
+	out := make([]memtool.Hit, 0, min(b, len(ids)))
+	for _, id := range ids[:min(b, len(ids))] {
+		out = append(out, memtool.Hit{Name: id, Score: t[id].sims / float64(t[id].votes)})
+	}
+	return out
+}
+
+// SRet is s_ret: 0.7 × the top-1 similarity + 0.3 × the mean of the
+// top 3 (of those there are).
+func SRet(hs []memtool.Hit) float64 {
+	if len(hs) == 0 {
+		return 0
+	}
+	n := min(3, len(hs))
+	var s float64
+	for _, h := range hs[:n] {
+		s += h.Score
+	}
+	return 0.7*hs[0].Score + 0.3*s/float64(n)
+}
+
+// Jaccard is |A∩B| / |A∪B| of two sets (0 when both are empty).
+func Jaccard(a, b []string) float64 {
+	sa, sb := map[string]bool{}, map[string]bool{}
+	for _, x := range a {
+		sa[x] = true
+	}
+	for _, x := range b {
+		sb[x] = true
+	}
+	inter := 0
+	for x := range sa {
+		if sb[x] {
+			inter++
+		}
+	}
+	union := len(sa) + len(sb) - inter
+	if union == 0 {
+		return 0
+	}
+	return float64(inter) / float64(union)
+}
+
+// Penalty is the memory term of Eq. 7: 0.5 × the largest overlap with a
+// remembered probe, counted when above 0.3. The overlap is of tool sets
+// (the paper) or of the descriptions' lower-cased words (mode "text", the
+// authors' code).
+func (m Memory) Penalty(mode, d string, tools []string) float64 {
+	best := 0.0
+	for _, e := range m {
+		var j float64
+		if mode == "text" {
+			j = Jaccard(strings.Fields(strings.ToLower(d)), strings.Fields(strings.ToLower(e.Intent)))
+		} else {
+			j = Jaccard(tools, e.Tools)
+		}
+		best = math.Max(best, j)
+	}
+	if best > 0.3 {
+		return 0.5 * best
+	}
+	return 0
+}
+
+// memetic is Algorithm 1 (Memetic V1) for one lineage.
+func (x *run) memetic(ctx context.Context, a string) (string, []memtool.Hit, error) {
+	c := x.r.Config
+	seed, err := x.ret(ctx, []string{a}, c.Exemplars)
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := x.gen(ctx, x.refiner(), seedPrompt(x.query, a, blurbs(x.r.KB, seed[0]), c.Population), c.MemeticTemp)
+	if err != nil {
+		return "", nil, err
+	}
+	pop := ParseBlocks(out)
+	for len(pop) < c.Population { // a model that wrote fewer: the ancestor fills in
+		pop = append(pop, a)
+	}
+	pop = pop[:c.Population]
+	var best string
+	var hits [][]memtool.Hit
+	g := 1
+	for ; ; g++ {
+		if hits, err = x.ret(ctx, pop, c.K); err != nil {
+			return "", nil, err
+		}
+		fit := make([]float64, len(pop))
+		for i, d := range pop {
+			fit[i] = SRet(hits[i]) - x.mem.Penalty(c.MemoryPenalty, d, names(hits[i]))
+		}
+		order := make([]int, len(pop))
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(i, j int) bool { return fit[order[i]] > fit[order[j]] })
+		best = pop[order[0]]
+		if fit[order[0]] >= c.Theta || g == c.Generations {
+			break
+		}
+		sel := make([]string, 0, (len(pop)+1)/2) // truncation selection: the top ⌈N/2⌉
+		for _, i := range order[:(len(pop)+1)/2] {
+			sel = append(sel, pop[i])
+		}
+		next := []string{best} // elitism
+		for len(next) < c.Population {
+			var child, fallback string
+			if len(sel) >= 2 && x.r.Rand.Float64() < c.Crossover {
+				p := x.r.Rand.Perm(len(sel))
+				fallback = sel[p[0]]
+				if out, err = x.gen(ctx, x.refiner(), crossoverPrompt(x.query, a, sel[p[0]], sel[p[1]]), c.MemeticTemp); err != nil {
+					return "", nil, err
+				}
+			} else {
+				fallback = sel[x.r.Rand.IntN(len(sel))]
+				if out, err = x.gen(ctx, x.refiner(), mutationPrompt(x.query, a, fallback), c.MemeticTemp); err != nil {
+					return "", nil, err
+				}
+			}
+			if child = ParseSingle(out); child == "" {
+				child = fallback
+			}
+			next = append(next, child)
+		}
+		// Memetic local search: each offspring refined against what it
+		// retrieves before it is evaluated.
+		kids, err := x.ret(ctx, next[1:], c.Exemplars)
+		if err != nil {
+			return "", nil, err
+		}
+		for i := 1; i < len(next); i++ {
+			out, err := x.gen(ctx, x.refiner(), refinePrompt(x.query, a, next[i], blurbs(x.r.KB, kids[i-1])), c.MemeticTemp)
+			if err != nil {
+				return "", nil, err
+			}
+			if d := ParseSingle(out); d != "" {
+				next[i] = d
+			}
+		}
+		pop = next
+	}
+	bestHits, err := x.ret(ctx, []string{a, best}, c.K)
+	if err != nil {
+		return "", nil, err
+	}
+	x.mem = append(x.mem, MemoryEntry{Intent: a, Gen: g, Tools: names(bestHits[0])}, MemoryEntry{Intent: best, Gen: g, Tools: names(bestHits[1])})
+	return best, Vote(hits, c.B), nil
+}
