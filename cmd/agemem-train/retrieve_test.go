@@ -62,4 +62,3 @@ func TestCLIToolsRetrieve(t *testing.T) {
 		}
 	}
 }
-
