@@ -98,3 +98,24 @@ func WriteRun(w io.Writer, runs map[string]Run, tag string) error {
 	}
 	return bw.Flush()
 }
+
+// WriteQrels writes judgments as TREC qrels ("qid 0 docid rel"), sorted.
+func WriteQrels(w io.Writer, qrels map[string]Qrels) error {
+	qids := make([]string, 0, len(qrels))
+	for q := range qrels {
+		qids = append(qids, q)
+	}
+	sort.Strings(qids)
+	bw := bufio.NewWriter(w)
+	for _, q := range qids {
+		ids := make([]string, 0, len(qrels[q]))
+		for id := range qrels[q] {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			fmt.Fprintf(bw, "%s 0 %s %d\n", q, id, qrels[q][id])
+		}
+	}
+	return bw.Flush()
+}

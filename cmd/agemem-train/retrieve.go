@@ -25,7 +25,7 @@ import (
 )
 
 func toolsRetrieveCmd(g *globals) *cobra.Command {
-	var strategies, data, corpus, stb, model, refineModel, native, dev, out, runPath string
+	var strategies, data, corpus, stb, model, refineModel, native, dev, out, runPath, qrelsPath string
 	var k, first int
 	cmd := &cobra.Command{
 		Use:   "retrieve",
@@ -46,7 +46,8 @@ model writes the pseudo-tools: --native DIR (the built-in engine) or
 --model on openai.base_url (--refine-model for every other call, as the
 paper pairs GPT-4.1 with GPT-4.1-mini). --out writes report.json (the table
 and each query's ranking) and retrieval.png; --run writes the rankings as a
-TREC run file (tag = strategy) for tools score.`,
+TREC run file (tag = strategy; with several strategies, one file each:
+run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 		Example: `  agemem-train tools synth --out data/fittext
   agemem-train tools retrieve --data data/fittext/queries.jsonl --corpus data/fittext/tools.jsonl --strategy query
   agemem-train tools retrieve --data data/fittext/queries.jsonl --corpus data/fittext/tools.jsonl \
@@ -119,15 +120,24 @@ TREC run file (tag = strategy) for tools score.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "%d tools, %d queries, embed.backend %s\n", len(ds.Tools), len(ds.Queries), cfg.Embed.Backend)
 			fittext.WriteTable(cmd.OutOrStdout(), ev.Rows)
 			if runPath != "" {
-				f, err := os.Create(runPath)
+				for _, s := range ss {
+					if err := writeRunFile(runFileFor(runPath, s, len(ss)), ev.Runs[s], s); err != nil {
+						return err
+					}
+				}
+			}
+			if qrelsPath != "" {
+				qr := map[string]toolret.Qrels{}
+				for _, q := range ds.Queries {
+					qr[q.ID] = q.Gold
+				}
+				f, err := os.Create(qrelsPath)
 				if err != nil {
 					return err
 				}
-				for _, s := range ss {
-					if err := toolret.WriteRun(f, ev.Runs[s], s); err != nil {
-						f.Close()
-						return err
-					}
+				if err := toolret.WriteQrels(f, qr); err != nil {
+					f.Close()
+					return err
 				}
 				if err := f.Close(); err != nil {
 					return err
@@ -150,7 +160,8 @@ TREC run file (tag = strategy) for tools score.`,
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen checkpoint instead of a server")
 	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device")
 	cmd.Flags().StringVar(&out, "out", "", "directory for report.json and retrieval.png")
-	cmd.Flags().StringVar(&runPath, "run", "", "write the rankings as a TREC run file")
+	cmd.Flags().StringVar(&runPath, "run", "", "write the rankings as a TREC run file (one per strategy: FILE.<strategy>.ext when several)")
+	cmd.Flags().StringVar(&qrelsPath, "qrels", "", "write the judgments as TREC qrels (for tools score)")
 	return cmd
 }
 
@@ -192,6 +203,29 @@ the distractors.`,
 	cmd.Flags().IntVar(&providers, "providers", 40, "providers (at most 80)")
 	cmd.Flags().IntVar(&queries, "queries", 300, "queries")
 	return cmd
+}
+
+// runFileFor is where strategy s's run goes: path itself for one
+// strategy, else path with the strategy before its extension (a run file
+// lists a tool once per query, so strategies cannot share one).
+func runFileFor(path, s string, n int) string {
+	if n == 1 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "." + s + ext
+}
+
+func writeRunFile(path string, runs map[string]toolret.Run, tag string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := toolret.WriteRun(f, runs, tag); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // fittextLLM is the model the flags name as a fittext.LLM: one user

@@ -26,7 +26,7 @@ func TestCLIToolsRetrieve(t *testing.T) {
 	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", testkit.QwenTokenizer(t), "--out", model)
 	out, runFile := filepath.Join(dir, "out"), filepath.Join(dir, "run.txt")
 	got = mustRun(t, append([]string{"tools", "retrieve", "--strategy", "query,memetic", "--native", model, "--first", "2",
-		"--set", "agent.response_budget=12", "--out", out, "--run", runFile}, data...)...)
+		"--set", "agent.response_budget=12", "--out", out, "--run", runFile, "--qrels", filepath.Join(dir, "qrels.txt")}, data...)...)
 	if !strings.Contains(got, "memetic      all                 2") {
 		t.Fatalf("memetic table:\n%s", got)
 	}
@@ -43,9 +43,13 @@ func TestCLIToolsRetrieve(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(out, "retrieval.png")); err != nil || st.Size() == 0 {
 		t.Fatalf("retrieval.png: %v", err)
 	}
-	raw, _ := os.ReadFile(runFile)
+	raw, _ := os.ReadFile(filepath.Join(dir, "run.memetic.txt"))
 	if !strings.Contains(string(raw), " Q0 ") || !strings.Contains(string(raw), " memetic\n") {
 		t.Fatalf("run file:\n%s", raw)
+	}
+	// tools score reads them back.
+	if got := mustRun(t, "tools", "score", "--qrels", filepath.Join(dir, "qrels.txt"), "--run", filepath.Join(dir, "run.query.txt"), "--k", "5"); !strings.Contains(got, "queries") || !strings.Contains(got, "\n5  ") {
+		t.Fatalf("tools score:\n%s", got)
 	}
 	for _, c := range []struct {
 		args []string
