@@ -131,7 +131,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 				for _, q := range ds.Queries {
 					qr[q.ID] = q.Gold
 				}
-				f, err := os.Create(qrelsPath)
+				f, err := create(qrelsPath)
 				if err != nil {
 					return err
 				}
@@ -216,8 +216,16 @@ func runFileFor(path, s string, n int) string {
 	return strings.TrimSuffix(path, ext) + "." + s + ext
 }
 
+// create makes path's directory and the file.
+func create(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return os.Create(path)
+}
+
 func writeRunFile(path string, runs map[string]toolret.Run, tag string) error {
-	f, err := os.Create(path)
+	f, err := create(path)
 	if err != nil {
 		return err
 	}
