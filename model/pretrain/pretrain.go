@@ -47,9 +47,12 @@ type Config struct {
 	// before and after it, some behind the very cue that later asks for the
 	// copy (as stored memories sit behind "content":" in a user turn), and
 	// the repeat follows a request cue (TargetCues: a tool argument, an
-	// answer tag), all of it learned.
-	Cued        bool `yaml:"cued"`
-	Distractors int  `yaml:"distractors"`
+	// answer tag), all of it learned. Cued is the share of sequences that
+	// are cued: from a random init, cued sequences alone do not start
+	// (induction forms on bare repeats first), so a run mixes both or
+	// continues a bare-repeat run.
+	Cued        float64 `yaml:"cued"`
+	Distractors int     `yaml:"distractors"`
 	// The learning rate and its schedule: induction forms at 1e-3 and not
 	// at the 1e-2 SFT of a tiny model from scratch uses.
 	optim.ScheduleConfig `yaml:",inline"`
@@ -76,6 +79,7 @@ func (c Config) Validate() error {
 	e.AtLeast("gap_min", c.GapMin, 0)
 	e.AtLeast("gap_max", c.GapMax, c.GapMin)
 	e.AtLeast("distractors", c.Distractors, 0)
+	e.Ratio("cued", c.Cued)
 	if err := c.ScheduleConfig.Validate(); err != nil {
 		e = append(e, err.(valid.Errors)...)
 	}
@@ -123,10 +127,10 @@ var (
 )
 
 // NewSequences draws from seed over the tokens [lo, hi). Cued sequences
-// need the cues in tok's ids (c.Cued with a nil tok is an error).
+// need the cues in tok's ids (c.Cued > 0 with a nil tok is an error).
 func NewSequences(c Config, lo, hi int, seed uint64, tok *tokenizer.Tokenizer) (*Sequences, error) {
 	s := &Sequences{c: c, lo: lo, hi: hi, r: rand.New(rand.NewPCG(seed, 0x636f7079))}
-	if !c.Cued {
+	if c.Cued == 0 {
 		return s, nil
 	}
 	if tok == nil {
@@ -167,7 +171,7 @@ func (s *Sequences) Next() train.Sequence {
 		return ids
 	}
 	src := span()
-	if !c.Cued {
+	if s.sources == nil || r.Float64() >= c.Cued {
 		push(src, false)
 		push(filler(c.GapMin+r.IntN(c.GapMax-c.GapMin+1)), false)
 		push(src, true)

@@ -67,7 +67,7 @@ func TestCuedSequences(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := DefaultConfig()
-	c.Cued, c.Distractors, c.SpanMin, c.SpanMax = true, 2, 3, 8
+	c.Cued, c.Distractors, c.SpanMin, c.SpanMax = 1, 2, 3, 8
 	if _, err := NewSequences(c, 300, 400, 1, nil); err == nil {
 		t.Fatal("cued sequences without a tokenizer")
 	}
@@ -114,6 +114,19 @@ func TestCuedSequences(t *testing.T) {
 	}
 	if askedDistractor == 0 {
 		t.Fatal("no distractor ever sat behind a request cue")
+	}
+	// A mixed run: about half the sequences cued, the rest bare repeats.
+	c.Cued = 0.5
+	s, _ = NewSequences(c, 300, 400, 5, tok)
+	cued := 0
+	for range 400 {
+		q := s.Next()
+		if endsWith(q.IDs[:slices.Index(q.Loss, true)], asks) {
+			cued++
+		}
+	}
+	if cued < 150 || cued > 250 {
+		t.Fatalf("%d of 400 sequences cued at cued = 0.5", cued)
 	}
 }
 
