@@ -73,12 +73,12 @@ func (s *Scripted) respond(msgs []stm.Message) string {
 		}
 		return s.answerQuery(msgs)
 	case s.UseMemory && s.factsIn(text) != nil:
-		var calls []map[string]any
+		var calls []toolCall
 		for _, f := range s.factsIn(text) {
 			if s.rng.Float64() < s.ForgetRate {
 				continue
 			}
-			calls = append(calls, map[string]any{"name": memtools.ToolAdd, "arguments": map[string]any{"content": f, "memory_type": "fact"}})
+			calls = append(calls, toolCall{memtools.ToolAdd, map[string]any{"content": f, "memory_type": "fact"}})
 		}
 		if len(calls) == 0 {
 			return answer("Nothing here needs storing.", "Noted.")
@@ -180,10 +180,19 @@ func answer(think, ans string) string {
 }
 
 func call(think, name string, args map[string]any) string {
-	return callMany(think, []map[string]any{{"name": name, "arguments": args}})
+	return callMany(think, []toolCall{{name, args}})
 }
 
-func callMany(think string, calls []map[string]any) string {
+// toolCall is written name first, as the prompt's example has it: the
+// policy picks the tool, then writes the arguments that tool takes (with
+// "arguments" first, a map's order, a small model had to name the tool
+// after writing its arguments, and often named the wrong one).
+type toolCall struct {
+	Name      string         `json:"name"`
+	Arguments map[string]any `json:"arguments"`
+}
+
+func callMany(think string, calls []toolCall) string {
 	b, _ := json.Marshal(calls)
 	return "<think>" + think + "</think>\n<tool_call>" + string(b) + "</tool_call>"
 }
