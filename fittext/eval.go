@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"github.com/agemem/agemem/toolret"
 )
@@ -30,8 +31,10 @@ type Evaluation struct {
 }
 
 // Evaluate runs every strategy on every query of ds and measures the
-// rankings at cutoff k. progress, if set, hears each query done.
-func Evaluate(ctx context.Context, r *Retriever, ds Dataset, strategies []string, k int, progress func(strategy string, done, total int)) (Evaluation, error) {
+// rankings at cutoff k. workers queries run at once (their model calls
+// batch together on a batching backend; results do not depend on it).
+// progress, if set, hears each query done (one at a time).
+func Evaluate(ctx context.Context, r *Retriever, ds Dataset, strategies []string, k, workers int, progress func(strategy string, done, total int)) (Evaluation, error) {
 	ev := Evaluation{Runs: map[string]map[string]toolret.Run{}, Results: map[string][]Result{}}
 	qrels := map[string]toolret.Qrels{}
 	subsetOf := map[string]string{}
@@ -47,13 +50,39 @@ func Evaluate(ctx context.Context, r *Retriever, ds Dataset, strategies []string
 		if err := CheckStrategy(s); err != nil {
 			return ev, err
 		}
+		results := make([]Result, len(ds.Queries))
+		errs := make([]error, len(ds.Queries))
+		jobs := make(chan int)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		done := 0
+		for range max(workers, 1) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range jobs {
+					results[i], errs[i] = r.Retrieve(ctx, s, ds.Queries[i].Text)
+					mu.Lock()
+					done++
+					if progress != nil {
+						progress(s, done, len(ds.Queries))
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		for i := range ds.Queries {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
 		runs := map[string]toolret.Run{}
 		calls := map[string]int{}
 		for i, q := range ds.Queries {
-			res, err := r.Retrieve(ctx, s, q.Text)
-			if err != nil {
-				return ev, fmt.Errorf("%s, query %s: %w", s, q.ID, err)
+			if errs[i] != nil {
+				return ev, fmt.Errorf("%s, query %s: %w", s, q.ID, errs[i])
 			}
+			res := results[i]
 			run := toolret.Run{}
 			for rank, h := range res.Ranking {
 				run[ds.IDs[h.Name]] = float64(len(res.Ranking) - rank)
@@ -62,9 +91,6 @@ func Evaluate(ctx context.Context, r *Retriever, ds Dataset, strategies []string
 			calls[q.Subset] += res.Calls
 			calls[""] += res.Calls
 			ev.Results[s] = append(ev.Results[s], res)
-			if progress != nil {
-				progress(s, i+1, len(ds.Queries))
-			}
 		}
 		ev.Runs[s] = runs
 		for _, sub := range append(slices.Clone(subsets), "all") {

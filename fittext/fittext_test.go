@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
+	"hash/fnv"
+	"sync"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,13 +23,13 @@ import (
 // operator.
 type scripted struct {
 	good  bool
+	mu    sync.Mutex
 	calls map[string]int
 	temps map[string][]float64
-	r     *rand.Rand
 }
 
 func newScripted(good bool) *scripted {
-	return &scripted{good: good, calls: map[string]int{}, temps: map[string][]float64{}, r: rand.New(rand.NewPCG(1, 2))}
+	return &scripted{good: good, calls: map[string]int{}, temps: map[string][]float64{}}
 }
 
 var provider = regexp.MustCompile(`Use (\w+)\.`)
@@ -51,9 +52,14 @@ func (s *scripted) Generate(_ context.Context, p string, t float64) (string, err
 	case strings.Contains(p, "Refine exactly one"):
 		op = "refine"
 	}
+	s.mu.Lock()
 	s.calls[op]++
 	s.temps[op] = append(s.temps[op], t)
+	s.mu.Unlock()
 	noise := []string{"quickly", "data", "service", "api", "information"}
+	h := fnv.New32a()
+	h.Write([]byte(p))
+	pick := func() string { return noise[h.Sum32()%uint32(len(noise))] } // the same prompt, the same reply
 	switch op {
 	case "analysis":
 		q := p[strings.LastIndex(p, "Task: ")+6:]
@@ -85,11 +91,11 @@ func (s *scripted) Generate(_ context.Context, p string, t float64) (string, err
 		}
 		return strings.Join(out, "\n"), nil
 	case "crossover":
-		return wrap(between(p, "Parent 1:\n", "\n") + " " + noise[s.r.IntN(len(noise))]), nil
+		return wrap(between(p, "Parent 1:\n", "\n") + " " + pick()), nil
 	case "mutation":
-		return wrap(between(p, "Parent:\n", "\n") + " " + noise[s.r.IntN(len(noise))]), nil
+		return wrap(between(p, "Parent:\n", "\n") + " " + pick()), nil
 	case "scatter":
-		return wrap(between(p, "Draft description (reference only; do not copy it):\n", "\n") + " " + noise[s.r.IntN(len(noise))]), nil
+		return wrap(between(p, "Draft description (reference only; do not copy it):\n", "\n") + " " + pick()), nil
 	case "refine":
 		return wrap(between(p, "Draft description to refine:\n", "\n")), nil
 	}
@@ -125,7 +131,7 @@ func retriever(t *testing.T, ds Dataset, llm LLM) *Retriever {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Retriever{Config: DefaultConfig(), KB: kb, LLM: llm, Rand: rand.New(rand.NewPCG(7, 7))}
+	return &Retriever{Config: DefaultConfig(), KB: kb, LLM: llm, Seed: 7}
 }
 
 func TestParseBlocks(t *testing.T) {
@@ -257,7 +263,7 @@ func TestStrategiesControlFlow(t *testing.T) {
 func TestPseudoToolsBeatTheQuery(t *testing.T) {
 	ds := synthData(t, 20, 60)
 	good := retriever(t, ds, newScripted(true))
-	ev, err := Evaluate(context.Background(), good, ds, []string{"query", "single", "memetic"}, 5, nil)
+	ev, err := Evaluate(context.Background(), good, ds, []string{"query", "single", "memetic"}, 5, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +280,18 @@ func TestPseudoToolsBeatTheQuery(t *testing.T) {
 	if !(all["single"] > all["query"]+0.1) || !(all["memetic"] > all["query"]+0.1) {
 		t.Fatalf("pseudo-tools in the tools' words did not beat the query: %v", all)
 	}
+	// Queries run concurrently give the same rankings.
+	ev4, err := Evaluate(context.Background(), retriever(t, ds, newScripted(true)), ds, []string{"memetic"}, 5, 4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, res := range ev4.Results["memetic"] {
+		if fmt.Sprint(res.Ranking) != fmt.Sprint(ev.Results["memetic"][i].Ranking) {
+			t.Fatalf("query %d: 4 workers ranked %v, one %v", i, res.Ranking, ev.Results["memetic"][i].Ranking)
+		}
+	}
 	echo := retriever(t, ds, newScripted(false))
-	ev2, err := Evaluate(context.Background(), echo, ds, []string{"single"}, 5, nil)
+	ev2, err := Evaluate(context.Background(), echo, ds, []string{"single"}, 5, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package fittext
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -20,8 +21,10 @@ type Retriever struct {
 	// every other operator (nil: LLM). The paper pairs GPT-4.1 with
 	// GPT-4.1-mini or Qwen3-30B this way.
 	LLM, Refiner LLM
-	// Rand draws selection, crossover and mutation (seeded: reproducible).
-	Rand *rand.Rand
+	// Seed draws selection, crossover and mutation: each query from its
+	// own generator seeded with (Seed, the query's hash), so a run is
+	// reproducible whatever order or concurrency the queries run in.
+	Seed uint64
 }
 
 // Result is one query's retrieval.
@@ -51,6 +54,7 @@ type run struct {
 	query string
 	mem   Memory
 	res   *Result
+	rand  *rand.Rand
 }
 
 func (x *run) gen(ctx context.Context, llm LLM, prompt string, t float64) (string, error) {
@@ -100,7 +104,9 @@ func (r *Retriever) Retrieve(ctx context.Context, strategy, query string) (Resul
 		return Result{}, err
 	}
 	res := Result{Query: query, Strategy: strategy}
-	x := &run{r: r, query: query, res: &res}
+	h := fnv.New64a()
+	h.Write([]byte(query))
+	x := &run{r: r, query: query, res: &res, rand: rand.New(rand.NewPCG(r.Seed, h.Sum64()))}
 	c := r.Config
 	if strategy == "query" { // the static baseline: no model
 		hits, err := x.ret(ctx, []string{query}, c.K)
@@ -385,14 +391,14 @@ func (x *run) memetic(ctx context.Context, a string) (string, []memtool.Hit, err
 		next := []string{best} // elitism
 		for len(next) < c.Population {
 			var child, fallback string
-			if len(sel) >= 2 && x.r.Rand.Float64() < c.Crossover {
-				p := x.r.Rand.Perm(len(sel))
+			if len(sel) >= 2 && x.rand.Float64() < c.Crossover {
+				p := x.rand.Perm(len(sel))
 				fallback = sel[p[0]]
 				if out, err = x.gen(ctx, x.refiner(), crossoverPrompt(x.query, a, sel[p[0]], sel[p[1]]), c.MemeticTemp); err != nil {
 					return "", nil, err
 				}
 			} else {
-				fallback = sel[x.r.Rand.IntN(len(sel))]
+				fallback = sel[x.rand.IntN(len(sel))]
 				if out, err = x.gen(ctx, x.refiner(), mutationPrompt(x.query, a, fallback), c.MemeticTemp); err != nil {
 					return "", nil, err
 				}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/agemem/agemem/chart"
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/fittext"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/train"
@@ -26,7 +26,7 @@ import (
 
 func toolsRetrieveCmd(g *globals) *cobra.Command {
 	var strategies, data, corpus, stb, model, refineModel, native, dev, out, runPath, qrelsPath string
-	var k, first int
+	var k, first, parallel int
 	cmd := &cobra.Command{
 		Use:   "retrieve",
 		Short: "FitText: retrieve tools for queries with each strategy and measure the rankings",
@@ -59,6 +59,9 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 			cfg, err := g.load()
 			if err != nil {
 				return err
+			}
+			if parallel < 1 {
+				return fmt.Errorf("--parallel %d: run at least one query at a time", parallel)
 			}
 			ss := strings.Split(strategies, ",")
 			needModel := false
@@ -97,23 +100,35 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 			if k > 0 {
 				fc.K = k
 			}
-			r := &fittext.Retriever{Config: fc, KB: kb, Rand: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x66697474))}
+			r := &fittext.Retriever{Config: fc, KB: kb, Seed: uint64(cfg.Seed)}
 			if needModel {
 				if native == "" && model == "" && cfg.OpenAI.Model == "" {
 					return fmt.Errorf("strategies other than query need a model: --native DIR or --model (openai.base_url)")
 				}
-				if r.LLM, err = fittextLLM(cmd, cfg, model, native, dev); err != nil {
+				if native != "" {
+					be, err := device.Open(dev, cmd.ErrOrStderr())
+					if err != nil {
+						return err
+					}
+					gen, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+					if err != nil {
+						return err
+					}
+					tx := decode.NewTexter(gen, parallel)
+					defer tx.Close()
+					r.LLM = tx
+				} else if r.LLM, err = fittextLLM(cmd, cfg, model, dev); err != nil {
 					return err
 				}
 				if refineModel != "" {
-					if r.Refiner, err = fittextLLM(cmd, cfg, refineModel, "", dev); err != nil {
+					if r.Refiner, err = fittextLLM(cmd, cfg, refineModel, dev); err != nil {
 						return err
 					}
 				}
 			}
 			pr := train.NewProgress(cmd.ErrOrStderr(), len(ss)*len(ds.Queries), isatty.IsTerminal(os.Stderr.Fd()))
 			done := 0
-			ev, err := fittext.Evaluate(ctx, r, ds, ss, fc.K, func(s string, _, _ int) { done++; pr.Update(done, s) })
+			ev, err := fittext.Evaluate(ctx, r, ds, ss, fc.K, parallel, func(s string, _, _ int) { done++; pr.Update(done, s) })
 			if err != nil {
 				return err
 			}
@@ -155,6 +170,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 	cmd.Flags().StringVar(&stb, "stb", "", "a StableToolBench solvable_queries file")
 	cmd.Flags().IntVar(&k, "k", 0, "cutoff and RET's top-k (default fittext.k)")
 	cmd.Flags().IntVar(&first, "first", 0, "only the first N queries")
+	cmd.Flags().IntVar(&parallel, "parallel", 8, "queries run at once (their model calls batch on the native engine)")
 	cmd.Flags().StringVar(&model, "model", "", "the model on openai.base_url that writes the pseudo-tools (default openai.model)")
 	cmd.Flags().StringVar(&refineModel, "refine-model", "", "a model on openai.base_url for every call but the first")
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen checkpoint instead of a server")
@@ -236,28 +252,19 @@ func writeRunFile(path string, runs map[string]toolret.Run, tag string) error {
 	return f.Close()
 }
 
-// fittextLLM is the model the flags name as a fittext.LLM: one user
-// message, sampled at the temperature each operator asks for.
-func fittextLLM(cmd *cobra.Command, cfg config.Config, model, native, dev string) (fittext.LLM, error) {
-	m, err := chatModel(cmd, cfg, model, native, dev)
+// fittextLLM is the model on the OpenAI-compatible server as a
+// fittext.LLM: one user message, sampled at the temperature each operator
+// asks for.
+func fittextLLM(cmd *cobra.Command, cfg config.Config, model, dev string) (fittext.LLM, error) {
+	m, err := chatModel(cmd, cfg, model, "", dev)
 	if err != nil {
 		return nil, err
 	}
+	om := m.(*openai.ChatModel)
 	return fittext.LLMFunc(func(ctx context.Context, prompt string, t float64) (string, error) {
-		var at agent.Model
-		switch x := m.(type) {
-		case decode.ChatModel:
-			g := *x.Generator
-			g.Sampling.Temperature = t
-			at = decode.ChatModel{Generator: &g}
-		case *openai.ChatModel:
-			c := *x
-			c.Temperature = t
-			at = &c
-		default:
-			at = m
-		}
-		r, err := at.Chat(ctx, []agent.Message{{Role: "user", Content: prompt}}, nil)
+		c := *om
+		c.Temperature = t
+		r, err := c.Chat(ctx, []agent.Message{{Role: "user", Content: prompt}}, nil)
 		if err != nil {
 			return "", err
 		}
