@@ -3,13 +3,13 @@ package fittext
 import (
 	"context"
 	"fmt"
-	"math"
 	"hash/fnv"
-	"sync"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agemem/agemem/embed"
