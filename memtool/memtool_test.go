@@ -3,6 +3,7 @@ package memtool
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
 )
 
 type modelFunc func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error)
@@ -375,5 +378,45 @@ func TestConfigNamesBadKeys(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %q", err, want)
 		}
+	}
+}
+
+// A knowledge base large enough for a device searches there (the CPU
+// backend selects as a GPU does) with the same results; a small one never
+// opens the device.
+func TestKBOnDevice(t *testing.T) {
+	ctx := context.Background()
+	emb := embed.NewHashing(512, []int{3})
+	var tools []Tool
+	for i := range embed.DeviceMinFloats/512 + 10 {
+		tools = append(tools, Tool{Spec: agent.Spec{Name: fmt.Sprintf("tool_%d", i), Description: fmt.Sprintf("returns figure %d of company %d", i%97, i)}})
+	}
+	dev, err := NewKB(ctx, emb, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := NewKB(ctx, emb, tools)
+	opened := 0
+	dev.UseDevice(func() kernels.TopKer { opened++; return cpu.New() })
+	queries := []string{"figure 12 of company 400", "company 2000", "returns figure 3"}
+	a, err := dev.Rank(ctx, queries, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := host.Rank(ctx, queries, 5)
+	if opened != 1 {
+		t.Fatalf("device opened %d times", opened)
+	}
+	for i := range a {
+		for j := range a[i] {
+			if a[i][j].Name != b[i][j].Name || math.Abs(a[i][j].Score-b[i][j].Score) > 1e-5 {
+				t.Fatalf("query %d: device %v, host %v", i, a[i], b[i])
+			}
+		}
+	}
+	small, _ := NewKB(ctx, emb, tools[:10])
+	small.UseDevice(func() kernels.TopKer { opened++; return cpu.New() })
+	if opened != 1 {
+		t.Fatal("a small knowledge base opened the device")
 	}
 }

@@ -77,28 +77,31 @@ func Embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
 }
 
 // StoreOptions are the SQLite memory store's options: memory.sync, and
-// embed.device for the top-k of large namespaces, opened when the first
-// one needs it (a GPU only: the CPU's own scan beats a CPU top-k kernel).
+// embed.device for the top-k of large namespaces (IndexDevice).
 func StoreOptions(cfg config.Config) ltm.SQLiteOptions {
+	return ltm.SQLiteOptions{SyncFull: cfg.Memory.Sync == "full", Device: IndexDevice(cfg)}
+}
+
+// IndexDevice is embed.device for the top-k of large indexes (memory
+// namespaces, tool knowledge bases), opened when the first one needs it;
+// nil when it is the CPU (whose own scan beats a CPU top-k kernel).
+func IndexDevice(cfg config.Config) func() kernels.TopKer {
 	var (
 		once sync.Once
 		be   kernels.TopKer
 	)
-	return ltm.SQLiteOptions{
-		SyncFull: cfg.Memory.Sync == "full",
-		Device: func() kernels.TopKer {
-			once.Do(func() {
-				d, err := device.Open(cfg.Embed.Device, os.Stderr)
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "embed.device: %v; memory top-k stays on the CPU\n", err)
-					return
-				}
-				if t, ok := d.(kernels.TopKer); ok && d.Name() != "cpu" {
-					be = t
-				}
-			})
-			return be
-		},
+	return func() kernels.TopKer {
+		once.Do(func() {
+			d, err := device.Open(cfg.Embed.Device, os.Stderr)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "embed.device: %v; top-k stays on the CPU\n", err)
+				return
+			}
+			if t, ok := d.(kernels.TopKer); ok && d.Name() != "cpu" {
+				be = t
+			}
+		})
+		return be
 	}
 }
 

@@ -118,6 +118,7 @@ model on the same server.`,
 			if err != nil {
 				return err
 			}
+			kb.UseDevice(roles.IndexDevice(cfg))
 			for _, q := range qs {
 				for _, g := range q.Gold {
 					if _, ok := kb.Get(g); !ok {

@@ -96,6 +96,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 			if err != nil {
 				return err
 			}
+			kb.UseDevice(roles.IndexDevice(cfg))
 			fc := cfg.FitText
 			if k > 0 {
 				fc.K = k
