@@ -1,13 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/openai"
 )
 
 // memtool synth writes a benchmark that memtool bench reads; the oracle
@@ -67,5 +76,91 @@ func TestCLIMemtool(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// oracleServer is an OpenAI-compatible server whose model is
+// memtool.Oracle (the agent and the controller, by native function calls)
+// and a judge that always says 1: memtool bench over the openai backend.
+func oracleServer(t *testing.T, queries string) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	qs, err := memtool.LoadQueries(queries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := memtool.Oracle{Gold: map[string][]string{}}
+	for _, q := range qs {
+		o.Gold[q.Text] = q.Gold
+	}
+	// The oracle searches with the gold tools' descriptions: the tools of
+	// the queries' api_lists are the same tools as the collection's.
+	kb, err := memtool.NewKB(context.Background(), embed.NewHashing(16, nil), memtool.QueryTools(qs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.KB = kb
+	var judged atomic.Int32
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req openai.ChatRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		var msgs []agent.Message
+		for _, m := range req.Messages {
+			am := agent.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+			for _, c := range m.ToolCalls {
+				am.ToolCalls = append(am.ToolCalls, agent.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+			}
+			msgs = append(msgs, am)
+		}
+		var ss []agent.Spec
+		for _, tl := range req.Tools {
+			ss = append(ss, agent.Spec{Name: tl.Function.Name})
+		}
+		msg := map[string]any{"role": "assistant", "content": ""}
+		if strings.HasPrefix(msgs[0].Content, "You grade") {
+			judged.Add(1)
+			msg["content"] = "1"
+		} else {
+			rep, err := o.Chat(r.Context(), msgs, ss)
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			msg["content"] = rep.Message.Content
+			var calls []any
+			for i, c := range rep.Message.ToolCalls {
+				calls = append(calls, map[string]any{"id": fmt.Sprintf("call_%d", i), "type": "function",
+					"function": map[string]any{"name": c.Name, "arguments": c.Arguments}})
+			}
+			if calls != nil {
+				msg["tool_calls"] = calls
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}}})
+	}))
+	t.Cleanup(ts.Close)
+	return ts, &judged
+}
+
+// memtool bench on an OpenAI-compatible server, by native function calls:
+// the agent, a separate controller model and the LLM judge all answer
+// there, and a competent model gets every turn right in every mode.
+func TestCLIMemtoolOverOpenAI(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, "memtool", "synth", "--companies", "30", "--queries", "12", "--out", dir)
+	ts, judged := oracleServer(t, filepath.Join(dir, "queries.json"))
+	got := mustRun(t, "memtool", "bench", "--policy", "openai", "--model", "agent", "--controller-model", "controller", "--judge-model", "judge",
+		"--set", "openai.base_url="+ts.URL+"/v1", "--set", "memtool.bench.judge=model",
+		"--set", "memtool.bench.queries="+filepath.Join(dir, "queries.json"), "--set", "memtool.bench.tools="+filepath.Join(dir, "tools.json"),
+		"--set", "memtool.bench.out="+filepath.Join(dir, "out"), "--set", "memtool.bench.turns=12")
+	for _, mode := range []string{"autonomous", "workflow", "hybrid"} {
+		if !strings.Contains(got, "openai   "+mode) {
+			t.Fatalf("no %s row:\n%s", mode, got)
+		}
+	}
+	if strings.Count(got, "1.000     1.000") != 3 || judged.Load() != 36 {
+		t.Fatalf("want tool correctness and task completion 1 in every mode, 36 judge calls (got %d):\n%s", judged.Load(), got)
 	}
 }
