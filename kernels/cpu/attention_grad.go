@@ -127,14 +127,17 @@ func headRows(src []float32, rows, stride, h, d int) []float32 {
 func Transpose(a []float32, r, c int) []float32 {
 	out := make([]float32, len(a))
 	const blk = 32
-	for i0 := 0; i0 < r; i0 += blk {
-		for j0 := 0; j0 < c; j0 += blk {
-			for i := i0; i < min(i0+blk, r); i++ {
-				for j := j0; j < min(j0+blk, c); j++ {
-					out[j*r+i] = a[i*c+j]
+	// Blocks of rows in parallel: each writes its own columns of out.
+	parallelFor((r+blk-1)/blk, blk*c, func(lo, hi int) {
+		for i0 := lo * blk; i0 < min(hi*blk, r); i0 += blk {
+			for j0 := 0; j0 < c; j0 += blk {
+				for i := i0; i < min(i0+blk, r); i++ {
+					for j := j0; j < min(j0+blk, c); j++ {
+						out[j*r+i] = a[i*c+j]
+					}
 				}
 			}
 		}
-	}
+	})
 	return out
 }

@@ -1,6 +1,10 @@
 package cpu
 
-import "math"
+import (
+	"math"
+
+	"github.com/agemem/agemem/kernels/vec"
+)
 
 // Backward kernels: for each forward op, the gradients of a scalar loss with
 // respect to its inputs, given the gradient dy of its output. Gradients are
@@ -128,44 +132,79 @@ func EmbeddingBackward[T Float](dtable, dy []T, ids []int, d int) {
 // the SFT loss use. targets[i] < 0 skips row i (its result is 0).
 func LogProbGather[T Float](logits []T, targets []int, v int) []T {
 	out := make([]T, len(targets))
-	for i, tok := range targets {
-		if tok < 0 {
-			continue
+	parallelFor(len(targets), 4*v, func(lo, hi int) {
+		var buf []float32
+		for i := lo; i < hi; i++ {
+			tok := targets[i]
+			if tok < 0 {
+				continue
+			}
+			row := logits[i*v : (i+1)*v]
+			lse, _, _ := rowLogSumExp(row, &buf)
+			out[i] = row[tok] - lse
 		}
-		row := logits[i*v : (i+1)*v]
-		out[i] = row[tok] - logSumExp(row)
-	}
+	})
 	return out
 }
 
 // LogProbGatherBackward: for out[i] = logits[i, tok] − logsumexp(logits[i]),
 // dlogits[i, :] += dout[i]·(onehot(tok) − softmax(logits[i])).
 func LogProbGatherBackward[T Float](dlogits, dout, logits []T, targets []int, v int) {
-	for i, tok := range targets {
-		if tok < 0 || dout[i] == 0 {
-			continue
+	parallelFor(len(targets), 6*v, func(lo, hi int) {
+		var buf []float32
+		for i := lo; i < hi; i++ {
+			tok := targets[i]
+			if tok < 0 || dout[i] == 0 {
+				continue
+			}
+			row := logits[i*v : (i+1)*v]
+			lse, e, sum := rowLogSumExp(row, &buf)
+			g := dout[i]
+			d := dlogits[i*v : (i+1)*v]
+			if e != nil {
+				// The softmax is e/Σe: a multiply a column, not an exponential.
+				s := g / T(sum)
+				for j, x := range e {
+					d[j] -= s * T(x)
+				}
+			} else {
+				for j, x := range row {
+					d[j] -= g * T(math.Exp(float64(x-lse)))
+				}
+			}
+			d[tok] += g
 		}
-		row := logits[i*v : (i+1)*v]
-		lse := logSumExp(row)
-		g := dout[i]
-		d := dlogits[i*v : (i+1)*v]
-		for j, x := range row {
-			d[j] -= g * T(math.Exp(float64(x-lse)))
-		}
-		d[tok] += g
-	}
+	})
 }
 
-func logSumExp[T Float](row []T) T {
-	m := math.Inf(-1)
-	for _, x := range row {
-		m = math.Max(m, float64(x))
+// rowLogSumExp is log Σ exp(row). A float32 row is exponentiated by the
+// vector kernel into *buf, which it also returns with its sum (exp(x −
+// max): the softmax is e/sum); a float64 row (the finite-difference
+// checks) is summed in float64 and no e is returned.
+func rowLogSumExp[T Float](row []T, buf *[]float32) (lse T, e []float32, sum float32) {
+	m := maxOf(row)
+	if r32, ok := any(row).([]float32); ok {
+		if cap(*buf) < len(r32) {
+			*buf = make([]float32, len(r32))
+		}
+		e = (*buf)[:len(r32)]
+		copy(e, r32)
+		sum = vec.ExpSub(e, float32(m))
+		return T(float64(m) + math.Log(float64(sum))), e, sum
 	}
 	var s float64
 	for _, x := range row {
-		s += math.Exp(float64(x) - m)
+		s += math.Exp(float64(x) - float64(m))
 	}
-	return T(m + math.Log(s))
+	return T(float64(m) + math.Log(s)), nil, 0
+}
+
+func maxOf[T Float](row []T) T {
+	m := row[0]
+	for _, x := range row[1:] {
+		m = max(m, x)
+	}
+	return m
 }
 
 // AttentionBackward is the gradient of Attention (causal GQA over a cache,

@@ -161,6 +161,46 @@ func TestBackwardFloat32MatchesFloat64(t *testing.T) {
 	}
 }
 
+// TestLogProbFloat32MatchesFloat64: the float32 log-softmax (vector
+// exponentials, rows in parallel, the softmax from the stored exponentials)
+// against the float64 one, on rows wide enough for the vector kernel and
+// its tail, with large logits and a skipped row.
+func TestLogProbFloat32MatchesFloat64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	const rows, vocab = 300, 2051
+	logits := r64(rng, rows*vocab)
+	for i := range logits {
+		logits[i] *= 8
+	}
+	targets := make([]int, rows)
+	dout := r64(rng, rows)
+	for i := range targets {
+		targets[i] = rng.IntN(vocab)
+	}
+	targets[7] = -1
+	f := func(v []float64) []float32 {
+		o := make([]float32, len(v))
+		for i := range v {
+			o[i] = float32(v[i])
+		}
+		return o
+	}
+	lp64, lp32 := LogProbGather(logits, targets, vocab), LogProbGather(f(logits), targets, vocab)
+	for i := range lp64 {
+		if math.Abs(float64(lp32[i])-lp64[i]) > 1e-4*max(1, math.Abs(lp64[i])) {
+			t.Fatalf("row %d: float32 log-prob %g, float64 %g", i, lp32[i], lp64[i])
+		}
+	}
+	d64, d32 := make([]float64, rows*vocab), make([]float32, rows*vocab)
+	LogProbGatherBackward(d64, dout, logits, targets, vocab)
+	LogProbGatherBackward(d32, f(dout), f(logits), targets, vocab)
+	for i := range d64 {
+		if math.Abs(float64(d32[i])-d64[i]) > 1e-5*max(1, math.Abs(d64[i])) {
+			t.Fatalf("dlogits[%d] (row %d): float32 %g, float64 %g", i, i/vocab, d32[i], d64[i])
+		}
+	}
+}
+
 // TestAttentionBackwardMatMul checks the matmul form against the plain
 // float64 kernel, with a cache offset and grouped heads.
 func TestAttentionBackwardMatMul(t *testing.T) {

@@ -51,9 +51,11 @@ func (*Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 	LinearBackward(data(dx), data(dw), data(db), data(dy), xd, wd, len(xd)/k, k, n)
 }
 
-// LinearBackward is MatMulTBackward for float32 with both products
-// through the tiled matmul on transposed copies (a transpose is O(size),
-// the product O(size·width)).
+// LinearBackward is MatMulTBackward for float32 through the tiled
+// matmuls. dx = dy·w multiplies by w's transpose; dw is computed as its
+// transpose, dwᵀ[k,n] = xᵀ·dy, so that what is transposed is x and the
+// [n, k] result, never dy: with n a vocabulary and k a small hidden size,
+// dy is by far the largest, and transposing it cost as much as the product.
 func LinearBackward(dx, dw, db, dy, x, w []float32, m, k, n int) {
 	if dx != nil {
 		tmp := make([]float32, m*k)
@@ -61,9 +63,9 @@ func LinearBackward(dx, dw, db, dy, x, w []float32, m, k, n int) {
 		Add(dx, tmp)
 	}
 	if dw != nil {
-		tmp := make([]float32, n*k)
-		MatMulT(tmp, Transpose(dy, m, n), Transpose(x, m, k), nil, n, m, k)
-		Add(dw, tmp)
+		tmp := make([]float32, k*n)
+		MatMulNNAdd(tmp, Transpose(x, m, k), dy, k, m, n)
+		Add(dw, Transpose(tmp, k, n))
 	}
 	if db != nil {
 		for i := range m {
