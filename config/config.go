@@ -247,4 +247,6 @@ func (m Model) SaveDtype() safetensors.DType {
 
 // EpisodeConfig is the three-stage episode of the episode and agent
 // sections.
-func (c Config) EpisodeConfig() env.EpisodeConfig { return env.NewEpisodeConfig(c.Episode, c.Agent) }
+func (c Config) EpisodeConfig() env.EpisodeConfig {
+	return env.NewEpisodeConfig(c.Episode, c.Agent, c.Tools.Offered())
+}

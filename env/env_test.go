@@ -345,3 +345,33 @@ func TestConversationsHoldEveryCall(t *testing.T) {
 		}
 	}
 }
+
+// TestOracleWithToolSubsets: offered only the long-term memory tools the
+// oracle stores and retrieves but keeps every distractor; offered only the
+// short-term ones it filters but stores nothing, and so has to guess.
+func TestOracleWithToolSubsets(t *testing.T) {
+	var buf bytes.Buffer
+	WriteHotpot(&buf, NewSynth(5).Generate(12))
+	var em [2]float64
+	StreamHotpot(&buf, func(task Task) error {
+		ltmOnly := runEpisode(t, NewOracle(task, 0, 0, 1).Offering(memtools.SubsetTools(memtools.SubsetLTM)), task)
+		calls := ltmOnly.ToolCalls()
+		if calls[memtools.ToolAdd] != 2 || calls[memtools.ToolRetrieve] != 1 || calls[memtools.ToolFilter] != 0 {
+			t.Fatalf("LTM-only oracle calls %v", calls)
+		}
+		stmOnly := runEpisode(t, NewOracle(task, 0, 0, 1).Offering(memtools.SubsetTools(memtools.SubsetSTM)), task)
+		calls = stmOnly.ToolCalls()
+		if calls[memtools.ToolAdd] != 0 || calls[memtools.ToolRetrieve] != 0 || calls[memtools.ToolFilter] == 0 || len(stmOnly.LTM[2]) != 0 {
+			t.Fatalf("STM-only oracle calls %v", calls)
+		}
+		if ltmOnly.FormatErrors()+stmOnly.FormatErrors() != 0 {
+			t.Fatal("the oracle called a tool it was not offered")
+		}
+		em[0] += ltmOnly.EM
+		em[1] += stmOnly.EM
+		return nil
+	})
+	if em[0] != 12 || em[1] > 6 {
+		t.Fatalf("EM of 12 tasks: LTM-only %v (want all), STM-only %v (guesses)", em[0], em[1])
+	}
+}

@@ -58,9 +58,10 @@ type EpisodeConfig struct {
 	SystemPrompt string
 }
 
-// NewEpisodeConfig is the episode of the "episode" and "agent" sections.
-func NewEpisodeConfig(s Stages, a memtools.Agent) EpisodeConfig {
-	return EpisodeConfig{Stages: s, Limits: a.Limits(), SystemPrompt: a.Prompt()}
+// NewEpisodeConfig is the episode of the "episode" and "agent" sections,
+// its prompt listing the tools offered.
+func NewEpisodeConfig(s Stages, a memtools.Agent, tools []string) EpisodeConfig {
+	return EpisodeConfig{Stages: s, Limits: a.Limits(), SystemPrompt: a.Prompt(tools)}
 }
 
 // casual phrasings for Stage 1 turns: I_q arrives as conversation, not as a

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/agemem/agemem/memtools"
@@ -28,7 +29,21 @@ type Scripted struct {
 	ForgetRate float64
 	// KeepDistractorRate is the chance of not filtering a distractor.
 	KeepDistractorRate float64
-	rng                *rand.Rand
+	// Tools are the tools it may call (tools.subset); nil: all six. Without
+	// Add_memory it stores nothing, without Filter_context it keeps the
+	// distractors, without Retrieve_memory it answers from its context.
+	Tools []string
+	rng   *rand.Rand
+}
+
+// Offering limits the tools s calls to tools, and returns s.
+func (s *Scripted) Offering(tools []string) *Scripted {
+	s.Tools = tools
+	return s
+}
+
+func (s *Scripted) may(tool string) bool {
+	return s.UseMemory && (s.Tools == nil || slices.Contains(s.Tools, tool))
 }
 
 // NewOracle returns the memory-using scripted policy for t.
@@ -66,13 +81,13 @@ func (s *Scripted) respond(msgs []stm.Message) string {
 	text, _ := SplitTurn(last.Content)
 	switch {
 	case strings.Contains(text, s.Task.Question):
-		if s.UseMemory {
+		if s.may(memtools.ToolRetrieve) {
 			k := max(3, len(s.Task.SupportingFacts))
 			return call("The answer depends on facts from earlier conversations; retrieve them from long-term memory.",
 				memtools.ToolRetrieve, map[string]any{"query": s.Task.Question, "top_k": k})
 		}
 		return s.answerQuery(msgs)
-	case s.UseMemory && s.factsIn(text) != nil:
+	case s.may(memtools.ToolAdd) && s.factsIn(text) != nil:
 		var calls []toolCall
 		for _, f := range s.factsIn(text) {
 			if s.rng.Float64() < s.ForgetRate {
@@ -84,7 +99,7 @@ func (s *Scripted) respond(msgs []stm.Message) string {
 			return answer("Nothing here needs storing.", "Noted.")
 		}
 		return callMany("This is a concrete fact that may be needed later; store it in long-term memory.", calls)
-	case s.UseMemory && s.isDistractor(text):
+	case s.may(memtools.ToolFilter) && s.isDistractor(text):
 		if s.rng.Float64() < s.KeepDistractorRate {
 			return answer("This does not concern anything I need.", "Noted.")
 		}

@@ -35,6 +35,9 @@ type Method struct {
 	Dir string
 	// Scripted is a scripted policy: no-memory or oracle.
 	Scripted string
+	// Tools is the tool subset it plays with (tools.subset: all, ltm, stm);
+	// empty: the config's.
+	Tools string
 }
 
 // Options are an evaluation's inputs.
@@ -83,7 +86,14 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	}
 	var rows []Row
 	for _, p := range o.Methods {
-		outs, err := play(ctx, o.Config, h, o.Tasks, p, o.Log)
+		cfg := o.Config
+		if p.Tools != "" {
+			cfg.Tools.Subset = p.Tools
+			if err := cfg.Tools.Validate(); err != nil {
+				return nil, fmt.Errorf("%s: tools: %w", p.Name, err)
+			}
+		}
+		outs, err := play(ctx, cfg, h, o.Tasks, p, o.Log)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Name, err)
 		}
@@ -112,7 +122,7 @@ func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.T
 			case "no-memory":
 				pol = env.NewNoMemory(t)
 			case "oracle":
-				pol = env.NewOracle(t, 0, 0, uint64(cfg.Seed))
+				pol = env.NewOracle(t, 0, 0, uint64(cfg.Seed)).Offering(cfg.Tools.Offered())
 			default:
 				return nil, fmt.Errorf("no model directory and no scripted policy (no-memory, oracle)")
 			}

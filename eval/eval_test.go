@@ -140,3 +140,27 @@ func TestEvalReportsProgress(t *testing.T) {
 		t.Fatalf("progress:\n%s", log.String())
 	}
 }
+
+// TestMethodsPlayTheirToolSubset: rows of one table play with their own
+// tool subsets (the component ablation): the LTM-only oracle never
+// filters yet answers everything, the STM-only one stores nothing and
+// guesses; a bad subset is an error naming the row.
+func TestMethodsPlayTheirToolSubset(t *testing.T) {
+	ts := tasks(t, 6)
+	rows, err := Run(context.Background(), Options{Config: config.Default(), Tasks: ts, Methods: []Method{
+		{Name: "both", Scripted: "oracle"}, {Name: "LTM-only", Scripted: "oracle", Tools: "ltm"}, {Name: "STM-only", Scripted: "oracle", Tools: "stm"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, ltmOnly, stmOnly := rows[0], rows[1], rows[2]
+	if both.ToolCalls["Filter_context"] == 0 || ltmOnly.ToolCalls["Filter_context"] != 0 || ltmOnly.EM.Mean != 1 {
+		t.Fatalf("both %v; LTM-only %v, EM %v", both.ToolCalls, ltmOnly.ToolCalls, ltmOnly.EM)
+	}
+	if stmOnly.ToolCalls["Add_memory"] != 0 || stmOnly.ToolCalls["Filter_context"] == 0 || stmOnly.MQ.Mean != 0 || stmOnly.EM.Mean == 1 {
+		t.Fatalf("STM-only %v, MQ %v, EM %v", stmOnly.ToolCalls, stmOnly.MQ, stmOnly.EM)
+	}
+	_, err = Run(context.Background(), Options{Config: config.Default(), Tasks: ts, Methods: []Method{{Name: "odd", Scripted: "oracle", Tools: "rag"}}})
+	if err == nil || !strings.Contains(err.Error(), "odd") || !strings.Contains(err.Error(), "subset") {
+		t.Fatalf("a bad subset: %v", err)
+	}
+}

@@ -1,6 +1,10 @@
 package memtools
 
-import "github.com/agemem/agemem/internal/valid"
+import (
+	"slices"
+
+	"github.com/agemem/agemem/internal/valid"
+)
 
 // Options are the tools' defaults (config section "tools", Appendix A.1).
 type Options struct {
@@ -17,11 +21,40 @@ type Options struct {
 	SummarizerModel string `yaml:"summarizer_model"`
 	// SummaryMaxTokens bounds an extractive summary.
 	SummaryMaxTokens int `yaml:"summary_max_tokens"`
+	// Subset is the tools offered (the paper's component ablation): "all",
+	// "ltm" (Add, Update, Delete, Retrieve: AgeMem-RAG, Figure 4's +LT) or
+	// "stm" (Summary, Filter). The prompt lists only these; a call to
+	// another is refused with a message the model reads.
+	Subset string `yaml:"subset"`
 }
+
+// Tool subsets (tools.subset).
+const (
+	SubsetAll = "all"
+	SubsetLTM = "ltm"
+	SubsetSTM = "stm"
+)
+
+// SubsetTools are the tools of a subset, in the order of ToolNames.
+func SubsetTools(subset string) []string {
+	switch subset {
+	case SubsetLTM:
+		return []string{ToolRetrieve, ToolAdd, ToolUpdate, ToolDelete}
+	case SubsetSTM:
+		return []string{ToolSummary, ToolFilter}
+	}
+	return ToolNames
+}
+
+// Offered is the tools this configuration offers.
+func (o Options) Offered() []string { return SubsetTools(o.Subset) }
+
+// Offers reports whether tool name is offered.
+func (o Options) Offers(name string) bool { return slices.Contains(o.Offered(), name) }
 
 // DefaultOptions are the paper's defaults.
 func DefaultOptions() Options {
-	return Options{TopK: 3, MaxTopK: 50, FilterThreshold: 0.6, Summarizer: "extractive", SummaryMaxTokens: 256}
+	return Options{TopK: 3, MaxTopK: 50, FilterThreshold: 0.6, Summarizer: "extractive", SummaryMaxTokens: 256, Subset: SubsetAll}
 }
 
 // Validate checks every key.
@@ -37,6 +70,7 @@ func (o Options) Validate() error {
 		e.Add("summarizer_model", "must name a model when tools.summarizer is %s", o.Summarizer)
 	}
 	e.AtLeast("summary_max_tokens", o.SummaryMaxTokens, 8)
+	e.OneOf("subset", o.Subset, SubsetAll, SubsetLTM, SubsetSTM)
 	return e.Err()
 }
 
@@ -72,8 +106,8 @@ func (a Agent) Validate() error {
 // Limits bound one run of the loop.
 func (a Agent) Limits() Limits { return Limits{MaxSteps: a.MaxSteps, ContextBudget: a.ContextBudget} }
 
-// Prompt is the system prompt of the configured style.
-func (a Agent) Prompt() string {
-	p, _ := SystemPromptFor(a.SystemPrompt) // validated
+// Prompt is the system prompt of the configured style, listing tools.
+func (a Agent) Prompt(tools []string) string {
+	p, _ := SystemPromptWith(a.SystemPrompt, tools) // validated
 	return p
 }

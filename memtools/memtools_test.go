@@ -405,3 +405,54 @@ func TestErrorsAreDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestToolSubsets: a runtime offering a subset (tools.subset) lists only
+// those tools in either prompt and refuses the others with a message the
+// model reads; an unknown tool is still named as unknown. All six give the
+// paper's prompt byte for byte.
+func TestToolSubsets(t *testing.T) {
+	if p, _ := SystemPromptWith(PromptPaper, SubsetTools(SubsetAll)); p != SystemPrompt() || !strings.Contains(p, `"name": "Filter_context"`) {
+		t.Fatal("the prompt of all six tools is not the paper's")
+	}
+	for _, c := range []struct {
+		subset     string
+		has, lacks []string
+	}{
+		{SubsetLTM, []string{ToolAdd, ToolUpdate, ToolDelete, ToolRetrieve}, []string{ToolFilter, ToolSummary}},
+		{SubsetSTM, []string{ToolFilter, ToolSummary}, []string{ToolAdd, ToolUpdate, ToolDelete, ToolRetrieve}},
+	} {
+		for _, style := range []string{PromptPaper, PromptCompact} {
+			p, err := SystemPromptWith(style, SubsetTools(c.subset))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The paper's text keeps its own example call; its tool list is
+			// the schemas section.
+			if i := strings.Index(p, "## Problem-Solving"); i > 0 {
+				p = p[:i]
+			}
+			for _, n := range c.has {
+				if !strings.Contains(p, n) {
+					t.Errorf("%s %s prompt lacks %s", c.subset, style, n)
+				}
+			}
+			for _, n := range c.lacks {
+				if strings.Contains(p, n) {
+					t.Errorf("%s %s prompt lists %s", c.subset, style, n)
+				}
+			}
+		}
+		rt := newRuntime()
+		rt.Options.Subset = c.subset
+		r := exec(t, rt, c.lacks[0], `{"criteria": "x", "content": "y", "query": "q", "span": "1"}`)
+		if r.OK || !strings.Contains(r.Error, "is not offered") || !strings.Contains(r.Error, c.has[0]) {
+			t.Errorf("%s: %s gave %+v", c.subset, c.lacks[0], r)
+		}
+		if r := exec(t, rt, "Forget_everything", `{}`); r.OK || !strings.Contains(r.Error, "unknown tool") {
+			t.Errorf("unknown tool: %+v", r)
+		}
+	}
+	if err := (Options{TopK: 3, MaxTopK: 50, FilterThreshold: 0.6, Summarizer: "extractive", SummaryMaxTokens: 64, Subset: "ltm-only"}).Validate(); err == nil || !strings.Contains(err.Error(), "subset") {
+		t.Fatalf("a bad subset: %v", err)
+	}
+}

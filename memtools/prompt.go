@@ -60,10 +60,32 @@ Let's start!`
 
 // SystemPrompt returns the Appendix A.1 prompt with the tool schemas filled
 // in as indented JSON.
-func SystemPrompt() string {
+func SystemPrompt() string { return paperPrompt(ToolNames) }
+
+func paperPrompt(tools []string) string {
 	var buf bytes.Buffer
-	json.Indent(&buf, bytes.TrimSpace(schemasJSON), "", "  ")
+	json.Indent(&buf, schemasOf(tools), "", "  ")
 	return strings.Replace(systemPromptTemplate, "[TOOLS]", buf.String(), 1)
+}
+
+// schemasOf is the embedded schemas JSON with only the named tools: all
+// six, byte for byte, when all are named.
+func schemasOf(tools []string) []byte {
+	if len(tools) == len(ToolNames) {
+		return bytes.TrimSpace(schemasJSON)
+	}
+	var all []json.RawMessage
+	if err := json.Unmarshal(schemasJSON, &all); err != nil {
+		panic("memtools: schemas.json: " + err.Error()) // embedded, checked by tests
+	}
+	var keep []json.RawMessage
+	for i, s := range Schemas() {
+		if slices.Contains(tools, s.Name) {
+			keep = append(keep, all[i])
+		}
+	}
+	out, _ := json.Marshal(keep)
+	return out
 }
 
 // SummaryPrompt is the summarisation system prompt of Appendix A.1 (SUMMARY);
@@ -96,18 +118,22 @@ const (
 	PromptCompact = "compact"
 )
 
-// SystemPromptFor returns the system prompt of a style.
-func SystemPromptFor(style string) (string, error) {
+// SystemPromptFor returns the system prompt of a style with all six tools.
+func SystemPromptFor(style string) (string, error) { return SystemPromptWith(style, ToolNames) }
+
+// SystemPromptWith returns the system prompt of a style listing only the
+// given tools (tools.subset).
+func SystemPromptWith(style string, tools []string) (string, error) {
 	switch style {
 	case PromptPaper, "":
-		return SystemPrompt(), nil
+		return paperPrompt(tools), nil
 	case PromptCompact:
-		return compactPrompt(), nil
+		return compactPrompt(tools), nil
 	}
 	return "", fmt.Errorf("system prompt %q is not %s or %s", style, PromptPaper, PromptCompact)
 }
 
-func compactPrompt() string {
+func compactPrompt(offered []string) string {
 	var tools []struct {
 		Name       string `json:"name"`
 		Parameters struct {
@@ -115,7 +141,7 @@ func compactPrompt() string {
 			Required   []string                   `json:"required"`
 		} `json:"parameters"`
 	}
-	if err := json.Unmarshal(schemasJSON, &tools); err != nil {
+	if err := json.Unmarshal(schemasOf(offered), &tools); err != nil {
 		panic("memtools: schemas.json: " + err.Error()) // embedded, checked by tests
 	}
 	var b strings.Builder

@@ -44,7 +44,7 @@ type Result struct {
 // Result whose Content tells the model what was wrong. The error return is
 // for failures outside the model's control (a store that cannot be written).
 func (rt *Runtime) Execute(ctx context.Context, c Call) (Result, error) {
-	args, err := decodeArgs(c)
+	args, err := decodeArgs(c, rt.Options.Offered())
 	if err != nil {
 		return rt.fail(c.Name, err), nil
 	}
@@ -88,7 +88,7 @@ func (rt *Runtime) fail(name string, err error) Result {
 // args holds a call's arguments, checked against the tool's schema.
 type args map[string]json.RawMessage
 
-func decodeArgs(c Call) (args, error) {
+func decodeArgs(c Call, offered []string) (args, error) {
 	var schema *Schema
 	for _, s := range Schemas() {
 		if s.Name == c.Name {
@@ -97,7 +97,10 @@ func decodeArgs(c Call) (args, error) {
 		}
 	}
 	if schema == nil {
-		return nil, badf("unknown tool %q; the tools are %s", c.Name, strings.Join(ToolNames, ", "))
+		return nil, badf("unknown tool %q; the tools are %s", c.Name, strings.Join(offered, ", "))
+	}
+	if !slices.Contains(offered, c.Name) {
+		return nil, badf("tool %q is not offered here; the tools are %s", c.Name, strings.Join(offered, ", "))
 	}
 	var a args
 	if err := json.Unmarshal(c.Arguments, &a); err != nil {

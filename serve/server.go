@@ -74,7 +74,7 @@ func New(o Options) (*Server, error) {
 	if (o.Backend == nil && o.Policy == nil) || o.Store == nil || o.Embedder == nil {
 		return nil, errors.New("serve: a policy, a store and an embedder are required")
 	}
-	sys, err := memtools.SystemPromptFor(o.Agent.SystemPrompt)
+	sys, err := memtools.SystemPromptWith(o.Agent.SystemPrompt, o.Tools.Offered())
 	if err != nil {
 		return nil, err
 	}

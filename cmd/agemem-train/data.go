@@ -117,7 +117,7 @@ make the oracle imperfect, so the tuned policy leaves RL room to improve.`,
 				if n > 0 && tasks >= n {
 					return errStop
 				}
-				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
+				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)).Offering(cfg.Tools.Offered()), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
 				if err != nil {
 					return err
 				}

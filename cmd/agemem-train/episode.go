@@ -42,7 +42,7 @@ func policyFor(name string, t env.Task, cfg config.Config, native, ol, oa memtoo
 		}
 		return oa, nil
 	case "oracle":
-		return env.NewOracle(t, 0, 0, uint64(cfg.Seed)), nil
+		return env.NewOracle(t, 0, 0, uint64(cfg.Seed)).Offering(cfg.Tools.Offered()), nil
 	case "no-memory":
 		return env.NewNoMemory(t), nil
 	case "native":

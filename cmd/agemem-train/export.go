@@ -102,7 +102,7 @@ the policy can be served with serve.backend ollama.`,
 			if err != nil {
 				return err
 			}
-			system, err := memtools.SystemPromptFor(cfg.Agent.SystemPrompt)
+			system, err := memtools.SystemPromptWith(cfg.Agent.SystemPrompt, cfg.Tools.Offered())
 			if err != nil {
 				return err
 			}

@@ -393,12 +393,12 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 	sets := []string{"--set", "data.eval=" + data, "--set", "eval.tasks=2", "--set", "eval.out=" + filepath.Join(dir, "eval.json"),
 		"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "episode.stage1_max_turns=1", "--set", "episode.stage2_max_turns=1",
 		"--norl", model, "--trained", model}
-	out := mustRun(t, append([]string{"eval", "--method", "Answer-Only=" + model}, sets...)...)
-	if !strings.Contains(out, "\nAnswer-Only  2 ") || !strings.Contains(out, "\nAgeMem       2 ") {
+	out := mustRun(t, append([]string{"eval", "--method", "Answer-Only=" + model, "--method", "LTM-only=" + model + ",tools=ltm"}, sets...)...)
+	if !strings.Contains(out, "\nAnswer-Only  2 ") || !strings.Contains(out, "\nAgeMem       2 ") || !strings.Contains(out, "\nLTM-only     2 ") {
 		t.Fatalf("table:\n%s", out)
 	}
 	var rows []map[string]any
-	if err := json.Unmarshal(mustRead(t, filepath.Join(dir, "eval.json")), &rows); err != nil || len(rows) != 4 || rows[3]["policy"] != "Answer-Only" {
+	if err := json.Unmarshal(mustRead(t, filepath.Join(dir, "eval.json")), &rows); err != nil || len(rows) != 5 || rows[3]["policy"] != "Answer-Only" {
 		t.Fatalf("eval.json: %v %v", err, rows)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "eval.png")); err != nil {
@@ -408,6 +408,7 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 		{"Answer-Only", "want NAME=DIR"},
 		{"AgeMem=" + model, `already has a row "AgeMem"`},
 		{"X=" + dir, "not a model directory"},
+		{"X=" + model + ",tools=rag", `tools="rag" is not all, ltm or stm`},
 	} {
 		if _, err := run(t, append([]string{"eval", "--method", c.method}, sets...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--method %s: %v", c.method, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
+	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl"
@@ -224,10 +225,13 @@ and tool calls per task. Writes the table as JSON to eval.out and a bar
 chart beside it. --method NAME=DIR adds a row for another policy, e.g. the
 paper's reward ablation (Table 4): a policy trained with only R_task
 (--set reward.w_context=0 --set reward.w_memory=0 and no penalties) beside
-the All-Returns one, on the same tasks.`,
+the All-Returns one, on the same tasks. NAME=DIR,tools=ltm plays that row
+with a tool subset (tools.subset: ltm or stm), the component ablation of
+Figure 4: a policy trained with only the long-term memory tools.`,
 		Example: `  agemem-train eval --config configs/tiny.yaml
   agemem-train eval --config configs/tiny.yaml --trained runs/other/policy --set eval.tasks=0
   agemem-train eval --config configs/tiny.yaml --method Answer-Only=runs/answer-only/rl/policy
+  agemem-train eval --config configs/tiny.yaml --method LTM-only=runs/ltm/rl/policy,tools=ltm
   agemem-train eval --config configs/tiny.yaml --set data.eval=data/other.json --set eval.tasks=200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -254,13 +258,20 @@ the All-Returns one, on the same tasks.`,
 				if !ok || name == "" || dir == "" {
 					return fmt.Errorf("--method %q: want NAME=DIR, e.g. Answer-Only=runs/answer-only/rl/policy", m)
 				}
+				var tools string
+				if d, sub, ok := strings.Cut(dir, ",tools="); ok {
+					dir, tools = d, sub
+					if !slices.Contains([]string{memtools.SubsetAll, memtools.SubsetLTM, memtools.SubsetSTM}, tools) {
+						return fmt.Errorf("--method %q: tools=%q is not all, ltm or stm", m, tools)
+					}
+				}
 				if slices.ContainsFunc(methods, func(x eval.Method) bool { return x.Name == name }) {
 					return fmt.Errorf("--method %q: the table already has a row %q", m, name)
 				}
 				if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
 					return fmt.Errorf("--method %q: %s is not a model directory (no config.json)", m, dir)
 				}
-				methods = append(methods, eval.Method{Name: name, Dir: dir})
+				methods = append(methods, eval.Method{Name: name, Dir: dir, Tools: tools})
 			}
 			rows, err := eval.Run(cmd.Context(), eval.Options{Config: cfg, Tasks: tasks, Log: cmd.ErrOrStderr(), Methods: methods})
 			if err != nil {
@@ -283,6 +294,6 @@ the All-Returns one, on the same tasks.`,
 	}
 	cmd.Flags().StringVar(&trained, "trained", "", "the trained policy (default: rl.out/policy)")
 	cmd.Flags().StringVar(&norl, "norl", "", "the policy without RL (default: rl.init)")
-	cmd.Flags().StringArrayVar(&extra, "method", nil, "another row: NAME=DIR, a policy to play on the same tasks (repeatable)")
+	cmd.Flags().StringArrayVar(&extra, "method", nil, "another row: NAME=DIR or NAME=DIR,tools=ltm|stm, a policy to play on the same tasks (repeatable)")
 	return cmd
 }
