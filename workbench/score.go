@@ -19,6 +19,17 @@ type Task struct {
 	Domains        []string
 }
 
+// EmbeddedTasks are the tasks of a domain shipped with the sandbox
+// (analytics, calendar or email).
+func EmbeddedTasks(domain string) ([]Task, error) {
+	f, err := embedded.Open("data/" + domain + "_queries_and_answers.csv")
+	if err != nil {
+		return nil, fmt.Errorf("workbench: no embedded tasks for %q (analytics, calendar, email)", domain)
+	}
+	defer f.Close()
+	return readTasks(f, domain+"_queries_and_answers.csv")
+}
+
 // LoadTasks reads a queries-and-answers CSV file (header query, answer,
 // base_template, chosen_template, domains; answer and domains are Python
 // lists of strings). Errors name the file, the line and the column.
@@ -28,6 +39,10 @@ func LoadTasks(path string) ([]Task, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readTasks(f, path)
+}
+
+func readTasks(f io.Reader, path string) ([]Task, error) {
 	r := csv.NewReader(f)
 	head, err := r.Read()
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 )
 
 func toolsCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "tools", Short: "Tool retrieval: evaluation as the benchmarks do it"}
+	cmd := &cobra.Command{Use: "tools", Short: "Tool use: retrieval evaluated as the benchmarks do it (FitText), WorkBench with MemToolAgent's memory"}
 	var qrelsPath, runPath, ks, out string
 	var asJSON bool
 	score := &cobra.Command{
@@ -107,6 +107,6 @@ writes each query's values as JSONL.`,
 	score.Flags().StringVar(&ks, "k", "1,3,5,10", "cutoffs")
 	score.Flags().StringVar(&out, "out", "", "write per-query values here (JSONL)")
 	score.Flags().BoolVar(&asJSON, "json", false, "print the table as JSON")
-	cmd.AddCommand(score, toolsRetrieveCmd(g), toolsSynthCmd())
+	cmd.AddCommand(score, toolsRetrieveCmd(g), toolsSynthCmd(), toolsRunCmd(g))
 	return cmd
 }

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/chart"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/toolmem"
+	"github.com/agemem/agemem/workbench"
+)
+
+func toolsRunCmd(g *globals) *cobra.Command {
+	var envName, dataDir, memory, model, native, dev, extractor, out, memDB string
+	var taskFiles []string
+	var online bool
+	var maxSteps, limit int
+	ad := toolmem.DefaultAdaptive()
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Play a tool-use benchmark with and without MemToolAgent's memory (WorkBench)",
+		Long: `Plays WorkBench (--env workbench): the sandbox of a workplace (emails,
+calendar, web analytics, project tasks, customers, company directory; the
+published data is embedded, --data DIR reads another copy) and its 27 tools,
+on the queries of --tasks files (WorkBench's *_queries_and_answers.csv;
+default: the embedded analytics, calendar and email sets). Each query is
+played by the function-calling agent (the model on openai.base_url with
+--model, or a local checkpoint with --native DIR) in a fresh sandbox and
+scored as WorkBench scores it: correct when the state after its calls
+equals the state after the gold calls.
+
+--memory on is MemToolAgent: one query per template is held out, played,
+scored, and stored with its calls and feedback, a failure with the memory
+extractor's reflection (--extractor-model, default the agent's model);
+every test query recalls the entries most similar to it, as many as the
+adaptive count of the similarity curve gives (--radius, --peak, --fallback),
+in its system prompt. --memory off plays the same test queries without;
+both plays both. Prints accuracy per domain with standard errors, exact
+match, wrong side effects, the memory's size and the entries recalled;
+writes report.json (every run's calls and scores) and accuracy.png to --out.`,
+		Example: `  agemem-train tools run --env workbench --memory both --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b
+  agemem-train tools run --env workbench --memory on --native runs/qwen2.5-7b-instruct --tasks analytics_queries_and_answers.csv --limit 20`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if envName != "workbench" {
+				return fmt.Errorf("--env %q: the environment is workbench", envName)
+			}
+			modes := map[string][]bool{"on": {true}, "off": {false}, "both": {false, true}}[memory]
+			if modes == nil {
+				return fmt.Errorf("--memory %q: want on, off or both", memory)
+			}
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			data := workbench.Default()
+			if dataDir != "" {
+				if data, err = workbench.Load(dataDir); err != nil {
+					return err
+				}
+			}
+			var tasks []workbench.Task
+			if len(taskFiles) == 0 {
+				for _, f := range []string{"analytics", "calendar", "email"} {
+					ts, err := workbench.EmbeddedTasks(f)
+					if err != nil {
+						return err
+					}
+					tasks = append(tasks, ts...)
+				}
+			}
+			for _, f := range taskFiles {
+				ts, err := workbench.LoadTasks(f)
+				if err != nil {
+					return err
+				}
+				tasks = append(tasks, ts...)
+			}
+			if limit > 0 && len(tasks) > limit {
+				tasks = tasks[:limit]
+			}
+			m, err := chatModel(cmd, cfg, model, native, dev)
+			if err != nil {
+				return err
+			}
+			ext := m
+			if extractor != "" {
+				if ext, err = chatModel(cmd, cfg, extractor, "", dev); err != nil {
+					return err
+				}
+			}
+			h, err := roles.NewHelpers(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			var emb embed.Embedder = cfg.Embed.Hashing()
+			if h.Embedder != nil {
+				emb = h.Embedder
+			}
+			var results []workbench.Result
+			for _, on := range modes {
+				o := workbench.BenchOptions{Model: m, Extractor: ext, Online: online, Limits: agent.Limits{MaxSteps: maxSteps}, Log: cmd.ErrOrStderr()}
+				if on {
+					var st ltm.Store = ltm.NewMemory(uint64(cfg.Seed))
+					if memDB != "" {
+						db, err := ltm.OpenSQLite(memDB, roles.StoreOptions(cfg))
+						if err != nil {
+							return err
+						}
+						defer db.Close()
+						if st, err = db.Namespace(cfg.Memory.Namespace); err != nil {
+							return err
+						}
+						if n, _ := st.Count(ctx); n > 0 {
+							return fmt.Errorf("--memory-db %s: namespace %q already holds %d entries; a benchmark builds its memory from nothing (set memory.namespace)", memDB, cfg.Memory.Namespace, n)
+						}
+					}
+					o.Memory = &toolmem.Memory{Store: st, Embedder: emb, Count: ad}
+				}
+				r, err := data.Bench(ctx, tasks, o)
+				if err != nil {
+					return err
+				}
+				results = append(results, r)
+			}
+			workbench.Print(cmd.OutOrStdout(), results)
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			raw, _ := json.MarshalIndent(results, "", "  ")
+			if err := os.WriteFile(filepath.Join(out, "report.json"), append(raw, '\n'), 0o644); err != nil {
+				return err
+			}
+			if err := accuracyChart(filepath.Join(out, "accuracy.png"), results); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\n", filepath.Join(out, "report.json"), filepath.Join(out, "accuracy.png"))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&envName, "env", "workbench", "the benchmark environment (workbench)")
+	f.StringVar(&dataDir, "data", "", "a WorkBench sandbox directory (default: the embedded one)")
+	f.StringArrayVar(&taskFiles, "tasks", nil, "a queries-and-answers CSV file (repeatable; default: the embedded analytics, calendar and email sets)")
+	f.StringVar(&memory, "memory", "both", "on (MemToolAgent's memory), off, or both")
+	f.StringVar(&model, "model", "", "the agent's model on openai.base_url (default openai.model)")
+	f.StringVar(&native, "native", "", "a local Qwen checkpoint directory as the agent (the built-in engine)")
+	f.StringVar(&dev, "device", "auto", "the native engine's device: auto, cpu, cuda:N")
+	f.StringVar(&extractor, "extractor-model", "", "the memory extractor's model on openai.base_url (default: the agent's)")
+	f.BoolVar(&online, "online", false, "also store every test query's entry as it is scored")
+	f.IntVar(&maxSteps, "max-steps", 10, "model turns per query")
+	f.IntVar(&limit, "limit", 0, "play only the first N queries (0: all)")
+	f.StringVar(&memDB, "memory-db", "", "keep the memory in this SQLite file (namespace memory.namespace, which must be empty) instead of in memory")
+	f.StringVar(&out, "out", "runs/workbench", "folder for report.json and accuracy.png")
+	f.IntVar(&ad.R, "radius", ad.R, "adaptive recall: the slope's half window R")
+	f.IntVar(&ad.PeakNumber, "peak", ad.PeakNumber, "adaptive recall: the peak that sets the count (1 or 2)")
+	f.IntVar(&ad.Fallback, "fallback", ad.Fallback, "adaptive recall: entries recalled when the curve has no peak (0: all)")
+	return cmd
+}
+
+// accuracyChart draws accuracy per domain, without and with memory.
+func accuracyChart(path string, rs []workbench.Result) error {
+	doms := append([]string{"all"}, workbench.Domains(rs)...)
+	var names []string
+	var vals, errs [][]float64
+	for _, r := range rs {
+		name := "memory off"
+		if r.Memory {
+			name = "memory on"
+		}
+		names = append(names, name)
+		var v, e []float64
+		for _, d := range doms {
+			s := r.Accuracy
+			if d != "all" {
+				s = r.ByDomain[d]
+			}
+			v, e = append(v, s.Mean), append(e, s.SE)
+		}
+		vals, errs = append(vals, v), append(errs, e)
+	}
+	return chart.Bars(path, "WorkBench: accuracy by domain (mean and standard error)", "accuracy (0 to 1)", names, doms, vals, errs)
+}

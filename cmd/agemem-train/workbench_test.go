@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agemem/agemem/openai"
+	"github.com/agemem/agemem/workbench"
+)
+
+// TestCLIWorkBench: `tools run --env workbench` plays WorkBench's queries
+// through an OpenAI-compatible server whose model makes each query's gold
+// calls (one query of its set answered wrongly on purpose), with and
+// without memory, and reports accuracy per domain, report.json and the
+// chart; bad flags are named.
+func TestCLIWorkBench(t *testing.T) {
+	tasks, err := workbench.EmbeddedTasks("calendar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gold := map[string][]string{}
+	for _, tk := range tasks[:20] {
+		gold[tk.Query] = tk.Answer
+	}
+	wrong := tasks[3].Query
+	var mu sync.Mutex
+	offered := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req openai.ChatRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		offered = max(offered, len(req.Tools))
+		mu.Unlock()
+		msg := map[string]any{"role": "assistant", "content": "Done."}
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == "user" && len(req.Tools) > 0 {
+			var calls []any
+			acts := gold[last.Content]
+			if last.Content == wrong {
+				acts = []string{`calendar.delete_event.func(event_id="00000013")`}
+			}
+			for i, a := range acts {
+				act, _ := workbench.ParseAction(a)
+				args, _ := json.Marshal(act.Args())
+				c := openai.ToolCall{ID: "c" + string(rune('a'+i)), Type: "function"}
+				c.Function.Name, c.Function.Arguments = act.Tool, string(args)
+				calls = append(calls, c)
+			}
+			if len(calls) > 0 {
+				msg["tool_calls"] = calls
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}}})
+	}))
+	defer srv.Close()
+	out := filepath.Join(t.TempDir(), "wb")
+	stdout := mustRun(t, "tools", "run", "--env", "workbench", "--memory", "both", "--set", "openai.base_url="+srv.URL+"/v1", "--model", "m",
+		"--tasks", writeTasks(t, tasks[:20]), "--out", out)
+	if offered != len(workbench.Tools) {
+		t.Fatalf("%d tools offered", offered)
+	}
+	var rs []workbench.Result
+	if err := json.Unmarshal(mustRead(t, filepath.Join(out, "report.json")), &rs); err != nil || len(rs) != 2 {
+		t.Fatalf("report: %v %d\n%s", err, len(rs), stdout)
+	}
+	for _, r := range rs {
+		n := len(r.Runs)
+		if n == 0 || r.Accuracy.Mean < 0.9 || r.Accuracy.Mean == 1 || r.ByDomain["calendar"].N != n {
+			t.Fatalf("memory %v: accuracy %+v over %d runs\n%s", r.Memory, r.Accuracy, n, stdout)
+		}
+	}
+	if rs[1].MemorySize == 0 || len(rs[1].Recalled) != len(rs[1].Runs) || !strings.Contains(stdout, "on ") {
+		t.Fatalf("memory run %+v\n%s", rs[1], stdout)
+	}
+	if _, err := os.Stat(filepath.Join(out, "accuracy.png")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--env", "nestful"}, "--env"},
+		{[]string{"--memory", "maybe"}, "--memory"},
+		{[]string{"--tasks", filepath.Join(out, "report.json")}, "report.json"},
+	} {
+		if _, err := run(t, append([]string{"tools", "run", "--model", "m", "--set", "openai.base_url=" + srv.URL + "/v1", "--out", out}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v", c.args, err)
+		}
+	}
+}
+
+// writeTasks writes tasks as a queries-and-answers CSV file.
+func writeTasks(t *testing.T, tasks []workbench.Task) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("query,answer,base_template,chosen_template,domains\n")
+	q := func(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+	for _, tk := range tasks {
+		var acts []string
+		for _, a := range tk.Answer {
+			acts = append(acts, "'"+a+"'")
+		}
+		b.WriteString(strings.Join([]string{q(tk.Query), q("[" + strings.Join(acts, ", ") + "]"), q(tk.BaseTemplate), q(tk.ChosenTemplate), q("['calendar']")}, ",") + "\n")
+	}
+	path := filepath.Join(t.TempDir(), "tasks.csv")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

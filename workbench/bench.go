@@ -1,0 +1,231 @@
+package workbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/toolmem"
+)
+
+// Split holds out one query per template to build the memory from
+// (MemToolAgent's WorkBench protocol: the first query of each
+// base_template, in file order); the rest are the test set.
+func Split(tasks []Task) (memory, test []Task) {
+	seen := map[string]bool{}
+	for _, t := range tasks {
+		if !seen[t.BaseTemplate] {
+			seen[t.BaseTemplate] = true
+			memory = append(memory, t)
+			continue
+		}
+		test = append(test, t)
+	}
+	return memory, test
+}
+
+// Domain is a task's domain as WorkBench reports accuracy: its one
+// domain, or "multi_domain".
+func (t Task) Domain() string {
+	if len(t.Domains) == 1 {
+		return t.Domains[0]
+	}
+	return "multi_domain"
+}
+
+// BenchOptions configure a benchmark run.
+type BenchOptions struct {
+	Model agent.Model
+	// Memory, when set, is MemToolAgent's: built from the held-out queries
+	// (each played, scored, a failure reflected on by Extractor) and
+	// recalled for every test query. Nil plays without memory.
+	Memory    *toolmem.Memory
+	Extractor agent.Model // nil: Model
+	// Online adds each test query's entry to the memory as it is scored.
+	Online bool
+	Limits agent.Limits
+	Log    io.Writer
+}
+
+// Result is a benchmark run.
+type Result struct {
+	Memory     bool            `json:"memory"`
+	Accuracy   Stat            `json:"accuracy"`
+	ByDomain   map[string]Stat `json:"by_domain"`
+	ExactMatch float64         `json:"exact_match"`
+	// SideEffects is the share of test queries whose actions changed the
+	// state wrongly.
+	SideEffects float64 `json:"side_effects"`
+	// MemorySize is the entries stored before the test queries; Recalled
+	// the entries each test query was shown.
+	MemorySize int   `json:"memory_size"`
+	Recalled   []int `json:"recalled,omitempty"`
+	// ExtractorErrors counts failures stored without a reflection because
+	// the extractor failed.
+	ExtractorErrors int   `json:"extractor_errors,omitempty"`
+	Runs            []Run `json:"runs"`
+}
+
+// Stat is a share with its standard error and count.
+type Stat struct {
+	Mean float64 `json:"mean"`
+	SE   float64 `json:"se"`
+	N    int     `json:"n"`
+}
+
+func statOf(v []bool) Stat {
+	if len(v) == 0 {
+		return Stat{}
+	}
+	var k float64
+	for _, b := range v {
+		if b {
+			k++
+		}
+	}
+	p := k / float64(len(v))
+	s := Stat{Mean: p, N: len(v)}
+	if len(v) > 1 {
+		s.SE = math.Sqrt(p * (1 - p) / float64(len(v)-1))
+	}
+	return s
+}
+
+// Bench plays the test queries of tasks (after Split) with o.Model, with
+// the memory built from the held-out ones when o.Memory is set.
+func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result, error) {
+	memTasks, test := Split(tasks)
+	res := Result{Memory: o.Memory != nil, ByDomain: map[string]Stat{}}
+	logf := func(format string, a ...any) {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, format, a...)
+		}
+	}
+	ext := o.Extractor
+	if ext == nil {
+		ext = o.Model
+	}
+	learn := func(r Run) error {
+		e := toolmem.Entry{Query: r.Query, Actions: r.Actions}
+		if r.Correct {
+			e.Feedback = 1
+		} else {
+			similar, err := o.Memory.Recall(ctx, r.Query)
+			if err != nil {
+				return err
+			}
+			tools, _ := d.New().Toolset(nil, nil)
+			e.Reflection, err = toolmem.Reflect(ctx, ext, toolmem.ExtractorPrompt(Prompt, toolmem.ToolList(tools.Specs()), similar, r.Execution()), r.Query)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				// The entry is kept without a reflection: one failed
+				// extraction (a prompt too long for the model, a server
+				// error) should not end the benchmark.
+				res.ExtractorErrors++
+				logf("memory extractor: %v\n", err)
+			}
+		}
+		return o.Memory.Add(ctx, e)
+	}
+	if o.Memory != nil {
+		for i, t := range memTasks {
+			r, err := d.Play(ctx, o.Model, t, Prompt, o.Limits)
+			if err != nil {
+				return res, err
+			}
+			if err := learn(r); err != nil {
+				return res, err
+			}
+			logf("memory %d/%d correct=%v %q\n", i+1, len(memTasks), r.Correct, t.Query)
+		}
+		res.MemorySize = len(memTasks)
+	}
+	byDomain := map[string][]bool{}
+	var all []bool
+	for i, t := range test {
+		system := Prompt
+		if o.Memory != nil {
+			rec, err := o.Memory.Recall(ctx, t.Query)
+			if err != nil {
+				return res, err
+			}
+			res.Recalled = append(res.Recalled, len(rec))
+			system = toolmem.AgentPrompt(Prompt, rec)
+		}
+		r, err := d.Play(ctx, o.Model, t, system, o.Limits)
+		if err != nil {
+			return res, err
+		}
+		if o.Memory != nil && o.Online {
+			if err := learn(r); err != nil {
+				return res, err
+			}
+		}
+		res.Runs = append(res.Runs, r)
+		all = append(all, r.Correct)
+		byDomain[t.Domain()] = append(byDomain[t.Domain()], r.Correct)
+		if r.ExactMatch {
+			res.ExactMatch += 1 / float64(len(test))
+		}
+		if r.SideEffects {
+			res.SideEffects += 1 / float64(len(test))
+		}
+		logf("test %d/%d correct=%v %q\n", i+1, len(test), r.Correct, t.Query)
+	}
+	res.Accuracy = statOf(all)
+	for k, v := range byDomain {
+		res.ByDomain[k] = statOf(v)
+	}
+	return res, nil
+}
+
+// Domains are the domains of results, sorted.
+func Domains(rs []Result) []string {
+	seen := map[string]bool{}
+	for _, r := range rs {
+		for k := range r.ByDomain {
+			seen[k] = true
+		}
+	}
+	var out []string
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Print writes results as a table: accuracy overall and per domain with
+// standard errors, exact match, wrong side effects, memory size and the
+// mean entries recalled.
+func Print(w io.Writer, rs []Result) {
+	doms := Domains(rs)
+	fmt.Fprintf(w, "%-8s %-16s", "memory", "accuracy")
+	for _, d := range doms {
+		fmt.Fprintf(w, " %-16s", d)
+	}
+	fmt.Fprintf(w, " %-11s %-12s %-11s %s\n", "exact match", "side effects", "memory size", "recalled (mean)")
+	for _, r := range rs {
+		on := "off"
+		if r.Memory {
+			on = "on"
+		}
+		fmt.Fprintf(w, "%-8s %-16s", on, fmtStat(r.Accuracy))
+		for _, d := range doms {
+			fmt.Fprintf(w, " %-16s", fmtStat(r.ByDomain[d]))
+		}
+		var rec float64
+		for _, n := range r.Recalled {
+			rec += float64(n) / float64(len(r.Recalled))
+		}
+		fmt.Fprintf(w, " %-11.3f %-12.3f %-11d %.1f\n", r.ExactMatch, r.SideEffects, r.MemorySize, rec)
+	}
+}
+
+func fmtStat(s Stat) string { return strings.TrimSpace(fmt.Sprintf("%.3f ± %.3f", s.Mean, s.SE)) }
