@@ -53,6 +53,15 @@ type Config struct {
 	// continues a bare-repeat run.
 	Cued        float64 `yaml:"cued"`
 	Distractors int     `yaml:"distractors"`
+	// Filler is what fills the gaps: "tokens", drawn from the spans' own
+	// merged tokens, so that only matching the current token against the
+	// context (induction) predicts a repeat; or "bytes", printable-ASCII
+	// byte tokens. With byte filler a model can copy "the tokens that are
+	// not bytes, in order" without matching anything: its held-out copy loss
+	// falls to 0.19 nats in 2,000 steps, yet it copies no natural sentence
+	// (0 of 100 world sentences continued after their first two tokens) and
+	// SFT from it copies no name.
+	Filler string `yaml:"filler"`
 	// The learning rate and its schedule: induction forms at 1e-3 and not
 	// at the 1e-2 SFT of a tiny model from scratch uses.
 	optim.ScheduleConfig `yaml:",inline"`
@@ -64,7 +73,7 @@ type Config struct {
 
 // DefaultConfig is the embedded default's recipe.
 func DefaultConfig() Config {
-	return Config{Init: "runs/tiny/init", Steps: 2500, Sequences: 16, SpanMin: 12, SpanMax: 12, GapMin: 5, GapMax: 64, Distractors: 2,
+	return Config{Init: "runs/tiny/init", Steps: 2500, Sequences: 16, SpanMin: 12, SpanMax: 12, GapMin: 5, GapMax: 64, Distractors: 2, Filler: "tokens",
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-3, Schedule: "cosine", WarmupSteps: 10, MinLRRatio: 0.1},
 		EvalEvery:      250, Out: "runs/tiny/pretrain"}
 }
@@ -80,6 +89,7 @@ func (c Config) Validate() error {
 	e.AtLeast("gap_max", c.GapMax, c.GapMin)
 	e.AtLeast("distractors", c.Distractors, 0)
 	e.Ratio("cued", c.Cued)
+	e.OneOf("filler", c.Filler, "tokens", "bytes")
 	if err := c.ScheduleConfig.Validate(); err != nil {
 		e = append(e, err.(valid.Errors)...)
 	}
@@ -108,7 +118,8 @@ type Result struct {
 }
 
 // Sequences draws n copy sequences over a vocabulary: the span's tokens
-// from [lo, hi), the filler's from the byte tokens of printable ASCII.
+// from [lo, hi), the filler's from the same range or (Filler "bytes") from
+// the byte tokens of printable ASCII.
 type Sequences struct {
 	c             Config
 	lo, hi        int
@@ -166,7 +177,11 @@ func (s *Sequences) Next() train.Sequence {
 	filler := func(n int) []int {
 		ids := make([]int, n)
 		for i := range ids {
-			ids[i] = 32 + r.IntN(95)
+			if c.Filler == "bytes" {
+				ids[i] = 32 + r.IntN(95)
+			} else {
+				ids[i] = s.lo + r.IntN(s.hi-s.lo)
+			}
 		}
 		return ids
 	}
