@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 
@@ -9,9 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/locomo"
+	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/tamem"
 )
 
 func locomoCmd(g *globals) *cobra.Command {
@@ -110,7 +114,7 @@ writes each question's score as JSONL, --json the table.`,
 }
 
 func locomoRunCmd(g *globals) *cobra.Command {
-	var data, method, out, model, native, dev string
+	var data, method, out, model, native, dev, dbPath string
 	var k int
 	var retrievalOnly bool
 	cmd := &cobra.Command{
@@ -123,9 +127,14 @@ from them) and full-context (the model reads the whole conversation).
 --retrieval-only skips the model: the predictions carry only the retrieved
 turns, and score reports their evidence recall@k. The model is the
 OpenAI-compatible server's (--model, openai.base_url) or a local checkpoint
-(--native DIR); the prompt is LoCoMo's short-answer instruction.`,
+(--native DIR); the prompt is LoCoMo's short-answer instruction. ta-mem is
+TA-Mem: the model extracts each session's notes (one call a session) into
+the multi-index database (--db, SQLite; kept and reused when a file), then
+answers each question by querying it with the ten tools (at most 7 turns);
+the predictions' context is the dialogue of the pages it retrieved.`,
 		Example: `  agemem-train locomo run --data data/locomo-synth.json --method rag --k 5 --retrieval-only --out preds.jsonl
-  agemem-train locomo run --data locomo10.json --method rag --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --out preds.jsonl`,
+  agemem-train locomo run --data locomo10.json --method rag --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --out preds.jsonl
+  agemem-train locomo run --data locomo10.json --method ta-mem --db runs/tamem.db --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b --out preds.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
@@ -135,8 +144,8 @@ OpenAI-compatible server's (--model, openai.base_url) or a local checkpoint
 			if data == "" || out == "" {
 				return fmt.Errorf("--data and --out are required")
 			}
-			if method != "rag" && method != "full-context" {
-				return fmt.Errorf("--method %q: want rag or full-context (ta-mem and agemem are not written yet)", method)
+			if method != "rag" && method != "full-context" && method != "ta-mem" {
+				return fmt.Errorf("--method %q: want rag, full-context or ta-mem (agemem is not written yet)", method)
 			}
 			if retrievalOnly && method != "rag" {
 				return fmt.Errorf("--retrieval-only measures a retriever: use it with --method rag")
@@ -167,7 +176,11 @@ OpenAI-compatible server's (--model, openai.base_url) or a local checkpoint
 					total += len(s.QA)
 				}
 				pr := train.NewProgress(cmd.ErrOrStderr(), total, isatty.IsTerminal(os.Stderr.Fd()))
-				preds, err = locomo.Answer(ctx, m, samples, r, k, func(done, _ int) { pr.Update(done, method) })
+				if method == "ta-mem" {
+					preds, err = taMem(cmd, cfg, m, samples, dbPath, func(done int) { pr.Update(done, method) })
+				} else {
+					preds, err = locomo.Answer(ctx, m, samples, r, k, func(done, _ int) { pr.Update(done, method) })
+				}
 			}
 			if err != nil {
 				return err
@@ -188,7 +201,8 @@ OpenAI-compatible server's (--model, openai.base_url) or a local checkpoint
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "the LoCoMo file")
-	cmd.Flags().StringVar(&method, "method", "rag", "rag or full-context")
+	cmd.Flags().StringVar(&method, "method", "rag", "rag, full-context or ta-mem")
+	cmd.Flags().StringVar(&dbPath, "db", ":memory:", "ta-mem: the memory database (SQLite); a conversation it already holds is not extracted again")
 	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag)")
 	cmd.Flags().BoolVar(&retrievalOnly, "retrieval-only", false, "no model: write the retrieved turns only (evidence recall@k)")
 	cmd.Flags().StringVar(&out, "out", "", "predictions JSONL to write")
@@ -196,4 +210,63 @@ OpenAI-compatible server's (--model, openai.base_url) or a local checkpoint
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen checkpoint directory instead of a server")
 	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device")
 	return cmd
+}
+
+// taMem builds each conversation's TA-Mem database and answers its
+// questions with the retrieval agent.
+func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locomo.Sample, dbPath string, progress func(int)) ([]locomo.Prediction, error) {
+	ctx := cmd.Context()
+	emb, err := roles.Embedder(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	db, err := tamem.Open(dbPath, emb)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var preds []locomo.Prediction
+	var turns, finalized, failed, tooLong int
+	for _, s := range samples {
+		c := tamem.Conversation{ID: s.ID, SpeakerA: s.SpeakerA, SpeakerB: s.SpeakerB}
+		for _, ses := range s.Sessions {
+			st := tamem.SessionText{N: ses.N, Date: ses.DateTime}
+			for _, t := range ses.Turns {
+				text := t.Text
+				if t.BlipCaption != "" {
+					text += " [shares a photo: " + t.BlipCaption + "]"
+				}
+				st.Lines = append(st.Lines, tamem.Line{DiaID: t.DiaID, Speaker: t.Speaker, Text: text})
+			}
+			c.Sessions = append(c.Sessions, st)
+		}
+		f, err := db.Build(ctx, m, c, func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), msg) })
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.ID, err)
+		}
+		failed += f
+		for i, q := range s.QA {
+			a, err := db.Answer(ctx, m, s.ID, s.SpeakerA, s.SpeakerB, q.Question)
+			if errors.Is(err, memtools.ErrContextFull) {
+				// The question's prompt outgrew the model: unanswered, as
+				// an evaluation of many questions should go on.
+				tooLong++
+				err = nil
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s qa %d: %w", s.ID, i, err)
+			}
+			turns += a.Turns
+			if a.Finalized {
+				finalized++
+			}
+			preds = append(preds, locomo.Prediction{SampleID: s.ID, QAIndex: i, Prediction: a.Answer, Context: a.Context})
+			progress(len(preds))
+		}
+	}
+	if len(preds) > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "ta-mem: %.2f turns a question, %.1f%% finalized within %d turns, %d session(s) stored whole after a failed extraction, %d question(s) unanswered: the prompt outgrew the model\n",
+			float64(turns)/float64(len(preds)), 100*float64(finalized)/float64(len(preds)), tamem.MaxTurns, failed, tooLong)
+	}
+	return preds, nil
 }

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/openai"
+	"github.com/agemem/agemem/tamem"
+)
+
+// TestCLILoCoMoTAMem: `locomo run --method ta-mem` over an OpenAI-compatible
+// server whose model extracts one note a session (its speakers, a fact per
+// message) and answers each question after one retrieval: the predictions
+// carry the retrieved pages' dialogue ids, which score reads as evidence
+// recall; the database file is reused by a second run without extracting
+// again.
+func TestCLILoCoMoTAMem(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "locomo.json")
+	mustRun(t, "locomo", "synth", "--samples", "1", "--sessions", "3", "--out", data)
+	lineRe := regexp.MustCompile(`(?m)^\[(\d+)\] ([^:]+): (.*)$`)
+	extractions := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req openai.ChatRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		msg := map[string]any{"role": "assistant", "content": "Not mentioned"}
+		switch {
+		case strings.HasPrefix(req.Messages[0].Content, "You build a memory"):
+			extractions++
+			var nt tamem.Note
+			for _, m := range lineRe.FindAllStringSubmatch(req.Messages[1].Content, -1) {
+				n, _ := strconv.Atoi(m[1])
+				nt.End = n
+				nt.Persons = append(nt.Persons, m[2])
+				nt.Facts = append(nt.Facts, tamem.Fact{Person: m[2], Fact: m[3]})
+			}
+			nt.Tag = "chat"
+			raw, _ := json.Marshal([]tamem.Note{nt})
+			msg["content"] = string(raw)
+		case req.Messages[len(req.Messages)-1].Role == "user" && len(req.Tools) > 0:
+			c := openai.ToolCall{ID: "c1", Type: "function"}
+			q, _ := json.Marshal(map[string]string{"query": req.Messages[len(req.Messages)-1].Content})
+			c.Function.Name, c.Function.Arguments = "match_facts", string(q)
+			msg["tool_calls"] = []any{c}
+			msg["content"] = ""
+		}
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}}})
+	}))
+	defer srv.Close()
+	preds, db := filepath.Join(dir, "preds.jsonl"), filepath.Join(dir, "tamem.db")
+	args := []string{"locomo", "run", "--data", data, "--method", "ta-mem", "--db", db, "--set", "openai.base_url=" + srv.URL + "/v1", "--model", "m", "--out", preds}
+	mustRun(t, args...)
+	if extractions != 3 {
+		t.Fatalf("%d extraction calls for 3 sessions", extractions)
+	}
+	raw := string(mustRead(t, preds))
+	if !strings.Contains(raw, `"prediction":"Not mentioned"`) || !strings.Contains(raw, `"context":["D`) {
+		t.Fatalf("predictions: %.400s", raw)
+	}
+	out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds)
+	if !strings.Contains(out, "evidence recall:") || !strings.Contains(out, "adversarial") {
+		t.Fatalf("score:\n%s", out)
+	}
+	mustRun(t, args...)
+	if extractions != 3 {
+		t.Fatalf("the database was extracted again: %d calls", extractions)
+	}
+}

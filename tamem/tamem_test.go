@@ -1,0 +1,242 @@
+package tamem
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/embed"
+)
+
+func lines(texts ...string) []Line {
+	var out []Line
+	for i, t := range texts {
+		sp, msg, _ := strings.Cut(t, ": ")
+		out = append(out, Line{DiaID: "D1:" + string(rune('1'+i)), Speaker: sp, Text: msg})
+	}
+	return out
+}
+
+var session = lines("Caroline: I went to an LGBTQ support group yesterday.", "Melanie: Wow, how did it feel?",
+	"Caroline: Powerful. Also I am moving to Boston next month.", "Melanie: I painted a lake sunrise last year.")
+
+var notes = []Note{
+	{Start: 0, End: 1, Summary: "Caroline went to a support group.", Keywords: []string{"LGBTQ support group"}, Persons: []string{"Caroline", "Melanie"},
+		Events: []Event{{Person: "Caroline", Event: "went to an LGBTQ support group", Time: "2023-05-07"}}, Tag: "support group"},
+	{Start: 2, End: 2, Summary: "Caroline is moving to Boston.", Keywords: []string{"Boston"}, Persons: []string{"Caroline"},
+		Events: []Event{{Person: "Caroline", Event: "moves to Boston", Time: "2023-06"}}, Facts: []Fact{{Person: "Caroline", Fact: "Caroline will live in Boston"}}, Tag: "moving"},
+	{Start: 3, End: 3, Summary: "Melanie paints.", Keywords: []string{"lake sunrise"}, Persons: []string{"Melanie"},
+		Events: []Event{{Person: "Melanie", Event: "painted a lake sunrise", Time: "2022"}}, Facts: []Fact{{Person: "Melanie", Fact: "Melanie paints landscapes"}}, Tag: "painting"},
+}
+
+func openDB(t *testing.T, path string) *DB {
+	t.Helper()
+	d, err := Open(path, embed.NewHashing(256, []int{3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// TestDatabaseIndexes: pages are found by person, keyword and tag (case
+// and spacing ignored), by similarity of their events and facts (each page
+// once), and people's profiles list their events in time order; the
+// database survives a reopen and keeps conversations apart.
+func TestDatabaseIndexes(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "m.db")
+	d := openDB(t, path)
+	if err := d.Add(ctx, "conv-1", Pages(1, "8 May 2023", session, notes)); err != nil {
+		t.Fatal(err)
+	}
+	d.Add(ctx, "conv-2", Pages(1, "1 Jan 2024", session[:1], []Note{{Start: 0, End: 0, Persons: []string{"Zed"}, Tag: "other"}}))
+	d.Close()
+	d = openDB(t, path)
+	for _, c := range []struct {
+		kind, key string
+		want      []int
+	}{{"person", "caroline", []int{0, 1}}, {"person", "  MELANIE ", []int{0, 2}}, {"keyword", "boston", []int{1}}, {"tag", "Painting", []int{2}}, {"person", "Zed", nil}} {
+		got, err := d.ByKey(ctx, "conv-1", c.kind, c.key)
+		if err != nil || !equalInts(got, c.want) {
+			t.Errorf("%s %q: %v %v, want %v", c.kind, c.key, got, err, c.want)
+		}
+	}
+	if keys, _ := d.Keys(ctx, "conv-1", "person"); strings.Join(keys, ",") != "Caroline,Melanie" {
+		t.Errorf("person keys %v", keys)
+	}
+	if got, _ := d.Similar(ctx, "conv-1", "event", "painted a picture of a sunrise over a lake", 1); !equalInts(got, []int{2}) {
+		t.Errorf("events like a painting: %v", got)
+	}
+	if got, _ := d.Similar(ctx, "conv-1", "event", "anything", 10); len(got) != 3 {
+		t.Errorf("every event's page once: %v", got)
+	}
+	evs, _ := d.Profile(ctx, "conv-1", "event", "Caroline")
+	if len(evs) != 2 || evs[0].Time != "2023-05-07" || evs[1].Event != "moves to Boston" {
+		t.Errorf("Caroline's events %+v", evs)
+	}
+	p, err := d.Page(ctx, "conv-1", 1)
+	if err != nil || p.Time != "8 May 2023" || len(p.Dialogue) != 3 || p.Dialogue[0].DiaID != "D1:2" {
+		t.Errorf("page 1 with one message of overlap each side: %+v %v", p, err)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestToolsCacheWhatTheyReturned: the ten tools; a page or profile already
+// returned for this question comes back as a mention, not again; a key
+// that matches nothing points at the listing.
+func TestToolsCacheWhatTheyReturned(t *testing.T) {
+	ctx := context.Background()
+	d := openDB(t, ":memory:")
+	d.Add(ctx, "c", Pages(1, "8 May 2023", session, notes))
+	s := d.NewSession("c", K)
+	ts, err := agent.NewToolset(s.Tools()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ts.Specs()); n != 10 {
+		t.Fatalf("%d tools", n)
+	}
+	call := func(name, args string) string {
+		out, _, err := ts.Execute(ctx, agent.ToolCall{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	first := call("match_keyword", `{"keyword":"Boston"}`)
+	if !strings.Contains(first, "moving to Boston") || !strings.Contains(first, `"time":"8 May 2023"`) {
+		t.Fatalf("keyword: %s", first)
+	}
+	if again := call("match_person", `{"person":"Caroline"}`); !strings.Contains(again, `"already_retrieved":true`) || !strings.Contains(again, "support group yesterday") {
+		t.Fatalf("person after keyword: %s", again)
+	}
+	if got := call("match_tag", `{"tag":"travel"}`); !strings.Contains(got, "list_tags") {
+		t.Fatalf("no such tag: %s", got)
+	}
+	if got := call("person_events", `{"person":"caroline"}`); !strings.Contains(got, `"time":"2023-05-07"`) {
+		t.Fatalf("events: %s", got)
+	}
+	if got := call("person_events", `{"person":"Caroline"}`); !strings.Contains(got, "already retrieved") {
+		t.Fatalf("profile twice: %s", got)
+	}
+	if got := call("list_keywords", `{}`); got != "Boston; lake sunrise; LGBTQ support group" {
+		t.Fatalf("keywords: %q", got)
+	}
+	if got := call("person_facts", `{"person":"Melanie"}`); got != `["Melanie paints landscapes"]` {
+		t.Fatalf("facts: %s", got)
+	}
+	if !equalInts(s.Pages(), []int{1, 0}) {
+		t.Fatalf("pages returned %v", s.Pages())
+	}
+}
+
+// TestParseNotes: the extractor's reply must hold a JSON array of notes
+// within the session; errors say what is wrong.
+func TestParseNotes(t *testing.T) {
+	good, _ := json.Marshal(notes)
+	if got, err := ParseNotes("Here you go:\n"+string(good)+"\nDone.", 4); err != nil || len(got) != 3 || got[1].Facts[0].Person != "Caroline" {
+		t.Fatalf("%v %+v", err, got)
+	}
+	for reply, want := range map[string]string{
+		"I cannot do that.":            "no JSON array",
+		`[{"start": 0, "end": "two"}]`: "not valid JSON",
+		`[]`:                           "no notes",
+		`[{"start": 2, "end": 9}]`:     "spans messages 2-9 of a session of 4",
+		`[{"start": 3, "end": 1}]`:     "spans messages 3-1",
+	} {
+		if _, err := ParseNotes(reply, 4); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", reply, err, want)
+		}
+	}
+}
+
+// scripted is a model for the tests: the extractor replies with notes
+// (or garbage), the retrieval agent follows a plan of calls then answers
+// from the last result.
+type scripted struct {
+	extract string
+	plan    []agent.ToolCall
+	calls   int
+}
+
+func (m *scripted) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	if strings.HasPrefix(msgs[0].Content, "You build a memory") {
+		m.calls++
+		return agent.Reply{Message: agent.Message{Content: m.extract}}, nil
+	}
+	step := 0
+	for _, msg := range msgs {
+		if msg.Role == "assistant" {
+			step++
+		}
+	}
+	if specs != nil && step < len(m.plan) {
+		return agent.Reply{Message: agent.Message{ToolCalls: []agent.ToolCall{m.plan[step]}}}, nil
+	}
+	last := msgs[len(msgs)-1].Content
+	if i := strings.Index(last, `"time":"`); i >= 0 {
+		return agent.Reply{Message: agent.Message{Content: strings.SplitN(last[i+8:], `"`, 2)[0]}}, nil
+	}
+	return agent.Reply{Message: agent.Message{Content: "Not mentioned"}}, nil
+}
+
+// TestBuildAndAnswer: a conversation is extracted once (a second build
+// reuses it), a failed extraction stores the session whole, and the
+// retrieval agent answers from what its tools returned, its context the
+// retrieved pages' dialogue; out of budget it is asked for an answer.
+func TestBuildAndAnswer(t *testing.T) {
+	ctx := context.Background()
+	d := openDB(t, ":memory:")
+	good, _ := json.Marshal(notes)
+	m := &scripted{extract: string(good), plan: []agent.ToolCall{{Name: "list_persons", Arguments: "{}"}, {Name: "person_events", Arguments: `{"person":"Caroline"}`}}}
+	c := Conversation{ID: "c", SpeakerA: "Caroline", SpeakerB: "Melanie", Sessions: []SessionText{{N: 1, Date: "8 May 2023", Lines: session}}}
+	if failed, err := d.Build(ctx, m, c, nil); err != nil || failed != 0 || m.calls != 1 {
+		t.Fatalf("build: %d failed, %v, %d calls", failed, err, m.calls)
+	}
+	d.Build(ctx, m, c, nil)
+	if m.calls != 1 {
+		t.Fatal("a built conversation was extracted again")
+	}
+	a, err := d.Answer(ctx, m, "c", "Caroline", "Melanie", "When did Caroline go to the LGBTQ support group?")
+	if err != nil || a.Answer != "2023-05-07" || !a.Finalized || a.Turns != 3 || strings.Join(a.Tools, ",") != "list_persons,person_events" {
+		t.Fatalf("answer %+v %v", a, err)
+	}
+	m.plan = []agent.ToolCall{{Name: "match_keyword", Arguments: `{"keyword":"Boston"}`}}
+	a, _ = d.Answer(ctx, m, "c", "Caroline", "Melanie", "Where is Caroline moving?")
+	if strings.Join(a.Context, ",") != "D1:2,D1:3,D1:4" {
+		t.Fatalf("context %v", a.Context)
+	}
+	loop := make([]agent.ToolCall, MaxTurns+2)
+	for i := range loop {
+		loop[i] = agent.ToolCall{Name: "list_tags", Arguments: "{}"}
+	}
+	m.plan = loop
+	if a, _ = d.Answer(ctx, m, "c", "Caroline", "Melanie", "What?"); a.Finalized || a.Turns != MaxTurns || a.Answer == "" {
+		t.Fatalf("out of budget: %+v", a)
+	}
+
+	bad := &scripted{extract: "Sorry, I cannot."}
+	c.ID = "c2"
+	var logged string
+	if failed, err := d.Build(ctx, bad, c, func(s string) { logged = s }); err != nil || failed != 1 || !strings.Contains(logged, "c2 session 1") {
+		t.Fatalf("a failed extraction: %d %v %q", failed, err, logged)
+	}
+	if got, _ := d.Similar(ctx, "c2", "fact", "painted a lake sunrise", 1); len(got) != 1 {
+		t.Fatal("a session stored whole is still found by its messages")
+	}
+}
