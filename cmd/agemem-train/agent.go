@@ -16,6 +16,7 @@ import (
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/roles"
 )
@@ -134,7 +135,7 @@ Prints the trace (--json for machines).`,
 	}
 	cmd.Flags().StringVar(&prompt, "prompt", "", "the user's message")
 	cmd.Flags().StringVar(&system, "system", "", "a system message")
-	cmd.Flags().StringVar(&model, "model", "", "the model on the server (default openai.model)")
+	cmd.Flags().StringVar(&model, "model", "", "the model on the server (default openai.model), or ollama:NAME for Ollama's own API with native tools")
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen2/2.5/3 checkpoint directory, run by the built-in engine (greedy)")
 	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device: auto, cpu, cuda or cuda:N")
 	cmd.Flags().BoolVar(&memory, "memory", false, "add AgeMem's long-term memory tools on memory.path")
@@ -189,6 +190,18 @@ func chatModel(cmd *cobra.Command, cfg config.Config, model, native, dev string)
 	}
 	if model == "" {
 		return nil, fmt.Errorf("name the model with --model (or openai.model), or a local checkpoint with --native DIR")
+	}
+	if name, ok := strings.CutPrefix(model, "ollama:"); ok {
+		// Ollama's own API with native tools (its /v1 works through the
+		// openai backend too, without them).
+		cl, err := cfg.Ollama.Connect()
+		if err != nil {
+			return nil, err
+		}
+		if err := cl.HasModel(cmd.Context(), name); err != nil {
+			return nil, err
+		}
+		return ollama.ChatModel{Generator: cfg.Ollama.Generator(cl, cfg.Agent, name, ollama.Chat)}, nil
 	}
 	cl, err := cfg.OpenAI.Connect()
 	if err != nil {

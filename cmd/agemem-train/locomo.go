@@ -206,7 +206,7 @@ the predictions' context is the dialogue of the pages it retrieved.`,
 	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag)")
 	cmd.Flags().BoolVar(&retrievalOnly, "retrieval-only", false, "no model: write the retrieved turns only (evidence recall@k)")
 	cmd.Flags().StringVar(&out, "out", "", "predictions JSONL to write")
-	cmd.Flags().StringVar(&model, "model", "", "the model on the OpenAI-compatible server (default openai.model)")
+	cmd.Flags().StringVar(&model, "model", "", "the model on the OpenAI-compatible server (default openai.model), or ollama:NAME (Ollama, native tools)")
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen checkpoint directory instead of a server")
 	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device")
 	return cmd

@@ -76,9 +76,36 @@ func newOllamaStub(t *testing.T) (*ollamaStub, string) {
 		json.NewEncoder(w).Encode(api.GenerateResponse{Response: s.response, Done: true, DoneReason: "stop",
 			Metrics: api.Metrics{PromptEvalCount: 10, EvalCount: 5}})
 	})
+	// /api/chat: a tool call when tools are offered and none was made yet,
+	// else an answer naming the last message.
+	mux.HandleFunc("POST /api/chat", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ChatRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		msg := api.Message{Role: "assistant", Content: "answer after " + req.Messages[len(req.Messages)-1].Content}
+		if len(req.Tools) > 0 && req.Messages[len(req.Messages)-1].Role == "user" {
+			args := api.NewToolCallFunctionArguments()
+			args.Set("content", "Ada is my sister.")
+			msg = api.Message{Role: "assistant", ToolCalls: []api.ToolCall{{Function: api.ToolCallFunction{Name: "Add_memory", Arguments: args}}}}
+		}
+		json.NewEncoder(w).Encode(api.ChatResponse{Message: msg, Done: true, DoneReason: "stop"})
+	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return s, srv.URL
+}
+
+// TestCLIAgentOnOllama: --model ollama:NAME runs the agent loop on
+// Ollama's own API with native tools; a model the server lacks is named.
+func TestCLIAgentOnOllama(t *testing.T) {
+	_, url := newOllamaStub(t)
+	db := filepath.Join(t.TempDir(), "m.db")
+	out := mustRun(t, "agent", "--set", "ollama.host="+url, "--model", "ollama:agemem-tiny", "--memory", "--set", "memory.path="+db, "--prompt", "Remember Ada.")
+	if !strings.Contains(out, "Add_memory") || !strings.Contains(out, "answer after") {
+		t.Fatalf("trace:\n%s", out)
+	}
+	if _, err := run(t, "agent", "--set", "ollama.host="+url, "--model", "ollama:nope", "--prompt", "hi"); err == nil || !strings.Contains(err.Error(), "ollama pull nope") {
+		t.Fatalf("missing model: %v", err)
+	}
 }
 
 // export writes GGUF files and publishes a policy to Ollama; an episode

@@ -151,7 +151,7 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 	f.StringVar(&dataDir, "data", "", "a WorkBench sandbox directory (default: the embedded one)")
 	f.StringArrayVar(&taskFiles, "tasks", nil, "a queries-and-answers CSV file (repeatable; default: the embedded analytics, calendar and email sets)")
 	f.StringVar(&memory, "memory", "both", "on (MemToolAgent's memory), off, or both")
-	f.StringVar(&model, "model", "", "the agent's model on openai.base_url (default openai.model)")
+	f.StringVar(&model, "model", "", "the agent's model on openai.base_url (default openai.model), or ollama:NAME (Ollama, native tools)")
 	f.StringVar(&native, "native", "", "a local Qwen checkpoint directory as the agent (the built-in engine)")
 	f.StringVar(&dev, "device", "auto", "the native engine's device: auto, cpu, cuda:N")
 	f.StringVar(&extractor, "extractor-model", "", "the memory extractor's model on openai.base_url (default: the agent's)")
