@@ -25,9 +25,15 @@ func TestChatModelRunsTheAgentLoop(t *testing.T) {
 	var got []string
 	add := agent.Tool{Spec: agent.Spec{Name: "add", Description: "Adds two numbers.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`)},
-		Call: func(_ context.Context, raw json.RawMessage) (string, error) { got = append(got, string(raw)); return "5", nil }}
+		Call: func(_ context.Context, raw json.RawMessage) (string, error) {
+			got = append(got, string(raw))
+			return "5", nil
+		}}
 	echo := agent.Tool{Spec: agent.Spec{Name: "echo", Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)},
-		Call: func(_ context.Context, raw json.RawMessage) (string, error) { got = append(got, string(raw)); return "hi", nil }}
+		Call: func(_ context.Context, raw json.RawMessage) (string, error) {
+			got = append(got, string(raw))
+			return "hi", nil
+		}}
 	ts, err := agent.NewToolset(add, echo)
 	if err != nil {
 		t.Fatal(err)
