@@ -106,11 +106,20 @@ type Run struct {
 }
 
 // Play runs model on one task with the given system prompt, in a fresh
-// sandbox, and scores its actions against the gold ones.
-func (d *Data) Play(ctx context.Context, m agent.Model, task Task, system string, lim agent.Limits) (Run, error) {
+// sandbox, and scores its actions against the gold ones. without are tools
+// left out of the model's tool set.
+func (d *Data) Play(ctx context.Context, m agent.Model, task Task, system string, lim agent.Limits, without ...string) (Run, error) {
 	s := d.New()
 	var acts []string
-	ts, err := s.Toolset(nil, func(a Action) { acts = append(acts, a.String()) })
+	var only []string
+	if len(without) > 0 {
+		for _, t := range Tools {
+			if !slices.Contains(without, t.Name) {
+				only = append(only, t.Name)
+			}
+		}
+	}
+	ts, err := s.Toolset(only, func(a Action) { acts = append(acts, a.String()) })
 	if err != nil {
 		return Run{}, err
 	}

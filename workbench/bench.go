@@ -47,8 +47,12 @@ type BenchOptions struct {
 	Extractor agent.Model // nil: Model
 	// Online adds each test query's entry to the memory as it is scored.
 	Online bool
-	Limits agent.Limits
-	Log    io.Writer
+	// HardPreference is MemToolAgent's Hard Preference Guiding: the tools
+	// the recalled failures used that no recalled success used are taken
+	// out of the agent's tool set (no extractor call needed).
+	HardPreference bool
+	Limits         agent.Limits
+	Log            io.Writer
 }
 
 // Result is a benchmark run.
@@ -150,6 +154,7 @@ func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result,
 	var all []bool
 	for i, t := range test {
 		system := Prompt
+		var without []string
 		if o.Memory != nil {
 			rec, err := o.Memory.Recall(ctx, t.Query)
 			if err != nil {
@@ -157,8 +162,11 @@ func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result,
 			}
 			res.Recalled = append(res.Recalled, len(rec))
 			system = toolmem.AgentPrompt(Prompt, rec)
+			if o.HardPreference {
+				without = Disliked(rec)
+			}
 		}
-		r, err := d.Play(ctx, o.Model, t, system, o.Limits)
+		r, err := d.Play(ctx, o.Model, t, system, o.Limits, without...)
 		if err != nil {
 			return res, err
 		}
@@ -183,6 +191,33 @@ func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result,
 		res.ByDomain[k] = statOf(v)
 	}
 	return res, nil
+}
+
+// Disliked are the tools of the failed entries that no correct entry
+// among them used (Hard Preference Guiding's "tools with a rating of 0").
+func Disliked(entries []toolmem.Entry) []string {
+	bad, good := map[string]bool{}, map[string]bool{}
+	for _, e := range entries {
+		for _, a := range e.Actions {
+			act, err := ParseAction(a)
+			if err != nil {
+				continue
+			}
+			if e.Feedback == 1 {
+				good[act.Tool] = true
+			} else {
+				bad[act.Tool] = true
+			}
+		}
+	}
+	var out []string
+	for t := range bad {
+		if !good[t] {
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Domains are the domains of results, sorted.

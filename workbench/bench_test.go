@@ -141,3 +141,35 @@ func TestToolsetRecordsActions(t *testing.T) {
 		t.Fatalf("recorded %q", got)
 	}
 }
+
+// offered records the tools each request offered, then answers.
+type offered struct{ seen [][]string }
+
+func (o *offered) Chat(_ context.Context, _ []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	o.seen = append(o.seen, names)
+	return agent.Reply{Message: agent.Message{Content: "Done."}}, nil
+}
+
+// TestHardPreferenceGuiding: the tools of recalled failures that no
+// recalled success used leave the agent's tool set.
+func TestHardPreferenceGuiding(t *testing.T) {
+	rec := []toolmem.Entry{
+		{Feedback: 0, Actions: []string{`calendar.delete_event.func(event_id="1")`, `calendar.search_events.func(query="x")`}},
+		{Feedback: 1, Actions: []string{`calendar.search_events.func(query="y")`}},
+		{Feedback: 0, Actions: []string{`not an action`}},
+	}
+	if got := Disliked(rec); strings.Join(got, ",") != "calendar.delete_event" {
+		t.Fatalf("disliked %v", got)
+	}
+	m := &offered{}
+	if _, err := Default().Play(context.Background(), m, Task{Query: "q"}, Prompt, agent.Limits{MaxSteps: 1}, Disliked(rec)...); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.seen[0]); n != len(Tools)-1 || strings.Contains(strings.Join(m.seen[0], ","), "calendar.delete_event") {
+		t.Fatalf("offered %v", m.seen[0])
+	}
+}

@@ -20,7 +20,7 @@ import (
 func toolsRunCmd(g *globals) *cobra.Command {
 	var envName, dataDir, memory, model, native, dev, extractor, out, memDB string
 	var taskFiles []string
-	var online bool
+	var online, hard bool
 	var maxSteps, limit int
 	ad := toolmem.DefaultAdaptive()
 	cmd := &cobra.Command{
@@ -107,7 +107,7 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 			}
 			var results []workbench.Result
 			for _, on := range modes {
-				o := workbench.BenchOptions{Model: m, Extractor: ext, Online: online, Limits: agent.Limits{MaxSteps: maxSteps}, Log: cmd.ErrOrStderr()}
+				o := workbench.BenchOptions{Model: m, Extractor: ext, Online: online, HardPreference: hard, Limits: agent.Limits{MaxSteps: maxSteps}, Log: cmd.ErrOrStderr()}
 				if on {
 					var st ltm.Store = ltm.NewMemory(uint64(cfg.Seed))
 					if memDB != "" {
@@ -156,6 +156,7 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 	f.StringVar(&dev, "device", "auto", "the native engine's device: auto, cpu, cuda:N")
 	f.StringVar(&extractor, "extractor-model", "", "the memory extractor's model on openai.base_url (default: the agent's)")
 	f.BoolVar(&online, "online", false, "also store every test query's entry as it is scored")
+	f.BoolVar(&hard, "hard-preference", false, "Hard Preference Guiding: drop from the agent's tools those only the recalled failures used")
 	f.IntVar(&maxSteps, "max-steps", 10, "model turns per query")
 	f.IntVar(&limit, "limit", 0, "play only the first N queries (0: all)")
 	f.StringVar(&memDB, "memory-db", "", "keep the memory in this SQLite file (namespace memory.namespace, which must be empty) instead of in memory")
