@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,14 +62,14 @@ func TestDatabaseIndexes(t *testing.T) {
 		want      []int
 	}{{"person", "caroline", []int{0, 1}}, {"person", "  MELANIE ", []int{0, 2}}, {"keyword", "boston", []int{1}}, {"tag", "Painting", []int{2}}, {"person", "Zed", nil}} {
 		got, err := d.ByKey(ctx, "conv-1", c.kind, c.key)
-		if err != nil || !equalInts(got, c.want) {
+		if err != nil || !slices.Equal(got, c.want) {
 			t.Errorf("%s %q: %v %v, want %v", c.kind, c.key, got, err, c.want)
 		}
 	}
 	if keys, _ := d.Keys(ctx, "conv-1", "person"); strings.Join(keys, ",") != "Caroline,Melanie" {
 		t.Errorf("person keys %v", keys)
 	}
-	if got, _ := d.Similar(ctx, "conv-1", "event", "painted a picture of a sunrise over a lake", 1); !equalInts(got, []int{2}) {
+	if got, _ := d.Similar(ctx, "conv-1", "event", "painted a picture of a sunrise over a lake", 1); !slices.Equal(got, []int{2}) {
 		t.Errorf("events like a painting: %v", got)
 	}
 	if got, _ := d.Similar(ctx, "conv-1", "event", "anything", 10); len(got) != 3 {
@@ -82,18 +83,6 @@ func TestDatabaseIndexes(t *testing.T) {
 	if err != nil || p.Time != "8 May 2023" || len(p.Dialogue) != 3 || p.Dialogue[0].DiaID != "D1:2" {
 		t.Errorf("page 1 with one message of overlap each side: %+v %v", p, err)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestToolsCacheWhatTheyReturned: the ten tools; a page or profile already
@@ -140,7 +129,7 @@ func TestToolsCacheWhatTheyReturned(t *testing.T) {
 	if got := call("person_facts", `{"person":"Melanie"}`); got != `["Melanie paints landscapes"]` {
 		t.Fatalf("facts: %s", got)
 	}
-	if !equalInts(s.Pages(), []int{1, 0}) {
+	if !slices.Equal(s.Pages(), []int{1, 0}) {
 		t.Fatalf("pages returned %v", s.Pages())
 	}
 }

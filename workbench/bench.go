@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/agemem/agemem/agent"
@@ -210,14 +211,10 @@ func Disliked(entries []toolmem.Entry) []string {
 			}
 		}
 	}
-	var out []string
-	for t := range bad {
-		if !good[t] {
-			out = append(out, t)
-		}
+	for t := range good {
+		delete(bad, t)
 	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(bad))
 }
 
 // Domains are the domains of results, sorted.
@@ -228,12 +225,7 @@ func Domains(rs []Result) []string {
 			seen[k] = true
 		}
 	}
-	var out []string
-	for k := range seen {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // Print writes results as a table: accuracy overall and per domain with
