@@ -159,21 +159,26 @@ func createEvent(s *Sandbox, a Args) (any, error) {
 	return id, nil
 }
 
+// remove is the delete tools: the id checked, then the rows holding it
+// dropped (df = df[df[idCol] != id]), with the tool's messages.
+func remove(t **table, idCol, id, what string) string {
+	if id == "" {
+		return what + " ID not provided."
+	}
+	if !(*t).has(idCol, id) {
+		return what + " not found."
+	}
+	*t = deleteWhere(*t, idCol, id)
+	return what + " deleted successfully."
+}
+
 // deleteWhere drops the rows whose idCol is id.
 func deleteWhere(t *table, idCol, id string) *table {
 	return t.filter(func(r row) bool { v := t.get(r, idCol); return v.null || v.s != id })
 }
 
 func deleteEvent(s *Sandbox, a Args) (any, error) {
-	id := a["event_id"]
-	if id == "" {
-		return "Event ID not provided.", nil
-	}
-	if !s.calendar.has("event_id", id) {
-		return "Event not found.", nil
-	}
-	s.calendar = deleteWhere(s.calendar, "event_id", id)
-	return "Event deleted successfully.", nil
+	return remove(&s.calendar, "event_id", a["event_id"], "Event"), nil
 }
 
 // setField is df.loc[df[idCol] == id, field] = v. A field that is not a
@@ -226,15 +231,7 @@ func sendEmail(s *Sandbox, a Args) (any, error) {
 }
 
 func deleteEmail(s *Sandbox, a Args) (any, error) {
-	id := a["email_id"]
-	if id == "" {
-		return "Email ID not provided.", nil
-	}
-	if !s.emails.has("email_id", id) {
-		return "Email not found.", nil
-	}
-	s.emails = deleteWhere(s.emails, "email_id", id)
-	return "Email deleted successfully.", nil
+	return remove(&s.emails, "email_id", a["email_id"], "Email"), nil
 }
 
 // emailByID is the first email with id.
@@ -347,15 +344,7 @@ func createTask(s *Sandbox, a Args) (any, error) {
 }
 
 func deleteTask(s *Sandbox, a Args) (any, error) {
-	id := a["task_id"]
-	if id == "" {
-		return "Task ID not provided.", nil
-	}
-	if !s.tasks.has("task_id", id) {
-		return "Task not found.", nil
-	}
-	s.tasks = deleteWhere(s.tasks, "task_id", id)
-	return "Task deleted successfully.", nil
+	return remove(&s.tasks, "task_id", a["task_id"], "Task"), nil
 }
 
 func updateTask(s *Sandbox, a Args) (any, error) {
@@ -439,15 +428,7 @@ func addCustomer(s *Sandbox, a Args) (any, error) {
 }
 
 func deleteCustomer(s *Sandbox, a Args) (any, error) {
-	id := a["customer_id"]
-	if id == "" {
-		return "Customer ID not provided.", nil
-	}
-	if !s.crm.has("customer_id", id) {
-		return "Customer not found.", nil
-	}
-	s.crm = deleteWhere(s.crm, "customer_id", id)
-	return "Customer deleted successfully.", nil
+	return remove(&s.crm, "customer_id", a["customer_id"], "Customer"), nil
 }
 
 func searchEvents(s *Sandbox, a Args) (any, error) {
