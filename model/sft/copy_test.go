@@ -1,0 +1,92 @@
+package sft
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/safetensors"
+	"github.com/agemem/agemem/model/tokenizer"
+)
+
+// TestSFTTeachesInContextCopying: SFT teaches a micro model to say back a
+// word it was told: the word after "Word:" at the end of the user's message,
+// after up to three other words of the same twelve, so only the context
+// says which. Untrained it says none of them; after 120 steps, every
+// held-out one. This is copying at its simplest (a single-token word at a
+// fixed place); copying the sentences of AgeMem's Stage 1 is beyond the
+// models CPU minutes train (README, "Demo results").
+func TestSFTTeachesInContextCopying(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for about 15 s")
+	}
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(1, 1))
+	words := strings.Fields("apple brick cloud drum eagle flint grape harp iris jade kite lemon")
+	var corpus []string
+	mk := func(w string, filler int) []map[string]any {
+		var pad []string
+		for range filler {
+			pad = append(pad, words[r.IntN(len(words))])
+		}
+		return []map[string]any{{"role": "system", "content": "Repeat the word."}, {"role": "user", "content": strings.Join(pad, " ") + " Word: " + w}, {"role": "assistant", "content": w}}
+	}
+	f, _ := os.Create(filepath.Join(dir, "d.jsonl"))
+	for range 2000 {
+		raw, _ := json.Marshal(map[string]any{"messages": mk(words[r.IntN(len(words))], r.IntN(4))})
+		f.Write(append(raw, '\n'))
+		corpus = append(corpus, string(raw))
+	}
+	f.Close()
+	tokRaw, _ := tokenizer.Train(corpus, tokenizer.TrainOptions{VocabSize: 400, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: tokenizer.WordsPattern})
+	tok, _ := tokenizer.Parse(tokRaw)
+	model := filepath.Join(dir, "m")
+	os.MkdirAll(model, 0o755)
+	os.WriteFile(filepath.Join(model, "tokenizer.json"), tokRaw, 0o644)
+	tokenizer.WriteConfig(model, tok, chat.Qwen25Text, 4096)
+	mc := qwen.Config{ModelType: "qwen3", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: tok.VocabSize(), MaxPositions: 4096}
+	qwen.InitRandom(model, mc, safetensors.F32, 1)
+	c := DefaultConfig()
+	c.Data, c.Out, c.Steps, c.BatchTokens, c.LR, c.EvalEvery, c.SaveEvery = filepath.Join(dir, "d.jsonl"), filepath.Join(dir, "out"), 120, 2048, 3e-3, 0, 0
+	res, err := Run(context.Background(), Options{Config: c, Model: model, Optim: optim.DefaultConfig(), Dtype: safetensors.F32, Seed: 1, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := func(dir string) int {
+		g, err := decode.LoadGenerator(cpu.New(), dir, "", decode.Sampling{MaxTokens: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Model.Close()
+		r := rand.New(rand.NewPCG(9, 9)) // held-out fillers
+		ok := 0
+		for i := range 48 {
+			w := words[i%len(words)]
+			m := mk(w, r.IntN(4))
+			comp, err := g.Complete(context.Background(), []stm.Message{{Role: "system", Content: m[0]["content"].(string)}, {Role: "user", Content: m[1]["content"].(string)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.TrimSpace(comp.Text) == w {
+				ok++
+			}
+		}
+		return ok
+	}
+	before, after := copied(model), copied(res.Policy)
+	t.Logf("held-out words said back: %d/48 untrained, %d/48 after SFT", before, after)
+	if before > 8 || after < 44 {
+		t.Fatalf("said back %d/48 untrained, %d/48 after SFT", before, after)
+	}
+}
