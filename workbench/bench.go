@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/toolmem"
@@ -54,6 +55,10 @@ type BenchOptions struct {
 	HardPreference bool
 	Limits         agent.Limits
 	Log            io.Writer
+	// Parallel test queries are played at once (their model calls batch on
+	// the native engine); the held-out queries that build the memory, and
+	// every query with Online, go one at a time, in order.
+	Parallel int
 }
 
 // Result is a benchmark run.
@@ -151,30 +156,67 @@ func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result,
 		}
 		res.MemorySize = len(memTasks)
 	}
-	byDomain := map[string][]bool{}
-	var all []bool
-	for i, t := range test {
+	type played struct {
+		r   Run
+		rec int
+		err error
+	}
+	play := func(t Task) played {
 		system := Prompt
 		var without []string
+		rec := 0
 		if o.Memory != nil {
-			rec, err := o.Memory.Recall(ctx, t.Query)
+			recalled, err := o.Memory.Recall(ctx, t.Query)
 			if err != nil {
-				return res, err
+				return played{err: err}
 			}
-			res.Recalled = append(res.Recalled, len(rec))
-			system = toolmem.AgentPrompt(Prompt, rec)
+			rec = len(recalled)
+			system = toolmem.AgentPrompt(Prompt, recalled)
 			if o.HardPreference {
-				without = Disliked(rec)
+				without = Disliked(recalled)
 			}
 		}
 		r, err := d.Play(ctx, o.Model, t, system, o.Limits, without...)
-		if err != nil {
-			return res, err
+		if err == nil && o.Memory != nil && o.Online {
+			err = learn(r)
 		}
-		if o.Memory != nil && o.Online {
-			if err := learn(r); err != nil {
-				return res, err
+		return played{r, rec, err}
+	}
+	results := make([]played, len(test))
+	workers := max(o.Parallel, 1)
+	if o.Online {
+		workers = 1
+	}
+	var mu sync.Mutex
+	done := 0
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(workers, max(len(test), 1)) {
+		wg.Go(func() {
+			for i := range next {
+				results[i] = play(test[i])
+				mu.Lock()
+				done++
+				logf("test %d/%d correct=%v %q\n", done, len(test), results[i].r.Correct, test[i].Query)
+				mu.Unlock()
 			}
+		})
+	}
+	for i := range test {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	byDomain := map[string][]bool{}
+	var all []bool
+	for i, t := range test {
+		p := results[i]
+		if p.err != nil {
+			return res, p.err
+		}
+		r := p.r
+		if o.Memory != nil {
+			res.Recalled = append(res.Recalled, p.rec)
 		}
 		res.Runs = append(res.Runs, r)
 		all = append(all, r.Correct)
@@ -185,7 +227,6 @@ func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result,
 		if r.SideEffects {
 			res.SideEffects += 1 / float64(len(test))
 		}
-		logf("test %d/%d correct=%v %q\n", i+1, len(test), r.Correct, t.Query)
 	}
 	res.Accuracy = statOf(all)
 	for k, v := range byDomain {

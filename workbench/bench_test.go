@@ -83,9 +83,18 @@ func TestMemoryChangesWhatTheAgentDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	par, err := d.Bench(ctx, tasks, BenchOptions{Model: model, Limits: lim, Parallel: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range off.Runs {
+		if par.Runs[i].Query != off.Runs[i].Query || strings.Join(par.Runs[i].Actions, "|") != strings.Join(off.Runs[i].Actions, "|") {
+			t.Fatalf("query %d played four at a time differs: %+v vs %+v", i, par.Runs[i], off.Runs[i])
+		}
+	}
 	c := &critic{}
 	mem := &toolmem.Memory{Store: ltm.NewMemory(1), Embedder: embed.NewHashing(256, []int{3}), Count: toolmem.DefaultAdaptive()}
-	on, err := d.Bench(ctx, tasks, BenchOptions{Model: model, Extractor: c, Memory: mem, Limits: lim})
+	on, err := d.Bench(ctx, tasks, BenchOptions{Model: model, Extractor: c, Memory: mem, Limits: lim, Parallel: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,6 +173,13 @@ func printAgentTrace(w io.Writer, tools []string, tr agent.Trace) {
 // built-in engine (native), else the model on the OpenAI-compatible server.
 // A native model stays loaded for the process's life.
 func chatModel(cmd *cobra.Command, cfg config.Config, model, native, dev string) (agent.Model, error) {
+	return chatModels(cmd, cfg, model, native, dev, 1)
+}
+
+// chatModels is chatModel for parallel agents: on the native engine, more
+// than one puts their calls on a continuous-batching scheduler, so that they
+// decode together.
+func chatModels(cmd *cobra.Command, cfg config.Config, model, native, dev string, parallel int) (agent.Model, error) {
 	if native != "" {
 		be, err := device.Open(dev, cmd.ErrOrStderr())
 		if err != nil {
@@ -181,6 +188,9 @@ func chatModel(cmd *cobra.Command, cfg config.Config, model, native, dev string)
 		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
 		if err != nil {
 			return nil, err
+		}
+		if parallel > 1 {
+			return decode.ChatModel{Generator: g, Scheduler: decode.NewScheduler(g.Model, g.Tokenizer, decode.SchedulerOptions{MaxBatch: parallel})}, nil
 		}
 		g.Prefixes = decode.NewPrefixCache(g.Model.MaxPositions)
 		return decode.ChatModel{Generator: g}, nil

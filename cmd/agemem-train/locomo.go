@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
@@ -115,7 +116,7 @@ writes each question's score as JSONL, --json the table.`,
 
 func locomoRunCmd(g *globals) *cobra.Command {
 	var data, method, out, model, native, dev, dbPath string
-	var k int
+	var k, parallel int
 	var retrievalOnly bool
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -168,7 +169,7 @@ the predictions' context is the dialogue of the pages it retrieved.`,
 				preds, err = locomo.RetrievalPredictions(ctx, samples, r, k)
 			} else {
 				var m agent.Model
-				if m, err = chatModel(cmd, cfg, model, native, dev); err != nil {
+				if m, err = chatModels(cmd, cfg, model, native, dev, parallel); err != nil {
 					return err
 				}
 				total := 0
@@ -177,7 +178,7 @@ the predictions' context is the dialogue of the pages it retrieved.`,
 				}
 				pr := train.NewProgress(cmd.ErrOrStderr(), total, isatty.IsTerminal(os.Stderr.Fd()))
 				if method == "ta-mem" {
-					preds, err = taMem(cmd, cfg, m, samples, dbPath, func(done int) { pr.Update(done, method) })
+					preds, err = taMem(cmd, cfg, m, samples, dbPath, parallel, func(done int) { pr.Update(done, method) })
 				} else {
 					preds, err = locomo.Answer(ctx, m, samples, r, k, func(done, _ int) { pr.Update(done, method) })
 				}
@@ -202,6 +203,7 @@ the predictions' context is the dialogue of the pages it retrieved.`,
 	}
 	cmd.Flags().StringVar(&data, "data", "", "the LoCoMo file")
 	cmd.Flags().StringVar(&method, "method", "rag", "rag, full-context or ta-mem")
+	cmd.Flags().IntVar(&parallel, "parallel", 4, "ta-mem: questions answered at once (on the native engine their calls decode together)")
 	cmd.Flags().StringVar(&dbPath, "db", ":memory:", "ta-mem: the memory database (SQLite); a conversation it already holds is not extracted again")
 	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag)")
 	cmd.Flags().BoolVar(&retrievalOnly, "retrieval-only", false, "no model: write the retrieved turns only (evidence recall@k)")
@@ -214,7 +216,7 @@ the predictions' context is the dialogue of the pages it retrieved.`,
 
 // taMem builds each conversation's TA-Mem database and answers its
 // questions with the retrieval agent.
-func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locomo.Sample, dbPath string, progress func(int)) ([]locomo.Prediction, error) {
+func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locomo.Sample, dbPath string, parallel int, progress func(int)) ([]locomo.Prediction, error) {
 	ctx := cmd.Context()
 	emb, err := roles.Embedder(ctx, cfg)
 	if err != nil {
@@ -245,8 +247,32 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 			return nil, fmt.Errorf("%s: %w", s.ID, err)
 		}
 		failed += f
-		for i, q := range s.QA {
-			a, err := db.Answer(ctx, m, s.ID, s.SpeakerA, s.SpeakerB, q.Question)
+		// The questions of a conversation are independent: answered
+		// parallel at a time, kept in order.
+		answers := make([]tamem.Answered, len(s.QA))
+		errs := make([]error, len(s.QA))
+		next := make(chan int)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		done := len(preds)
+		for range max(parallel, 1) {
+			wg.Go(func() {
+				for i := range next {
+					answers[i], errs[i] = db.Answer(ctx, m, s.ID, s.SpeakerA, s.SpeakerB, s.QA[i].Question)
+					mu.Lock()
+					done++
+					progress(done)
+					mu.Unlock()
+				}
+			})
+		}
+		for i := range s.QA {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		for i, a := range answers {
+			err := errs[i]
 			if errors.Is(err, memtools.ErrContextFull) {
 				// The question's prompt outgrew the model: unanswered, as
 				// an evaluation of many questions should go on.
@@ -261,7 +287,6 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 				finalized++
 			}
 			preds = append(preds, locomo.Prediction{SampleID: s.ID, QAIndex: i, Prediction: a.Answer, Context: a.Context})
-			progress(len(preds))
 		}
 	}
 	if len(preds) > 0 {

@@ -21,7 +21,7 @@ func toolsRunCmd(g *globals) *cobra.Command {
 	var envName, dataDir, memory, model, native, dev, extractor, out, memDB string
 	var taskFiles []string
 	var online, hard bool
-	var maxSteps, limit int
+	var maxSteps, limit, parallel int
 	ad := toolmem.DefaultAdaptive()
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -87,7 +87,7 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 			if limit > 0 && len(tasks) > limit {
 				tasks = tasks[:limit]
 			}
-			m, err := chatModel(cmd, cfg, model, native, dev)
+			m, err := chatModels(cmd, cfg, model, native, dev, parallel)
 			if err != nil {
 				return err
 			}
@@ -107,7 +107,7 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 			}
 			var results []workbench.Result
 			for _, on := range modes {
-				o := workbench.BenchOptions{Model: m, Extractor: ext, Online: online, HardPreference: hard, Limits: agent.Limits{MaxSteps: maxSteps}, Log: cmd.ErrOrStderr()}
+				o := workbench.BenchOptions{Model: m, Extractor: ext, Online: online, HardPreference: hard, Limits: agent.Limits{MaxSteps: maxSteps}, Log: cmd.ErrOrStderr(), Parallel: parallel}
 				if on {
 					var st ltm.Store = ltm.NewMemory(uint64(cfg.Seed))
 					if memDB != "" {
@@ -159,6 +159,7 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 	f.BoolVar(&hard, "hard-preference", false, "Hard Preference Guiding: drop from the agent's tools those only the recalled failures used")
 	f.IntVar(&maxSteps, "max-steps", 10, "model turns per query")
 	f.IntVar(&limit, "limit", 0, "play only the first N queries (0: all)")
+	f.IntVar(&parallel, "parallel", 4, "test queries played at once (on the native engine their calls decode together)")
 	f.StringVar(&memDB, "memory-db", "", "keep the memory in this SQLite file (namespace memory.namespace, which must be empty) instead of in memory")
 	f.StringVar(&out, "out", "runs/workbench", "folder for report.json and accuracy.png")
 	f.IntVar(&ad.R, "radius", ad.R, "adaptive recall: the slope's half window R")

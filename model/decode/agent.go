@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/model/chat"
@@ -16,8 +17,13 @@ import (
 // <tool_call> blocks parsed back into calls. A block the model breaks
 // becomes a call the loop refuses with the parser's reason, so the model
 // reads what was wrong.
+//
+// With a Scheduler, concurrent calls (many agents at once) decode in shared
+// steps (continuous batching); each call samples with a seed drawn from its
+// prompt, so an agent's replies do not depend on what it was batched with.
 type ChatModel struct {
 	Generator *Generator
+	Scheduler *Scheduler
 }
 
 // Chat implements agent.Model.
@@ -55,11 +61,23 @@ func (m ChatModel) Chat(ctx context.Context, msgs []agent.Message, specs []agent
 	if limit := p.promptLimit(p.MaxPromptTokens, p.Sampling.MaxTokens); limit > 0 && len(ids) > limit {
 		return agent.Reply{}, &PromptTooLongError{Tokens: len(ids), Limit: limit}
 	}
-	gens, err := p.Prefixes.Generate(ctx, p.Model, [][]int{ids}, p.Sampling, p.Tokenizer)
-	if err != nil {
-		return agent.Reply{}, err
+	var gen Generation
+	if m.Scheduler != nil {
+		s := p.Sampling
+		h := fnv.New64a()
+		h.Write([]byte(text))
+		s.Seed ^= h.Sum64()
+		if gen, err = m.Scheduler.Generate(ctx, ids, s, nil); err != nil {
+			return agent.Reply{}, err
+		}
+	} else {
+		gens, err := p.Prefixes.Generate(ctx, p.Model, [][]int{ids}, p.Sampling, p.Tokenizer)
+		if err != nil {
+			return agent.Reply{}, err
+		}
+		gen = gens[0]
 	}
-	c := p.completion(ids, gens[0], p.Sampling.StopIDs)
+	c := p.completion(ids, gen, p.Sampling.StopIDs)
 	content, calls := chat.ParseToolCalls(c.Text)
 	out := agent.Message{Role: "assistant", Content: content}
 	for _, pc := range calls {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agemem/agemem/agent"
@@ -172,5 +174,51 @@ func TestKVBudgetGroupsConversations(t *testing.T) {
 	}
 	if g := kvGroups(prompts, 12, 60); len(g) < 3 {
 		t.Fatalf("budget 60 made groups %v: the test does not split the batch", g)
+	}
+}
+
+// TestChatModelOnSchedulerBatchesAgents: agents that call a ChatModel on
+// a scheduler at once decode in shared steps, and each gets the reply it
+// gets alone (its sample seeded by its prompt, not by its batch).
+func TestChatModelOnSchedulerBatchesAgents(t *testing.T) {
+	tok := qwen3Tokenizer(t)
+	m := randomQwen3(t, tok, safetensors.F32)
+	p := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 3, MaxTokens: 12})
+	var batched atomic.Bool
+	sc := NewScheduler(m, tok, SchedulerOptions{MaxBatch: 4, OnStep: func(seqs, _ int) {
+		if seqs > 1 {
+			batched.Store(true)
+		}
+	}})
+	defer sc.Close()
+	cm := ChatModel{Generator: p, Scheduler: sc}
+	prompts := []string{"Hi.", "Name a colour.", "Count to three.", "What is memory?"}
+	spec := agent.Spec{Name: "note", Description: "Keeps a note.", Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)}
+	alone := make([]string, len(prompts))
+	for i, q := range prompts {
+		r, err := cm.Chat(context.Background(), []agent.Message{{Role: "user", Content: q}}, []agent.Spec{spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[i] = r.Message.Content
+	}
+	batched.Store(false)
+	together := make([]string, len(prompts))
+	var wg sync.WaitGroup
+	for i, q := range prompts {
+		wg.Go(func() {
+			r, err := cm.Chat(context.Background(), []agent.Message{{Role: "user", Content: q}}, []agent.Spec{spec})
+			if err != nil {
+				t.Error(err)
+			}
+			together[i] = r.Message.Content
+		})
+	}
+	wg.Wait()
+	if !batched.Load() {
+		t.Fatal("the concurrent calls never shared a decoding step")
+	}
+	if !reflect.DeepEqual(alone, together) {
+		t.Fatalf("alone %q\ntogether %q", alone, together)
 	}
 }
