@@ -106,6 +106,14 @@ func TestCLIAgentOnOllama(t *testing.T) {
 	if _, err := run(t, "agent", "--set", "ollama.host="+url, "--model", "ollama:nope", "--prompt", "hi"); err == nil || !strings.Contains(err.Error(), "ollama pull nope") {
 		t.Fatalf("missing model: %v", err)
 	}
+	// FitText's Memetic retrieval through the same model.
+	dir := t.TempDir()
+	mustRun(t, "tools", "synth", "--providers", "10", "--queries", "3", "--out", dir)
+	out = mustRun(t, "tools", "retrieve", "--strategy", "memetic", "--first", "2", "--set", "ollama.host="+url, "--model", "ollama:agemem-tiny",
+		"--data", filepath.Join(dir, "queries.jsonl"), "--corpus", filepath.Join(dir, "tools.jsonl"))
+	if !strings.Contains(out, "memetic      all                 2") {
+		t.Fatalf("memetic on Ollama:\n%s", out)
+	}
 }
 
 // export writes GGUF files and publishes a policy to Ollama; an episode

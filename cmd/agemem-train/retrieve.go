@@ -19,6 +19,7 @@ import (
 	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/ollama"
 	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/roles"
 	"github.com/agemem/agemem/toolret"
@@ -261,11 +262,22 @@ func fittextLLM(cmd *cobra.Command, cfg config.Config, model, dev string) (fitte
 	if err != nil {
 		return nil, err
 	}
-	om := m.(*openai.ChatModel)
+	// Each call at its own temperature: a copy of the model with it set.
+	at := func(t float64) agent.Model {
+		switch x := m.(type) {
+		case *openai.ChatModel:
+			c := *x
+			c.Temperature = t
+			return &c
+		case ollama.ChatModel:
+			g := *x.Generator
+			g.Temperature = t
+			return ollama.ChatModel{Generator: &g}
+		}
+		return m
+	}
 	return fittext.LLMFunc(func(ctx context.Context, prompt string, t float64) (string, error) {
-		c := *om
-		c.Temperature = t
-		r, err := c.Chat(ctx, []agent.Message{{Role: "user", Content: prompt}}, nil)
+		r, err := at(t).Chat(ctx, []agent.Message{{Role: "user", Content: prompt}}, nil)
 		if err != nil {
 			return "", err
 		}
