@@ -62,6 +62,10 @@ type Scored struct {
 	Answer     string  `json:"answer"`
 	Prediction string  `json:"prediction"`
 	F1         float64 `json:"f1"`
+	// AMemF1 and BLEU1 are the second table's (A-Mem's utils.py): against
+	// the answer as given, adversarial questions (no answer) included as 0.
+	AMemF1     float64 `json:"amem_f1"`
+	BLEU1      float64 `json:"bleu1"`
 	Recall     float64 `json:"evidence_recall"`
 	HasContext bool    `json:"has_context"`
 }
@@ -72,12 +76,23 @@ type Cell struct {
 	N    int     `json:"n"`
 }
 
+// AMemCell is a category's A-Mem-style means.
+type AMemCell struct {
+	F1    float64 `json:"f1"`
+	BLEU1 float64 `json:"bleu1"`
+	N     int     `json:"n"`
+}
+
 // Report is the table: F1 per category and overall, evidence recall over
 // the predictions that gave a context.
 type Report struct {
 	ByCategory map[string]Cell `json:"by_category"`
 	Overall    Cell            `json:"overall"`
-	Recall     Cell            `json:"evidence_recall"`
+	// AMem is the second table other papers report (A-Mem's token F1 and
+	// BLEU-1) by category, and over categories 1-4 as "overall" (they
+	// leave the adversarial questions out).
+	AMem   map[string]AMemCell `json:"amem"`
+	Recall Cell                `json:"evidence_recall"`
 	// Questions is how many questions the samples hold; Missing how many of
 	// them have no prediction (not scored).
 	Questions int `json:"questions"`
@@ -88,7 +103,7 @@ type Report struct {
 // unknown sample or question, or one given twice, is an error.
 func Score(samples []Sample, preds []Prediction) (Report, []Scored, error) {
 	bySample := map[string]*Sample{}
-	rep := Report{ByCategory: map[string]Cell{}}
+	rep := Report{ByCategory: map[string]Cell{}, AMem: map[string]AMemCell{}}
 	for i := range samples {
 		bySample[samples[i].ID] = &samples[i]
 		rep.Questions += len(samples[i].QA)
@@ -112,8 +127,17 @@ func Score(samples []Sample, preds []Prediction) (Report, []Scored, error) {
 		seen[key] = true
 		q := s.QA[p.QAIndex]
 		sc := Scored{SampleID: p.SampleID, QAIndex: p.QAIndex, Category: q.Category, Question: q.Question, Answer: q.Answer,
-			Prediction: p.Prediction, F1: ScoreQA(q, p.Prediction), Recall: EvidenceRecall(q, p.Context), HasContext: p.Context != nil}
+			Prediction: p.Prediction, F1: ScoreQA(q, p.Prediction), Recall: EvidenceRecall(q, p.Context), HasContext: p.Context != nil,
+			AMemF1: AMemF1(p.Prediction, q.Answer), BLEU1: BLEU1(p.Prediction, q.Answer)}
 		out = append(out, sc)
+		for _, k := range []string{Categories[q.Category], "overall"} {
+			if k == "overall" && q.Category == 5 {
+				continue
+			}
+			a := rep.AMem[k]
+			a.F1, a.BLEU1, a.N = a.F1+sc.AMemF1, a.BLEU1+sc.BLEU1, a.N+1
+			rep.AMem[k] = a
+		}
 		cat := Categories[q.Category]
 		sums[cat] += sc.F1
 		c := rep.ByCategory[cat]
@@ -128,6 +152,10 @@ func Score(samples []Sample, preds []Prediction) (Report, []Scored, error) {
 	for cat, c := range rep.ByCategory {
 		c.Mean = sums[cat] / float64(c.N)
 		rep.ByCategory[cat] = c
+	}
+	for k, a := range rep.AMem {
+		a.F1, a.BLEU1 = a.F1/float64(a.N), a.BLEU1/float64(a.N)
+		rep.AMem[k] = a
 	}
 	rep.Overall = Cell{N: len(out)}
 	if len(out) > 0 {
@@ -157,6 +185,20 @@ func (r Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "overall\t%d\t%.4f\n", r.Overall.N, r.Overall.Mean)
 	tw.Flush()
+	if len(r.AMem) > 0 {
+		fmt.Fprintln(w, "\nA-Mem-style (token F1 of word sets, NLTK BLEU-1; overall over categories 1-4), as other memory papers report:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "category\tquestions\tF1\tBLEU-1")
+		for _, n := range cats {
+			if a, ok := r.AMem[Categories[n]]; ok {
+				fmt.Fprintf(tw, "%d %s\t%d\t%.4f\t%.4f\n", n, Categories[n], a.N, a.F1, a.BLEU1)
+			}
+		}
+		if a, ok := r.AMem["overall"]; ok {
+			fmt.Fprintf(tw, "overall (1-4)\t%d\t%.4f\t%.4f\n", a.N, a.F1, a.BLEU1)
+		}
+		tw.Flush()
+	}
 	if r.Recall.N > 0 {
 		fmt.Fprintf(w, "evidence recall: %.4f over %d predictions with a context\n", r.Recall.Mean, r.Recall.N)
 	}

@@ -143,6 +143,17 @@ func TestSynthLoadsAndScores(t *testing.T) {
 	if rep.Overall.Mean != 1 || rep.Recall.Mean != 1 || rep.Missing != 0 || len(scored) != rep.Questions {
 		t.Fatalf("oracle report %+v", rep)
 	}
+	// The A-Mem-style table: exact answers score 1 on categories 1, 2 and
+	// 4 (3's are cut at ';', so below 1 where the gold has one), and its
+	// overall leaves the adversarial questions out.
+	for _, c := range []int{1, 2, 4} {
+		if a := rep.AMem[Categories[c]]; a.F1 != 1 || a.BLEU1 != 1 || a.N != cats[c] {
+			t.Fatalf("A-Mem-style %s: %+v", Categories[c], a)
+		}
+	}
+	if a := rep.AMem["overall"]; a.N != rep.Questions-cats[5] {
+		t.Fatalf("A-Mem-style overall over %d questions, want %d (no adversarial)", a.N, rep.Questions-cats[5])
+	}
 	// Errors name what is wrong.
 	for _, c := range []struct {
 		p    Prediction
