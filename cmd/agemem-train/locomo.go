@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/mattn/go-isatty"
@@ -12,9 +13,14 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/locomo"
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/roles"
 	"github.com/agemem/agemem/tamem"
 )
@@ -116,7 +122,7 @@ writes each question's score as JSONL, --json the table.`,
 
 func locomoRunCmd(g *globals) *cobra.Command {
 	var data, method, out, model, native, dev, dbPath string
-	var k, parallel int
+	var k, parallel, chunk int
 	var retrievalOnly bool
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -132,7 +138,12 @@ OpenAI-compatible server's (--model, openai.base_url) or a local checkpoint
 TA-Mem: the model extracts each session's notes (one call a session) into
 the multi-index database (--db, SQLite; kept and reused when a file), then
 answers each question by querying it with the ten tools (at most 7 turns);
-the predictions' context is the dialogue of the pages it retrieved.`,
+the predictions' context is the dialogue of the pages it retrieved. agemem
+plays the conversation through AgeMem's memory runtime: each session's
+turns, --chunk at a time, are user messages the policy may store from (the
+context reset at each session), then each question is asked in a fresh
+context where the policy retrieves and answers (--native DIR, --model NAME
+on openai.base_url in openai.format, or --model ollama:NAME).`,
 		Example: `  agemem-train locomo run --data data/locomo-synth.json --method rag --k 5 --retrieval-only --out preds.jsonl
   agemem-train locomo run --data locomo10.json --method rag --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --out preds.jsonl
   agemem-train locomo run --data locomo10.json --method ta-mem --db runs/tamem.db --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b --out preds.jsonl`,
@@ -145,8 +156,8 @@ the predictions' context is the dialogue of the pages it retrieved.`,
 			if data == "" || out == "" {
 				return fmt.Errorf("--data and --out are required")
 			}
-			if method != "rag" && method != "full-context" && method != "ta-mem" {
-				return fmt.Errorf("--method %q: want rag, full-context or ta-mem (agemem is not written yet)", method)
+			if method != "rag" && method != "full-context" && method != "ta-mem" && method != "agemem" {
+				return fmt.Errorf("--method %q: want rag, full-context, ta-mem or agemem", method)
 			}
 			if retrievalOnly && method != "rag" {
 				return fmt.Errorf("--retrieval-only measures a retriever: use it with --method rag")
@@ -167,6 +178,8 @@ the predictions' context is the dialogue of the pages it retrieved.`,
 			var preds []locomo.Prediction
 			if retrievalOnly {
 				preds, err = locomo.RetrievalPredictions(ctx, samples, r, k)
+			} else if method == "agemem" {
+				preds, err = ageMem(cmd, cfg, samples, model, native, dev, chunk)
 			} else {
 				var m agent.Model
 				if m, err = chatModels(cmd, cfg, model, native, dev, parallel); err != nil {
@@ -203,6 +216,7 @@ the predictions' context is the dialogue of the pages it retrieved.`,
 	}
 	cmd.Flags().StringVar(&data, "data", "", "the LoCoMo file")
 	cmd.Flags().StringVar(&method, "method", "rag", "rag, full-context or ta-mem")
+	cmd.Flags().IntVar(&chunk, "chunk", 4, "agemem: dialogue turns a user message carries")
 	cmd.Flags().IntVar(&parallel, "parallel", 4, "ta-mem: questions answered at once (on the native engine their calls decode together)")
 	cmd.Flags().StringVar(&dbPath, "db", ":memory:", "ta-mem: the memory database (SQLite); a conversation it already holds is not extracted again")
 	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag)")
@@ -292,6 +306,70 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 	if len(preds) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "ta-mem: %.2f turns a question, %.1f%% finalized within %d turns, %d session(s) stored whole after a failed extraction, %d question(s) unanswered: the prompt outgrew the model\n",
 			float64(turns)/float64(len(preds)), 100*float64(finalized)/float64(len(preds)), tamem.MaxTurns, failed, tooLong)
+	}
+	return preds, nil
+}
+
+// ageMem answers with an AgeMem policy on the memory runtime.
+func ageMem(cmd *cobra.Command, cfg config.Config, samples []locomo.Sample, model, native, dev string, chunk int) ([]locomo.Prediction, error) {
+	ctx := cmd.Context()
+	var p memtools.Policy
+	var tok stm.Tokenizer
+	switch name, isOllama := strings.CutPrefix(model, "ollama:"); {
+	case native != "":
+		be, err := device.Open(dev, cmd.ErrOrStderr())
+		if err != nil {
+			return nil, err
+		}
+		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		if err != nil {
+			return nil, err
+		}
+		g.Prefixes = decode.NewPrefixCache(g.Model.MaxPositions)
+		p, tok = g, g.Tokenizer
+	case isOllama:
+		c, err := cfg.Ollama.Connect()
+		if err != nil {
+			return nil, err
+		}
+		arch, err := c.Architecture(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		g := cfg.Ollama.Generator(c, cfg.Agent, name, ollama.Format(cfg.Ollama.Format))
+		g.Template = ollama.TemplateFor(arch)
+		p = g
+	default:
+		if model == "" {
+			model = cfg.OpenAI.Model
+		}
+		if model == "" {
+			return nil, fmt.Errorf("--method agemem: name the policy with --native DIR, --model NAME (openai.base_url) or --model ollama:NAME")
+		}
+		c, err := cfg.OpenAI.Connect()
+		if err != nil {
+			return nil, err
+		}
+		p = cfg.OpenAI.Generator(c, model, openai.Format(cfg.OpenAI.Format), cfg.Agent.ResponseBudget)
+	}
+	h, err := roles.NewHelpers(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := locomo.AgeMem{NewRuntime: roles.Runtime(cfg, h, tok), System: cfg.Agent.Prompt(cfg.Tools.Offered()), Limits: cfg.Agent.Limits(), Chunk: chunk}
+	total := 0
+	for _, s := range samples {
+		total += len(s.QA)
+	}
+	pr := train.NewProgress(cmd.ErrOrStderr(), total, isatty.IsTerminal(os.Stderr.Fd()))
+	var preds []locomo.Prediction
+	done := 0
+	for i, s := range samples {
+		ps, err := a.Answer(ctx, p, s, uint64(cfg.Seed)+uint64(i), func() { done++; pr.Update(done, "agemem") })
+		if err != nil {
+			return nil, err
+		}
+		preds = append(preds, ps...)
 	}
 	return preds, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/tamem"
 )
@@ -70,5 +71,30 @@ func TestCLILoCoMoTAMem(t *testing.T) {
 	mustRun(t, args...)
 	if extractions != 3 {
 		t.Fatalf("the database was extracted again: %d calls", extractions)
+	}
+}
+
+// TestCLILoCoMoAgeMem: `locomo run --method agemem` plays a synthetic
+// conversation through the memory runtime with a local checkpoint (a random
+// tiny Qwen3: what it stores and answers is noise, the run is the point)
+// and writes a prediction per question for score.
+func TestCLILoCoMoAgeMem(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "locomo.json")
+	mustRun(t, "locomo", "synth", "--samples", "1", "--sessions", "2", "--out", data)
+	model := filepath.Join(dir, "tiny")
+	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", testkit.QwenTokenizer(t), "--out", model)
+	preds := filepath.Join(dir, "preds.jsonl")
+	mustRun(t, "locomo", "run", "--data", data, "--method", "agemem", "--native", model, "--chunk", "8",
+		"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "agent.system_prompt=compact", "--out", preds)
+	raw := string(mustRead(t, preds))
+	if n := strings.Count(raw, "\n"); n == 0 || !strings.Contains(raw, `"qa_index":0`) {
+		t.Fatalf("predictions: %.300s", raw)
+	}
+	if out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds); !strings.Contains(out, "overall") {
+		t.Fatalf("score:\n%s", out)
+	}
+	if _, err := run(t, "locomo", "run", "--data", data, "--method", "agemem", "--out", preds); err == nil || !strings.Contains(err.Error(), "--native DIR") {
+		t.Fatalf("no policy: %v", err)
 	}
 }
