@@ -35,6 +35,7 @@ type fake struct {
 	ctxLimit  int // prompt characters beyond which generate/chat fail
 	dim       int
 	cutStream bool // end a stream without its done record
+	arch      string
 }
 
 type reply struct {
@@ -58,7 +59,16 @@ func newFake(t *testing.T, models ...string) (*fake, *httptest.Server) {
 		if !f.decode(w, r, &req) || !f.known(w, req.Model) {
 			return
 		}
-		json.NewEncoder(w).Encode(api.ShowResponse{Template: "{{ .Prompt }}"})
+		// A model created here shows its template; others a plain one.
+		tmpl := "{{ .Prompt }}"
+		f.mu.Lock()
+		for _, c := range f.creates {
+			if c.Model == req.Model {
+				tmpl = c.Template
+			}
+		}
+		f.mu.Unlock()
+		json.NewEncoder(w).Encode(api.ShowResponse{Template: tmpl, ModelInfo: map[string]any{"general.architecture": f.arch}})
 	})
 	mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) {
 		var req api.GenerateRequest

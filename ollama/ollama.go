@@ -103,13 +103,3 @@ func (c *Client) HasModel(ctx context.Context, model string) error {
 	_, err := c.API.Show(ctx, &api.ShowRequest{Model: model})
 	return c.wrap(model, 0, err)
 }
-
-// Architecture is the model's general.architecture (qwen2, qwen3, ...).
-func (c *Client) Architecture(ctx context.Context, model string) (string, error) {
-	r, err := c.API.Show(ctx, &api.ShowRequest{Model: model})
-	if err != nil {
-		return "", c.wrap(model, 0, err)
-	}
-	arch, _ := r.ModelInfo["general.architecture"].(string)
-	return arch, nil
-}

@@ -378,3 +378,56 @@ func TestPublishAndTemplate(t *testing.T) {
 		}
 	}
 }
+
+// TestQwen25TemplateAndDetection: the Qwen2.5 form of the Ollama template
+// renders, in Ollama's own template engine, exactly what the native engine
+// renders with Qwen2.5's chat template (a default system message when none
+// is given, reasoning kept, tool results grouped); a model published from
+// here names its family through its template, and one from elsewhere falls
+// back to its architecture.
+func TestQwen25TemplateAndDetection(t *testing.T) {
+	tmpl, err := ollamatemplate.Parse(Qwen25Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, msgs := range [][]stm.Message{
+		conv,
+		{{Role: stm.User, Content: "Hi"}},
+		append(slices.Clone(conv[:3]), stm.Message{Role: stm.Tool, Content: "first"}, stm.Message{Role: stm.Tool, Content: "second"}),
+		append(slices.Clone(conv), stm.Message{Role: stm.Assistant, Content: "<think>kept</think>\n<answer>x</answer>"}, stm.Message{Role: stm.User, Content: "again"}),
+	} {
+		var am []api.Message
+		qm := make([]chat.Message, len(msgs))
+		for i, m := range msgs {
+			am = append(am, api.Message{Role: m.Role, Content: m.Content})
+			qm[i] = chat.Message{Role: m.Role, Content: m.Content}
+		}
+		var b strings.Builder
+		if err := tmpl.Execute(&b, ollamatemplate.Values{Messages: am}); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := chat.Render(qm, chat.Options{Template: chat.Qwen25, AddGenerationPrompt: true})
+		if b.String() != want {
+			t.Errorf("Ollama renders\n%q\nthe engine renders\n%q", b.String(), want)
+		}
+	}
+	f, srv := newFake(t, "qwen2.5:7b", "ours-25", "ours-3")
+	c := client(t, srv.URL)
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	os.WriteFile(path, []byte("GGUF"), 0o644)
+	for name, fam := range map[string]chat.Template{"ours-25": chat.Qwen25, "ours-3": chat.Qwen3} {
+		if err := c.Publish(context.Background(), path, name, PublishOptions{Chat: fam}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.ChatTemplate(context.Background(), name); err != nil || got != fam {
+			t.Errorf("%s: %v %v, want %v", name, got, err, fam)
+		}
+	}
+	f.arch = "qwen2"
+	if got, _ := c.ChatTemplate(context.Background(), "qwen2.5:7b"); got != chat.Qwen25 {
+		t.Errorf("a qwen2 model from elsewhere: %v", got)
+	}
+	if _, err := c.ChatTemplate(context.Background(), "missing"); !errors.Is(err, ErrModelNotFound) {
+		t.Errorf("a missing model: %v", err)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"os"
 
 	"github.com/ollama/ollama/api"
+
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Template is the Ollama (Go text/template) form of the Qwen3 chat format
@@ -44,8 +46,65 @@ const Template = `{{- $lastUser := -1 }}
 {{ end }}<|im_start|>assistant
 `
 
+// Qwen25Template is the Ollama form of Qwen2.5's chat format (which the
+// embedded default's policy is trained with): Qwen's default system
+// message when the conversation brings none, ChatML turns kept as written
+// (no reasoning dropped), consecutive tool results in one user turn as
+// <tool_response> blocks, then the open assistant turn.
+const Qwen25Template = `{{- if or (not .Messages) (ne (index .Messages 0).Role "system") }}<|im_start|>system
+You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>
+{{ end }}
+{{- $last := "" }}
+{{- range $i, $m := .Messages }}
+{{- if eq $m.Role "tool" }}
+{{- if ne $last "tool" }}<|im_start|>user{{ end }}
+<tool_response>
+{{ $m.Content }}
+</tool_response>
+{{- else }}
+{{- if eq $last "tool" }}<|im_end|>
+{{ end }}<|im_start|>{{ $m.Role }}
+{{ $m.Content }}<|im_end|>
+{{ end }}
+{{- $last = $m.Role }}
+{{- end }}
+{{- if eq $last "tool" }}<|im_end|>
+{{ end }}<|im_start|>assistant
+`
+
+// TemplateText is the Ollama template of a chat family.
+func TemplateText(t chat.Template) string {
+	if t == chat.Qwen25 {
+		return Qwen25Template
+	}
+	return Template
+}
+
+// ChatTemplate is the chat family model on the server renders with: the
+// one whose Ollama template it carries when it was published from here
+// (its template names the family exactly; the policy's tokenizer_config,
+// not its architecture, decided it), otherwise the architecture's
+// (TemplateFor) for models from elsewhere.
+func (c *Client) ChatTemplate(ctx context.Context, model string) (chat.Template, error) {
+	resp, err := c.API.Show(ctx, &api.ShowRequest{Model: model})
+	if err != nil {
+		return 0, c.wrap(model, 0, err)
+	}
+	switch resp.Template {
+	case Template:
+		return chat.Qwen3, nil
+	case Qwen25Template:
+		return chat.Qwen25, nil
+	}
+	arch, _ := resp.ModelInfo["general.architecture"].(string)
+	return TemplateFor(arch), nil
+}
+
 // PublishOptions shape the Ollama model made from a GGUF file.
 type PublishOptions struct {
+	// Chat is the chat family the policy was trained with (chat.Detect of
+	// its directory); its Ollama template is the model's.
+	Chat chat.Template
 	// System is the model's default system prompt (the AgeMem prompt the
 	// policy was trained under), so `ollama run` starts where training did.
 	System string
@@ -80,7 +139,7 @@ func (c *Client) Publish(ctx context.Context, path, name string, o PublishOption
 		params[k] = v
 	}
 	req := &api.CreateRequest{Model: name, Files: map[string]string{"model.gguf": digest},
-		Template: Template, System: o.System, Parameters: params}
+		Template: TemplateText(o.Chat), System: o.System, Parameters: params}
 	err = c.API.Create(ctx, req, func(p api.ProgressResponse) error {
 		if o.Progress != nil && p.Status != "" {
 			o.Progress(p.Status)

@@ -109,12 +109,12 @@ openai.format).`,
 				if err != nil {
 					return err
 				}
-				arch, err := c.Architecture(cmd.Context(), ollamaModel)
+				tmpl, err := c.ChatTemplate(cmd.Context(), ollamaModel)
 				if err != nil {
 					return fmt.Errorf("--ollama-model: %w", err)
 				}
 				p := cfg.Ollama.Generator(c, cfg.Agent, ollamaModel, ollama.Format(cfg.Ollama.Format))
-				p.Template, p.Temperature, p.Seed = ollama.TemplateFor(arch), sampling.Temperature, int(sampling.Seed)
+				p.Template, p.Temperature, p.Seed = tmpl, sampling.Temperature, int(sampling.Seed)
 				ol = p
 			}
 			var oa memtools.Policy

@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/gguf"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/ollama"
 )
@@ -106,7 +108,15 @@ the policy can be served with serve.backend ollama.`,
 			if err != nil {
 				return err
 			}
-			err = c.Publish(cmd.Context(), path, name, ollama.PublishOptions{System: system,
+			mt, err := qwen.LoadConfig(args[0])
+			if err != nil {
+				return err
+			}
+			family, err := chat.Detect(args[0], mt.ModelType)
+			if err != nil {
+				return err
+			}
+			err = c.Publish(cmd.Context(), path, name, ollama.PublishOptions{System: system, Chat: family,
 				Progress: func(s string) { fmt.Fprintf(w, "ollama: %s\n", s) }})
 			if err != nil {
 				return err

@@ -332,12 +332,12 @@ func ageMem(cmd *cobra.Command, cfg config.Config, samples []locomo.Sample, mode
 		if err != nil {
 			return nil, err
 		}
-		arch, err := c.Architecture(ctx, name)
+		tmpl, err := c.ChatTemplate(ctx, name)
 		if err != nil {
 			return nil, err
 		}
 		g := cfg.Ollama.Generator(c, cfg.Agent, name, ollama.Format(cfg.Ollama.Format))
-		g.Template = ollama.TemplateFor(arch)
+		g.Template = tmpl
 		p = g
 	default:
 		if model == "" {

@@ -18,8 +18,11 @@ import (
 
 	"github.com/ollama/ollama/api"
 
+	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/ollama"
 )
 
 // ollamaStub answers the calls export and episode make, as Ollama does.
@@ -61,11 +64,20 @@ func newOllamaStub(t *testing.T) (*ollamaStub, string) {
 	mux.HandleFunc("POST /api/show", func(w http.ResponseWriter, r *http.Request) {
 		var req api.ShowRequest
 		json.NewDecoder(r.Body).Decode(&req)
-		if req.Model != "agemem-tiny" {
+		if !strings.HasPrefix(req.Model, "agemem-tiny") {
 			fail(w, 404, "model \""+req.Model+"\" not found, try pulling it first")
 			return
 		}
-		json.NewEncoder(w).Encode(api.ShowResponse{ModelInfo: map[string]any{"general.architecture": "qwen3"}})
+		// The template the model was created with, as Ollama shows it.
+		tmpl := ""
+		s.mu.Lock()
+		for _, c := range s.creates {
+			if c.Model == req.Model {
+				tmpl = c.Template
+			}
+		}
+		s.mu.Unlock()
+		json.NewEncoder(w).Encode(api.ShowResponse{Template: tmpl, ModelInfo: map[string]any{"general.architecture": "qwen3"}})
 	})
 	mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) {
 		var req api.GenerateRequest
@@ -227,6 +239,63 @@ func TestCLIEmbed(t *testing.T) {
 	} {
 		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestOllamaSeesTheNativePrompt: a policy whose tokenizer_config holds
+// Qwen2.5's template on a qwen3 model (the embedded default's) is published
+// with Qwen2.5's Ollama template, and an episode played through Ollama
+// sends, call after call of a multi-turn AgeMem episode, byte for byte the
+// prompt the native engine renders for the same messages (the architecture
+// alone would have picked Qwen3's).
+func TestOllamaSeesTheNativePrompt(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth.json")
+	mustRun(t, "data", "synth", "--n", "4", "--seed", "3", "--out", data)
+	tok := filepath.Join(dir, "tok")
+	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "2", "--out", tok)
+	model := filepath.Join(dir, "policy")
+	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model)
+	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), mustRead(t, filepath.Join(tok, "tokenizer_config.json")), 0o644)
+	if tm, err := chat.Detect(model, "qwen3"); err != nil || tm != chat.Qwen25 {
+		t.Fatalf("the policy's template: %v %v", tm, err)
+	}
+	stub, url := newOllamaStub(t)
+	host := []string{"--set", "ollama.host=" + url}
+	mustRun(t, append([]string{"export", "--to", "ollama", "--name", "agemem-tiny-25", model}, host...)...)
+	if len(stub.creates) != 1 || stub.creates[0].Template != ollama.Qwen25Template {
+		t.Fatalf("published with template %.80q", stub.creates[0].Template)
+	}
+	stub.response = "<think>Nothing to keep.</think>\n<answer>Noted.</answer>"
+	out := mustRun(t, append([]string{"episode", "--data", data, "--task", "synth-000001", "--policy", "ollama", "--ollama-model", "agemem-tiny-25",
+		"--set", "episode.stage2_max_turns=2", "--set", "agent.system_prompt=compact", "--json"}, host...)...)
+	var res env.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %.200s", err, out)
+	}
+	var want []string
+	for _, st := range res.Stages {
+		for _, turn := range st {
+			for _, step := range turn.Trace.Steps {
+				qm := make([]chat.Message, len(step.Prompt))
+				for i, m := range step.Prompt {
+					qm[i] = chat.Message{Role: m.Role, Content: m.Content}
+				}
+				text, err := chat.Render(qm, chat.Options{Template: chat.Qwen25, AddGenerationPrompt: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, text)
+			}
+		}
+	}
+	if len(want) < 5 || len(stub.prompts) != len(want) {
+		t.Fatalf("%d calls in the trace, %d prompts sent", len(want), len(stub.prompts))
+	}
+	for i := range want {
+		if stub.prompts[i] != want[i] {
+			t.Fatalf("call %d: Ollama received\n%q\nthe engine renders\n%q", i, stub.prompts[i], want[i])
 		}
 	}
 }

@@ -212,7 +212,7 @@ func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error
 	if err != nil {
 		return nil, err
 	}
-	arch, err := c.Architecture(ctx, cfg.Serve.Policy)
+	tmpl, err := c.ChatTemplate(ctx, cfg.Serve.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("serve.policy: %w", err)
 	}
@@ -221,7 +221,7 @@ func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error
 		return nil, fmt.Errorf("ollama.format: %w", err)
 	}
 	p := cfg.Ollama.Generator(c, cfg.Agent, cfg.Serve.Policy, format)
-	p.Template = ollama.TemplateFor(arch)
+	p.Template = tmpl
 	return &serve.Ollama{Base: p}, nil
 }
 
