@@ -1,6 +1,7 @@
 package ollama
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -69,6 +70,22 @@ func (c Config) Generator(cl *Client, a memtools.Agent, model string, f Format) 
 		p.Think = &on
 	}
 	return p
+}
+
+// Policy is Generator for a model on the server, as the server describes
+// it: its chat family (Describe) and, when ollama.num_ctx is not set, a
+// context of the budgets capped at the model's own length.
+func (c Config) Policy(ctx context.Context, cl *Client, a memtools.Agent, model string, f Format) (*Generator, error) {
+	d, err := cl.Describe(ctx, model)
+	if err != nil {
+		return nil, err
+	}
+	p := c.Generator(cl, a, model, f)
+	p.Template = d.Template
+	if c.NumCtx == 0 && d.ContextLength > 0 {
+		p.NumCtx = min(p.NumCtx, d.ContextLength)
+	}
+	return p, nil
 }
 
 // TemplateFor is the chat template a raw-format policy renders with:

@@ -36,6 +36,7 @@ type fake struct {
 	dim       int
 	cutStream bool // end a stream without its done record
 	arch      string
+	ctxLen    int
 }
 
 type reply struct {
@@ -68,7 +69,11 @@ func newFake(t *testing.T, models ...string) (*fake, *httptest.Server) {
 			}
 		}
 		f.mu.Unlock()
-		json.NewEncoder(w).Encode(api.ShowResponse{Template: tmpl, ModelInfo: map[string]any{"general.architecture": f.arch}})
+		info := map[string]any{"general.architecture": f.arch}
+		if f.ctxLen > 0 {
+			info[f.arch+".context_length"] = f.ctxLen
+		}
+		json.NewEncoder(w).Encode(api.ShowResponse{Template: tmpl, ModelInfo: info})
 	})
 	mux.HandleFunc("POST /api/generate", func(w http.ResponseWriter, r *http.Request) {
 		var req api.GenerateRequest

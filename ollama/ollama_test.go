@@ -419,15 +419,27 @@ func TestQwen25TemplateAndDetection(t *testing.T) {
 		if err := c.Publish(context.Background(), path, name, PublishOptions{Chat: fam}); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := c.ChatTemplate(context.Background(), name); err != nil || got != fam {
+		if got, err := c.Describe(context.Background(), name); err != nil || got.Template != fam {
 			t.Errorf("%s: %v %v, want %v", name, got, err, fam)
 		}
 	}
 	f.arch = "qwen2"
-	if got, _ := c.ChatTemplate(context.Background(), "qwen2.5:7b"); got != chat.Qwen25 {
+	if got, _ := c.Describe(context.Background(), "qwen2.5:7b"); got.Template != chat.Qwen25 {
 		t.Errorf("a qwen2 model from elsewhere: %v", got)
 	}
-	if _, err := c.ChatTemplate(context.Background(), "missing"); !errors.Is(err, ErrModelNotFound) {
+	if _, err := c.Describe(context.Background(), "missing"); !errors.Is(err, ErrModelNotFound) {
 		t.Errorf("a missing model: %v", err)
+	}
+	// num_ctx: the budgets, capped at the model's context length unless
+	// ollama.num_ctx says otherwise.
+	f.ctxLen = 4096
+	a := memtools.DefaultAgent()
+	if p, err := DefaultConfig().Policy(context.Background(), c, a, "qwen2.5:7b", Raw); err != nil || p.NumCtx != 4096 || p.Template != chat.Qwen25 {
+		t.Errorf("policy %+v %v", p, err)
+	}
+	cfg := DefaultConfig()
+	cfg.NumCtx = 9000
+	if p, _ := cfg.Policy(context.Background(), c, a, "qwen2.5:7b", Raw); p.NumCtx != 9000 {
+		t.Errorf("an explicit num_ctx: %d", p.NumCtx)
 	}
 }

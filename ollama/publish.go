@@ -80,24 +80,36 @@ func TemplateText(t chat.Template) string {
 	return Template
 }
 
-// ChatTemplate is the chat family model on the server renders with: the
-// one whose Ollama template it carries when it was published from here
-// (its template names the family exactly; the policy's tokenizer_config,
-// not its architecture, decided it), otherwise the architecture's
-// (TemplateFor) for models from elsewhere.
-func (c *Client) ChatTemplate(ctx context.Context, model string) (chat.Template, error) {
+// Described is what the server says of a model that a policy needs.
+type Described struct {
+	// Template is the chat family it renders with: the one whose Ollama
+	// template it carries when it was published from here (its template
+	// names the family exactly; the policy's tokenizer_config, not its
+	// architecture, decided it), otherwise its architecture's (TemplateFor)
+	// for models from elsewhere.
+	Template chat.Template
+	// ContextLength is its <arch>.context_length (0: not given).
+	ContextLength int
+}
+
+// Describe asks the server about model.
+func (c *Client) Describe(ctx context.Context, model string) (Described, error) {
 	resp, err := c.API.Show(ctx, &api.ShowRequest{Model: model})
 	if err != nil {
-		return 0, c.wrap(model, 0, err)
-	}
-	switch resp.Template {
-	case Template:
-		return chat.Qwen3, nil
-	case Qwen25Template:
-		return chat.Qwen25, nil
+		return Described{}, c.wrap(model, 0, err)
 	}
 	arch, _ := resp.ModelInfo["general.architecture"].(string)
-	return TemplateFor(arch), nil
+	d := Described{Template: TemplateFor(arch)}
+	switch resp.Template {
+	case Template:
+		d.Template = chat.Qwen3
+	case Qwen25Template:
+		d.Template = chat.Qwen25
+	}
+	if n, ok := resp.ModelInfo[arch+".context_length"].(float64); ok {
+		d.ContextLength = int(n)
+	}
+	return d, nil
 }
 
 // PublishOptions shape the Ollama model made from a GGUF file.

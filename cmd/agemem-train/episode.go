@@ -109,12 +109,11 @@ openai.format).`,
 				if err != nil {
 					return err
 				}
-				tmpl, err := c.ChatTemplate(cmd.Context(), ollamaModel)
+				p, err := cfg.Ollama.Policy(cmd.Context(), c, cfg.Agent, ollamaModel, ollama.Format(cfg.Ollama.Format))
 				if err != nil {
 					return fmt.Errorf("--ollama-model: %w", err)
 				}
-				p := cfg.Ollama.Generator(c, cfg.Agent, ollamaModel, ollama.Format(cfg.Ollama.Format))
-				p.Template, p.Temperature, p.Seed = tmpl, sampling.Temperature, int(sampling.Seed)
+				p.Temperature, p.Seed = sampling.Temperature, int(sampling.Seed)
 				ol = p
 			}
 			var oa memtools.Policy

@@ -116,7 +116,15 @@ the policy can be served with serve.backend ollama.`,
 			if err != nil {
 				return err
 			}
-			err = c.Publish(cmd.Context(), path, name, ollama.PublishOptions{System: system, Chat: family,
+			// num_ctx: the agent's budgets, within the model's positions.
+			numCtx := cfg.Agent.ContextBudget + cfg.Agent.ResponseBudget
+			if cfg.Ollama.NumCtx > 0 {
+				numCtx = cfg.Ollama.NumCtx
+			}
+			if mt.MaxPositions > 0 {
+				numCtx = min(numCtx, mt.MaxPositions)
+			}
+			err = c.Publish(cmd.Context(), path, name, ollama.PublishOptions{System: system, Chat: family, Parameters: map[string]any{"num_ctx": numCtx},
 				Progress: func(s string) { fmt.Fprintf(w, "ollama: %s\n", s) }})
 			if err != nil {
 				return err

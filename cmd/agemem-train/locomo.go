@@ -332,12 +332,10 @@ func ageMem(cmd *cobra.Command, cfg config.Config, samples []locomo.Sample, mode
 		if err != nil {
 			return nil, err
 		}
-		tmpl, err := c.ChatTemplate(ctx, name)
+		g, err := cfg.Ollama.Policy(ctx, c, cfg.Agent, name, ollama.Format(cfg.Ollama.Format))
 		if err != nil {
 			return nil, err
 		}
-		g := cfg.Ollama.Generator(c, cfg.Agent, name, ollama.Format(cfg.Ollama.Format))
-		g.Template = tmpl
 		p = g
 	default:
 		if model == "" {

@@ -22,6 +22,7 @@ import (
 	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/ollama"
 )
 
@@ -266,6 +267,10 @@ func TestOllamaSeesTheNativePrompt(t *testing.T) {
 	mustRun(t, append([]string{"export", "--to", "ollama", "--name", "agemem-tiny-25", model}, host...)...)
 	if len(stub.creates) != 1 || stub.creates[0].Template != ollama.Qwen25Template {
 		t.Fatalf("published with template %.80q", stub.creates[0].Template)
+	}
+	mc, _ := qwen.LoadConfig(model)
+	if n, _ := stub.creates[0].Parameters["num_ctx"].(float64); int(n) != min(8192+256, mc.MaxPositions) || mc.MaxPositions >= 8192+256 {
+		t.Fatalf("num_ctx %v: want the model's %d positions (the budgets ask 8448)", stub.creates[0].Parameters["num_ctx"], mc.MaxPositions)
 	}
 	stub.response = "<think>Nothing to keep.</think>\n<answer>Noted.</answer>"
 	out := mustRun(t, append([]string{"episode", "--data", data, "--task", "synth-000001", "--policy", "ollama", "--ollama-model", "agemem-tiny-25",

@@ -206,22 +206,21 @@ func toolGateway(ctx context.Context, cfg config.Config, enc embed.Embedder) (*m
 }
 
 // ollamaBackend drives serve.policy on the Ollama server in ollama.format;
-// raw prompts use the chat template of the model's architecture.
+// raw prompts use the chat family the model was published with (else its
+// architecture's), and num_ctx stays within its context length.
 func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error) {
 	c, err := cfg.Ollama.Connect()
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := c.ChatTemplate(ctx, cfg.Serve.Policy)
-	if err != nil {
-		return nil, fmt.Errorf("serve.policy: %w", err)
-	}
 	format, err := ollama.ParseFormat(cfg.Ollama.Format)
 	if err != nil {
 		return nil, fmt.Errorf("ollama.format: %w", err)
 	}
-	p := cfg.Ollama.Generator(c, cfg.Agent, cfg.Serve.Policy, format)
-	p.Template = tmpl
+	p, err := cfg.Ollama.Policy(ctx, c, cfg.Agent, cfg.Serve.Policy, format)
+	if err != nil {
+		return nil, fmt.Errorf("serve.policy: %w", err)
+	}
 	return &serve.Ollama{Base: p}, nil
 }
 
