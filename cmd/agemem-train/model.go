@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/kernels/device"
@@ -20,6 +21,7 @@ import (
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
 )
 
 func initModelCmd(g *globals) *cobra.Command {
@@ -92,7 +94,11 @@ along and the vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") 
 					}
 				}
 			}
-			if err := qwen.InitRandom(out, cfg, dt, seed); err != nil {
+			pr := train.NewProgress(cmd.ErrOrStderr(), 100, isatty.IsTerminal(os.Stderr.Fd()))
+			err := qwen.InitRandomProgress(out, cfg, dt, seed, func(done, total int) {
+				pr.Update(100*done/total, fmt.Sprintf("percent of %.1fM parameters drawn", float64(total)/1e6))
+			})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s, %d layers, hidden %d, vocab %d, %s)\n", out, cfg.ModelType, cfg.Layers, cfg.HiddenSize, cfg.VocabSize, dtype)

@@ -257,8 +257,12 @@ func TestOllamaSeesTheNativePrompt(t *testing.T) {
 	tok := filepath.Join(dir, "tok")
 	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "2", "--out", tok)
 	model := filepath.Join(dir, "policy")
-	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model)
-	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), mustRead(t, filepath.Join(tok, "tokenizer_config.json")), 0o644)
+	// init-model shows its progress, and takes the template that sits
+	// beside the tokenizer.
+	if out, err := runCombined(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model); err != nil ||
+		!strings.Contains(out, "100/100 percent of") || !strings.Contains(out, "parameters drawn") {
+		t.Fatalf("init-model: %v\n%s", err, out)
+	}
 	if tm, err := chat.Detect(model, "qwen3"); err != nil || tm != chat.Qwen25 {
 		t.Fatalf("the policy's template: %v %v", tm, err)
 	}

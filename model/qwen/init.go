@@ -36,6 +36,13 @@ var Presets = map[string]Config{
 // (config.json, model.safetensors) to dir: projections ~ N(0, 0.02²)
 // (biases too, so they are exercised), norm weights 1 + N(0, 0.1²).
 func InitRandom(dir string, cfg Config, dtype safetensors.DType, seed uint64) error {
+	return InitRandomProgress(dir, cfg, dtype, seed, nil)
+}
+
+// InitRandomProgress is InitRandom telling progress the parameters drawn
+// so far out of all of them, after each tensor (a 0.5B model takes tens of
+// seconds on a CPU).
+func InitRandomProgress(dir string, cfg Config, dtype safetensors.DType, seed uint64, progress func(done, total int)) error {
 	if cfg.HeadDim == 0 {
 		cfg.HeadDim = cfg.HiddenSize / cfg.Heads
 	}
@@ -45,7 +52,7 @@ func InitRandom(dir string, cfg Config, dtype safetensors.DType, seed uint64) er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), RandomTensors(cfg, dtype, seed), map[string]string{"format": "pt"}); err != nil {
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), drawTensors(cfg, dtype, seed, progress), map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
 	return WriteConfig(dir, cfg, dtype)
@@ -53,9 +60,22 @@ func InitRandom(dir string, cfg Config, dtype safetensors.DType, seed uint64) er
 
 // RandomTensors draws InitRandom's weights into memory.
 func RandomTensors(cfg Config, dtype safetensors.DType, seed uint64) []safetensors.Tensor {
+	return drawTensors(cfg, dtype, seed, nil)
+}
+
+func drawTensors(cfg Config, dtype safetensors.DType, seed uint64, progress func(done, total int)) []safetensors.Tensor {
 	r := rand.New(rand.NewPCG(seed, 0x7177656e))
 	var ts []safetensors.Tensor
-	for _, p := range drawOrder(Params(cfg)) {
+	params := drawOrder(Params(cfg))
+	total, done := 0, 0
+	for _, p := range params {
+		n := 1
+		for _, d := range p.Shape {
+			n *= d
+		}
+		total += n
+	}
+	for _, p := range params {
 		std, mean := 0.02, 0.0
 		if p.Role == Norm || p.Role == HeadNorm {
 			std, mean = 0.1, 1
@@ -69,6 +89,9 @@ func RandomTensors(cfg Config, dtype safetensors.DType, seed uint64) []safetenso
 			v[i] = float32(mean + std*r.NormFloat64())
 		}
 		ts = append(ts, safetensors.FromFloat32(p.Name, dtype, p.Shape, v))
+		if done += n; progress != nil {
+			progress(done, total)
+		}
 	}
 	return ts
 }
