@@ -118,6 +118,7 @@ func Render(msgs []Message, o Options) (string, error) {
 		if err := writeTools(&b, o.Tools); err != nil {
 			return "", err
 		}
+		b.WriteString("<|im_end|>\n")
 	} else if msgs[0].Role == "system" {
 		b.WriteString("<|im_start|>system\n" + msgs[0].Content + "<|im_end|>\n")
 	}
@@ -154,22 +155,11 @@ func Render(msgs []Message, o Options) (string, error) {
 				if (j == 0 && content != "") || j > 0 {
 					b.WriteString("\n")
 				}
-				b.WriteString("<tool_call>\n{\"name\": \"" + tc.Function.Name + "\", \"arguments\": ")
-				args := bytes.TrimSpace(tc.Function.Arguments)
-				if len(args) > 0 && args[0] == '"' {
-					var s string
-					if err := json.Unmarshal(args, &s); err != nil {
-						return "", fmt.Errorf("message %d: tool call arguments: %w", i, err)
-					}
-					b.WriteString(s)
-				} else {
-					js, err := PyJSON(args)
-					if err != nil {
-						return "", fmt.Errorf("message %d: tool call arguments: %w", i, err)
-					}
-					b.WriteString(js)
+				call, err := callBlock(tc, Qwen3)
+				if err != nil {
+					return "", fmt.Errorf("message %d: %w", i, err)
 				}
-				b.WriteString("}\n</tool_call>")
+				b.WriteString(call)
 			}
 			b.WriteString("<|im_end|>\n")
 		case m.Role == "tool":
@@ -192,8 +182,70 @@ func writeTools(b *strings.Builder, tools []json.RawMessage) error {
 		}
 		b.WriteString("\n" + js)
 	}
-	b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n")
+	b.WriteString("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
 	return nil
+}
+
+// callBlock is a structured call as the template writes it into the
+// assistant's turn. Qwen3 writes string arguments as the JSON they hold;
+// Qwen2.5's tojson keeps them a JSON string.
+func callBlock(tc ToolCall, t Template) (string, error) {
+	args := bytes.TrimSpace(tc.Function.Arguments)
+	var js string
+	if t != Qwen25 && len(args) > 0 && args[0] == '"' {
+		if err := json.Unmarshal(args, &js); err != nil {
+			return "", fmt.Errorf("tool call arguments: %w", err)
+		}
+	} else {
+		var err error
+		if js, err = PyJSON(args); err != nil {
+			return "", fmt.Errorf("tool call arguments: %w", err)
+		}
+	}
+	return "<tool_call>\n{\"name\": \"" + tc.Function.Name + "\", \"arguments\": " + js + "}\n</tool_call>", nil
+}
+
+// InlineTools rewrites a conversation with tools as one without: the
+// tools section joins the system message and each assistant's structured
+// calls join its content as <tool_call> blocks, so that Render of the
+// result without tools is the text Render gives the original with them
+// (o.Tools, o.Template). A policy that takes plain messages (a GRPO
+// rollout's, any memtools.Policy) then sees a tool-using conversation
+// exactly as the native template shows it; tool messages need no change.
+func InlineTools(msgs []Message, o Options) ([]Message, error) {
+	out := make([]Message, 0, len(msgs)+1)
+	if len(o.Tools) > 0 {
+		var b strings.Builder
+		switch {
+		case len(msgs) > 0 && msgs[0].Role == "system":
+			b.WriteString(msgs[0].Content + "\n\n")
+			msgs = msgs[1:]
+		case o.Template == Qwen25:
+			b.WriteString(qwen25DefaultSystem + "\n\n")
+		}
+		if err := writeTools(&b, o.Tools); err != nil {
+			return nil, err
+		}
+		out = append(out, Message{Role: "system", Content: b.String()})
+	}
+	for i, m := range msgs {
+		if m.Role == "assistant" && len(m.ToolCalls) > 0 {
+			parts := []string{}
+			if m.Content != "" {
+				parts = append(parts, m.Content)
+			}
+			for _, tc := range m.ToolCalls {
+				call, err := callBlock(tc, o.Template)
+				if err != nil {
+					return nil, fmt.Errorf("message %d: %w", i, err)
+				}
+				parts = append(parts, call)
+			}
+			m.Content, m.ToolCalls = strings.Join(parts, "\n"), nil
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // writeToolResponse writes tool message i; consecutive tool messages share
@@ -324,6 +376,7 @@ func renderQwen25(msgs []Message, o Options) (string, error) {
 		if err := writeTools(&b, o.Tools); err != nil {
 			return "", err
 		}
+		b.WriteString("<|im_end|>\n")
 	} else if hasSystem {
 		b.WriteString("<|im_start|>system\n" + first + "<|im_end|>\n")
 	} else {
@@ -339,13 +392,11 @@ func renderQwen25(msgs []Message, o Options) (string, error) {
 				b.WriteString("\n" + m.Content)
 			}
 			for _, tc := range m.ToolCalls {
-				// tojson of the arguments as given: a string stays a
-				// JSON string, an object is re-encoded.
-				js, err := PyJSON(bytes.TrimSpace(tc.Function.Arguments))
+				call, err := callBlock(tc, Qwen25)
 				if err != nil {
-					return "", fmt.Errorf("message %d: tool call arguments: %w", i, err)
+					return "", fmt.Errorf("message %d: %w", i, err)
 				}
-				b.WriteString("\n<tool_call>\n{\"name\": \"" + tc.Function.Name + "\", \"arguments\": " + js + "}\n</tool_call>")
+				b.WriteString("\n" + call)
 			}
 			b.WriteString("<|im_end|>\n")
 		case m.Role == "tool":

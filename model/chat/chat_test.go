@@ -62,6 +62,31 @@ func TestChatTemplateMatchesJinja(t *testing.T) {
 		file string
 	}{{"qwen3", Qwen3, "templates/qwen3.jinja"}, {"qwen2.5", Qwen25, "templates/qwen2.5.jinja"}} {
 		t.Run(tmpl.name, func(t *testing.T) { compareWithJinja(t, cases, tmpl.t, tmpl.file) })
+		// A policy that takes plain messages sees the same text.
+		t.Run(tmpl.name+"/inline", func(t *testing.T) {
+			cs := append(cases, chatCase{Messages: []Message{{Role: "user", Content: "u"}, {Role: "assistant", Content: "", ToolCalls: []ToolCall{strCall}}}, Tools: []json.RawMessage{toolDef}},
+				chatCase{Tools: []json.RawMessage{toolDef}, AddGenerationPrompt: true})
+			for i, c := range cs {
+				o := Options{Template: tmpl.t, Tools: c.Tools, AddGenerationPrompt: c.AddGenerationPrompt, EnableThinking: c.EnableThinking}
+				want, err := Render(c.Messages, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, err := InlineTools(c.Messages, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range in {
+					if len(m.ToolCalls) > 0 {
+						t.Fatalf("case %d: a structured call was left in %+v", i, m)
+					}
+				}
+				o.Tools = nil
+				if got, err := Render(in, o); err != nil || got != want {
+					t.Errorf("case %d: inlined tools render as\n%s\nnot\n%s (%v)", i, got, want, err)
+				}
+			}
+		})
 	}
 }
 

@@ -2,8 +2,6 @@ package decode
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"hash/fnv"
 
 	"github.com/agemem/agemem/agent"
@@ -14,9 +12,7 @@ import (
 // the tools rendered by the model's own chat template (the Qwen tools
 // section, assistant tool_calls as <tool_call> blocks, tool results as
 // <tool_response>), exactly as transformers renders them, and the reply's
-// <tool_call> blocks parsed back into calls. A block the model breaks
-// becomes a call the loop refuses with the parser's reason, so the model
-// reads what was wrong.
+// <tool_call> blocks parsed back into calls (agent.ParseReply).
 //
 // With a Scheduler, concurrent calls (many agents at once) decode in shared
 // steps (continuous batching); each call samples with a seed drawn from its
@@ -29,29 +25,9 @@ type ChatModel struct {
 // Chat implements agent.Model.
 func (m ChatModel) Chat(ctx context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
 	p := m.Generator
-	cm := make([]chat.Message, len(msgs))
-	for i, am := range msgs {
-		cm[i] = chat.Message{Role: am.Role, Content: am.Content}
-		for _, c := range am.ToolCalls {
-			var tc chat.ToolCall
-			tc.Function.Name = c.Name
-			tc.Function.Arguments = json.RawMessage(c.Arguments)
-			if !json.Valid(tc.Function.Arguments) {
-				// Render it as the text the model wrote, not broken JSON.
-				quoted, _ := json.Marshal(c.Arguments)
-				tc.Function.Arguments = quoted
-			}
-			cm[i].ToolCalls = append(cm[i].ToolCalls, tc)
-		}
-	}
-	tools := make([]json.RawMessage, len(specs))
-	for i, s := range specs {
-		raw, err := json.Marshal(map[string]any{"type": "function", "function": map[string]any{
-			"name": s.Name, "description": s.Description, "parameters": s.Parameters}})
-		if err != nil {
-			return agent.Reply{}, fmt.Errorf("tool %q: %w", s.Name, err)
-		}
-		tools[i] = raw
+	cm, tools, err := agent.ChatMessages(msgs, specs)
+	if err != nil {
+		return agent.Reply{}, err
 	}
 	text, err := chat.Render(cm, chat.Options{Template: p.Template, Tools: tools, AddGenerationPrompt: true})
 	if err != nil {
@@ -78,14 +54,5 @@ func (m ChatModel) Chat(ctx context.Context, msgs []agent.Message, specs []agent
 		gen = gens[0]
 	}
 	c := p.completion(ids, gen, p.Sampling.StopIDs)
-	content, calls := chat.ParseToolCalls(c.Text)
-	out := agent.Message{Role: "assistant", Content: content}
-	for _, pc := range calls {
-		call := agent.ToolCall{Name: pc.Name, Arguments: string(pc.Arguments)}
-		if pc.Err != "" {
-			call = agent.ToolCall{Name: pc.Name, Arguments: pc.Raw, Invalid: pc.Err}
-		}
-		out.ToolCalls = append(out.ToolCalls, call)
-	}
-	return agent.Reply{Message: out, PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens}, nil
+	return agent.Reply{Message: agent.ParseReply(c.Text), PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens}, nil
 }

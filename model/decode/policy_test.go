@@ -106,6 +106,33 @@ func TestChatModelRendersToolsAndSurvives(t *testing.T) {
 	}
 }
 
+// TestPolicyModelSeesTheNativePrompt: a policy that takes plain messages
+// (as GRPO's rollouts do), wrapped in agent.PolicyModel, gets the prompt a
+// native tool-calling request renders, tools and earlier calls included,
+// and replies what the native ChatModel replies.
+func TestPolicyModelSeesTheNativePrompt(t *testing.T) {
+	tok := qwen3Tokenizer(t)
+	m := randomQwen3(t, tok, safetensors.F32)
+	p := NewGenerator(m, tok, Sampling{MaxTokens: 12})
+	specs := []agent.Spec{{Name: "lookup", Description: "Looks a word up.", Parameters: json.RawMessage(`{"type":"object","properties":{"word":{"type":"string"}},"required":["word"]}`)}}
+	msgs := []agent.Message{{Role: "system", Content: "You look words up."}, {Role: "user", Content: "What is a tabby?"},
+		{Role: "assistant", Content: "Let me see.", ToolCalls: []agent.ToolCall{{ID: "c1", Name: "lookup", Arguments: `{"word": "tabby"}`}, {ID: "c2", Name: "lookup", Arguments: `{"word": broken`}}},
+		{Role: "tool", Content: "a striped cat", ToolCallID: "c1", Name: "lookup"}, {Role: "tool", Content: "error: not JSON", ToolCallID: "c2", Name: "lookup"}}
+	for _, n := range []int{2, len(msgs)} {
+		want, err := ChatModel{Generator: p}.Chat(context.Background(), msgs[:n], specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := agent.PolicyModel{Policy: p, Template: p.Template}.Chat(context.Background(), msgs[:n], specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.PromptTokens != want.PromptTokens || !reflect.DeepEqual(got.Message, want.Message) {
+			t.Fatalf("%d messages: through the policy %d prompt tokens, %+v; natively %d, %+v", n, got.PromptTokens, got.Message, want.PromptTokens, want.Message)
+		}
+	}
+}
+
 // randomQwen3 is a random tiny Qwen3 carrying tok's vocabulary.
 func randomQwen3(t *testing.T, tok *tokenizer.Tokenizer, dtype safetensors.DType) *qwen.Model {
 	t.Helper()
