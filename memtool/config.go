@@ -1,6 +1,10 @@
 package memtool
 
-import "github.com/agemem/agemem/internal/valid"
+import (
+	"math"
+
+	"github.com/agemem/agemem/internal/valid"
+)
 
 // Modes are the three architectures of the paper.
 const (
@@ -34,6 +38,25 @@ type Config struct {
 	Date string `yaml:"date"`
 	// Bench is `agemem-train memtool bench`.
 	Bench BenchConfig `yaml:"bench"`
+	// Train is `agemem-train memtool train`: the Autonomous mode as a GRPO
+	// environment.
+	Train TrainConfig `yaml:"train"`
+}
+
+// TrainConfig is the GRPO environment of the Autonomous mode and its
+// reward (the rl section says how it trains).
+type TrainConfig struct {
+	// Queries are the training queries ("" = those of bench.queries after
+	// its first bench.turns, so the benchmark's session stays held out).
+	Queries string `yaml:"queries"`
+	// Turns are the user queries of one episode, a session from an empty
+	// working set: enough for tools to pile up and pruning to matter.
+	Turns int `yaml:"turns"`
+	// The reward is WCorrect·tool correctness + WRemoval·removal ratio
+	// (capped at 1) + WLimit·the share of turns that never hit L.
+	WCorrect float64 `yaml:"w_correct"`
+	WRemoval float64 `yaml:"w_removal"`
+	WLimit   float64 `yaml:"w_limit"`
 }
 
 // BenchConfig is the ScaleMCP-style benchmark.
@@ -58,7 +81,8 @@ func DefaultConfig() Config {
 	return Config{Mode: Autonomous, Limit: 128, TopK: 5, MaxSteps: 10, History: "truncate", HistoryTurns: 5,
 		Assistant:  "financial Assistant that has access to 5,000 external financial tools for the fortune 1,000 companies",
 		Background: "These tools are highly decomposed and specific for the company and financial metric.\n- For example, a tool could be \"Apple Revenue Tool\" or \"Amazon Stock Price\".",
-		Bench:      BenchConfig{Queries: "data/memtool/queries.json", Tools: "data/memtool/tools.json", Turns: 100, Judge: "contains", Out: "runs/memtool"}}
+		Bench:      BenchConfig{Queries: "data/memtool/queries.json", Tools: "data/memtool/tools.json", Turns: 100, Judge: "contains", Out: "runs/memtool"},
+		Train:      TrainConfig{Turns: 4, WCorrect: 1, WRemoval: 0.5, WLimit: 0.5}}
 }
 
 // Validate checks every key.
@@ -75,6 +99,15 @@ func (c Config) Validate() error {
 	}
 	e.AtLeast("bench.turns", c.Bench.Turns, 1)
 	e.OneOf("bench.judge", c.Bench.Judge, "contains", "model")
+	e.AtLeast("train.turns", c.Train.Turns, 1)
+	for _, w := range []struct {
+		key string
+		v   float64
+	}{{"train.w_correct", c.Train.WCorrect}, {"train.w_removal", c.Train.WRemoval}, {"train.w_limit", c.Train.WLimit}} {
+		if !(w.v >= 0) || math.IsInf(w.v, 0) {
+			e.Add(w.key, "%v is not a finite weight of at least 0", w.v)
+		}
+	}
 	if c.Bench.Queries == "" {
 		e.Add("bench.queries", "a query file is needed")
 	}

@@ -20,12 +20,15 @@ import (
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/bert"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/pretrain"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
@@ -290,4 +293,74 @@ func Pretrain(cfg config.Config) pretrain.Options {
 // learnerOptions are where training steps run, from the model section.
 func learnerOptions(cfg config.Config) train.LearnerOptions {
 	return train.LearnerOptions{Devices: cfg.Model.Devices, BF16: cfg.Model.TrainDtype == "bf16", ShardOptimizer: cfg.Model.ShardOptimizer}
+}
+
+// MemToolKB is MemTool's tool knowledge base: memtool.bench.tools (or, when
+// that is "", the tools the queries' api_lists describe) indexed with the
+// configured embedder, large indexes searched on embed.device.
+func MemToolKB(ctx context.Context, cfg config.Config, qs []memtool.Query) (*memtool.KB, error) {
+	tools := memtool.QueryTools(qs)
+	if path := cfg.MemTool.Bench.Tools; path != "" {
+		var err error
+		if tools, err = memtool.LoadCollection(path); err != nil {
+			return nil, err
+		}
+	}
+	emb, err := Embedder(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := memtool.NewKB(ctx, emb, tools)
+	if err != nil {
+		return nil, err
+	}
+	kb.UseDevice(IndexDevice(cfg))
+	return kb, nil
+}
+
+// MemToolGRPO is GRPO's options for MemTool's Autonomous mode
+// (agemem-train memtool train): the training queries are
+// memtool.train.queries, or those of memtool.bench.queries after the
+// benchmark's first memtool.bench.turns, which stay held out.
+func MemToolGRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[memtool.Episode], error) {
+	var o rl.Options[memtool.Episode]
+	c := cfg.MemTool
+	path := c.Train.Queries
+	if path == "" {
+		path = c.Bench.Queries
+	}
+	qs, err := memtool.LoadQueries(path)
+	if err != nil {
+		return o, err
+	}
+	kb, err := MemToolKB(ctx, cfg, qs)
+	if err != nil {
+		return o, err
+	}
+	if c.Train.Queries == "" {
+		if len(qs) <= c.Bench.Turns {
+			return o, fmt.Errorf("memtool.train.queries is empty and %s has %d queries, all in the benchmark's session (memtool.bench.turns %d): name a training file or generate more queries", path, len(qs), c.Bench.Turns)
+		}
+		qs = qs[c.Bench.Turns:]
+	}
+	mc, err := qwen.LoadConfig(cfg.RL.Init)
+	if err != nil {
+		return o, fmt.Errorf("rl.init: %w", err)
+	}
+	tmpl, err := chat.Detect(cfg.RL.Init, mc.ModelType)
+	if err != nil {
+		return o, err
+	}
+	e, err := memtool.NewEnv(c, kb, qs, tmpl)
+	if err != nil {
+		return o, fmt.Errorf("%s: %w", path, err)
+	}
+	be, err := device.Open(cfg.Model.Device, log)
+	if err != nil {
+		return o, err
+	}
+	return rl.Options[memtool.Episode]{Config: cfg.RL, LoRA: cfg.LoRA, Optim: cfg.Optim,
+		Learner: learnerOptions(cfg), Device: be, Dtype: cfg.Model.SaveDtype(),
+		Seed: uint64(cfg.Seed), ResponseBudget: cfg.Agent.ResponseBudget,
+		Env: e, Reward: memtool.NewReward(c.Train), YAML: cfg.YAML(), Log: log}, nil
 }

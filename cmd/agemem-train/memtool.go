@@ -9,19 +9,21 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/chart"
 	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/roles"
 )
 
 func memtoolCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "memtool",
-		Short: "MemTool: an agent's working set of tools (generate a benchmark, run it)",
+		Short: "MemTool: an agent's working set of tools (generate a benchmark, run it, train a policy for it)",
 	}
-	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g))
+	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g))
 	return cmd
 }
 
@@ -66,6 +68,56 @@ tools (the defaults: 1,000 companies × 5).`,
 	return cmd
 }
 
+func memtoolTrainCmd(g *globals) *cobra.Command {
+	var resume string
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Train a policy to manage its working set of tools with GRPO (the Autonomous mode)",
+		Long: `Starts from rl.init and trains it with the GRPO trainer of agemem-train train
+in MemTool's Autonomous mode: each rollout is a session of memtool.train.turns
+user queries from an empty working set, the policy the agent with
+SYS_SEARCH_TOOLS, SYS_REMOVE_TOOLS and the tools it loaded (at most
+memtool.limit, meta-tools included), the tools simulated. The reward is
+memtool.train.w_correct × tool correctness (the share of each query's gold
+tools called) + w_removal × the removal ratio (tools removed per tool added,
+at most 1) + w_limit × the share of turns that never hit the limit. The
+queries are memtool.train.queries, or those of memtool.bench.queries after
+the benchmark's first memtool.bench.turns. The rl section sets the rest
+(k, batch_tasks, steps, lr, beta, out); rl.out receives what
+agemem-train train writes. Evaluate with memtool bench --policy native
+--native RL_OUT/policy.`,
+		Example: `  agemem-train memtool synth --out data/memtool --queries 400
+  agemem-train memtool train --config configs/tiny.yaml --set memtool.limit=12 --set rl.out=runs/memtool-rl
+  agemem-train memtool bench --policy native --native runs/memtool-rl/policy --modes autonomous --set memtool.limit=12`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			o, err := roles.MemToolGRPO(cmd.Context(), cfg, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			o.Resume, o.TTY = resume, isatty.IsTerminal(os.Stderr.Fd())
+			res, err := rl.Train(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if n := len(res.Steps); n > 0 {
+				first, last := res.Steps[0], res.Steps[n-1]
+				fmt.Fprintf(cmd.OutOrStdout(), "mean reward: step 1 %.3f, step %d %.3f (tool correctness %.3f -> %.3f, removal ratio %.3f -> %.3f, under the limit %.3f -> %.3f)\n",
+					first.Reward, last.Step, last.Reward, first.Parts["tool_correctness"], last.Parts["tool_correctness"],
+					first.Parts["removal_ratio"], last.Parts["removal_ratio"], first.Parts["under_limit"], last.Parts["under_limit"])
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "policy written to %s\n", res.Policy)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
+	return cmd
+}
+
 func memtoolBenchCmd(g *globals) *cobra.Command {
 	var modes, policy, model, native, dev, controller, judgeModel string
 	cmd := &cobra.Command{
@@ -104,21 +156,10 @@ model on the same server.`,
 			if err != nil {
 				return err
 			}
-			tools := memtool.QueryTools(qs)
-			if c.Bench.Tools != "" {
-				if tools, err = memtool.LoadCollection(c.Bench.Tools); err != nil {
-					return err
-				}
-			}
-			emb, err := roles.Embedder(ctx, cfg)
+			kb, err := roles.MemToolKB(ctx, cfg, qs)
 			if err != nil {
 				return err
 			}
-			kb, err := memtool.NewKB(ctx, emb, tools)
-			if err != nil {
-				return err
-			}
-			kb.UseDevice(roles.IndexDevice(cfg))
 			for _, q := range qs {
 				for _, g := range q.Gold {
 					if _, ok := kb.Get(g); !ok {

@@ -79,6 +79,43 @@ func TestCLIMemtool(t *testing.T) {
 	}
 }
 
+// memtool train runs GRPO in the Autonomous mode from the command line:
+// rollouts through the native policy, the MemTool reward's parts in the
+// metrics, a policy written; the held-out benchmark queries are refused as
+// training data.
+func TestCLIMemtoolTrain(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, "memtool", "synth", "--companies", "20", "--queries", "12", "--out", dir)
+	model := filepath.Join(dir, "tiny")
+	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", testkit.QwenTokenizer(t), "--out", model)
+	out := filepath.Join(dir, "rl")
+	set := []string{"--set", "memtool.bench.queries=" + filepath.Join(dir, "queries.json"), "--set", "memtool.bench.tools=" + filepath.Join(dir, "tools.json"),
+		"--set", "memtool.bench.turns=10", "--set", "memtool.train.turns=1", "--set", "memtool.max_steps=1", "--set", "memtool.limit=8",
+		"--set", "agent.response_budget=8", "--set", "rl.init=" + model, "--set", "rl.out=" + out,
+		"--set", "rl.k=2", "--set", "rl.batch_tasks=1", "--set", "rl.steps=1", "--set", "rl.save_every=0"}
+	got := mustRun(t, append([]string{"memtool", "train"}, set...)...)
+	if !strings.Contains(got, "tool correctness") || !strings.Contains(got, "policy written to") {
+		t.Fatalf("output:\n%s", got)
+	}
+	var step map[string]any
+	lines := strings.Split(strings.TrimSpace(string(mustRead(t, filepath.Join(out, "metrics.jsonl")))), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &step); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"tool_correctness", "removal_ratio", "under_limit"} {
+		if _, ok := step[k].(float64); !ok {
+			t.Fatalf("metrics.jsonl has no %s: %s", k, lines[len(lines)-1])
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "policy", "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(t, append(append([]string{"memtool", "train"}, set...), "--set", "memtool.bench.turns=12")...)
+	if err == nil || !strings.Contains(err.Error(), "all in the benchmark's session") {
+		t.Fatalf("training on the benchmark's queries: %v", err)
+	}
+}
+
 // oracleServer is an OpenAI-compatible server whose model is
 // memtool.Oracle (the agent and the controller, by native function calls)
 // and a judge that always says 1: memtool bench over the openai backend.

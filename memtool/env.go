@@ -1,0 +1,123 @@
+package memtool
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/rl/rollout"
+)
+
+// Env is the Autonomous mode as an environment for the GRPO trainer
+// (rollout.Env): a task is a session of a few user queries from an empty
+// working set, and the policy is the agent, with SYS_SEARCH_TOOLS,
+// SYS_REMOVE_TOOLS and the tools it loaded, through agent.PolicyModel, so
+// each of its calls is a recorded experience. Small models fail to prune
+// (the paper, Table 2); this is where one can learn to.
+type Env struct {
+	Config Config // Mode is set to Autonomous
+	KB     *KB
+	// Sessions are the tasks: each a list of queries played in order.
+	Sessions [][]Query
+	// Template is the policy's chat family: how tools are laid out.
+	Template chat.Template
+	// Exec runs the domain tools (nil: Simulate).
+	Exec Executor
+}
+
+// NewEnv cuts the queries into sessions of c.Train.Turns (the last may be
+// shorter) and checks that every gold tool is in the knowledge base.
+func NewEnv(c Config, kb *KB, qs []Query, t chat.Template) (*Env, error) {
+	c.Mode = Autonomous
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if len(qs) == 0 {
+		return nil, fmt.Errorf("memtool: no training queries")
+	}
+	e := &Env{Config: c, KB: kb, Template: t}
+	for i := 0; i < len(qs); i += c.Train.Turns {
+		s := qs[i:min(i+c.Train.Turns, len(qs))]
+		for _, q := range s {
+			for _, g := range q.Gold {
+				if _, ok := kb.Get(g); !ok {
+					return nil, fmt.Errorf("memtool: query %s: gold tool %q is not in the knowledge base", q.ID, g)
+				}
+			}
+		}
+		e.Sessions = append(e.Sessions, s)
+	}
+	return e, nil
+}
+
+// Episode is what one rollout leaves for the reward: each turn's record
+// and its gold tools.
+type Episode struct {
+	Turns []TurnResult
+	Gold  [][]string
+}
+
+// Len implements rollout.Env.
+func (e *Env) Len() int { return len(e.Sessions) }
+
+// Play implements rollout.Env: the session's queries in order. A turn
+// whose model call fails (a prompt past the model's context) is recorded
+// as failed and the session goes on, as in the benchmark.
+func (e *Env) Play(ctx context.Context, pol memtools.Policy, t int, _ uint64) (Episode, error) {
+	exec := e.Exec
+	if exec == nil {
+		exec = Simulate
+	}
+	s := &Session{Config: e.Config, Agent: agent.PolicyModel{Policy: pol, Template: e.Template}, KB: e.KB, Exec: exec}
+	var ep Episode
+	for i, q := range e.Sessions[t] {
+		res, err := s.Turn(ctx, q.Text)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ep, ctx.Err()
+			}
+			res.Error = fmt.Sprintf("turn %d (query %s): %v", i+1, q.ID, err)
+		}
+		ep.Turns = append(ep.Turns, res)
+		ep.Gold = append(ep.Gold, q.Gold)
+	}
+	return ep, nil
+}
+
+// Reward scores an episode by the three aims: call the gold tools
+// (tool correctness, Eq. 5), remove what was added (the removal ratio,
+// Eq. 1, capped at 1: removing tools of an earlier episode cannot count
+// more than complete), and never ask for more than L tools (the share of
+// turns without a limit hit).
+type Reward struct{ WCorrect, WRemoval, WLimit float64 }
+
+// NewReward is the reward of the train section.
+func NewReward(c TrainConfig) Reward {
+	return Reward{WCorrect: c.WCorrect, WRemoval: c.WRemoval, WLimit: c.WLimit}
+}
+
+// Score implements rl.Reward.
+func (r Reward) Score(_ context.Context, ep Episode) (rollout.Score, error) {
+	m := Measure(ep.Turns, ep.Gold, nil)
+	under := 0.0
+	for _, t := range ep.Turns {
+		if t.LimitHits == 0 && t.Error == "" {
+			under++
+		}
+	}
+	if n := len(ep.Turns); n > 0 {
+		under /= float64(n)
+	}
+	removal := min(m.RemovalRatio, 1)
+	parts := map[string]float64{"tool_correctness": m.ToolCorrectness, "removal_ratio": removal, "under_limit": under,
+		"answered": m.Answered, "max_count": float64(m.MaxCount)}
+	total := r.WCorrect*m.ToolCorrectness + r.WRemoval*removal + r.WLimit*under
+	var called []string
+	for _, t := range ep.Turns {
+		called = append(called, t.Called...)
+	}
+	return rollout.Score{Total: total, Parts: parts, Info: map[string]any{"called": slices.Compact(called), "failed_turns": m.Failed}}, nil
+}

@@ -1,0 +1,183 @@
+package memtool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
+)
+
+// textPolicy plays an agent.Model as the plain-text policy a GRPO rollout
+// drives: it reads the tools back out of the inlined system prompt and the
+// calls out of the assistant turns, and writes its model's calls as
+// <tool_call> blocks. Every call of the environment goes through the same
+// text a native policy would read and write.
+type textPolicy struct {
+	m     agent.Model
+	calls int
+}
+
+func (p *textPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	p.calls++
+	var specs []agent.Spec
+	var am []agent.Message
+	for i, m := range msgs {
+		c := m.Content
+		if i == 0 && m.Role == stm.System {
+			sys, tools, ok := strings.Cut(c, "\n\n# Tools\n\n")
+			if !ok {
+				return memtools.Completion{}, fmt.Errorf("no tools section in the system prompt")
+			}
+			_, list, _ := strings.Cut(tools, "<tools>\n")
+			list, _, _ = strings.Cut(list, "\n</tools>")
+			for _, line := range strings.Split(list, "\n") {
+				var def struct{ Function agent.Spec }
+				if err := json.Unmarshal([]byte(line), &def); err != nil {
+					return memtools.Completion{}, fmt.Errorf("tool line %q: %v", line, err)
+				}
+				specs = append(specs, def.Function)
+			}
+			c = sys
+		}
+		if m.Role == stm.Assistant {
+			am = append(am, agent.ParseReply(c))
+			continue
+		}
+		am = append(am, agent.Message{Role: m.Role, Content: c})
+	}
+	r, err := p.m.Chat(ctx, am, specs)
+	if err != nil {
+		return memtools.Completion{}, err
+	}
+	parts := []string{}
+	if r.Message.Content != "" {
+		parts = append(parts, r.Message.Content)
+	}
+	for _, c := range r.Message.ToolCalls {
+		parts = append(parts, fmt.Sprintf("<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", c.Name, c.Arguments))
+	}
+	return memtools.Completion{Text: strings.Join(parts, "\n")}, nil
+}
+
+// hoarder searches for the query's gold tools and calls them, and never
+// removes a tool.
+func hoarder(o Oracle) agent.Model {
+	return modelFunc(func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+		var noRemove []agent.Spec
+		for _, s := range specs {
+			if s.Name != RemoveTools {
+				noRemove = append(noRemove, s)
+			}
+		}
+		return o.Chat(context.Background(), msgs, noRemove)
+	})
+}
+
+// The Autonomous mode as an environment: a policy that prunes (the oracle,
+// through the text a native policy reads and writes) calls every gold tool,
+// removes what it added and stays under L; one that never removes hits L,
+// fails the queries it cannot load tools for and scores less.
+func TestEnvRewardsPruning(t *testing.T) {
+	kb, qs := bench(t, 60, 24)
+	c := cfg(Autonomous)
+	c.Limit, c.TopK, c.Train.Turns = 16, 3, 6
+	e, err := NewEnv(c, kb, qs, chat.Qwen3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Len() != 4 {
+		t.Fatalf("24 queries in sessions of 6 make %d tasks", e.Len())
+	}
+	r := NewReward(c.Train)
+	score := func(m agent.Model, task int) (Episode, float64, map[string]float64) {
+		p := &textPolicy{m: m}
+		ep, err := e.Play(context.Background(), p, task, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.calls < len(ep.Turns) {
+			t.Fatalf("%d policy calls for %d turns", p.calls, len(ep.Turns))
+		}
+		s, err := r.Score(context.Background(), ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ep, s.Total, s.Parts
+	}
+	var oracleSum, hoarderSum float64
+	hits := 0
+	for task := range e.Len() {
+		ep, total, parts := score(oracleFor(kb, qs), task)
+		if parts["tool_correctness"] != 1 || parts["under_limit"] != 1 || parts["removal_ratio"] <= 0 {
+			t.Fatalf("task %d, the oracle: %v (turns %+v)", task, parts, ep.Turns)
+		}
+		if want := parts["tool_correctness"] + 0.5*parts["removal_ratio"] + 0.5*parts["under_limit"]; math.Abs(total-want) > 1e-12 {
+			t.Fatalf("total %v, the weighted parts make %v", total, want)
+		}
+		oracleSum += total
+		ep, total, _ = score(hoarder(oracleFor(kb, qs)), task)
+		for _, tr := range ep.Turns {
+			hits += tr.LimitHits
+			if len(tr.Removed) > 0 {
+				t.Fatalf("the hoarder removed %v", tr.Removed)
+			}
+		}
+		hoarderSum += total
+	}
+	t.Logf("mean reward: pruning %.3f, hoarding %.3f (%d limit hits)", oracleSum/4, hoarderSum/4, hits)
+	if hits == 0 || hoarderSum >= oracleSum {
+		t.Fatalf("hoarding: %d limit hits, reward %.3f against pruning's %.3f", hits, hoarderSum, oracleSum)
+	}
+}
+
+// The reward of a hand-worked episode, and the environment's bad input.
+func TestRewardHandWorkedAndEnvErrors(t *testing.T) {
+	ep := Episode{
+		Turns: []TurnResult{{Added: []string{"a", "b"}, Called: []string{"a"}},
+			{Added: []string{"c"}, Removed: []string{"b"}, Called: []string{"c"}, LimitHits: 1},
+			{Error: "turn 3: the prompt is too long"}},
+		Gold: [][]string{{"a"}, {"c", "d"}, {"e"}},
+	}
+	s, err := Reward{WCorrect: 1, WRemoval: 0.5, WLimit: 2}.Score(context.Background(), ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// correctness (1 + 1/2 + 0)/3; removal 1/3; under the limit 1/3 (turn 2
+	// hit it, turn 3 failed).
+	want := map[string]float64{"tool_correctness": 0.5, "removal_ratio": 1.0 / 3, "under_limit": 1.0 / 3}
+	for k, v := range want {
+		if math.Abs(s.Parts[k]-v) > 1e-12 {
+			t.Errorf("%s = %v, want %v", k, s.Parts[k], v)
+		}
+	}
+	if math.Abs(s.Total-(0.5+0.5/3+2.0/3)) > 1e-12 {
+		t.Errorf("total %v", s.Total)
+	}
+	// Removing more than was added counts as complete, no more.
+	s, _ = Reward{WRemoval: 1}.Score(context.Background(), Episode{Turns: []TurnResult{{Added: []string{"a"}}, {Removed: []string{"a", "x", "y"}}}, Gold: [][]string{nil, nil}})
+	if s.Total != 1 {
+		t.Errorf("removal ratio capped at 1: total %v", s.Total)
+	}
+
+	kb, qs := bench(t, 20, 6)
+	c := cfg(Autonomous)
+	if _, err := NewEnv(c, kb, nil, chat.Qwen3); err == nil || !strings.Contains(err.Error(), "no training queries") {
+		t.Errorf("no queries: %v", err)
+	}
+	bad := append([]Query{}, qs...)
+	bad[2].Gold = []string{"NoSuchTool"}
+	if _, err := NewEnv(c, kb, bad, chat.Qwen3); err == nil || !strings.Contains(err.Error(), `"NoSuchTool"`) {
+		t.Errorf("unknown gold tool: %v", err)
+	}
+	c.Train.Turns, c.Train.WRemoval = 0, math.NaN()
+	if _, err := NewEnv(c, kb, qs, chat.Qwen3); err == nil || !strings.Contains(err.Error(), "train.turns") || !strings.Contains(err.Error(), "train.w_removal") {
+		t.Errorf("bad train section: %v", err)
+	}
+}
