@@ -90,11 +90,22 @@ type SessionText struct {
 	Lines []Line
 }
 
+// Extractor turns one session into pages: the extraction agent
+// (ModelExtractor) or, to measure the database without a model, Windows.
+type Extractor func(ctx context.Context, session int, date string, lines []Line) ([]Page, error)
+
+// ModelExtractor is the extraction agent on m: one call a session.
+func ModelExtractor(m agent.Model) Extractor {
+	return func(ctx context.Context, session int, date string, lines []Line) ([]Page, error) {
+		return Extract(ctx, m, session, date, lines)
+	}
+}
+
 // Build extracts every session of c into the database under c.ID, one
 // extractor call a session, unless it already holds pages (a database is
 // built once and asked many times). A session whose extraction fails is
 // stored whole (WholeSession) and counted; log hears why.
-func (d *DB) Build(ctx context.Context, m agent.Model, c Conversation, log func(string)) (failed int, err error) {
+func (d *DB) Build(ctx context.Context, extract Extractor, c Conversation, log func(string)) (failed int, err error) {
 	n, err := d.Count(ctx, c.ID)
 	if err != nil || n > 0 {
 		return 0, err
@@ -104,7 +115,7 @@ func (d *DB) Build(ctx context.Context, m agent.Model, c Conversation, log func(
 		if len(s.Lines) == 0 {
 			continue
 		}
-		ps, err := Extract(ctx, m, s.N, s.Date, s.Lines)
+		ps, err := extract(ctx, s.N, s.Date, s.Lines)
 		if ctx.Err() != nil {
 			return failed, ctx.Err()
 		}

@@ -260,6 +260,12 @@ func (d *DB) Keys(ctx context.Context, ns, kind string) ([]string, error) {
 // Similar is Q_k (Eq. 5): the pages holding the k records of kind (event,
 // fact) most similar to v, best first, each page once.
 func (d *DB) Similar(ctx context.Context, ns, kind, v string, k int) ([]int, error) {
+	return d.SimilarOf(ctx, ns, kind, "", v, k)
+}
+
+// SimilarOf is Similar over one person's records (person "" = everyone's):
+// the person index and the embedding index together.
+func (d *DB) SimilarOf(ctx context.Context, ns, kind, person, v string, k int) ([]int, error) {
 	recs, err := d.records(ctx, ns)
 	if err != nil {
 		return nil, err
@@ -274,7 +280,7 @@ func (d *DB) Similar(ctx context.Context, ns, kind, v string, k int) ([]int, err
 	}
 	var hits []hit
 	for _, r := range recs {
-		if r.kind == kind {
+		if r.kind == kind && (person == "" || norm(r.person) == norm(person)) {
 			hits = append(hits, hit{r.page, embed.Cosine(q[0], r.v)})
 		}
 	}

@@ -194,10 +194,10 @@ func TestBuildAndAnswer(t *testing.T) {
 	good, _ := json.Marshal(notes)
 	m := &scripted{extract: string(good), plan: []agent.ToolCall{{Name: "list_persons", Arguments: "{}"}, {Name: "person_events", Arguments: `{"person":"Caroline"}`}}}
 	c := Conversation{ID: "c", SpeakerA: "Caroline", SpeakerB: "Melanie", Sessions: []SessionText{{N: 1, Date: "8 May 2023", Lines: session}}}
-	if failed, err := d.Build(ctx, m, c, nil); err != nil || failed != 0 || m.calls != 1 {
+	if failed, err := d.Build(ctx, ModelExtractor(m), c, nil); err != nil || failed != 0 || m.calls != 1 {
 		t.Fatalf("build: %d failed, %v, %d calls", failed, err, m.calls)
 	}
-	d.Build(ctx, m, c, nil)
+	d.Build(ctx, ModelExtractor(m), c, nil)
 	if m.calls != 1 {
 		t.Fatal("a built conversation was extracted again")
 	}
@@ -222,10 +222,64 @@ func TestBuildAndAnswer(t *testing.T) {
 	bad := &scripted{extract: "Sorry, I cannot."}
 	c.ID = "c2"
 	var logged string
-	if failed, err := d.Build(ctx, bad, c, func(s string) { logged = s }); err != nil || failed != 1 || !strings.Contains(logged, "c2 session 1") {
+	if failed, err := d.Build(ctx, ModelExtractor(bad), c, func(s string) { logged = s }); err != nil || failed != 1 || !strings.Contains(logged, "c2 session 1") {
 		t.Fatalf("a failed extraction: %d %v %q", failed, err, logged)
 	}
 	if got, _ := d.Similar(ctx, "c2", "fact", "painted a lake sunrise", 1); len(got) != 1 {
 		t.Fatal("a session stored whole is still found by its messages")
+	}
+}
+
+// Windows stores a session with no model: pages of w messages, speakers
+// and the speakers named as people, capitalised words past a sentence's
+// start as keywords, each message a fact of its speaker; Retrieve's query
+// plan then finds a message by the keyword it holds even when plain
+// similarity ranks it below messages that share the question's words, and
+// by the person the question names.
+func TestWindowsAndRetrieve(t *testing.T) {
+	ctx := context.Background()
+	lines := []Line{
+		{DiaID: "D1:1", Speaker: "Tim", Text: "Where did you travel to last month? Tell me where you travel."},
+		{DiaID: "D1:2", Speaker: "Nate", Text: "I flew to Kyoto with Tim's sister."},
+		{DiaID: "D1:3", Speaker: "Tim", Text: "Did you travel there alone, or did you travel with friends?"},
+		{DiaID: "D1:4", Speaker: "Nate", Text: "My rabbit is called Biscuit."},
+		{DiaID: "D1:5", Speaker: "Tim", Text: "My rabbit is called Milo."},
+	}
+	pages, err := Windows(2)(ctx, 1, "6 June 2023", lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pages) != 3 || pages[0].Note.Start != 0 || pages[0].Note.End != 1 || pages[2].Note.Start != 4 || len(pages[1].Dialogue) != 4 {
+		t.Fatalf("pages of two messages: %+v", pages)
+	}
+	n := pages[0].Note
+	if !slices.Equal(n.Persons, []string{"Tim", "Nate"}) || !slices.Equal(n.Keywords, []string{"Kyoto"}) || len(n.Facts) != 2 || n.Facts[1] != (Fact{Person: "Nate", Fact: lines[1].Text}) {
+		t.Fatalf("note: %+v", n)
+	}
+	if _, err := Windows(0)(ctx, 1, "", lines); err == nil {
+		t.Fatal("a window of 0 messages was accepted")
+	}
+
+	d := openDB(t, ":memory:")
+	c := Conversation{ID: "c", SpeakerA: "Tim", SpeakerB: "Nate", Sessions: []SessionText{{N: 1, Date: "6 June 2023", Lines: lines}}}
+	if _, err := d.Build(ctx, Windows(1), c, nil); err != nil {
+		t.Fatal(err)
+	}
+	q := "Where did Nate travel to in Kyoto?"
+	plain, _ := d.Similar(ctx, "c", "fact", q, 5)
+	if plain[0] == 1 {
+		t.Fatalf("similarity alone already ranks the Kyoto message first (%v): the test shows nothing", plain)
+	}
+	if got, err := d.Retrieve(ctx, "c", q, 1); err != nil || !slices.Equal(got, []string{"D1:2"}) {
+		t.Fatalf("Retrieve(%q) = %v, %v; want the Kyoto message", q, got, err)
+	}
+	if got, _ := d.Retrieve(ctx, "c", "What is the name of Tim's rabbit?", 1); !slices.Equal(got, []string{"D1:5"}) {
+		t.Fatalf("Tim's rabbit: %v", got)
+	}
+	if got, _ := d.Retrieve(ctx, "c", "What is the name of Nate's rabbit?", 1); !slices.Equal(got, []string{"D1:4"}) {
+		t.Fatalf("Nate's rabbit: %v", got)
+	}
+	if got, _ := d.Retrieve(ctx, "c", q, 10); len(got) != 5 {
+		t.Fatalf("k past the conversation: %v", got)
 	}
 }

@@ -168,8 +168,26 @@ func TestCLILoCoMoRun(t *testing.T) {
 	if raw := mustRead(t, preds); !strings.Contains(string(raw), `"prediction":"done:`) {
 		t.Fatalf("predictions: %.300s", raw)
 	}
-	if _, err := run(t, "locomo", "run", "--data", data, "--method", "full-context", "--retrieval-only", "--out", preds); err == nil || !strings.Contains(err.Error(), "--method rag") {
-		t.Fatalf("retrieval-only without rag: %v", err)
+	if _, err := run(t, "locomo", "run", "--data", data, "--method", "full-context", "--retrieval-only", "--out", preds); err == nil || !strings.Contains(err.Error(), "--method rag or ta-mem") {
+		t.Fatalf("retrieval-only without a retriever: %v", err)
+	}
+	// TA-Mem's database with no model: every question gets k turns of the
+	// conversation, and score measures them.
+	mustRun(t, "locomo", "run", "--data", data, "--method", "ta-mem", "--k", "3", "--retrieval-only", "--out", preds)
+	var p struct {
+		Context []string `json:"context"`
+	}
+	lines := strings.Split(strings.TrimSpace(string(mustRead(t, preds))), "\n")
+	for _, l := range lines {
+		if err := json.Unmarshal([]byte(l), &p); err != nil || len(p.Context) != 3 {
+			t.Fatalf("prediction %s: %v", l, err)
+		}
+	}
+	if out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds); !strings.Contains(out, "evidence recall:") {
+		t.Fatalf("score:\n%s", out)
+	}
+	if _, err := run(t, "locomo", "run", "--data", data, "--method", "ta-mem", "--window", "0", "--retrieval-only", "--out", preds); err == nil || !strings.Contains(err.Error(), "--window 0") {
+		t.Fatalf("window 0: %v", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,7 +123,7 @@ writes each question's score as JSONL, --json the table.`,
 
 func locomoRunCmd(g *globals) *cobra.Command {
 	var data, method, out, model, native, dev, dbPath string
-	var k, parallel, chunk int
+	var k, parallel, chunk, window int
 	var retrievalOnly bool
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -132,7 +133,11 @@ JSONL for locomo score. Methods: rag (the k turns most similar to the
 question by the configured embedder, embed.backend, then the model answers
 from them) and full-context (the model reads the whole conversation).
 --retrieval-only skips the model: the predictions carry only the retrieved
-turns, and score reports their evidence recall@k. The model is the
+turns, and score reports their evidence recall@k. With ta-mem it measures
+the multi-index database with no model: pages of --window messages (people,
+capitalised keywords, each message a fact of its speaker) searched by a
+fixed query plan (facts by similarity, the same per person the question
+names, each keyword it contains; fused by reciprocal rank), k turns. The model is the
 OpenAI-compatible server's (--model, openai.base_url) or a local checkpoint
 (--native DIR); the prompt is LoCoMo's short-answer instruction. ta-mem is
 TA-Mem: the model extracts each session's notes (one call a session) into
@@ -145,6 +150,7 @@ context reset at each session), then each question is asked in a fresh
 context where the policy retrieves and answers (--native DIR, --model NAME
 on openai.base_url in openai.format, or --model ollama:NAME).`,
 		Example: `  agemem-train locomo run --data data/locomo-synth.json --method rag --k 5 --retrieval-only --out preds.jsonl
+  agemem-train locomo run --data data/locomo-synth.json --method ta-mem --k 5 --retrieval-only --out preds.jsonl
   agemem-train locomo run --data locomo10.json --method rag --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --out preds.jsonl
   agemem-train locomo run --data locomo10.json --method ta-mem --db runs/tamem.db --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b --out preds.jsonl`,
 		Args: cobra.NoArgs,
@@ -159,8 +165,8 @@ on openai.base_url in openai.format, or --model ollama:NAME).`,
 			if method != "rag" && method != "full-context" && method != "ta-mem" && method != "agemem" {
 				return fmt.Errorf("--method %q: want rag, full-context, ta-mem or agemem", method)
 			}
-			if retrievalOnly && method != "rag" {
-				return fmt.Errorf("--retrieval-only measures a retriever: use it with --method rag")
+			if retrievalOnly && method != "rag" && method != "ta-mem" {
+				return fmt.Errorf("--retrieval-only measures a retriever: use it with --method rag or ta-mem")
 			}
 			samples, err := locomo.Load(data)
 			if err != nil {
@@ -168,12 +174,27 @@ on openai.base_url in openai.format, or --model ollama:NAME).`,
 			}
 			ctx := cmd.Context()
 			var r locomo.Retriever
-			if method == "rag" {
+			switch {
+			case method == "rag":
 				emb, err := roles.Embedder(ctx, cfg)
 				if err != nil {
 					return err
 				}
 				r = &locomo.RAG{Embedder: emb}
+			case method == "ta-mem" && retrievalOnly:
+				if window < 1 {
+					return fmt.Errorf("--window %d: a page holds at least one message", window)
+				}
+				emb, err := roles.Embedder(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				db, err := tamem.Open(dbPath, emb)
+				if err != nil {
+					return err
+				}
+				defer db.Close()
+				r = taMemRetriever{db: db, window: window}
 			}
 			var preds []locomo.Prediction
 			if retrievalOnly {
@@ -215,17 +236,50 @@ on openai.base_url in openai.format, or --model ollama:NAME).`,
 		},
 	}
 	cmd.Flags().StringVar(&data, "data", "", "the LoCoMo file")
-	cmd.Flags().StringVar(&method, "method", "rag", "rag, full-context or ta-mem")
+	cmd.Flags().StringVar(&method, "method", "rag", "rag, full-context, ta-mem or agemem")
 	cmd.Flags().IntVar(&chunk, "chunk", 4, "agemem: dialogue turns a user message carries")
 	cmd.Flags().IntVar(&parallel, "parallel", 4, "ta-mem: questions answered at once (on the native engine their calls decode together)")
 	cmd.Flags().StringVar(&dbPath, "db", ":memory:", "ta-mem: the memory database (SQLite); a conversation it already holds is not extracted again")
-	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag)")
+	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag; ta-mem with --retrieval-only)")
+	cmd.Flags().IntVar(&window, "window", 1, "ta-mem --retrieval-only: messages a page holds (pages are fixed windows, no model extracts notes)")
 	cmd.Flags().BoolVar(&retrievalOnly, "retrieval-only", false, "no model: write the retrieved turns only (evidence recall@k)")
 	cmd.Flags().StringVar(&out, "out", "", "predictions JSONL to write")
 	cmd.Flags().StringVar(&model, "model", "", "the model on the OpenAI-compatible server (default openai.model), or ollama:NAME (Ollama, native tools)")
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen checkpoint directory instead of a server")
 	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device")
 	return cmd
+}
+
+// conversation is a LoCoMo sample as TA-Mem's constructor reads it.
+func conversation(s locomo.Sample) tamem.Conversation {
+	c := tamem.Conversation{ID: s.ID, SpeakerA: s.SpeakerA, SpeakerB: s.SpeakerB}
+	for _, ses := range s.Sessions {
+		st := tamem.SessionText{N: ses.N, Date: ses.DateTime}
+		for _, t := range ses.Turns {
+			text := t.Text
+			if t.BlipCaption != "" {
+				text += " [shares a photo: " + t.BlipCaption + "]"
+			}
+			st.Lines = append(st.Lines, tamem.Line{DiaID: t.DiaID, Speaker: t.Speaker, Text: text})
+		}
+		c.Sessions = append(c.Sessions, st)
+	}
+	return c
+}
+
+// taMemRetriever is TA-Mem's database with no model: each conversation
+// stored by tamem.Windows, each question answered by the database's fixed
+// query plan (tamem.DB.Retrieve).
+type taMemRetriever struct {
+	db     *tamem.DB
+	window int
+}
+
+func (r taMemRetriever) Retrieve(ctx context.Context, s locomo.Sample, question string, k int) ([]string, error) {
+	if _, err := r.db.Build(ctx, tamem.Windows(r.window), conversation(s), nil); err != nil {
+		return nil, err
+	}
+	return r.db.Retrieve(ctx, s.ID, question, k)
 }
 
 // taMem builds each conversation's TA-Mem database and answers its
@@ -244,19 +298,7 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 	var preds []locomo.Prediction
 	var turns, finalized, failed, tooLong int
 	for _, s := range samples {
-		c := tamem.Conversation{ID: s.ID, SpeakerA: s.SpeakerA, SpeakerB: s.SpeakerB}
-		for _, ses := range s.Sessions {
-			st := tamem.SessionText{N: ses.N, Date: ses.DateTime}
-			for _, t := range ses.Turns {
-				text := t.Text
-				if t.BlipCaption != "" {
-					text += " [shares a photo: " + t.BlipCaption + "]"
-				}
-				st.Lines = append(st.Lines, tamem.Line{DiaID: t.DiaID, Speaker: t.Speaker, Text: text})
-			}
-			c.Sessions = append(c.Sessions, st)
-		}
-		f, err := db.Build(ctx, m, c, func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), msg) })
+		f, err := db.Build(ctx, tamem.ModelExtractor(m), conversation(s), func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), msg) })
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.ID, err)
 		}
