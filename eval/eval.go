@@ -141,7 +141,7 @@ func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.T
 	if err != nil {
 		return nil, err
 	}
-	pol, err := decode.LoadGenerator(be, p.Dir, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+	pol, err := decode.LoadGenerator(be, p.Dir, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
 	if err != nil {
 		return nil, err
 	}

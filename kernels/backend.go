@@ -17,6 +17,10 @@ type Weight struct {
 	Rows, Cols int
 	F32        []float32
 	BF16       []uint16
+	// Q8 and Q8Scale hold the matrix as Q8_0 blocks, GGUF's 8-bit type:
+	// each run of QK8 values along a row is Q8Scale[b]·Q8[i] (QuantizeQ8).
+	Q8      []int8
+	Q8Scale []float32
 }
 
 // Backend is a compute device. Shapes are in each method's comment; t is a

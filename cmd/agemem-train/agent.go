@@ -185,7 +185,7 @@ func chatModels(cmd *cobra.Command, cfg config.Config, model, native, dev string
 		if err != nil {
 			return nil, err
 		}
-		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
 		if err != nil {
 			return nil, err
 		}

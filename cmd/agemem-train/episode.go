@@ -97,7 +97,7 @@ openai.format).`,
 				if err != nil {
 					return err
 				}
-				if native, err = decode.LoadGenerator(be, modelDir, adapterDir, sampling); err != nil {
+				if native, err = decode.LoadGenerator(be, modelDir, adapterDir, sampling, cfg.Model.Generation()); err != nil {
 					return err
 				}
 				defer native.Model.Close()

@@ -363,7 +363,7 @@ func ageMem(cmd *cobra.Command, cfg config.Config, samples []locomo.Sample, mode
 		if err != nil {
 			return nil, err
 		}
-		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
 		if err != nil {
 			return nil, err
 		}

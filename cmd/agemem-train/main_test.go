@@ -153,10 +153,20 @@ func TestCLIModelCommands(t *testing.T) {
 	if err := root.Execute(); err != nil || strings.TrimSpace(out.String()) == "" {
 		t.Fatalf("generate: %q %v", out.String(), err)
 	}
+	root = newRoot()
+	out.Reset()
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetIn(strings.NewReader("Hi\n\n"))
+	root.SetArgs([]string{"generate", "--model", dir, "--max-tokens", "5", "--temperature", "0", "--quantize", "q8_0"})
+	if err := root.Execute(); err != nil || strings.TrimSpace(out.String()) == "" {
+		t.Fatalf("generate --quantize q8_0: %q %v", out.String(), err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"generate", "--model", dir, "--quantize", "q4"}, `quantize "q4"`},
 		{[]string{"init-model", "--preset", "huge", "--out", dir}, `--preset "huge"`},
 		{[]string{"init-model", "--dtype", "f8", "--out", dir}, `--dtype "f8"`},
 		{[]string{"tokenize", "--model", t.TempDir()}, "tokenizer.json"},

@@ -112,7 +112,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 					if err != nil {
 						return err
 					}
-					gen, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+					gen, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
 					if err != nil {
 						return err
 					}

@@ -149,7 +149,7 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 		if err != nil {
 			return err
 		}
-		o.Policy, err = decode.LoadGenerator(dev, cfg.Serve.Policy, cfg.Serve.Adapter, decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget})
+		o.Policy, err = decode.LoadGenerator(dev, cfg.Serve.Policy, cfg.Serve.Adapter, decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
 		if err != nil {
 			return fmt.Errorf("serve.policy %s: %w", cfg.Serve.Policy, err)
 		}

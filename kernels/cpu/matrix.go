@@ -8,16 +8,22 @@ import (
 	"github.com/agemem/agemem/kernels/vec"
 )
 
-// Matrix is a [Rows, Cols] weight matrix held as float32 or as bfloat16
-// (then usually a view into a memory-mapped checkpoint). Decoding reads every
-// weight once per token, so bf16 halves the bytes that bound its speed.
+// Matrix is a [Rows, Cols] weight matrix held as float32, as bfloat16
+// (then usually a view into a memory-mapped checkpoint) or as Q8_0 blocks.
+// Decoding reads every weight once per token, so bf16 halves the bytes
+// that bound its speed and Q8_0 (1.125 bytes a weight) nearly halves them
+// again.
 type Matrix kernels.Weight
 
 // Bytes is the storage size.
-func (w Matrix) Bytes() int { return 4*len(w.F32) + 2*len(w.BF16) }
+func (w Matrix) Bytes() int { return 4*len(w.F32) + 2*len(w.BF16) + len(w.Q8) + 4*len(w.Q8Scale) }
 
 // RowTo widens row r into dst[:Cols].
 func (w Matrix) RowTo(dst []float32, r int) {
+	if w.Q8 != nil {
+		q8Widen(dst, w, r*w.Cols, (r+1)*w.Cols)
+		return
+	}
 	if w.BF16 != nil {
 		for i, b := range w.BF16[r*w.Cols : (r+1)*w.Cols] {
 			dst[i] = math.Float32frombits(uint32(b) << 16)
@@ -32,6 +38,10 @@ func (w Matrix) RowTo(dst []float32, r int) {
 // split over output rows, so each core streams its own slice of W once.
 func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 	k, n := w.Cols, w.Rows
+	if w.Q8 != nil {
+		matMulQ8(y, x, w, bias, m)
+		return
+	}
 	if w.BF16 == nil {
 		MatMulT(y, x, w.F32, bias, m, k, n)
 		return
@@ -60,6 +70,43 @@ func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 			}
 			for i := range m {
 				y[i*n+j] = vec.DotBF16(x[i*k:(i+1)*k], wr) + b
+			}
+		}
+	})
+}
+
+// q8Widen writes the values of w's flat positions [lo, hi) (whole blocks)
+// as float32.
+func q8Widen(dst []float32, w Matrix, lo, hi int) {
+	for i, q := range w.Q8[lo:hi] {
+		dst[i] = w.Q8Scale[(lo+i)/kernels.QK8] * float32(q)
+	}
+}
+
+// matMulQ8 is MatMul over Q8_0 blocks: a prefill widens each tile once and
+// reuses it across rows; a decode streams the 8-bit rows (vec.DotQ8).
+func matMulQ8(y, x []float32, w Matrix, bias []float32, m int) {
+	k, n := w.Cols, w.Rows
+	if m >= 4 {
+		matMulTiled(y, x, bias, m, k, n, func(j0, j1, k0, k1 int, buf []float32) ([]float32, int) {
+			kc := k1 - k0
+			for j := j0; j < j1; j++ {
+				q8Widen(buf[(j-j0)*kc:(j-j0+1)*kc], w, j*k+k0, j*k+k1)
+			}
+			return buf, kc
+		})
+		return
+	}
+	nb := k / kernels.QK8
+	parallelFor(n, m*k, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			q, d := w.Q8[j*k:(j+1)*k], w.Q8Scale[j*nb:(j+1)*nb]
+			var b float32
+			if bias != nil {
+				b = bias[j]
+			}
+			for i := range m {
+				y[i*n+j] = vec.DotQ8(x[i*k:(i+1)*k], q, d) + b
 			}
 		}
 	})

@@ -234,6 +234,7 @@ func blocks(n, per int) int { return (n + per - 1) / per }
 // bfloat16 on the device; otherwise bf16 weights are widened to float32.
 func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
 	defer b.enter()()
+	w = w.Dequantize() // Q8_0 blocks have no kernels here: their values in float
 	n := w.Rows * w.Cols
 	if b.BF16 {
 		t := b.alloc((n+1)/2, []int{w.Rows, w.Cols})

@@ -36,6 +36,16 @@ func dotBF16(x []float32, w []uint16) float32 {
 }
 
 //go:noescape
+func dotQ8AVX2(x *float32, q *int8, d *float32, blocks int) float32
+
+func dotQ8(x []float32, q []int8, d []float32) float32 {
+	if HasSIMD {
+		return dotQ8AVX2(&x[0], &q[0], &d[0], len(x)/32)
+	}
+	return dotQ8Generic(x, q, d)
+}
+
+//go:noescape
 func dot2x4AVX2(x *float32, ldx int, w *float32, ldw int, k int, out *float32)
 
 //go:noescape

@@ -52,7 +52,11 @@ func NewGenerator(m *qwen.Model, tok *tokenizer.Tokenizer, s Sampling) *Generato
 //
 // dir may itself be a PEFT adapter directory: its base_model_name_or_path
 // is loaded and the adapter applied.
-func LoadGenerator(be kernels.Backend, dir, adapter string, s Sampling) (*Generator, error) {
+func LoadGenerator(be kernels.Backend, dir, adapter string, s Sampling, opts ...qwen.Options) (*Generator, error) {
+	var o qwen.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	if adapter == "" {
 		if a, err := lora.Load(dir); err == nil {
 			if a.Config.BaseModel == "" {
@@ -65,7 +69,7 @@ func LoadGenerator(be kernels.Backend, dir, adapter string, s Sampling) (*Genera
 	if err != nil {
 		return nil, err
 	}
-	m, err := qwen.LoadOn(be, dir)
+	m, err := qwen.LoadWith(be, dir, o)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/half"
 )
 
@@ -364,20 +365,12 @@ func (e *encoder) tensor(t Tensor) {
 }
 
 // QuantizeQ8_0 writes one block: the scale d = max|x|/127 as f16, then
-// round(x/d) as int8, rounding half away from zero, as ggml's reference
-// quantize_row_q8_0 does.
+// round(x/d) as int8 (kernels.QuantizeQ8Block, ggml's reference
+// quantize_row_q8_0).
 func QuantizeQ8_0(dst []byte, x []float32) {
-	var amax float32
-	for _, v := range x {
-		amax = max(amax, float32(math.Abs(float64(v))))
-	}
-	d := amax / 127
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	binary.LittleEndian.PutUint16(dst, half.F32ToF16(d))
-	for j, v := range x {
-		dst[2+j] = byte(int8(math.Round(float64(v * id))))
+	var q [QK8_0]int8
+	binary.LittleEndian.PutUint16(dst, kernels.QuantizeQ8Block(q[:len(x)], x))
+	for j, v := range q[:len(x)] {
+		dst[2+j] = byte(v)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/vec"
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -27,55 +28,64 @@ func rssMB() float64 {
 
 // BenchmarkQwen05B loads a random Qwen2.5-0.5B-shaped model (24 layers,
 // hidden 896, 14 heads, 2 KV heads, intermediate 4864, vocab 151936, bf16
-// weights) and reports prefill and decode tokens/s beside the decode bound
-// set by memory bandwidth (weight bytes per token ÷ read bandwidth measured
-// in the same run), and the RSS that loading added (the weights are mapped,
-// not read).
+// weights) as stored (bf16) and as Q8_0 blocks (quantize q8_0, what
+// Ollama's q8_0 runs), and reports prefill and decode tokens/s beside the
+// decode bound set by memory bandwidth (weight bytes per token ÷ read
+// bandwidth measured in the same run), and the RSS that loading added (bf16
+// weights are mapped, not read).
 func BenchmarkQwen05B(b *testing.B) {
 	dir := filepath.Join(b.TempDir(), "q05")
 	if err := InitRandom(dir, Presets["qwen2.5-0.5b-shape"], safetensors.BF16, 1); err != nil {
 		b.Fatal(err)
 	}
-	runtime.GC()
-	before := rssMB()
-	m, err := Load(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	loadRSS := rssMB() - before
 	bw := vec.ReadBandwidth(1 << 30)
-	prompt := make([]int, 128)
-	for i := range prompt {
-		prompt[i] = (i * 7919) % m.VocabSize
-	}
-	const decodeSteps = 16
-	var prefill, decode time.Duration
-	for b.Loop() {
-		c := m.NewCache(len(prompt) + decodeSteps + 1)
-		start := time.Now()
-		if _, err := m.forward([][]int{prompt}, []*Cache{c}, true); err != nil {
-			b.Fatal(err)
+	for _, quant := range []string{"", "q8_0"} {
+		name := "bf16"
+		if quant != "" {
+			name = quant
 		}
-		prefill += time.Since(start)
-		start = time.Now()
-		tok := 1
-		for range decodeSteps {
-			if _, err := m.forward([][]int{{tok}}, []*Cache{c}, true); err != nil {
+		b.Run(name, func(b *testing.B) {
+			runtime.GC()
+			before := rssMB()
+			m, err := LoadWith(cpu.New(), dir, Options{Quantize: quant})
+			if err != nil {
 				b.Fatal(err)
 			}
-			tok = (tok*31 + 7) % m.VocabSize
-		}
-		decode += time.Since(start)
+			defer m.Close()
+			loadRSS := rssMB() - before
+			prompt := make([]int, 128)
+			for i := range prompt {
+				prompt[i] = (i * 7919) % m.VocabSize
+			}
+			const decodeSteps = 16
+			var prefill, decode time.Duration
+			for b.Loop() {
+				c := m.NewCache(len(prompt) + decodeSteps + 1)
+				start := time.Now()
+				if _, err := m.forward([][]int{prompt}, []*Cache{c}, true); err != nil {
+					b.Fatal(err)
+				}
+				prefill += time.Since(start)
+				start = time.Now()
+				tok := 1
+				for range decodeSteps {
+					if _, err := m.forward([][]int{{tok}}, []*Cache{c}, true); err != nil {
+						b.Fatal(err)
+					}
+					tok = (tok*31 + 7) % m.VocabSize
+				}
+				decode += time.Since(start)
+			}
+			n := float64(b.N)
+			decodeTPS := decodeSteps * n / decode.Seconds()
+			bound := bw * 1e9 / float64(m.WeightBytes())
+			b.ReportMetric(float64(len(prompt))*n/prefill.Seconds(), "prefill_tok/s")
+			b.ReportMetric(decodeTPS, "decode_tok/s")
+			b.ReportMetric(bound, "bw_bound_tok/s")
+			b.ReportMetric(decodeTPS/bound, "decode_ratio")
+			b.ReportMetric(bw, "membw_GB/s")
+			b.ReportMetric(float64(m.WeightBytes())/1e6, "weights_MB")
+			b.ReportMetric(loadRSS, "load_RSS_MB")
+		})
 	}
-	n := float64(b.N)
-	decodeTPS := decodeSteps * n / decode.Seconds()
-	bound := bw * 1e9 / float64(m.WeightBytes())
-	b.ReportMetric(float64(len(prompt))*n/prefill.Seconds(), "prefill_tok/s")
-	b.ReportMetric(decodeTPS, "decode_tok/s")
-	b.ReportMetric(bound, "bw_bound_tok/s")
-	b.ReportMetric(decodeTPS/bound, "decode_ratio")
-	b.ReportMetric(bw, "membw_GB/s")
-	b.ReportMetric(float64(m.WeightBytes())/1e6, "weights_MB")
-	b.ReportMetric(loadRSS, "load_RSS_MB")
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/safetensors"
 )
 
@@ -208,6 +211,85 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A model held as Q8_0 blocks (quantize q8_0) computes what the float64
+// reference computes from the dequantized weights, in a prefill (tiles
+// widened from the blocks) and in cached decoding (the 8-bit dot kernel),
+// and stays near the unquantized model; an unknown quantization is refused.
+func TestQuantizedQ8MatchesReference(t *testing.T) {
+	tokens := []int{1, 17, 300, 42, 42, 7, 511, 0, 99, 256, 3}
+	for _, dtype := range []safetensors.DType{safetensors.F32, safetensors.BF16} {
+		t.Run(string(dtype), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "m")
+			if err := InitRandom(dir, Presets["tiny-qwen3"], dtype, 7); err != nil {
+				t.Fatal(err)
+			}
+			// The checkpoint of the dequantized weights, for the reference.
+			deq := t.TempDir()
+			if err := lora.CopyFiles(dir, deq, "config.json"); err != nil {
+				t.Fatal(err)
+			}
+			st, err := safetensors.OpenDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []safetensors.Tensor
+			quantized := 0
+			for _, name := range st.Names() {
+				tt, _ := st.Tensor(name)
+				v := tt.Float32()
+				if len(tt.Shape) == 2 && tt.Shape[1]%kernels.QK8 == 0 {
+					q, err := kernels.QuantizeQ8(kernels.Weight{Rows: tt.Shape[0], Cols: tt.Shape[1], F32: v})
+					if err != nil {
+						t.Fatal(err)
+					}
+					v = q.Dequantize().F32
+					quantized++
+				}
+				out = append(out, safetensors.FromFloat32(name, safetensors.F32, tt.Shape, v))
+			}
+			st.Close()
+			if err := safetensors.Write(filepath.Join(deq, "model.safetensors"), out, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := ref64(t, deq, tokens)
+			m, err := LoadWith(cpu.New(), dir, Options{Quantize: "q8_0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, _ := Load(dir)
+			if quantized < 5 || m.WeightBytes() >= plain.WeightBytes()/2+plain.WeightBytes()/4 {
+				t.Fatalf("%d matrices quantized, %d bytes held against %d", quantized, m.WeightBytes(), plain.WeightBytes())
+			}
+			full, err := m.Forward(tokens, m.NewCache(64))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := maxRelErr(full, want, m.VocabSize); e > 1e-4 {
+				t.Fatalf("prefill: max relative error %.2e against the dequantized reference", e)
+			}
+			c := m.NewCache(64)
+			inc, _ := m.Forward(tokens[:4], c)
+			for _, tok := range tokens[4:] {
+				step, err := m.Forward([]int{tok}, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				inc = append(inc, step...)
+			}
+			if e := maxRelErr(inc, want, m.VocabSize); e > 1e-4 {
+				t.Fatalf("cached decoding: max relative error %.2e", e)
+			}
+			orig, _ := plain.Forward(tokens, plain.NewCache(64))
+			if e := maxRelErr(full, ref64(t, dir, tokens), m.VocabSize); e > 0.05 || e < 1e-6 {
+				t.Fatalf("the quantized model is %.2e from the stored one (want small but not zero); %d logits", e, len(orig))
+			}
+		})
+	}
+	if _, err := LoadWith(cpu.New(), t.TempDir(), Options{Quantize: "q4_0"}); err == nil || !strings.Contains(err.Error(), "q4_0") {
+		t.Fatalf("quantize q4_0: %v", err)
 	}
 }
 
