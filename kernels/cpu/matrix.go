@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/half"
 
 	"github.com/agemem/agemem/kernels/vec"
 )
@@ -83,12 +84,24 @@ func q8Widen(dst []float32, w Matrix, lo, hi int) {
 	}
 }
 
-// matMulQ8 is MatMul over Q8_0 blocks: a prefill widens each tile once and
-// reuses it across rows; a decode streams the 8-bit rows (vec.DotQ8).
+// matMulQ8 is MatMul over Q8_0 blocks as ggml computes a q8_0 matmul:
+// the activations are quantized to Q8_0 blocks too (per row and block of
+// 32), so a decode streams 8-bit rows through integer dots (vec.DotQ8),
+// and a prefill multiplies the same quantized activations, widened, by
+// tiles widened from the blocks: both paths compute the same products.
 func matMulQ8(y, x []float32, w Matrix, bias []float32, m int) {
 	k, n := w.Cols, w.Rows
+	nb := k / kernels.QK8
+	xq, xd := make([]int8, m*k), make([]float32, m*nb)
+	for b := range m * nb {
+		xd[b] = half.F16ToF32(kernels.QuantizeQ8Block(xq[b*kernels.QK8:(b+1)*kernels.QK8], x[b*kernels.QK8:(b+1)*kernels.QK8]))
+	}
 	if m >= 4 {
-		matMulTiled(y, x, bias, m, k, n, func(j0, j1, k0, k1 int, buf []float32) ([]float32, int) {
+		xf := make([]float32, m*k)
+		for i, q := range xq {
+			xf[i] = xd[i/kernels.QK8] * float32(q)
+		}
+		matMulTiled(y, xf, bias, m, k, n, func(j0, j1, k0, k1 int, buf []float32) ([]float32, int) {
 			kc := k1 - k0
 			for j := j0; j < j1; j++ {
 				q8Widen(buf[(j-j0)*kc:(j-j0+1)*kc], w, j*k+k0, j*k+k1)
@@ -97,7 +110,6 @@ func matMulQ8(y, x []float32, w Matrix, bias []float32, m int) {
 		})
 		return
 	}
-	nb := k / kernels.QK8
 	parallelFor(n, m*k, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
 			q, d := w.Q8[j*k:(j+1)*k], w.Q8Scale[j*nb:(j+1)*nb]
@@ -106,7 +118,7 @@ func matMulQ8(y, x []float32, w Matrix, bias []float32, m int) {
 				b = bias[j]
 			}
 			for i := range m {
-				y[i*n+j] = vec.DotQ8(x[i*k:(i+1)*k], q, d) + b
+				y[i*n+j] = vec.DotQ8(xq[i*k:(i+1)*k], xd[i*nb:(i+1)*nb], q, d) + b
 			}
 		}
 	})

@@ -63,32 +63,31 @@ func DotBF16(x []float32, w []uint16) float32 {
 	return dotBF16(x, w)
 }
 
-// DotQ8 returns sum(x[i] * d[i/32] * q[i]) over len(x), a multiple of 32:
-// a row of Q8_0 blocks (kernels.QuantizeQ8) against float32 activations.
-// Each block's products are summed before its scale multiplies them.
-func DotQ8(x []float32, q []int8, d []float32) float32 {
-	if len(x) == 0 {
+// DotQ8 returns the dot product of two rows of Q8_0 blocks, as ggml's
+// ggml_vec_dot_q8_0_q8_0 computes it: per block of 32, the exact integer
+// sum of xq[i]·q[i] times xd[b]·d[b], summed over blocks. x is the
+// activation row quantized as the weights are (kernels.QuantizeQ8Block),
+// so the inner loop is 8-bit multiplies.
+func DotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {
+	if len(xq) == 0 {
 		return 0
 	}
-	if len(x)%32 != 0 {
+	if len(xq)%32 != 0 {
 		panic("vec: DotQ8 of a length that is not a multiple of 32")
 	}
-	_, _ = q[len(x)-1], d[len(x)/32-1]
-	return dotQ8(x, q, d)
+	nb := len(xq) / 32
+	_, _, _ = q[len(xq)-1], d[nb-1], xd[nb-1]
+	return dotQ8(xq, xd, q, d)
 }
 
-func dotQ8Generic(x []float32, q []int8, d []float32) float32 {
+func dotQ8Generic(xq []int8, xd []float32, q []int8, d []float32) float32 {
 	var s float32
-	for b := range len(x) / 32 {
-		xb, qb := x[b*32:(b+1)*32], q[b*32:(b+1)*32]
-		var s0, s1, s2, s3 float32
-		for i := 0; i < 32; i += 4 {
-			s0 += xb[i] * float32(qb[i])
-			s1 += xb[i+1] * float32(qb[i+1])
-			s2 += xb[i+2] * float32(qb[i+2])
-			s3 += xb[i+3] * float32(qb[i+3])
+	for b := range len(xq) / 32 {
+		var n int32
+		for i := b * 32; i < (b+1)*32; i++ {
+			n += int32(xq[i]) * int32(q[i])
 		}
-		s += d[b] * ((s0 + s1) + (s2 + s3))
+		s += xd[b] * d[b] * float32(n)
 	}
 	return s
 }

@@ -36,13 +36,13 @@ func dotBF16(x []float32, w []uint16) float32 {
 }
 
 //go:noescape
-func dotQ8AVX2(x *float32, q *int8, d *float32, blocks int) float32
+func dotQ8AVX2(xq *int8, xd *float32, q *int8, d *float32, blocks int) float32
 
-func dotQ8(x []float32, q []int8, d []float32) float32 {
+func dotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {
 	if HasSIMD {
-		return dotQ8AVX2(&x[0], &q[0], &d[0], len(x)/32)
+		return dotQ8AVX2(&xq[0], &xd[0], &q[0], &d[0], len(xq)/32)
 	}
-	return dotQ8Generic(x, q, d)
+	return dotQ8Generic(xq, xd, q, d)
 }
 
 //go:noescape

@@ -11,7 +11,9 @@ func sum(a []float32) float32 { return sumGeneric(a) }
 
 func dotBF16(x []float32, w []uint16) float32 { return dotBF16Generic(x, w) }
 
-func dotQ8(x []float32, q []int8, d []float32) float32 { return dotQ8Generic(x, q, d) }
+func dotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {
+	return dotQ8Generic(xq, xd, q, d)
+}
 
 // Dot2x4 sets out[i*4+j] = Dot(x[i*ldx:][:k], w[j*ldw:][:k]).
 func Dot2x4(x []float32, ldx int, w []float32, ldw int, k int, out *[8]float32) {

@@ -64,32 +64,36 @@ func TestDotBF16(t *testing.T) {
 	}
 }
 
-// DotQ8 (assembly and generic) against float64 over every int8 value,
-// odd and even block counts, and scales of mixed sign and size.
+// DotQ8 (assembly and generic) against float64 over every int8 value
+// ggml's blocks hold (-127..127, the extremes included), odd and even block
+// counts, and scales of mixed sign and size.
 func TestDotQ8(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, n := range []int{32, 64, 96, 896, 4864} {
-		x := make([]float32, n)
-		q := make([]int8, n)
-		d := make([]float32, n/32)
-		var want, mag float64
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-			q[i] = int8(r.IntN(256) - 128)
+		xq, q := make([]int8, n), make([]int8, n)
+		xd, d := make([]float32, n/32), make([]float32, n/32)
+		for i := range xq {
+			xq[i], q[i] = int8(r.IntN(255)-127), int8(r.IntN(255)-127)
 		}
+		xq[0], q[0], xq[1], q[1] = 127, 127, -127, -127
 		for b := range d {
-			d[b] = float32(r.NormFloat64()) * 0.01
+			xd[b], d[b] = float32(r.NormFloat64())*0.01, float32(r.NormFloat64())*0.01
 		}
-		for i := range x {
-			p := float64(x[i]) * float64(d[i/32]) * float64(q[i])
+		var want, mag float64
+		for b := range d {
+			var s int64
+			for i := b * 32; i < (b+1)*32; i++ {
+				s += int64(xq[i]) * int64(q[i])
+			}
+			p := float64(xd[b]) * float64(d[b]) * float64(s)
 			want += p
 			mag += math.Abs(p)
 		}
 		tol := 1e-6 * mag
-		if got := DotQ8(x, q, d); math.Abs(float64(got)-want) > tol {
+		if got := DotQ8(xq, xd, q, d); math.Abs(float64(got)-want) > tol {
 			t.Errorf("DotQ8 n=%d: got %g want %g", n, got, want)
 		}
-		if got := dotQ8Generic(x, q, d); math.Abs(float64(got)-want) > tol {
+		if got := dotQ8Generic(xq, xd, q, d); math.Abs(float64(got)-want) > tol {
 			t.Errorf("generic n=%d: got %g want %g", n, got, want)
 		}
 	}
@@ -98,7 +102,7 @@ func TestDotQ8(t *testing.T) {
 			t.Error("DotQ8 of 33 values did not panic")
 		}
 	}()
-	DotQ8(make([]float32, 33), make([]int8, 33), make([]float32, 2))
+	DotQ8(make([]int8, 33), make([]float32, 2), make([]int8, 33), make([]float32, 2))
 }
 
 func TestDot2x4(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels/half"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -40,6 +41,9 @@ func ref64(t *testing.T, dir string, tokens []int) [][]float64 {
 	H, hd, nh, nkv := cfg.HiddenSize, cfg.HeadDim, cfg.Heads, cfg.KVHeads
 	linear := func(x []float64, W, b []float64, out int) []float64 {
 		in := len(x)
+		if refQ8Inputs && in%kernels.QK8 == 0 {
+			x = q8Round(x)
+		}
 		y := make([]float64, out)
 		for o := range out {
 			s := 0.0
@@ -159,6 +163,27 @@ func ref64(t *testing.T, dir string, tokens []int) [][]float64 {
 	return out
 }
 
+// refQ8Inputs makes ref64 quantize each matmul's input to Q8_0 blocks,
+// as a q8_0 model's matmuls do (ggml's q8_0·q8_0 dot).
+var refQ8Inputs bool
+
+// q8Round is x through Q8_0 blocks and back.
+func q8Round(x []float64) []float64 {
+	out := make([]float64, len(x))
+	var q [kernels.QK8]int8
+	xf := make([]float32, kernels.QK8)
+	for b := 0; b < len(x); b += kernels.QK8 {
+		for i := range xf {
+			xf[i] = float32(x[b+i])
+		}
+		d := float64(half.F16ToF32(kernels.QuantizeQ8Block(q[:], xf)))
+		for i, v := range q {
+			out[b+i] = d * float64(v)
+		}
+	}
+	return out
+}
+
 func maxRelErr(got []float32, want [][]float64, vocab int) float64 {
 	worst := 0.0
 	for i, row := range want {
@@ -215,9 +240,11 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 }
 
 // A model held as Q8_0 blocks (quantize q8_0) computes what the float64
-// reference computes from the dequantized weights, in a prefill (tiles
-// widened from the blocks) and in cached decoding (the 8-bit dot kernel),
-// and stays near the unquantized model; an unknown quantization is refused.
+// reference computes from the dequantized weights with each matmul's input
+// quantized to Q8_0 blocks (as ggml's q8_0 matmul does), in a prefill
+// (tiles widened from the blocks) and in cached decoding (the 8-bit dot
+// kernel), and stays near the unquantized model; an unknown quantization
+// is refused.
 func TestQuantizedQ8MatchesReference(t *testing.T) {
 	tokens := []int{1, 17, 300, 42, 42, 7, 511, 0, 99, 256, 3}
 	for _, dtype := range []safetensors.DType{safetensors.F32, safetensors.BF16} {
@@ -254,7 +281,9 @@ func TestQuantizedQ8MatchesReference(t *testing.T) {
 			if err := safetensors.Write(filepath.Join(deq, "model.safetensors"), out, nil); err != nil {
 				t.Fatal(err)
 			}
+			refQ8Inputs = true
 			want := ref64(t, deq, tokens)
+			refQ8Inputs = false
 			m, err := LoadWith(cpu.New(), dir, Options{Quantize: "q8_0"})
 			if err != nil {
 				t.Fatal(err)
