@@ -36,6 +36,7 @@ import (
 	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/rl/reward"
+	"github.com/agemem/agemem/rl/rollout"
 )
 
 // Embedder is embed.backend: hashing, encoder (embed.path), ollama or
@@ -265,14 +266,20 @@ func GRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[env
 	if err != nil {
 		return o, err
 	}
+	return grpoOptions[env.Outcome](cfg, AgeMem(cfg, h, tasks, tok), rew, log)
+}
+
+// grpoOptions are GRPO's options from the config for an environment and
+// its reward, rollouts decoding on model.device.
+func grpoOptions[R any](cfg config.Config, e rollout.Env[R], rew rl.Reward[R], log io.Writer) (rl.Options[R], error) {
 	be, err := device.Open(cfg.Model.Device, log)
 	if err != nil {
-		return o, err
+		return rl.Options[R]{}, err
 	}
-	return rl.Options[env.Outcome]{Config: cfg.RL, LoRA: cfg.LoRA, Optim: cfg.Optim,
+	return rl.Options[R]{Config: cfg.RL, LoRA: cfg.LoRA, Optim: cfg.Optim,
 		Learner: learnerOptions(cfg), Device: be, Dtype: cfg.Model.SaveDtype(),
 		Seed: uint64(cfg.Seed), ResponseBudget: cfg.Agent.ResponseBudget,
-		Env: AgeMem(cfg, h, tasks, tok), Reward: rew, YAML: cfg.YAML(), Log: log}, nil
+		Env: e, Reward: rew, YAML: cfg.YAML(), Log: log}, nil
 }
 
 // SFT is sft.Run's options from the config (the caller adds Resume, Log,
@@ -355,12 +362,5 @@ func MemToolGRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Opti
 	if err != nil {
 		return o, fmt.Errorf("%s: %w", path, err)
 	}
-	be, err := device.Open(cfg.Model.Device, log)
-	if err != nil {
-		return o, err
-	}
-	return rl.Options[memtool.Episode]{Config: cfg.RL, LoRA: cfg.LoRA, Optim: cfg.Optim,
-		Learner: learnerOptions(cfg), Device: be, Dtype: cfg.Model.SaveDtype(),
-		Seed: uint64(cfg.Seed), ResponseBudget: cfg.Agent.ResponseBudget,
-		Env: e, Reward: memtool.NewReward(c.Train), YAML: cfg.YAML(), Log: log}, nil
+	return grpoOptions[memtool.Episode](cfg, e, memtool.NewReward(c.Train), log)
 }

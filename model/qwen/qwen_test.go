@@ -163,6 +163,25 @@ func ref64(t *testing.T, dir string, tokens []int) [][]float64 {
 	return out
 }
 
+// cachedLogits are the logits of tokens decoded through the KV cache: the
+// first four at once, then one at a time.
+func cachedLogits(t *testing.T, m *Model, tokens []int) []float32 {
+	t.Helper()
+	c := m.NewCache(64)
+	out, err := m.Forward(tokens[:4], c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range tokens[4:] {
+		step, err := m.Forward([]int{tok}, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, step...)
+	}
+	return out
+}
+
 // refQ8Inputs makes ref64 quantize each matmul's input to Q8_0 blocks,
 // as a q8_0 model's matmuls do (ggml's q8_0·q8_0 dot).
 var refQ8Inputs bool
@@ -220,18 +239,7 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 					t.Fatalf("full forward: max relative error %.2e", e)
 				}
 				// KV-cache decoding equals full recomputation.
-				c := m.NewCache(64)
-				var inc []float32
-				first, _ := m.Forward(tokens[:4], c)
-				inc = append(inc, first...)
-				for _, tok := range tokens[4:] {
-					step, err := m.Forward([]int{tok}, c)
-					if err != nil {
-						t.Fatal(err)
-					}
-					inc = append(inc, step...)
-				}
-				if e := maxRelErr(inc, want, m.VocabSize); e > 1e-4 {
+				if e := maxRelErr(cachedLogits(t, m, tokens), want, m.VocabSize); e > 1e-4 {
 					t.Fatalf("cached decoding: max relative error %.2e", e)
 				}
 			})
@@ -299,16 +307,7 @@ func TestQuantizedQ8MatchesReference(t *testing.T) {
 			if e := maxRelErr(full, want, m.VocabSize); e > 1e-4 {
 				t.Fatalf("prefill: max relative error %.2e against the dequantized reference", e)
 			}
-			c := m.NewCache(64)
-			inc, _ := m.Forward(tokens[:4], c)
-			for _, tok := range tokens[4:] {
-				step, err := m.Forward([]int{tok}, c)
-				if err != nil {
-					t.Fatal(err)
-				}
-				inc = append(inc, step...)
-			}
-			if e := maxRelErr(inc, want, m.VocabSize); e > 1e-4 {
+			if e := maxRelErr(cachedLogits(t, m, tokens), want, m.VocabSize); e > 1e-4 {
 				t.Fatalf("cached decoding: max relative error %.2e", e)
 			}
 			orig, _ := plain.Forward(tokens, plain.NewCache(64))
