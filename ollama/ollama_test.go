@@ -2,6 +2,7 @@ package ollama
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"net"
@@ -441,5 +442,65 @@ func TestQwen25TemplateAndDetection(t *testing.T) {
 	cfg.NumCtx = 9000
 	if p, _ := cfg.Policy(context.Background(), c, a, "qwen2.5:7b", Raw); p.NumCtx != 9000 {
 		t.Errorf("an explicit num_ctx: %d", p.NumCtx)
+	}
+}
+
+// TestTemplatesOfferTools: a model published from here supports Ollama's
+// native tools. With tools, both Ollama templates render in Ollama's own
+// engine what the native engine renders with the same tools and calls,
+// but for the JSON of the tool definitions and arguments, which Ollama
+// writes compactly where transformers puts a space after ',' and ':'.
+func TestTemplatesOfferTools(t *testing.T) {
+	def := `{"type": "function", "function": {"name": "Retrieve_memory", "description": "Retrieves memories.", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}}`
+	var tool api.Tool
+	if err := json.Unmarshal([]byte(def), &tool); err != nil {
+		t.Fatal(err)
+	}
+	args := `{"query": "Marla born", "top_k": 2}`
+	var call api.ToolCall
+	call.Function.Name = "Retrieve_memory"
+	if err := json.Unmarshal([]byte(args), &call.Function.Arguments); err != nil {
+		t.Fatal(err)
+	}
+	var tc chat.ToolCall
+	tc.Function.Name, tc.Function.Arguments = "Retrieve_memory", json.RawMessage(args)
+	ollamaDef, _ := json.Marshal(tool)
+	ollamaArgs, _ := json.Marshal(&call.Function.Arguments)
+	pyDef, _ := chat.PyJSON([]byte(def))
+	pyArgs, _ := chat.PyJSON([]byte(args))
+	for _, c := range []struct {
+		text string
+		fam  chat.Template
+	}{{Template, chat.Qwen3}, {Qwen25Template, chat.Qwen25}} {
+		tmpl, err := ollamatemplate.Parse(c.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, withSystem := range []bool{true, false} {
+			am := []api.Message{{Role: "user", Content: "Where was Marla born?"},
+				{Role: "assistant", ToolCalls: []api.ToolCall{call}}, {Role: "tool", Content: `{"memories": []}`},
+				{Role: "assistant", Content: "Let me look again.", ToolCalls: []api.ToolCall{call, call}}, {Role: "tool", Content: "a"}, {Role: "tool", Content: "b"}}
+			qm := []chat.Message{{Role: "user", Content: am[0].Content}, {Role: "assistant", ToolCalls: []chat.ToolCall{tc}}, {Role: "tool", Content: am[2].Content},
+				{Role: "assistant", Content: am[3].Content, ToolCalls: []chat.ToolCall{tc, tc}}, {Role: "tool", Content: "a"}, {Role: "tool", Content: "b"}}
+			if withSystem {
+				am = append([]api.Message{{Role: "system", Content: "You manage your own memory."}}, am...)
+				qm = append([]chat.Message{{Role: "system", Content: "You manage your own memory."}}, qm...)
+			}
+			var b strings.Builder
+			if err := tmpl.Execute(&b, ollamatemplate.Values{Messages: am, Tools: api.Tools{tool}}); err != nil {
+				t.Fatal(err)
+			}
+			want, err := chat.Render(qm, chat.Options{Template: c.fam, Tools: []json.RawMessage{json.RawMessage(def)}, AddGenerationPrompt: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := b.String(); !strings.Contains(got, "<tools>\n"+string(ollamaDef)+"\n</tools>") || strings.Count(got, `"arguments": {"query"`) != 3 {
+				t.Fatalf("%v: the tools or the three calls are missing:\n%s", c.fam, got)
+			}
+			want = strings.ReplaceAll(strings.ReplaceAll(want, pyDef, string(ollamaDef)), pyArgs, string(ollamaArgs))
+			if b.String() != want {
+				t.Errorf("%v, system %v: Ollama renders\n%q\nthe engine renders\n%q", c.fam, withSystem, b.String(), want)
+			}
+		}
 	}
 }

@@ -22,7 +22,26 @@ import (
 // uses raw generation with prompts rendered here, so its prompts do not
 // depend on it (Ollama merges consecutive messages of one role, which the
 // Qwen template does not).
-const Template = `{{- $lastUser := -1 }}
+const Template = `{{- if .Tools }}<|im_start|>system
+{{ if and .Messages (eq (index .Messages 0).Role "system") }}{{ (index .Messages 0).Content }}
+
+{{ end }}# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{{- range .Tools }}
+{{ json . }}
+{{- end }}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call><|im_end|>
+{{ end }}
+{{- $lastUser := -1 }}
 {{- range $i, $m := .Messages }}{{ if eq $m.Role "user" }}{{ $lastUser = $i }}{{ end }}{{ end }}
 {{- $last := "" }}
 {{- range $i, $m := .Messages }}
@@ -31,14 +50,17 @@ const Template = `{{- $lastUser := -1 }}
 <tool_response>
 {{ $m.Content }}
 </tool_response>
-{{- else }}
+{{- else if not (and $.Tools (eq $i 0) (eq $m.Role "system")) }}
 {{- if eq $last "tool" }}<|im_end|>
 {{ end }}<|im_start|>{{ $m.Role }}
 {{ if and (eq $m.Role "assistant") (gt $i $lastUser) $m.Thinking }}<think>
 {{ $m.Thinking }}
 </think>
 
-{{ end }}{{ $m.Content }}<|im_end|>
+{{ end }}{{ $m.Content }}{{ range $j, $tc := $m.ToolCalls }}{{ if or $j $m.Content }}
+{{ end }}<tool_call>
+{"name": "{{ $tc.Function.Name }}", "arguments": {{ json $tc.Function.Arguments }}}
+</tool_call>{{ end }}<|im_end|>
 {{ end }}
 {{- $last = $m.Role }}
 {{- end }}
@@ -51,7 +73,25 @@ const Template = `{{- $lastUser := -1 }}
 // message when the conversation brings none, ChatML turns kept as written
 // (no reasoning dropped), consecutive tool results in one user turn as
 // <tool_response> blocks, then the open assistant turn.
-const Qwen25Template = `{{- if or (not .Messages) (ne (index .Messages 0).Role "system") }}<|im_start|>system
+const Qwen25Template = `{{- if .Tools }}<|im_start|>system
+{{ if and .Messages (eq (index .Messages 0).Role "system") }}{{ (index .Messages 0).Content }}{{ else }}You are Qwen, created by Alibaba Cloud. You are a helpful assistant.{{ end }}
+
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{{- range .Tools }}
+{{ json . }}
+{{- end }}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call><|im_end|>
+{{ else if or (not .Messages) (ne (index .Messages 0).Role "system") }}<|im_start|>system
 You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>
 {{ end }}
 {{- $last := "" }}
@@ -61,10 +101,13 @@ You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>
 <tool_response>
 {{ $m.Content }}
 </tool_response>
-{{- else }}
+{{- else if not (and $.Tools (eq $i 0) (eq $m.Role "system")) }}
 {{- if eq $last "tool" }}<|im_end|>
 {{ end }}<|im_start|>{{ $m.Role }}
-{{ $m.Content }}<|im_end|>
+{{ $m.Content }}{{ range $j, $tc := $m.ToolCalls }}{{ if or $j $m.Content }}
+{{ end }}<tool_call>
+{"name": "{{ $tc.Function.Name }}", "arguments": {{ json $tc.Function.Arguments }}}
+</tool_call>{{ end }}<|im_end|>
 {{ end }}
 {{- $last = $m.Role }}
 {{- end }}
