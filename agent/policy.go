@@ -90,3 +90,67 @@ func ParseReply(text string) Message {
 	}
 	return out
 }
+
+// ModelPolicy is PolicyModel the other way round: a Model (a scripted
+// oracle, a served model) as a plain-text memtools.Policy. It reads the
+// tools back out of the system message (chat.SplitTools) and the calls out
+// of the assistant turns, and writes the model's calls as the template
+// writes them (ReplyText), so a text environment can be driven by a
+// scripted agent and its calls kept as SFT data in exactly the form a
+// policy behind PolicyModel reads and writes.
+type ModelPolicy struct {
+	Model    Model
+	Template chat.Template
+}
+
+// Complete implements memtools.Policy.
+func (p ModelPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	var specs []Spec
+	am := make([]Message, 0, len(msgs))
+	for i, m := range msgs {
+		c := m.Content
+		if i == 0 && m.Role == stm.System {
+			text, tools, ok := chat.SplitTools(c)
+			if ok {
+				c = text
+				for _, raw := range tools {
+					var def struct {
+						Function Spec `json:"function"`
+					}
+					if err := json.Unmarshal(raw, &def); err != nil {
+						return memtools.Completion{}, fmt.Errorf("tool definition %.80s: %w", raw, err)
+					}
+					specs = append(specs, def.Function)
+				}
+				if c == "" {
+					continue // the tools section alone: no system message of its own
+				}
+			}
+		}
+		if m.Role == stm.Assistant {
+			am = append(am, ParseReply(c))
+			continue
+		}
+		am = append(am, Message{Role: m.Role, Content: c, Name: m.Name})
+	}
+	r, err := p.Model.Chat(ctx, am, specs)
+	if err != nil {
+		return memtools.Completion{}, err
+	}
+	text, err := ReplyText(r.Message, p.Template)
+	return memtools.Completion{Text: text}, err
+}
+
+// ReplyText is an assistant message as its turn's text: the content, then
+// each call as a <tool_call> block, as the chat template writes them.
+func ReplyText(m Message, t chat.Template) (string, error) {
+	cm, _, err := ChatMessages([]Message{m}, nil)
+	if err != nil {
+		return "", err
+	}
+	in, err := chat.InlineTools(cm, chat.Options{Template: t})
+	if err != nil {
+		return "", err
+	}
+	return in[0].Content, nil
+}

@@ -2,8 +2,6 @@ package memtool
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -14,56 +12,15 @@ import (
 	"github.com/agemem/agemem/model/chat"
 )
 
-// textPolicy plays an agent.Model as the plain-text policy a GRPO rollout
-// drives: it reads the tools back out of the inlined system prompt and the
-// calls out of the assistant turns, and writes its model's calls as
-// <tool_call> blocks. Every call of the environment goes through the same
-// text a native policy would read and write.
-type textPolicy struct {
-	m     agent.Model
+// counted counts a policy's calls.
+type counted struct {
+	memtools.Policy
 	calls int
 }
 
-func (p *textPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	p.calls++
-	var specs []agent.Spec
-	var am []agent.Message
-	for i, m := range msgs {
-		c := m.Content
-		if i == 0 && m.Role == stm.System {
-			sys, tools, ok := strings.Cut(c, "\n\n# Tools\n\n")
-			if !ok {
-				return memtools.Completion{}, fmt.Errorf("no tools section in the system prompt")
-			}
-			_, list, _ := strings.Cut(tools, "<tools>\n")
-			list, _, _ = strings.Cut(list, "\n</tools>")
-			for _, line := range strings.Split(list, "\n") {
-				var def struct{ Function agent.Spec }
-				if err := json.Unmarshal([]byte(line), &def); err != nil {
-					return memtools.Completion{}, fmt.Errorf("tool line %q: %v", line, err)
-				}
-				specs = append(specs, def.Function)
-			}
-			c = sys
-		}
-		if m.Role == stm.Assistant {
-			am = append(am, agent.ParseReply(c))
-			continue
-		}
-		am = append(am, agent.Message{Role: m.Role, Content: c})
-	}
-	r, err := p.m.Chat(ctx, am, specs)
-	if err != nil {
-		return memtools.Completion{}, err
-	}
-	parts := []string{}
-	if r.Message.Content != "" {
-		parts = append(parts, r.Message.Content)
-	}
-	for _, c := range r.Message.ToolCalls {
-		parts = append(parts, fmt.Sprintf("<tool_call>\n{\"name\": %q, \"arguments\": %s}\n</tool_call>", c.Name, c.Arguments))
-	}
-	return memtools.Completion{Text: strings.Join(parts, "\n")}, nil
+func (c *counted) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	c.calls++
+	return c.Policy.Complete(ctx, msgs)
 }
 
 // hoarder searches for the query's gold tools and calls them, and never
@@ -81,7 +38,7 @@ func hoarder(o Oracle) agent.Model {
 }
 
 // The Autonomous mode as an environment: a policy that prunes (the oracle,
-// through the text a native policy reads and writes) calls every gold tool,
+// through the text a native policy reads and writes, agent.ModelPolicy) calls every gold tool,
 // removes what it added and stays under L; one that never removes hits L,
 // fails the queries it cannot load tools for and scores less.
 func TestEnvRewardsPruning(t *testing.T) {
@@ -97,7 +54,8 @@ func TestEnvRewardsPruning(t *testing.T) {
 	}
 	r := NewReward(c.Train)
 	score := func(m agent.Model, task int) (Episode, float64, map[string]float64) {
-		p := &textPolicy{m: m}
+		// The agent plays through the text a native policy reads and writes.
+		p := &counted{Policy: agent.ModelPolicy{Model: m, Template: chat.Qwen3}}
 		ep, err := e.Play(context.Background(), p, task, 0)
 		if err != nil {
 			t.Fatal(err)

@@ -325,12 +325,11 @@ func MemToolKB(ctx context.Context, cfg config.Config, qs []memtool.Query) (*mem
 	return kb, nil
 }
 
-// MemToolGRPO is GRPO's options for MemTool's Autonomous mode
-// (agemem-train memtool train): the training queries are
-// memtool.train.queries, or those of memtool.bench.queries after the
-// benchmark's first memtool.bench.turns, which stay held out.
-func MemToolGRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[memtool.Episode], error) {
-	var o rl.Options[memtool.Episode]
+// MemToolEnv is MemTool's Autonomous mode as an environment for a policy
+// of chat family tmpl: the training queries are memtool.train.queries, or
+// those of memtool.bench.queries after the benchmark's first
+// memtool.bench.turns, which stay held out.
+func MemToolEnv(ctx context.Context, cfg config.Config, tmpl chat.Template) (*memtool.Env, error) {
 	c := cfg.MemTool
 	path := c.Train.Queries
 	if path == "" {
@@ -338,29 +337,39 @@ func MemToolGRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Opti
 	}
 	qs, err := memtool.LoadQueries(path)
 	if err != nil {
-		return o, err
+		return nil, err
 	}
 	kb, err := MemToolKB(ctx, cfg, qs)
 	if err != nil {
-		return o, err
+		return nil, err
 	}
 	if c.Train.Queries == "" {
 		if len(qs) <= c.Bench.Turns {
-			return o, fmt.Errorf("memtool.train.queries is empty and %s has %d queries, all in the benchmark's session (memtool.bench.turns %d): name a training file or generate more queries", path, len(qs), c.Bench.Turns)
+			return nil, fmt.Errorf("memtool.train.queries is empty and %s has %d queries, all in the benchmark's session (memtool.bench.turns %d): name a training file or generate more queries", path, len(qs), c.Bench.Turns)
 		}
 		qs = qs[c.Bench.Turns:]
 	}
+	e, err := memtool.NewEnv(c, kb, qs, tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return e, nil
+}
+
+// MemToolGRPO is GRPO's options for MemTool's Autonomous mode
+// (agemem-train memtool train) on MemToolEnv.
+func MemToolGRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[memtool.Episode], error) {
 	mc, err := qwen.LoadConfig(cfg.RL.Init)
 	if err != nil {
-		return o, fmt.Errorf("rl.init: %w", err)
+		return rl.Options[memtool.Episode]{}, fmt.Errorf("rl.init: %w", err)
 	}
 	tmpl, err := chat.Detect(cfg.RL.Init, mc.ModelType)
 	if err != nil {
-		return o, err
+		return rl.Options[memtool.Episode]{}, err
 	}
-	e, err := memtool.NewEnv(c, kb, qs, tmpl)
+	e, err := MemToolEnv(ctx, cfg, tmpl)
 	if err != nil {
-		return o, fmt.Errorf("%s: %w", path, err)
+		return rl.Options[memtool.Episode]{}, err
 	}
-	return grpoOptions[memtool.Episode](cfg, e, memtool.NewReward(c.Train), log)
+	return grpoOptions[memtool.Episode](cfg, e, memtool.NewReward(cfg.MemTool.Train), log)
 }

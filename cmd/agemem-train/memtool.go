@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,8 +13,12 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/chart"
 	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/roles"
 )
@@ -23,7 +28,7 @@ func memtoolCmd(g *globals) *cobra.Command {
 		Use:   "memtool",
 		Short: "MemTool: an agent's working set of tools (generate a benchmark, run it, train a policy for it)",
 	}
-	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g))
+	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g), memtoolDataCmd(g))
 	return cmd
 }
 
@@ -116,6 +121,103 @@ agemem-train train writes. Evaluate with memtool bench --policy native
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
 	return cmd
+}
+
+func memtoolDataCmd(g *globals) *cobra.Command {
+	var out, family string
+	cmd := &cobra.Command{
+		Use:   "data",
+		Short: "Write SFT data for memtool train: the oracle's calls in the Autonomous mode",
+		Long: `Plays every training session of memtool train (memtool.train.turns queries from
+an empty working set, the queries memtool train uses) with the scripted
+oracle as the agent, through the same text a policy reads and writes
+there (the tools in the system message, calls as <tool_call> blocks, as
+--chat's template writes them), and writes one chat record per call:
+the conversation the agent saw and the oracle's reply (OpenAI's
+fine-tuning JSONL, what agemem-train sft reads). The oracle removes what
+the next query does not need, searches with the tools' descriptions and
+calls the gold tools, so the data teaches the habits GRPO then refines.`,
+		Example: `  agemem-train memtool data --set memtool.limit=16 --set memtool.top_k=3 --out data/memtool-sft.jsonl
+  agemem-train sft --config configs/tiny.yaml --set sft.data=data/memtool-sft.jsonl --set sft.out=runs/memtool-sft`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			var tmpl chat.Template
+			switch family {
+			case "qwen3":
+				tmpl = chat.Qwen3
+			case "qwen2.5":
+				tmpl = chat.Qwen25
+			default:
+				return fmt.Errorf("--chat %q: want qwen3 or qwen2.5", family)
+			}
+			if out == "" {
+				return fmt.Errorf("--out is required")
+			}
+			e, err := roles.MemToolEnv(cmd.Context(), cfg, tmpl)
+			if err != nil {
+				return err
+			}
+			oracle := memtool.Oracle{Gold: map[string][]string{}, KB: e.KB}
+			for _, s := range e.Sessions {
+				for _, q := range s {
+					oracle.Gold[q.Text] = q.Gold
+				}
+			}
+			rec := &recordingPolicy{p: agent.ModelPolicy{Model: oracle, Template: tmpl}}
+			for t := range e.Len() {
+				if _, err := e.Play(cmd.Context(), rec, t, 0); err != nil {
+					return err
+				}
+			}
+			f, err := os.Create(out)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(f)
+			for _, r := range rec.records {
+				if err := enc.Encode(r); err != nil {
+					f.Close()
+					return err
+				}
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d records from %d sessions to %s\n", len(rec.records), e.Len(), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "chat JSONL to write")
+	cmd.Flags().StringVar(&family, "chat", "qwen3", "the policy's chat template: qwen3 or qwen2.5 (how the tools and calls are laid out)")
+	return cmd
+}
+
+// recordingPolicy keeps each call of a policy as a chat record: the
+// conversation it saw and its reply.
+type recordingPolicy struct {
+	p       memtools.Policy
+	records []chatRecord
+}
+
+type chatRecord struct {
+	Messages []stm.Message `json:"messages"`
+}
+
+func (r *recordingPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+	c, err := r.p.Complete(ctx, msgs)
+	if err != nil {
+		return c, err
+	}
+	conv := make([]stm.Message, 0, len(msgs)+1)
+	for _, m := range msgs {
+		conv = append(conv, stm.Message{Role: m.Role, Content: m.Content})
+	}
+	r.records = append(r.records, chatRecord{Messages: append(conv, stm.Message{Role: stm.Assistant, Content: c.Text})})
+	return c, nil
 }
 
 func memtoolBenchCmd(g *globals) *cobra.Command {

@@ -110,6 +110,29 @@ func TestCLIMemtoolTrain(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "policy", "model.safetensors")); err != nil {
 		t.Fatal(err)
 	}
+	// SFT data from the oracle in the same text: each record ends with the
+	// oracle's reply, the first of a session a search, and sft reads them.
+	data := filepath.Join(dir, "sft.jsonl")
+	got = mustRun(t, append([]string{"memtool", "data", "--out", data}, set[:16]...)...)
+	if !strings.Contains(got, "wrote ") {
+		t.Fatalf("memtool data: %s", got)
+	}
+	var rec struct {
+		Messages []struct{ Role, Content string } `json:"messages"`
+	}
+	first := strings.SplitN(string(mustRead(t, data)), "\n", 2)[0]
+	if err := json.Unmarshal([]byte(first), &rec); err != nil {
+		t.Fatal(err)
+	}
+	last := rec.Messages[len(rec.Messages)-1]
+	if rec.Messages[0].Role != "system" || !strings.Contains(rec.Messages[0].Content, "<tools>") || last.Role != "assistant" || !strings.HasPrefix(last.Content, "<tool_call>\n{\"name\": \"SYS_SEARCH_TOOLS\"") {
+		t.Fatalf("first record: %s", first)
+	}
+	mustRun(t, "sft", "--set", "model.path="+model, "--set", "sft.data="+data, "--set", "sft.steps=1", "--set", "sft.eval_every=0",
+		"--set", "sft.save_every=0", "--set", "sft.out="+filepath.Join(dir, "sft"), "--set", "sft.eval_fraction=0")
+	if _, err := run(t, "memtool", "data", "--out", data, "--chat", "llama"); err == nil || !strings.Contains(err.Error(), `--chat "llama"`) {
+		t.Fatalf("--chat llama: %v", err)
+	}
 	_, err := run(t, append(append([]string{"memtool", "train"}, set...), "--set", "memtool.bench.turns=12")...)
 	if err == nil || !strings.Contains(err.Error(), "all in the benchmark's session") {
 		t.Fatalf("training on the benchmark's queries: %v", err)

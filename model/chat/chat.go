@@ -174,7 +174,7 @@ func Render(msgs []Message, o Options) (string, error) {
 
 // writeTools writes the tools section both Qwen templates share.
 func writeTools(b *strings.Builder, tools []json.RawMessage) error {
-	b.WriteString("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+	b.WriteString(toolsHeader)
 	for i, t := range tools {
 		js, err := PyJSON(t)
 		if err != nil {
@@ -246,6 +246,30 @@ func InlineTools(msgs []Message, o Options) ([]Message, error) {
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// toolsHeader starts the tools section both Qwen templates write.
+const toolsHeader = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+
+// SplitTools reads a system message that InlineTools wrote back into the
+// system text before the tools section and the tool definitions (as
+// rendered); ok is false when the message has no tools section.
+func SplitTools(system string) (text string, tools []json.RawMessage, ok bool) {
+	i := strings.Index(system, toolsHeader)
+	if i < 0 {
+		return system, nil, false
+	}
+	text = strings.TrimSuffix(system[:i], "\n\n")
+	list, _, found := strings.Cut(system[i+len(toolsHeader):], "\n</tools>")
+	if !found {
+		return system, nil, false
+	}
+	for _, line := range strings.Split(strings.TrimPrefix(list, "\n"), "\n") {
+		if line != "" {
+			tools = append(tools, json.RawMessage(line))
+		}
+	}
+	return text, tools, true
 }
 
 // writeToolResponse writes tool message i; consecutive tool messages share
