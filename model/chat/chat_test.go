@@ -141,3 +141,32 @@ func TestDetectTemplate(t *testing.T) {
 		}
 	}
 }
+
+// SplitTools reads back what InlineTools wrote into the system message;
+// a message without a tools section is left as it is.
+func TestSplitToolsInvertsInlineTools(t *testing.T) {
+	defs := []json.RawMessage{json.RawMessage(`{"type": "function", "function": {"name": "a", "parameters": {}}}`), json.RawMessage(`{"type":"function","function":{"name":"b"}}`)}
+	for _, sys := range []string{"You look things up.", ""} {
+		msgs := []Message{{Role: "user", Content: "q"}}
+		if sys != "" {
+			msgs = append([]Message{{Role: "system", Content: sys}}, msgs...)
+		}
+		in, err := InlineTools(msgs, Options{Template: Qwen3, Tools: defs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, tools, ok := SplitTools(in[0].Content)
+		if !ok || text != sys || len(tools) != 2 {
+			t.Fatalf("system %q: got %q, %d tools, %v", sys, text, len(tools), ok)
+		}
+		for i, d := range defs {
+			want, _ := PyJSON(d)
+			if string(tools[i]) != want {
+				t.Errorf("tool %d: %s, want %s", i, tools[i], want)
+			}
+		}
+	}
+	if text, tools, ok := SplitTools("plain system"); ok || text != "plain system" || tools != nil {
+		t.Errorf("no tools section: %q %v %v", text, tools, ok)
+	}
+}
