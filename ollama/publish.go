@@ -25,22 +25,7 @@ import (
 const Template = `{{- if .Tools }}<|im_start|>system
 {{ if and .Messages (eq (index .Messages 0).Role "system") }}{{ (index .Messages 0).Content }}
 
-{{ end }}# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{{- range .Tools }}
-{{ json . }}
-{{- end }}
-</tools>
-
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
-<tool_call>
-{"name": <function-name>, "arguments": <args-json-object>}
-</tool_call><|im_end|>
-{{ end }}
+{{ end }}` + toolsSection + `{{ end }}
 {{- $lastUser := -1 }}
 {{- range $i, $m := .Messages }}{{ if eq $m.Role "user" }}{{ $lastUser = $i }}{{ end }}{{ end }}
 {{- $last := "" }}
@@ -57,10 +42,7 @@ For each function call, return a json object with function name and arguments wi
 {{ $m.Thinking }}
 </think>
 
-{{ end }}{{ $m.Content }}{{ range $j, $tc := $m.ToolCalls }}{{ if or $j $m.Content }}
-{{ end }}<tool_call>
-{"name": "{{ $tc.Function.Name }}", "arguments": {{ json $tc.Function.Arguments }}}
-</tool_call>{{ end }}<|im_end|>
+{{ end }}{{ $m.Content }}` + toolCalls + `<|im_end|>
 {{ end }}
 {{- $last = $m.Role }}
 {{- end }}
@@ -68,15 +50,10 @@ For each function call, return a json object with function name and arguments wi
 {{ end }}<|im_start|>assistant
 `
 
-// Qwen25Template is the Ollama form of Qwen2.5's chat format (which the
-// embedded default's policy is trained with): Qwen's default system
-// message when the conversation brings none, ChatML turns kept as written
-// (no reasoning dropped), consecutive tool results in one user turn as
-// <tool_response> blocks, then the open assistant turn.
-const Qwen25Template = `{{- if .Tools }}<|im_start|>system
-{{ if and .Messages (eq (index .Messages 0).Role "system") }}{{ (index .Messages 0).Content }}{{ else }}You are Qwen, created by Alibaba Cloud. You are a helpful assistant.{{ end }}
-
-# Tools
+// toolsSection is the tools section both Qwen templates open the system
+// turn with when a request carries tools (Ollama writes each tool's JSON
+// compactly).
+const toolsSection = `# Tools
 
 You may call one or more functions to assist with the user query.
 
@@ -91,7 +68,23 @@ For each function call, return a json object with function name and arguments wi
 <tool_call>
 {"name": <function-name>, "arguments": <args-json-object>}
 </tool_call><|im_end|>
-{{ else if or (not .Messages) (ne (index .Messages 0).Role "system") }}<|im_start|>system
+`
+
+// toolCalls writes an assistant message's calls as <tool_call> blocks.
+const toolCalls = `{{ range $j, $tc := $m.ToolCalls }}{{ if or $j $m.Content }}
+{{ end }}<tool_call>
+{"name": "{{ $tc.Function.Name }}", "arguments": {{ json $tc.Function.Arguments }}}
+</tool_call>{{ end }}`
+
+// Qwen25Template is the Ollama form of Qwen2.5's chat format (which the
+// embedded default's policy is trained with): Qwen's default system
+// message when the conversation brings none, ChatML turns kept as written
+// (no reasoning dropped), consecutive tool results in one user turn as
+// <tool_response> blocks, then the open assistant turn.
+const Qwen25Template = `{{- if .Tools }}<|im_start|>system
+{{ if and .Messages (eq (index .Messages 0).Role "system") }}{{ (index .Messages 0).Content }}{{ else }}You are Qwen, created by Alibaba Cloud. You are a helpful assistant.{{ end }}
+
+` + toolsSection + `{{ else if or (not .Messages) (ne (index .Messages 0).Role "system") }}<|im_start|>system
 You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>
 {{ end }}
 {{- $last := "" }}
@@ -104,10 +97,7 @@ You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>
 {{- else if not (and $.Tools (eq $i 0) (eq $m.Role "system")) }}
 {{- if eq $last "tool" }}<|im_end|>
 {{ end }}<|im_start|>{{ $m.Role }}
-{{ $m.Content }}{{ range $j, $tc := $m.ToolCalls }}{{ if or $j $m.Content }}
-{{ end }}<tool_call>
-{"name": "{{ $tc.Function.Name }}", "arguments": {{ json $tc.Function.Arguments }}}
-</tool_call>{{ end }}<|im_end|>
+{{ $m.Content }}` + toolCalls + `<|im_end|>
 {{ end }}
 {{- $last = $m.Role }}
 {{- end }}
