@@ -67,9 +67,10 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./embed/ ./kernels/...
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./memtools/...
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
+	$(GO) test -run '^$$' -bench TrainStep -benchtime 3x ./model/train/
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
 	$(GO) test -run '^$$' -bench Encoder -benchtime 3x ./model/bert/
-	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/trainer/
+	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/
 	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession' -benchtime 1x -timeout 10m ./serve/
 
 # The embedded default end to end (configs/tiny.yaml): synthetic tasks, a

@@ -5,28 +5,9 @@ package cpu
 
 import (
 	"math"
-	"runtime"
-	"sync"
 
 	"github.com/agemem/agemem/kernels/vec"
 )
-
-// parallelFor runs f over [0, n) in chunks, one goroutine per core, when
-// the work (n × cost) is large enough to pay for the goroutines.
-func parallelFor(n, cost int, f func(lo, hi int)) {
-	workers := runtime.GOMAXPROCS(0)
-	if workers == 1 || n*cost < 1<<15 || n == 1 {
-		f(0, n)
-		return
-	}
-	workers = min(workers, n)
-	chunk := (n + workers - 1) / workers
-	var wg sync.WaitGroup
-	for lo := 0; lo < n; lo += chunk {
-		wg.Go(func() { f(lo, min(lo+chunk, n)) })
-	}
-	wg.Wait()
-}
 
 // MatMulT computes y[m,n] = sum_k x[m,k] * w[n,k] (+ bias[n]): a Linear
 // layer with PyTorch's weight layout w[out, in]. bias may be nil.
