@@ -12,11 +12,13 @@ type Tensor interface {
 }
 
 // Weight is a [rows, cols] weight matrix as a checkpoint stores it: float32
-// values or bfloat16 bits (then usually a view into a memory-mapped file).
+// values, or bfloat16 or IEEE half bits (then usually a view into a
+// memory-mapped file). Exactly one of F32, BF16, F16 and Q8 is set.
 type Weight struct {
 	Rows, Cols int
 	F32        []float32
 	BF16       []uint16
+	F16        []uint16
 	// Q8 and Q8Scale hold the matrix as Q8_0 blocks, GGUF's 8-bit type:
 	// each run of QK8 values along a row is Q8Scale[b]·Q8[i] (QuantizeQ8).
 	Q8      []int8

@@ -46,6 +46,10 @@ func QuantizeQ8(w Weight) (Weight, error) {
 			for j, v := range w.BF16[b*QK8 : (b+1)*QK8] {
 				x[j] = math.Float32frombits(uint32(v) << 16)
 			}
+		case w.F16 != nil:
+			for j, v := range w.F16[b*QK8 : (b+1)*QK8] {
+				x[j] = half.F16ToF32(v)
+			}
 		default:
 			x = w.F32[b*QK8 : (b+1)*QK8]
 		}
@@ -54,15 +58,28 @@ func QuantizeQ8(w Weight) (Weight, error) {
 	return out, nil
 }
 
-// Dequantize widens Q8_0 blocks to float32 (other weights are returned as
-// they are): for backends with no 8-bit kernels.
+// Dequantize widens Q8_0 blocks and f16 values to float32 (bf16 and
+// float32 weights are returned as they are): for backends with no 8-bit or
+// f16 kernels.
 func (w Weight) Dequantize() Weight {
-	if w.Q8 == nil {
-		return w
+	switch {
+	case w.Q8 != nil:
+		out := Weight{Rows: w.Rows, Cols: w.Cols, F32: make([]float32, len(w.Q8))}
+		for i, q := range w.Q8 {
+			out.F32[i] = w.Q8Scale[i/QK8] * float32(q)
+		}
+		return out
+	case w.F16 != nil:
+		out := Weight{Rows: w.Rows, Cols: w.Cols, F32: make([]float32, len(w.F16))}
+		for i, h := range w.F16 {
+			out.F32[i] = half.F16ToF32(h)
+		}
+		return out
 	}
-	out := Weight{Rows: w.Rows, Cols: w.Cols, F32: make([]float32, len(w.Q8))}
-	for i, q := range w.Q8 {
-		out.F32[i] = w.Q8Scale[i/QK8] * float32(q)
-	}
-	return out
+	return w
+}
+
+// Bytes is the weight's storage size.
+func (w Weight) Bytes() int {
+	return 4*len(w.F32) + 2*len(w.BF16) + 2*len(w.F16) + len(w.Q8) + 4*len(w.Q8Scale)
 }

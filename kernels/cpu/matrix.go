@@ -9,15 +9,15 @@ import (
 	"github.com/agemem/agemem/kernels/vec"
 )
 
-// Matrix is a [Rows, Cols] weight matrix held as float32, as bfloat16
-// (then usually a view into a memory-mapped checkpoint) or as Q8_0 blocks.
-// Decoding reads every weight once per token, so bf16 halves the bytes
-// that bound its speed and Q8_0 (1.125 bytes a weight) nearly halves them
-// again.
+// Matrix is a [Rows, Cols] weight matrix held as float32, as bfloat16 or
+// IEEE half (then usually a view into a memory-mapped checkpoint) or as
+// Q8_0 blocks. Decoding reads every weight once per token, so 16-bit
+// weights halve the bytes that bound its speed and Q8_0 (1.125 bytes a
+// weight) nearly halves them again.
 type Matrix kernels.Weight
 
 // Bytes is the storage size.
-func (w Matrix) Bytes() int { return 4*len(w.F32) + 2*len(w.BF16) + len(w.Q8) + 4*len(w.Q8Scale) }
+func (w Matrix) Bytes() int { return kernels.Weight(w).Bytes() }
 
 // RowTo widens row r into dst[:Cols].
 func (w Matrix) RowTo(dst []float32, r int) {
@@ -25,10 +25,8 @@ func (w Matrix) RowTo(dst []float32, r int) {
 		q8Widen(dst, w, r*w.Cols, (r+1)*w.Cols)
 		return
 	}
-	if w.BF16 != nil {
-		for i, b := range w.BF16[r*w.Cols : (r+1)*w.Cols] {
-			dst[i] = math.Float32frombits(uint32(b) << 16)
-		}
+	if w.BF16 != nil || w.F16 != nil {
+		widen16(dst, w, r*w.Cols, (r+1)*w.Cols)
 		return
 	}
 	copy(dst, w.F32[r*w.Cols:(r+1)*w.Cols])
@@ -43,37 +41,52 @@ func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 		matMulQ8(y, x, w, bias, m)
 		return
 	}
-	if w.BF16 == nil {
+	if w.BF16 == nil && w.F16 == nil {
 		MatMulT(y, x, w.F32, bias, m, k, n)
 		return
 	}
 	if m >= 4 {
-		// Prefill: widen each bf16 tile once and reuse it across all rows.
+		// Prefill: widen each 16-bit tile once and reuse it across all rows.
 		matMulTiled(y, x, bias, m, k, n, func(j0, j1, k0, k1 int, buf []float32) ([]float32, int) {
 			kc := k1 - k0
 			for j := j0; j < j1; j++ {
-				dst := buf[(j-j0)*kc : (j-j0+1)*kc]
-				for c, b := range w.BF16[j*k+k0 : j*k+k1] {
-					dst[c] = math.Float32frombits(uint32(b) << 16)
-				}
+				widen16(buf[(j-j0)*kc:(j-j0+1)*kc], w, j*k+k0, j*k+k1)
 			}
 			return buf, kc
 		})
 		return
 	}
-	// Decode: each weight is used once per row, so stream it as bf16.
+	// Decode: each weight is used once per row, so stream it as stored.
+	bits, dot := w.BF16, vec.DotBF16
+	if w.F16 != nil {
+		bits, dot = w.F16, vec.DotF16
+	}
 	parallelFor(n, m*k, func(lo, hi int) {
 		for j := lo; j < hi; j++ {
-			wr := w.BF16[j*k : (j+1)*k]
+			wr := bits[j*k : (j+1)*k]
 			var b float32
 			if bias != nil {
 				b = bias[j]
 			}
 			for i := range m {
-				y[i*n+j] = vec.DotBF16(x[i*k:(i+1)*k], wr) + b
+				y[i*n+j] = dot(x[i*k:(i+1)*k], wr) + b
 			}
 		}
 	})
+}
+
+// widen16 writes the values of w's flat positions [lo, hi), bf16 or f16,
+// as float32.
+func widen16(dst []float32, w Matrix, lo, hi int) {
+	if w.BF16 != nil {
+		for i, b := range w.BF16[lo:hi] {
+			dst[i] = math.Float32frombits(uint32(b) << 16)
+		}
+		return
+	}
+	for i, h := range w.F16[lo:hi] {
+		dst[i] = half.F16ToF32(h)
+	}
 }
 
 // q8Widen writes the values of w's flat positions [lo, hi) (whole blocks)

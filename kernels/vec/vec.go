@@ -4,7 +4,11 @@
 // also the reference the tests compare against.
 package vec
 
-import "math"
+import (
+	"math"
+
+	"github.com/agemem/agemem/kernels/half"
+)
 
 // Dot returns sum(a[i]*b[i]) over len(a); b must be at least as long.
 func Dot(a, b []float32) float32 {
@@ -103,6 +107,32 @@ func dotBF16Generic(x []float32, w []uint16) float32 {
 	}
 	for ; i < len(x); i++ {
 		s0 += x[i] * math.Float32frombits(uint32(w[i])<<16)
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// DotF16 returns the dot product of x and IEEE half-precision weights w
+// (raw bits), accumulated in float32: the decode kernel for f16
+// checkpoints, which then stream half the bytes of float32.
+func DotF16(x []float32, w []uint16) float32 {
+	if len(x) == 0 {
+		return 0
+	}
+	_ = w[len(x)-1]
+	return dotF16(x, w)
+}
+
+func dotF16Generic(x []float32, w []uint16) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * half.F16ToF32(w[i])
+		s1 += x[i+1] * half.F16ToF32(w[i+1])
+		s2 += x[i+2] * half.F16ToF32(w[i+2])
+		s3 += x[i+3] * half.F16ToF32(w[i+3])
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * half.F16ToF32(w[i])
 	}
 	return (s0 + s1) + (s2 + s3)
 }

@@ -36,6 +36,19 @@ func dotBF16(x []float32, w []uint16) float32 {
 }
 
 //go:noescape
+func dotF16AVX2(x *float32, w *uint16, n int) float32
+
+// hasF16C: every AVX2 CPU has F16C in practice, but it is its own flag.
+var hasF16C = HasSIMD && cpu.X86.HasF16C
+
+func dotF16(x []float32, w []uint16) float32 {
+	if hasF16C {
+		return dotF16AVX2(&x[0], &w[0], len(x))
+	}
+	return dotF16Generic(x, w)
+}
+
+//go:noescape
 func dotQ8AVX2(xq *int8, xd *float32, q *int8, d *float32, blocks int) float32
 
 func dotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {

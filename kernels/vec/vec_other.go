@@ -11,6 +11,8 @@ func sum(a []float32) float32 { return sumGeneric(a) }
 
 func dotBF16(x []float32, w []uint16) float32 { return dotBF16Generic(x, w) }
 
+func dotF16(x []float32, w []uint16) float32 { return dotF16Generic(x, w) }
+
 func dotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {
 	return dotQ8Generic(xq, xd, q, d)
 }

@@ -1,6 +1,7 @@
 package vec
 
 import (
+	"github.com/agemem/agemem/kernels/half"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -59,6 +60,35 @@ func TestDotBF16(t *testing.T) {
 			t.Errorf("DotBF16 n=%d: got %g want %g", n, got, want)
 		}
 		if got := dotBF16Generic(x, w); math.Abs(float64(got)-want) > tol {
+			t.Errorf("generic n=%d: got %g want %g", n, got, want)
+		}
+	}
+}
+
+// DotF16 against float64 over normal values, subnormals, zeros and the
+// largest halves, at every tail length.
+func TestDotF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	special := []uint16{0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x3c00}
+	for _, n := range []int{1, 7, 8, 9, 31, 32, 33, 100, 896, 4864} {
+		x := make([]float32, n)
+		w := make([]uint16, n)
+		var want, mag float64
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+			w[i] = half.F32ToF16(float32(r.NormFloat64()))
+			if i%13 == 5 {
+				w[i] = special[i%len(special)]
+			}
+			wf := float64(half.F16ToF32(w[i]))
+			want += float64(x[i]) * wf
+			mag += math.Abs(float64(x[i]) * wf)
+		}
+		tol := 1e-6 * mag
+		if got := DotF16(x, w); math.Abs(float64(got)-want) > tol {
+			t.Errorf("DotF16 n=%d: got %g want %g", n, got, want)
+		}
+		if got := dotF16Generic(x, w); math.Abs(float64(got)-want) > tol {
 			t.Errorf("generic n=%d: got %g want %g", n, got, want)
 		}
 	}

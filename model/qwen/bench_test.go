@@ -28,22 +28,25 @@ func rssMB() float64 {
 
 // BenchmarkQwen05B loads a random Qwen2.5-0.5B-shaped model (24 layers,
 // hidden 896, 14 heads, 2 KV heads, intermediate 4864, vocab 151936, bf16
-// weights) as stored (bf16) and as Q8_0 blocks (quantize q8_0, what
-// Ollama's q8_0 runs), and reports prefill and decode tokens/s beside the
+// weights, and the same shape stored as f16) as stored and as Q8_0 blocks
+// (quantize q8_0, what Ollama's q8_0 runs), and reports prefill and decode tokens/s beside the
 // decode bound set by memory bandwidth (weight bytes per token ÷ read
 // bandwidth measured in the same run), and the RSS that loading added (bf16
 // weights are mapped, not read).
 func BenchmarkQwen05B(b *testing.B) {
-	dir := filepath.Join(b.TempDir(), "q05")
-	if err := InitRandom(dir, Presets["qwen2.5-0.5b-shape"], safetensors.BF16, 1); err != nil {
-		b.Fatal(err)
-	}
-	for _, quant := range []string{"", "q8_0"} {
-		name := "bf16"
-		if quant != "" {
-			name = quant
+	dirs := map[safetensors.DType]string{}
+	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
+		dirs[dt] = filepath.Join(b.TempDir(), "q05-"+string(dt))
+		if err := InitRandom(dirs[dt], Presets["qwen2.5-0.5b-shape"], dt, 1); err != nil {
+			b.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
+	}
+	for _, v := range []struct {
+		name, quant string
+		dtype       safetensors.DType
+	}{{"bf16", "", safetensors.BF16}, {"f16", "", safetensors.F16}, {"q8_0", "q8_0", safetensors.BF16}} {
+		dir, quant := dirs[v.dtype], v.quant
+		b.Run(v.name, func(b *testing.B) {
 			runtime.GC()
 			before := rssMB()
 			m, err := LoadWith(cpu.New(), dir, Options{Quantize: quant})

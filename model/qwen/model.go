@@ -98,7 +98,8 @@ func MapOf(ts []safetensors.Tensor) TensorMap {
 }
 
 // FromTensors builds the model from named tensors, checking every shape.
-// BF16 matrices stay views of their source; others are read as float32.
+// BF16 and F16 matrices stay views of their source; F32 ones are read as
+// float32.
 func FromTensors(be kernels.Backend, cfg Config, src TensorSource) (*Model, error) {
 	return fromTensors(be, cfg, src, Options{})
 }
@@ -119,9 +120,12 @@ func fromTensors(be kernels.Backend, cfg Config, src TensorSource, o Options) (*
 			return nil
 		}
 		w := kernels.Weight{Rows: p.Shape[0], Cols: p.Shape[1]}
-		if t.DType == safetensors.BF16 {
+		switch t.DType {
+		case safetensors.BF16:
 			w.BF16 = t.Uint16()
-		} else {
+		case safetensors.F16:
+			w.F16 = t.Uint16()
+		default:
 			w.F32 = t.Float32()
 		}
 		if o.Quantize == "q8_0" && w.Cols%kernels.QK8 == 0 {
@@ -130,7 +134,7 @@ func fromTensors(be kernels.Backend, cfg Config, src TensorSource, o Options) (*
 				return fmt.Errorf("tensor %q: %w", p.Name, err)
 			}
 		}
-		m.weights += 4*len(w.F32) + 2*len(w.BF16) + len(w.Q8) + 4*len(w.Q8Scale)
+		m.weights += w.Bytes()
 		*dst = be.Upload(w)
 		return nil
 	})

@@ -219,8 +219,9 @@ func maxRelErr(got []float32, want [][]float64, vocab int) float64 {
 
 func TestLogitsMatchFloat64Reference(t *testing.T) {
 	tokens := []int{1, 17, 300, 42, 42, 7, 511, 0, 99, 256, 3}
+	f32Bytes := map[string]int{}
 	for _, preset := range []string{"tiny-qwen2", "tiny-qwen3"} {
-		for _, dtype := range []safetensors.DType{safetensors.F32, safetensors.BF16} {
+		for _, dtype := range []safetensors.DType{safetensors.F32, safetensors.BF16, safetensors.F16} {
 			t.Run(preset+"/"+string(dtype), func(t *testing.T) {
 				dir := filepath.Join(t.TempDir(), "m")
 				if err := InitRandom(dir, Presets[preset], dtype, 7); err != nil {
@@ -229,6 +230,13 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 				m, err := Load(dir)
 				if err != nil {
 					t.Fatal(err)
+				}
+				// 16-bit checkpoints are held as stored: about half the
+				// bytes of float32 (norms stay float32).
+				if dtype == safetensors.F32 {
+					f32Bytes[preset] = m.WeightBytes()
+				} else if b := m.WeightBytes(); b > f32Bytes[preset]*6/10 {
+					t.Fatalf("%s holds %d weight bytes, float32 %d", dtype, b, f32Bytes[preset])
 				}
 				want := ref64(t, dir, tokens)
 				full, err := m.Forward(tokens, m.NewCache(64))
@@ -255,7 +263,7 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 // is refused.
 func TestQuantizedQ8MatchesReference(t *testing.T) {
 	tokens := []int{1, 17, 300, 42, 42, 7, 511, 0, 99, 256, 3}
-	for _, dtype := range []safetensors.DType{safetensors.F32, safetensors.BF16} {
+	for _, dtype := range []safetensors.DType{safetensors.F32, safetensors.BF16, safetensors.F16} {
 		t.Run(string(dtype), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "m")
 			if err := InitRandom(dir, Presets["tiny-qwen3"], dtype, 7); err != nil {
