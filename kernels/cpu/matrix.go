@@ -123,15 +123,22 @@ func matMulQ8(y, x []float32, w Matrix, bias []float32, m int) {
 		})
 		return
 	}
+	xs := make([]int32, m*nb)
+	vec.Q8Sums(xs, xq)
 	parallelFor(n, m*k, func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			q, d := w.Q8[j*k:(j+1)*k], w.Q8Scale[j*nb:(j+1)*nb]
-			var b float32
-			if bias != nil {
-				b = bias[j]
-			}
+		// Rows in slices small enough to stay in cache for every input row.
+		const slice = 64
+		for j0 := lo; j0 < hi; j0 += slice {
+			j1 := min(j0+slice, hi)
+			q, d := w.Q8[j0*k:j1*k], w.Q8Scale[j0*nb:j1*nb]
 			for i := range m {
-				y[i*n+j] = vec.DotQ8(xq[i*k:(i+1)*k], xd[i*nb:(i+1)*nb], q, d) + b
+				yi := y[i*n+j0 : i*n+j1]
+				vec.DotQ8Rows(yi, xq[i*k:(i+1)*k], xd[i*nb:(i+1)*nb], xs[i*nb:(i+1)*nb], q, d)
+				if bias != nil {
+					for j := range yi {
+						yi[j] += bias[j0+j]
+					}
+				}
 			}
 		}
 	})

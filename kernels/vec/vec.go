@@ -72,7 +72,10 @@ func DotBF16(x []float32, w []uint16) float32 {
 // sum of xq[i]·q[i] times xd[b]·d[b], summed over blocks. x is the
 // activation row quantized as the weights are (kernels.QuantizeQ8Block),
 // so the inner loop is 8-bit multiplies.
-func DotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {
+//
+// xs holds each block's Σxq (Q8Sums; computed once per activation row and
+// shared by every weight row it meets), which the VNNI kernel needs.
+func DotQ8(xq []int8, xd []float32, xs []int32, q []int8, d []float32) float32 {
 	if len(xq) == 0 {
 		return 0
 	}
@@ -80,8 +83,39 @@ func DotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {
 		panic("vec: DotQ8 of a length that is not a multiple of 32")
 	}
 	nb := len(xq) / 32
-	_, _, _ = q[len(xq)-1], d[nb-1], xd[nb-1]
-	return dotQ8(xq, xd, q, d)
+	_, _, _, _ = q[len(xq)-1], d[nb-1], xd[nb-1], xs[nb-1]
+	return dotQ8(xq, xd, xs, q, d)
+}
+
+// DotQ8Rows sets y[r] = DotQ8(xq, xd, xs, q[r·n:], d[r·n/32:]) for the
+// len(y) consecutive weight rows of n = len(xq) values in q and d.
+func DotQ8Rows(y []float32, xq []int8, xd []float32, xs []int32, q []int8, d []float32) {
+	n, nb := len(xq), len(xq)/32
+	if len(y) == 0 || n == 0 {
+		clear(y)
+		return
+	}
+	if n%32 != 0 {
+		panic("vec: DotQ8Rows of a length that is not a multiple of 32")
+	}
+	_, _, _, _ = q[len(y)*n-1], d[len(y)*nb-1], xd[nb-1], xs[nb-1]
+	if dotQ8Rows(y, xq, xd, xs, q, d) {
+		return
+	}
+	for r := range y {
+		y[r] = dotQ8(xq, xd, xs, q[r*n:(r+1)*n], d[r*nb:(r+1)*nb])
+	}
+}
+
+// Q8Sums writes each 32-value block's sum of xq into xs.
+func Q8Sums(xs []int32, xq []int8) {
+	for b := range len(xq) / 32 {
+		var s int32
+		for _, v := range xq[b*32 : (b+1)*32] {
+			s += int32(v)
+		}
+		xs[b] = s
+	}
 }
 
 func dotQ8Generic(xq []int8, xd []float32, q []int8, d []float32) float32 {

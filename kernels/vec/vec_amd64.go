@@ -51,11 +51,42 @@ func dotF16(x []float32, w []uint16) float32 {
 //go:noescape
 func dotQ8AVX2(xq *int8, xd *float32, q *int8, d *float32, blocks int) float32
 
-func dotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {
-	if HasSIMD {
-		return dotQ8AVX2(&xq[0], &xd[0], &q[0], &d[0], len(xq)/32)
+//go:noescape
+func dotQ8VNNI(xq *int8, xd *float32, xs *int32, q *int8, d *float32, groups int) float32
+
+//go:noescape
+func dotQ8RowsVNNI(xq *int8, xd *float32, xs *int32, q *int8, d *float32, groups, tail4, rows int, y *float32)
+
+// dotQ8Rows is dotQ8 of x with each of len(y) consecutive weight rows, in
+// one assembly call where VNNI is there and rows are whole groups of four
+// blocks (every Qwen width); false where it cannot.
+func dotQ8Rows(y []float32, xq []int8, xd []float32, xs []int32, q []int8, d []float32) bool {
+	blocks := len(xq) / 32
+	if !hasVNNI || blocks%4 != 0 || len(y) == 0 {
+		return false
 	}
-	return dotQ8Generic(xq, xd, q, d)
+	dotQ8RowsVNNI(&xq[0], &xd[0], &xs[0], &q[0], &d[0], blocks/8, blocks%8/4, len(y), &y[0])
+	return true
+}
+
+// hasVNNI: AVX-512 VNNI on 256-bit registers (VPDPBUSD needs AVX512VL).
+var hasVNNI = HasSIMD && cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512VL
+
+func dotQ8(xq []int8, xd []float32, xs []int32, q []int8, d []float32) float32 {
+	if !HasSIMD {
+		return dotQ8Generic(xq, xd, q, d)
+	}
+	blocks, done := len(xq)/32, 0
+	var s float32
+	if hasVNNI && blocks >= 8 {
+		g := blocks / 8
+		s = dotQ8VNNI(&xq[0], &xd[0], &xs[0], &q[0], &d[0], g)
+		done = 8 * g
+	}
+	if done < blocks {
+		s += dotQ8AVX2(&xq[32*done], &xd[done], &q[32*done], &d[done], blocks-done)
+	}
+	return s
 }
 
 //go:noescape

@@ -13,7 +13,7 @@ func dotBF16(x []float32, w []uint16) float32 { return dotBF16Generic(x, w) }
 
 func dotF16(x []float32, w []uint16) float32 { return dotF16Generic(x, w) }
 
-func dotQ8(xq []int8, xd []float32, q []int8, d []float32) float32 {
+func dotQ8(xq []int8, xd []float32, _ []int32, q []int8, d []float32) float32 {
 	return dotQ8Generic(xq, xd, q, d)
 }
 
@@ -41,3 +41,7 @@ func Gemm4x16(a []float32, lda int, b []float32, ldb int, k int, c []float32, ld
 
 // ExpSub sets x[i] = exp(x[i] − m) and returns the sum.
 func ExpSub(x []float32, m float32) float32 { return expSubGeneric(x, m) }
+
+func dotQ8Rows(y []float32, xq []int8, xd []float32, xs []int32, q []int8, d []float32) bool {
+	return false
+}

@@ -97,15 +97,51 @@ func TestDotF16(t *testing.T) {
 // DotQ8 (assembly and generic) against float64 over every int8 value
 // ggml's blocks hold (-127..127, the extremes included), odd and even block
 // counts, and scales of mixed sign and size.
+// DotQ8Rows equals the generic DotQ8 row by row (to float32 rounding) for
+// widths of whole 8-block groups, a 4-block tail, and widths the row
+// kernel leaves to the per-row path.
+func TestDotQ8Rows(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, blocks := range []int{4, 8, 12, 24, 28, 33, 152} {
+		n, rows := 32*blocks, 5
+		xq, q := make([]int8, n), make([]int8, rows*n)
+		xd, d, xs := make([]float32, blocks), make([]float32, rows*blocks), make([]int32, blocks)
+		for i := range xq {
+			xq[i] = int8(r.IntN(255) - 127)
+		}
+		for i := range q {
+			q[i] = int8(r.IntN(255) - 127)
+		}
+		for b := range xd {
+			xd[b] = float32(r.NormFloat64())
+		}
+		for b := range d {
+			d[b] = float32(r.NormFloat64())
+		}
+		Q8Sums(xs, xq)
+		y := make([]float32, rows)
+		DotQ8Rows(y, xq, xd, xs, q, d)
+		for j := range rows {
+			want := dotQ8Generic(xq, xd, q[j*n:(j+1)*n], d[j*blocks:(j+1)*blocks])
+			if got := y[j]; math.Abs(float64(got-want)) > 1e-5*math.Abs(float64(want))+1e-3 {
+				t.Errorf("%d blocks, row %d: %g, want %g", blocks, j, got, want)
+			}
+		}
+	}
+}
+
 func TestDotQ8(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
-	for _, n := range []int{32, 64, 96, 896, 4864} {
+	for _, n := range []int{32, 64, 96, 256, 288, 896, 4864} {
 		xq, q := make([]int8, n), make([]int8, n)
 		xd, d := make([]float32, n/32), make([]float32, n/32)
 		for i := range xq {
 			xq[i], q[i] = int8(r.IntN(255)-127), int8(r.IntN(255)-127)
 		}
-		xq[0], q[0], xq[1], q[1] = 127, 127, -127, -127
+		// The extremes Q8_0 quantizing produces (±127: never -128).
+		xq[0], q[0], xq[1], q[1], xq[2], q[2] = 127, 127, -127, -127, 127, -127
+		xs := make([]int32, n/32)
+		Q8Sums(xs, xq)
 		for b := range d {
 			xd[b], d[b] = float32(r.NormFloat64())*0.01, float32(r.NormFloat64())*0.01
 		}
@@ -120,7 +156,7 @@ func TestDotQ8(t *testing.T) {
 			mag += math.Abs(p)
 		}
 		tol := 1e-6 * mag
-		if got := DotQ8(xq, xd, q, d); math.Abs(float64(got)-want) > tol {
+		if got := DotQ8(xq, xd, xs, q, d); math.Abs(float64(got)-want) > tol {
 			t.Errorf("DotQ8 n=%d: got %g want %g", n, got, want)
 		}
 		if got := dotQ8Generic(xq, xd, q, d); math.Abs(float64(got)-want) > tol {
@@ -132,7 +168,7 @@ func TestDotQ8(t *testing.T) {
 			t.Error("DotQ8 of 33 values did not panic")
 		}
 	}()
-	DotQ8(make([]int8, 33), make([]float32, 2), make([]int8, 33), make([]float32, 2))
+	DotQ8(make([]int8, 33), make([]float32, 2), make([]int32, 2), make([]int8, 33), make([]float32, 2))
 }
 
 func TestDot2x4(t *testing.T) {
