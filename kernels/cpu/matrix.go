@@ -57,19 +57,23 @@ func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 		return
 	}
 	// Decode: each weight is used once per row, so stream it as stored.
-	bits, dot := w.BF16, vec.DotBF16
-	if w.F16 != nil {
-		bits, dot = w.F16, vec.DotF16
+	bits, f16 := w.BF16, w.F16 != nil
+	if f16 {
+		bits = w.F16
 	}
 	parallelFor(n, m*k, func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			wr := bits[j*k : (j+1)*k]
-			var b float32
-			if bias != nil {
-				b = bias[j]
-			}
+		// Rows in slices small enough to stay in cache for every input row.
+		const slice = 64
+		for j0 := lo; j0 < hi; j0 += slice {
+			j1 := min(j0+slice, hi)
 			for i := range m {
-				y[i*n+j] = dot(x[i*k:(i+1)*k], wr) + b
+				yi := y[i*n+j0 : i*n+j1]
+				vec.DotBF16Rows(yi, x[i*k:(i+1)*k], bits[j0*k:j1*k], f16)
+				if bias != nil {
+					for j := range yi {
+						yi[j] += bias[j0+j]
+					}
+				}
 			}
 		}
 	})

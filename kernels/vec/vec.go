@@ -156,6 +156,27 @@ func DotF16(x []float32, w []uint16) float32 {
 	return dotF16(x, w)
 }
 
+// DotBF16Rows sets y[r] = DotBF16(x, w[r·k:]) for the len(y) consecutive
+// bf16 weight rows of k = len(x) values in w; f16 rows when f16 is set
+// (DotF16). One call streams a whole slice of a matrix.
+func DotBF16Rows(y, x []float32, w []uint16, f16 bool) {
+	k := len(x)
+	if len(y) == 0 {
+		return
+	}
+	_ = w[len(y)*k-1]
+	if k > 0 && dot16Rows(y, x, w, f16) {
+		return
+	}
+	dot := DotBF16
+	if f16 {
+		dot = DotF16
+	}
+	for r := range y {
+		y[r] = dot(x, w[r*k:(r+1)*k])
+	}
+}
+
 func dotF16Generic(x []float32, w []uint16) float32 {
 	var s0, s1, s2, s3 float32
 	i := 0

@@ -171,3 +171,23 @@ func ExpSub(x []float32, m float32) float32 {
 	}
 	return s + expSubGeneric(x[n8:], m)
 }
+
+//go:noescape
+func dotBF16RowsAVX2(x *float32, w *uint16, k, rows int, y *float32)
+
+//go:noescape
+func dotF16RowsAVX2(x *float32, w *uint16, k, rows int, y *float32)
+
+// dot16Rows is the 16-bit row kernel in one assembly call where the width
+// is whole 32-value steps (every Qwen width); false where it cannot.
+func dot16Rows(y, x []float32, w []uint16, f16 bool) bool {
+	if len(x)%32 != 0 || len(y) == 0 || !HasSIMD || (f16 && !hasF16C) {
+		return false
+	}
+	if f16 {
+		dotF16RowsAVX2(&x[0], &w[0], len(x), len(y), &y[0])
+	} else {
+		dotBF16RowsAVX2(&x[0], &w[0], len(x), len(y), &y[0])
+	}
+	return true
+}

@@ -790,3 +790,105 @@ rstore:
 rdone:
 	VZEROUPPER
 	RET
+
+// func dotBF16RowsAVX2(x *float32, w *uint16, k, rows int, y *float32)
+// The dot of x with each of `rows` consecutive weight rows of k values
+// (k a multiple of 32) into y: one call a slice of rows.
+TEXT ·dotBF16RowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), R11
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), AX
+	MOVQ rows+24(FP), R10
+	MOVQ y+32(FP), BX
+
+dotBF16RowsAVX2row:
+	CMPQ R10, $0
+	JE   dotBF16RowsAVX2done
+	MOVQ R11, SI
+	MOVQ AX, CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+dotBF16RowsAVX2loop:
+	VPMOVZXWD (DI), Y4
+	VPMOVZXWD 16(DI), Y5
+	VPMOVZXWD 32(DI), Y6
+	VPMOVZXWD 48(DI), Y7
+	VPSLLD $16, Y4, Y4
+	VPSLLD $16, Y5, Y5
+	VPSLLD $16, Y6, Y6
+	VPSLLD $16, Y7, Y7
+	VFMADD231PS (SI), Y4, Y0
+	VFMADD231PS 32(SI), Y5, Y1
+	VFMADD231PS 64(SI), Y6, Y2
+	VFMADD231PS 96(SI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $64, DI
+	SUBQ $32, CX
+	JNZ  dotBF16RowsAVX2loop
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	MOVSS X0, (BX)
+	ADDQ $4, BX
+	DECQ R10
+	JMP  dotBF16RowsAVX2row
+
+dotBF16RowsAVX2done:
+	VZEROUPPER
+	RET
+
+// func dotF16RowsAVX2(x *float32, w *uint16, k, rows int, y *float32)
+// The dot of x with each of `rows` consecutive weight rows of k values
+// (k a multiple of 32) into y: one call a slice of rows.
+TEXT ·dotF16RowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), R11
+	MOVQ w+8(FP), DI
+	MOVQ k+16(FP), AX
+	MOVQ rows+24(FP), R10
+	MOVQ y+32(FP), BX
+
+dotF16RowsAVX2row:
+	CMPQ R10, $0
+	JE   dotF16RowsAVX2done
+	MOVQ R11, SI
+	MOVQ AX, CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+dotF16RowsAVX2loop:
+	VCVTPH2PS (DI), Y4
+	VCVTPH2PS 16(DI), Y5
+	VCVTPH2PS 32(DI), Y6
+	VCVTPH2PS 48(DI), Y7
+	VFMADD231PS (SI), Y4, Y0
+	VFMADD231PS 32(SI), Y5, Y1
+	VFMADD231PS 64(SI), Y6, Y2
+	VFMADD231PS 96(SI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $64, DI
+	SUBQ $32, CX
+	JNZ  dotF16RowsAVX2loop
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	MOVSS X0, (BX)
+	ADDQ $4, BX
+	DECQ R10
+	JMP  dotF16RowsAVX2row
+
+dotF16RowsAVX2done:
+	VZEROUPPER
+	RET

@@ -45,3 +45,5 @@ func ExpSub(x []float32, m float32) float32 { return expSubGeneric(x, m) }
 func dotQ8Rows(y []float32, xq []int8, xd []float32, xs []int32, q []int8, d []float32) bool {
 	return false
 }
+
+func dot16Rows(y, x []float32, w []uint16, f16 bool) bool { return false }

@@ -67,6 +67,40 @@ func TestDotBF16(t *testing.T) {
 
 // DotF16 against float64 over normal values, subnormals, zeros and the
 // largest halves, at every tail length.
+// The row kernels equal the one-row dots bit for bit (same order of
+// operations), bf16 and f16, on widths they take and widths they leave to
+// the per-row loop.
+func TestDot16Rows(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, k := range []int{32, 96, 100, 896, 4864} {
+		const rows = 7
+		x, w := make([]float32, k), make([]uint16, rows*k)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		for _, f16 := range []bool{false, true} {
+			for i := range w {
+				if f16 {
+					w[i] = half.F32ToF16(float32(r.NormFloat64()))
+				} else {
+					w[i] = half.F32ToBF16(float32(r.NormFloat64()))
+				}
+			}
+			y := make([]float32, rows)
+			DotBF16Rows(y, x, w, f16)
+			for j := range rows {
+				want := DotBF16(x, w[j*k:(j+1)*k])
+				if f16 {
+					want = DotF16(x, w[j*k:(j+1)*k])
+				}
+				if y[j] != want {
+					t.Errorf("k=%d f16=%v row %d: %g, want %g", k, f16, j, y[j], want)
+				}
+			}
+		}
+	}
+}
+
 func TestDotF16(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	special := []uint16{0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x3c00}
