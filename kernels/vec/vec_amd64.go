@@ -52,9 +52,6 @@ func dotF16(x []float32, w []uint16) float32 {
 func dotQ8AVX2(xq *int8, xd *float32, q *int8, d *float32, blocks int) float32
 
 //go:noescape
-func dotQ8VNNI(xq *int8, xd *float32, xs *int32, q *int8, d *float32, groups int) float32
-
-//go:noescape
 func dotQ8RowsVNNI(xq *int8, xd *float32, xs *int32, q *int8, d *float32, groups, tail4, rows int, y *float32)
 
 // dotQ8Rows is dotQ8 of x with each of len(y) consecutive weight rows, in
@@ -78,10 +75,9 @@ func dotQ8(xq []int8, xd []float32, xs []int32, q []int8, d []float32) float32 {
 	}
 	blocks, done := len(xq)/32, 0
 	var s float32
-	if hasVNNI && blocks >= 8 {
-		g := blocks / 8
-		s = dotQ8VNNI(&xq[0], &xd[0], &xs[0], &q[0], &d[0], g)
-		done = 8 * g
+	if hasVNNI && blocks >= 4 {
+		done = blocks / 4 * 4
+		dotQ8RowsVNNI(&xq[0], &xd[0], &xs[0], &q[0], &d[0], done/8, done%8/4, 1, &s)
 	}
 	if done < blocks {
 		s += dotQ8AVX2(&xq[32*done], &xd[done], &q[32*done], &d[done], blocks-done)

@@ -587,90 +587,17 @@ hdone:
 	MOVSS X0, ret+24(FP)
 	RET
 
-// func dotQ8VNNI(xq *int8, xd *float32, xs *int32, q *int8, d *float32, groups int) float32
-// Eight Q8_0 blocks (256 values) a group. VPDPBUSD multiplies unsigned by
-// signed bytes into int32 with no 16-bit intermediate, so the weights are
-// made unsigned (q XOR 0x80 = q+128) and the product corrected by
-// 128·Σx per block (xs, computed once per input row): Σ(q+128)x − 128Σx =
-// Σqx exactly. The eight blocks' int32 lanes are summed horizontally into
-// one vector, so the scales are applied eight blocks at a time.
-TEXT ·dotQ8VNNI(SB), NOSPLIT, $0-52
-	MOVQ xq+0(FP), SI
-	MOVQ xd+8(FP), R8
-	MOVQ xs+16(FP), R9
-	MOVQ q+24(FP), DI
-	MOVQ d+32(FP), DX
-	MOVQ groups+40(FP), CX
-	MOVL $0x80808080, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
-	VXORPS Y14, Y14, Y14
-
-vgroup:
-	CMPQ CX, $0
-	JE   vdone
-	VPXOR 0(DI), Y15, Y8
-	VPXOR Y0, Y0, Y0
-	VPDPBUSD 0(SI), Y8, Y0
-	VPXOR 32(DI), Y15, Y9
-	VPXOR Y1, Y1, Y1
-	VPDPBUSD 32(SI), Y9, Y1
-	VPXOR 64(DI), Y15, Y10
-	VPXOR Y2, Y2, Y2
-	VPDPBUSD 64(SI), Y10, Y2
-	VPXOR 96(DI), Y15, Y11
-	VPXOR Y3, Y3, Y3
-	VPDPBUSD 96(SI), Y11, Y3
-	VPXOR 128(DI), Y15, Y8
-	VPXOR Y4, Y4, Y4
-	VPDPBUSD 128(SI), Y8, Y4
-	VPXOR 160(DI), Y15, Y9
-	VPXOR Y5, Y5, Y5
-	VPDPBUSD 160(SI), Y9, Y5
-	VPXOR 192(DI), Y15, Y10
-	VPXOR Y6, Y6, Y6
-	VPDPBUSD 192(SI), Y10, Y6
-	VPXOR 224(DI), Y15, Y11
-	VPXOR Y7, Y7, Y7
-	VPDPBUSD 224(SI), Y11, Y7
-	// Per 128-bit half: [Σ0, Σ1, Σ2, Σ3] of blocks 0-3 in Y0, 4-7 in Y4.
-	VPHADDD Y1, Y0, Y0
-	VPHADDD Y3, Y2, Y2
-	VPHADDD Y5, Y4, Y4
-	VPHADDD Y7, Y6, Y6
-	VPHADDD Y2, Y0, Y0
-	VPHADDD Y6, Y4, Y4
-	VPERM2I128 $0x20, Y4, Y0, Y1
-	VPERM2I128 $0x31, Y4, Y0, Y2
-	VPADDD Y2, Y1, Y1
-	VMOVDQU (R9), Y3
-	VPSLLD $7, Y3, Y3
-	VPSUBD Y3, Y1, Y1
-	VCVTDQ2PS Y1, Y1
-	VMOVUPS (R8), Y2
-	VMULPS (DX), Y2, Y2
-	VFMADD231PS Y2, Y1, Y14
-	ADDQ $256, SI
-	ADDQ $256, DI
-	ADDQ $32, R8
-	ADDQ $32, R9
-	ADDQ $32, DX
-	DECQ CX
-	JMP  vgroup
-
-vdone:
-	VEXTRACTF128 $1, Y14, X1
-	VADDPS X1, X14, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VZEROUPPER
-	MOVSS X0, ret+48(FP)
-	RET
-
 // func dotQ8RowsVNNI(xq *int8, xd *float32, xs *int32, q *int8, d *float32, groups, tail4, rows int, y *float32)
-// dotQ8VNNI over `rows` consecutive weight rows of 8·groups + 4·tail4
-// blocks each, y[r] = the row's dot with x: one call a matrix slice, so
-// short rows (896 values) pay no per-row call.
+// y[r] = the dot of x with each of `rows` consecutive weight rows of
+// 8·groups + 4·tail4 Q8_0 blocks: one call a matrix slice, so short rows
+// (896 values) pay no per-row call.
+//
+// VPDPBUSD multiplies unsigned by signed bytes into int32 with no 16-bit
+// intermediate, so the weights are made unsigned (q XOR 0x80 = q+128) and
+// the product corrected by 128·Σx per block (xs, computed once per input
+// row): Σ(q+128)x − 128Σx = Σqx exactly. Eight blocks' int32 lanes are
+// summed horizontally into one vector, so the scales apply eight blocks at
+// a time.
 TEXT ·dotQ8RowsVNNI(SB), NOSPLIT, $0-72
 	MOVQ xq+0(FP), R11
 	MOVQ xd+8(FP), R12
