@@ -18,8 +18,25 @@ type Synth struct {
 }
 
 // NewSynth returns a generator seeded with seed.
-func NewSynth(seed uint64) *Synth {
-	return &Synth{r: rand.New(rand.NewPCG(seed, 0x73796e74)), used: map[string]bool{}}
+func NewSynth(seed uint64) *Synth { return NewSynthStream(seed, 0x73796e74) }
+
+// NewSynthStream returns a generator on another random stream: whatever
+// its seed, it draws none of the task files NewSynth's seeds give (copy
+// pretraining draws its sentences from one, so that no held-out task file
+// is ever trained on).
+func NewSynthStream(seed, stream uint64) *Synth {
+	return &Synth{r: rand.New(rand.NewPCG(seed, stream)), used: map[string]bool{}}
+}
+
+// Sentences are the sentences of a record's paragraphs.
+func (rec HotpotRecord) Sentences() []string {
+	var out []string
+	for _, c := range rec.Context {
+		if sents, ok := c[1].([]string); ok {
+			out = append(out, sents...)
+		}
+	}
+	return out
 }
 
 var (

@@ -17,8 +17,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
@@ -62,6 +64,18 @@ type Config struct {
 	// (0 of 100 world sentences continued after their first two tokens) and
 	// SFT from it copies no name.
 	Filler string `yaml:"filler"`
+	// Text, when set, is a HotpotQA task file (data.train) whose sentences
+	// replace random tokens: a span is one sentence, the gaps and
+	// distractors are other sentences, each tokenized as it appears (after
+	// its cue), so the model copies names among sentences that share most
+	// of their words. Random spans rarely repeat a token, so an induction
+	// head trained on them keys on the one token before; in the agent's
+	// world " in" or " is a" precede many names, and which one to copy is
+	// told by the tokens before those (README, "Demo results"). "synth":
+	// sentences of the synthetic world drawn fresh for every sequence (on a
+	// random stream no `data synth` seed gives), so no name recurs often
+	// enough to be learned by heart and only copying predicts it.
+	Text string `yaml:"text"`
 	// The learning rate and its schedule: induction forms at 1e-3 and not
 	// at the 1e-2 SFT of a tiny model from scratch uses.
 	optim.ScheduleConfig `yaml:",inline"`
@@ -125,6 +139,11 @@ type Sequences struct {
 	lo, hi        int
 	r             *rand.Rand
 	sources, asks [][]int // cue token ids (Cued)
+	// Text mode (Config.Text): the sentences, and where more come from
+	// (synth: each sequence adds a record's sentences, dropping the oldest).
+	tok       *tokenizer.Tokenizer
+	sentences []string
+	more      func() []string
 }
 
 // SourceCues announce what is to be copied, TargetCues ask for the copy:
@@ -156,9 +175,22 @@ func NewSequences(c Config, lo, hi int, seed uint64, tok *tokenizer.Tokenizer) (
 	return s, nil
 }
 
+// NewTextSequences draws sequences whose spans and fillers are
+// sentences (Config.Text), each line of the context one piece tokenized
+// whole, as a chat message's text is.
+func NewTextSequences(c Config, sentences []string, seed uint64, tok *tokenizer.Tokenizer) (*Sequences, error) {
+	if len(sentences) < 2*(c.Distractors+2) {
+		return nil, fmt.Errorf("%d sentences; copy sequences need at least %d", len(sentences), 2*(c.Distractors+2))
+	}
+	return &Sequences{c: c, r: rand.New(rand.NewPCG(seed, 0x636f7079)), tok: tok, sentences: sentences}, nil
+}
+
 // Next is one sequence: span, gap, span again (only the repeat learned);
 // cued, the spans among distractors behind their cues.
 func (s *Sequences) Next() train.Sequence {
+	if s.sentences != nil {
+		return s.nextText()
+	}
 	r, c := s.r, s.c
 	var seq train.Sequence
 	push := func(ids []int, learn bool) {
@@ -213,6 +245,67 @@ func (s *Sequences) Next() train.Sequence {
 	return seq
 }
 
+// nextText is Next over sentences: the context is lines (a sentence, or
+// a cue and a sentence), gaps are whole sentences until at least the drawn
+// number of tokens, and the repeat is the source sentence after a request
+// cue (cued) or on a line of its own (bare), its tokens the ones learned.
+func (s *Sequences) nextText() train.Sequence {
+	r, c := s.r, s.c
+	if s.more != nil {
+		s.sentences = append(s.sentences[len(s.sentences)/16:], s.more()...)
+	}
+	var seq train.Sequence
+	// line appends text as one line; learned, its tokens after those it
+	// shares with cue's are the ones the loss is on.
+	line := func(text, cue string, learned bool) {
+		ids := s.tok.Encode(text + "\n")
+		k := 0
+		if cue != "" {
+			p := s.tok.Encode(cue)
+			for k < len(p) && k < len(ids) && p[k] == ids[k] {
+				k++
+			}
+		}
+		for i, id := range ids {
+			seq.IDs = append(seq.IDs, id)
+			seq.Loss = append(seq.Loss, learned && i >= k)
+		}
+	}
+	sentence := func() string { return s.sentences[r.IntN(len(s.sentences))] }
+	gap := func() {
+		for n, want := 0, c.GapMin+r.IntN(c.GapMax-c.GapMin+1); n < want; {
+			t := sentence()
+			n += s.tok.Count(t + "\n")
+			line(t, "", false)
+		}
+	}
+	src := sentence()
+	if r.Float64() >= c.Cued {
+		line(src, "", false)
+		gap()
+		line(src, "", true)
+		return seq
+	}
+	ask := TargetCues[r.IntN(len(TargetCues))]
+	at := r.IntN(c.Distractors + 1)
+	for i := range c.Distractors + 1 {
+		if r.IntN(2) == 0 {
+			line(sentence(), "", false)
+		}
+		switch {
+		case i == at:
+			line(SourceCues[r.IntN(len(SourceCues))]+src, "", false)
+		case r.IntN(2) == 0:
+			line(ask+sentence(), "", false)
+		default:
+			line(sentence(), "", false)
+		}
+	}
+	gap()
+	line(ask+src, ask, true)
+	return seq
+}
+
 // SpanTokens is the range of ids spans are drawn from: the merged tokens
 // (real word pieces, whose embeddings SFT then starts from), not the bytes
 // or the added and special tokens.
@@ -230,6 +323,75 @@ func SpanTokens(tok *tokenizer.Tokenizer, vocab int) (lo, hi int, err error) {
 	return lo, hi, nil
 }
 
+// Open returns c's copy sequences over tok's vocabulary (its first vocab
+// ids): gen drawn from seed, held (for held-out losses) from another seed
+// and, with c.Text, from sentences gen never draws.
+func Open(c Config, tok *tokenizer.Tokenizer, vocab int, seed uint64) (gen, held *Sequences, err error) {
+	if c.Text == "" {
+		lo, hi, err := SpanTokens(tok, vocab)
+		if err != nil {
+			return nil, nil, err
+		}
+		if gen, err = NewSequences(c, lo, hi, seed, tok); err != nil {
+			return nil, nil, err
+		}
+		held, err = NewSequences(c, lo, hi, seed^0x686f6c64, tok)
+		return gen, held, err
+	}
+	if c.Text == "synth" {
+		synth := func(seed uint64) (*Sequences, error) {
+			g := env.NewSynthStream(seed, 0x70726574)
+			id := 0
+			more := func() []string { id++; return g.Next(id).Sentences() }
+			var pool []string
+			for len(pool) < 256 {
+				pool = append(pool, more()...)
+			}
+			s, err := NewTextSequences(c, pool, seed, tok)
+			if s != nil {
+				s.more = more
+			}
+			return s, err
+		}
+		if gen, err = synth(seed); err == nil {
+			held, err = synth(seed ^ 0x686f6c64)
+		}
+		return gen, held, err
+	}
+	lines, err := textLines(c.Text)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pretrain.text: %w", err)
+	}
+	cut := len(lines) - max(len(lines)/20, 2*(c.Distractors+2)) // the last 5% held out
+	if cut < 0 {
+		cut = 0
+	}
+	if gen, err = NewTextSequences(c, lines[:cut], seed, tok); err != nil {
+		return nil, nil, fmt.Errorf("pretrain.text %s: %w", c.Text, err)
+	}
+	if held, err = NewTextSequences(c, lines[cut:], seed^0x686f6c64, tok); err != nil {
+		return nil, nil, fmt.Errorf("pretrain.text %s: %w", c.Text, err)
+	}
+	return gen, held, nil
+}
+
+// textLines are the distinct sentences of a task file's contexts and
+// distractor paragraphs, in file order.
+func textLines(path string) ([]string, error) {
+	seen := map[string]bool{}
+	var lines []string
+	err := env.StreamHotpotFile(path, func(t env.Task) error {
+		for _, s := range append(t.Context, t.Distractors...) {
+			if s = strings.TrimSpace(s); s != "" && !seen[s] {
+				seen[s] = true
+				lines = append(lines, s)
+			}
+		}
+		return nil
+	})
+	return lines, err
+}
+
 // Run pretrains c.Init and writes Out/policy.
 func Run(ctx context.Context, o Options) (Result, error) {
 	c := o.Config
@@ -242,7 +404,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	lo, hi, err := SpanTokens(tok, p.W.VocabSize)
+	gen, held, err := Open(c, tok, p.W.VocabSize, o.Seed)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", c.Init, err)
 	}
@@ -254,22 +416,24 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	held, err := NewSequences(c, lo, hi, o.Seed^0x686f6c64, tok)
-	if err != nil {
-		return res, err
-	}
 	var evalSeqs []train.Sequence
 	for range 64 {
 		evalSeqs = append(evalSeqs, held.Next())
 	}
 	evalBatch := train.Pack(evalSeqs)
-	gen, _ := NewSequences(c, lo, hi, o.Seed, tok)
 	// A resumed run draws the same sequences the uninterrupted one would.
 	for range tr.Step * c.Sequences {
 		gen.Next()
 	}
-	fmt.Fprintf(o.Log, "pretrain: %d steps of %d copy sequences (spans of %d-%d of %d tokens, gaps of %d-%d), %d parameters\n",
-		c.Steps, c.Sequences, c.SpanMin, c.SpanMax, hi-lo, c.GapMin, c.GapMax, tr.NumParams())
+	spans := fmt.Sprintf("spans of %d-%d of %d tokens", c.SpanMin, c.SpanMax, gen.hi-gen.lo)
+	if c.Text != "" {
+		spans = fmt.Sprintf("spans: %d sentences of %s", len(gen.sentences), c.Text)
+		if gen.more != nil {
+			spans = "spans: fresh sentences of the synthetic world"
+		}
+	}
+	fmt.Fprintf(o.Log, "pretrain: %d steps of %d copy sequences (%s, gaps of %d-%d), %d parameters\n",
+		c.Steps, c.Sequences, spans, c.GapMin, c.GapMax, tr.NumParams())
 	res.CopyLossStart = -1
 	loop := train.Loop{Steps: c.Steps, EvalEvery: c.EvalEvery, EvalFirst: true, Out: c.Out, Resumed: o.Resume != "",
 		Log: o.Log, TTY: o.TTY, Save: learner.Save,

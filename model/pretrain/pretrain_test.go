@@ -244,3 +244,93 @@ func TestConfigNamesBadKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestTextSequences: with pretrain.text the span is a sentence of the task
+// file, announced once among other sentences, and the learned tokens are
+// exactly that sentence (and its line end) after the request cue.
+func TestTextSequences(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join(tinyInit(t, 420), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for i := range 40 {
+		lines = append(lines, fmt.Sprintf("Laimford %d is a town in Baipeaia.", i))
+	}
+	c := DefaultConfig()
+	c.Cued, c.Distractors, c.GapMin, c.GapMax = 1, 2, 5, 30
+	if _, err := NewTextSequences(c, lines[:3], 1, tok); err == nil {
+		t.Fatal("three sentences accepted for sequences with two distractors")
+	}
+	s, err := NewTextSequences(c, lines, 1, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		q := s.Next()
+		first := slices.Index(q.Loss, true)
+		if first < 0 || slices.Contains(q.Loss[first:], false) {
+			t.Fatalf("learned part not one run at the end: %v", q.Loss)
+		}
+		context, learned := tok.Decode(q.IDs[:first], false), tok.Decode(q.IDs[first:], false)
+		src := strings.TrimSuffix(learned, "\n")
+		if !slices.Contains(lines, src) {
+			t.Fatalf("learned %q is not a sentence of the text", learned)
+		}
+		announced := false
+		for _, cue := range SourceCues {
+			announced = announced || strings.Contains(context, cue+src+"\n")
+		}
+		asked := slices.ContainsFunc(TargetCues, func(cue string) bool { return strings.HasSuffix(context, cue) })
+		if !announced || !asked {
+			t.Fatalf("sentence %q announced %v, asked for %v in %q", src, announced, asked, context)
+		}
+	}
+	c.Cued = 0 // bare: the sentence on a line of its own, then again
+	s, _ = NewTextSequences(c, lines, 2, tok)
+	for range 50 {
+		q := s.Next()
+		first := slices.Index(q.Loss, true)
+		learned := tok.Decode(q.IDs[first:], false)
+		if !strings.HasPrefix(tok.Decode(q.IDs[:first], false), learned) {
+			t.Fatalf("bare repeat %q is not the first line", learned)
+		}
+	}
+}
+
+// TestSynthTextIsFresh: pretrain.text "synth" copies sentences drawn fresh
+// from the synthetic world, so the sentences to copy (almost) never recur
+// and the held-out ones are none of the trained ones; a missing task file
+// is an error naming the key.
+func TestSynthTextIsFresh(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join(tinyInit(t, 420), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	c.Text, c.Cued = "synth", 0.5
+	gen, held, err := Open(c, tok, tok.VocabSize(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned := func(s *Sequences) string {
+		q := s.Next()
+		return tok.Decode(q.IDs[slices.Index(q.Loss, true):], false)
+	}
+	trained := map[string]bool{}
+	for range 300 {
+		trained[learned(gen)] = true
+	}
+	if len(trained) < 280 {
+		t.Fatalf("%d distinct sentences copied in 300 sequences", len(trained))
+	}
+	for range 50 {
+		if s := learned(held); trained[s] {
+			t.Fatalf("held-out sentence %q was trained on", s)
+		}
+	}
+	c.Text = filepath.Join(t.TempDir(), "missing.json")
+	if _, _, err := Open(c, tok, tok.VocabSize(), 1); err == nil || !strings.Contains(err.Error(), "pretrain.text") {
+		t.Fatalf("missing task file: %v", err)
+	}
+}

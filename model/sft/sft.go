@@ -117,12 +117,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	batches := Plan(trainSet, s.BatchTokens, s.Steps*s.GradAccum, o.Seed)
 	var copies *pretrain.Sequences
 	if s.CopySequences > 0 {
-		lo, hi, err := pretrain.SpanTokens(tok, p.W.VocabSize)
-		if err != nil {
+		var err error
+		if copies, _, err = pretrain.Open(o.Copies, tok, p.W.VocabSize, o.Seed^0x73667463); err != nil {
 			return res, fmt.Errorf("sft.copy_sequences: %w", err)
-		}
-		if copies, err = pretrain.NewSequences(o.Copies, lo, hi, o.Seed^0x73667463, tok); err != nil {
-			return res, err
 		}
 		for range tr.Step * s.CopySequences { // a resumed run draws what it would have
 			copies.Next()
