@@ -94,36 +94,30 @@ demo: build
 	$(BIN)/agemem-train eval --config $(CFG)
 
 # The copy recipe (issue "RL that works", measured in the README's "Demo
-# results"): the demo's tasks, the words pre-tokenizer, two stages of copy
-# pretraining (bare repeats: induction forms; then cued copies: where a copy
-# starts), and SFT on the demo's records (twice) plus 2,000 Stage-1
-# conversations of other tasks (copy-dense). About 25 minutes on 2 cores.
+# results"): the demo's tasks and SFT records, the words pre-tokenizer, a
+# Qwen2-architecture tiny model (no QK-norm: induction forms about twice as
+# fast), copy pretraining on sentences of the training tasks (half of them
+# cued, as a Stage-1 fact is), then SFT that keeps copying (two copy
+# sequences a step). About 30 minutes on 2 cores, 15 of them pretraining.
 COPY := runs/copy
-COPYSET := --set model.path=$(COPY)/cued/policy --set sft.out=$(COPY)/sft --set rl.init=$(COPY)/sft/policy --set rl.out=$(COPY)/rl \
-	--set eval.out=$(COPY)/eval.json --set sft.data=data/sft-copy.jsonl
-# Byte filler, as the README's demo-copy figures were measured (a shortcut:
-# see pretrain.filler in configs/tiny.yaml).
-CUED := --set pretrain.cued=1 --set pretrain.span_min=4 --set pretrain.span_max=16 --set pretrain.filler=bytes
+COPYTEXT := --set pretrain.text=data/synth.json --set pretrain.cued=0.5 --set pretrain.sequences=32
+COPYSET := --set model.path=$(COPY)/pretrain/policy --set sft.out=$(COPY)/sft --set rl.init=$(COPY)/sft/policy --set rl.out=$(COPY)/rl \
+	--set eval.out=$(COPY)/eval.json
 demo-copy: build
 	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
 	$(BIN)/agemem-train data synth --n $(EVAL_TASKS) --seed 2 --out data/synth-eval.json
-	$(BIN)/agemem-train data synth --n 2000 --seed 3 --out data/synth-stage1.json
 	$(BIN)/agemem-train tokenizer train --config $(CFG) --data data/synth.json --vocab-size 2048 --pretokenizer words --out $(COPY)/tok
 	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json --n 400 --forget-rate 0.1 --keep-distractor-rate 0.5 --per-call --out data/sft.jsonl
-	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth-stage1.json --n 2000 --stages 1 --out data/sft-stage1.jsonl
-	cat data/sft.jsonl data/sft.jsonl data/sft-stage1.jsonl > data/sft-copy.jsonl
-	$(MAKE) $(COPY)/cued/policy/model.safetensors
-	$(BIN)/agemem-train sft --config $(CFG) $(COPYSET) $(CUED) --set sft.steps=600 --set sft.lr=5e-3 --set sft.copy_sequences=2
+	$(MAKE) $(COPY)/pretrain/policy/model.safetensors
+	$(BIN)/agemem-train sft --config $(CFG) $(COPYSET) $(COPYTEXT) --set sft.lr=3e-3 --set sft.copy_sequences=2
 	$(BIN)/agemem-train train --config $(CFG) $(COPYSET)
 	$(BIN)/agemem-train eval --config $(CFG) $(COPYSET) --set eval.tasks=$(EVAL_TASKS)
 
-# The pretrained model (8 minutes; kept, so a second demo-copy starts at SFT).
-$(COPY)/cued/policy/model.safetensors:
-	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer $(COPY)/tok/tokenizer.json --dtype f32 --out $(COPY)/init
-	$(BIN)/agemem-train pretrain --config $(CFG) --set pretrain.init=$(COPY)/init --set pretrain.out=$(COPY)/repeat \
-		--set pretrain.steps=2000 --set pretrain.lr=3e-3 --set pretrain.filler=bytes
-	$(BIN)/agemem-train pretrain --config $(CFG) $(CUED) --set pretrain.init=$(COPY)/repeat/policy --set pretrain.out=$(COPY)/cued \
-		--set pretrain.steps=1000 --set pretrain.lr=2e-3 --set pretrain.warmup_steps=50
+# The pretrained model (15 minutes; kept, so a second demo-copy starts at SFT).
+$(COPY)/pretrain/policy/model.safetensors:
+	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer $(COPY)/tok/tokenizer.json --dtype f32 --set model.init.model_type=qwen2 --out $(COPY)/init
+	$(BIN)/agemem-train pretrain --config $(CFG) $(COPYTEXT) --set pretrain.init=$(COPY)/init --set pretrain.out=$(COPY)/pretrain \
+		--set pretrain.steps=1500 --set pretrain.lr=1e-3
 
 # The sentence encoder end to end: a synthetic paraphrase corpus, a random
 # tiny BERT with a vocabulary learned on it, unsupervised SimCSE (simcse
