@@ -108,7 +108,7 @@ format the parser demands.`,
 	train.Flags().IntVar(&vocab, "vocab-size", 4096, "vocabulary size, byte and added tokens included")
 	train.Flags().StringVar(&tmpl, "template", "qwen2.5", "chat template written to tokenizer_config.json: qwen2.5 or qwen3")
 	train.Flags().IntVar(&episodes, "episodes", 200, "oracle episodes to include in the corpus")
-	train.Flags().StringVar(&pretok, "pretokenizer", "words", "how text is cut before BPE: words (a word keeps its trailing space, so it is the same tokens after a space, a quote or a tag: what a small model copying names needs) or qwen (Qwen's regex)")
+	train.Flags().StringVar(&pretok, "pretokenizer", "words", "how text is cut before BPE: words (a word keeps its trailing space, so it is the same tokens after a space, a quote or a tag: what a small model copying names needs; digits one at a time, as Qwen cuts them) or qwen (Qwen's regex)")
 	cmd.AddCommand(train)
 	return cmd
 }

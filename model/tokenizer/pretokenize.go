@@ -171,19 +171,37 @@ func punctRun(rs []rune, i int) (j, k int) {
 }
 
 // WordsPattern is the pre-tokenizer regex PreTokenizeWords implements: a
-// word or number keeps the space after it rather than the one before, so
-// it is cut the same after a space, a quote or a tag. A small model that
-// copies names from its context into tool calls and answers ("content":
+// word keeps the space after it rather than the one before, so it is cut
+// the same after a space, a quote or a tag. A small model that copies
+// names from its context into tool calls and answers ("content":
 // "Gamair ..." from "By the way, Gamair ...") then copies the same token
 // ids, which it can learn with one induction circuit; under Qwen's regex
 // the first word of a copy is a different token sequence from its source.
-const WordsPattern = `\p{L}+ ?|\p{N}+ ?|[^\s\p{L}\p{N}]+|\s+`
+// Digits are cut one at a time, as Qwen's regex cuts them: ten frequent
+// tokens, where whole numbers are some hundred rare ones a tiny model
+// confuses (it stored "born in 1969" as "1973").
+const WordsPattern = `\p{L}+ ?|\p{N}|[^\s\p{L}\p{N}]+|\s+`
+
+// WordsRunsPattern is WordsPattern as it was before digits were cut one at
+// a time (a number a token, with its trailing space); tokenizers trained
+// with it load and cut text as they did.
+const WordsRunsPattern = `\p{L}+ ?|\p{N}+ ?|[^\s\p{L}\p{N}]+|\s+`
 
 // PreTokenizeWords cuts text as WordsPattern does.
-func PreTokenizeWords(text string) []string { return split(text, matchWords) }
+func PreTokenizeWords(text string) []string {
+	return split(text, func(rs []rune, i int) int { return matchWords(rs, i, false) })
+}
 
-func matchWords(rs []rune, i int) int {
+// preTokenizeWordsRuns cuts text as WordsRunsPattern does.
+func preTokenizeWordsRuns(text string) []string {
+	return split(text, func(rs []rune, i int) int { return matchWords(rs, i, true) })
+}
+
+func matchWords(rs []rune, i int, numberRuns bool) int {
 	n := len(rs)
+	if isNumber(rs[i]) && !numberRuns {
+		return 1
+	}
 	for _, class := range []func(rune) bool{isLetter, isNumber} {
 		if class(rs[i]) {
 			j := i

@@ -109,6 +109,8 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			t.pre, t.prefixSpace = PreTokenizeGPT2, pre.AddPrefixSpace
 		case pre.Type == "Sequence" && len(pre.Pretokenizers) > 0 && pre.Pretokenizers[0].Pattern.Regex == WordsPattern:
 			t.pre = PreTokenizeWords
+		case pre.Type == "Sequence" && len(pre.Pretokenizers) > 0 && pre.Pretokenizers[0].Pattern.Regex == WordsRunsPattern:
+			t.pre = preTokenizeWordsRuns
 		}
 	}
 	n := 0

@@ -22,8 +22,8 @@ type TrainOptions struct {
 	Special []string
 	// Added are ordinary added tokens matched verbatim, e.g. "<think>".
 	Added []string
-	// Pattern is the pre-tokenizer: QwenPattern (the default) or
-	// WordsPattern.
+	// Pattern is the pre-tokenizer: QwenPattern (the default),
+	// WordsPattern or WordsRunsPattern.
 	Pattern string
 }
 
@@ -50,6 +50,8 @@ func Train(texts []string, o TrainOptions) ([]byte, error) {
 		o.Pattern = QwenPattern
 	case WordsPattern:
 		pre = PreTokenizeWords
+	case WordsRunsPattern:
+		pre = preTokenizeWordsRuns
 	default:
 		return nil, fmt.Errorf("pre-tokenizer pattern %q: want QwenPattern or WordsPattern", o.Pattern)
 	}

@@ -131,3 +131,37 @@ func checkTrainedAgainstReference(t *testing.T, pattern string) {
 		t.Fatal("not a BPE tokenizer.json")
 	}
 }
+
+// Under WordsPattern a year is four digit tokens, as under Qwen's pattern; a
+// tokenizer trained with the earlier WordsRunsPattern (a number a token)
+// keeps cutting numbers whole when it is loaded again.
+func TestWordsPatternCutsDigits(t *testing.T) {
+	var texts []string
+	for i := range 400 {
+		texts = append(texts, fmt.Sprintf("Marla Quenby was born in %d.", 1820+i%5))
+	}
+	pieces := func(pattern string) []string {
+		raw, err := Train(texts, TrainOptions{VocabSize: 320, Special: ChatML, Pattern: pattern})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, id := range tok.Encode("born in 1822.") {
+			out = append(out, tok.Decode([]int{id}, false))
+		}
+		return out
+	}
+	if got, want := pieces(WordsPattern), []string{"born ", "in ", "1", "8", "2", "2", "."}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("WordsPattern: %q, want %q", got, want)
+	}
+	if got, want := pieces(WordsRunsPattern), []string{"born ", "in ", "1822", "."}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("WordsRunsPattern: %q, want %q", got, want)
+	}
+	if got, want := PreTokenizeWords("in 1822 people, 7"), []string{"in ", "1", "8", "2", "2", " ", "people", ",", " ", "7"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("PreTokenizeWords: %q, want %q", got, want)
+	}
+}
