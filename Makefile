@@ -100,9 +100,9 @@ demo: build
 # then SFT that keeps copying (two copy sequences a step) on answer-dense
 # data: every stage of the first 1,000 training tasks, merged per
 # conversation, plus Stage 3 alone (retrieve, then answer) of 3,000, so the
-# answer step is a third of the records instead of a twelfth. About 23
-# minutes on 2 cores, 15 of them pretraining (kept: a second run starts at
-# SFT).
+# answer step is a third of the records instead of a twelfth. About 25
+# minutes on 2 cores, 16.5 of them pretraining (kept: a second run starts
+# at SFT).
 COPY := runs/copy
 COPYTEXT := --set pretrain.text=data/synth.json --set pretrain.cued=0.5 --set pretrain.sequences=32
 COPYSET := --set model.path=$(COPY)/pretrain/policy --set sft.data=$(COPY)/sft.jsonl --set sft.out=$(COPY)/sft \
