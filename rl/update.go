@@ -60,11 +60,11 @@ func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollo
 	var old [][]float64
 	var err error
 	if rc.Epochs*rc.Minibatches > 1 {
-		if old, err = score(l, w, seqs, rc.BatchTokens, train.TrainOptions{}); err != nil {
+		if old, err = score(l, w, seqs, rc.BatchTokens, train.TrainOptions{Temperature: rc.Temperature}); err != nil {
 			return err
 		}
 	}
-	refLp, err := score(l, ref.W, seqs, rc.BatchTokens, train.TrainOptions{NoAdapter: true})
+	refLp, err := score(l, ref.W, seqs, rc.BatchTokens, train.TrainOptions{NoAdapter: true, Temperature: rc.Temperature})
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollo
 				return err
 			}
 			ps, err := l.AccumulatePolicy(batches, func(gi int) train.TrainOptions {
-				return train.TrainOptions{Recompute: rc.Recompute, Dropout: true, Seed: uint64(tr.Step)<<16 ^ uint64(offs[gi])}
+				return train.TrainOptions{Recompute: rc.Recompute, Dropout: true, Seed: uint64(tr.Step)<<16 ^ uint64(offs[gi]), Temperature: rc.Temperature}
 			}, func(gi int) train.PolicyInputs {
 				group, b := groups[gi], batches[gi]
 				n := len(b.Seq)

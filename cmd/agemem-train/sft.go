@@ -8,6 +8,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/roles"
@@ -39,6 +40,11 @@ prompts and reports how many responses the AgeMem parser accepts.`,
 			}
 			o := roles.SFT(cfg)
 			o.Resume, o.Log, o.TTY, o.GenEval = resume, cmd.ErrOrStderr(), isatty.IsTerminal(os.Stderr.Fd()), genEval
+			if genEval > 0 {
+				if o.GenDevice, err = device.Open(cfg.Model.Device, o.Log); err != nil {
+					return err
+				}
+			}
 			res, err := sft.Run(cmd.Context(), o)
 			if err != nil {
 				return err

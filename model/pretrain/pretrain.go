@@ -440,8 +440,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		Charts: []train.Chart{{File: "loss.png", Title: "Copy pretraining: loss on the repeated spans",
 			YLabel: "mean NLL (nats per token)", Series: []string{"loss", "eval_loss"}}},
 		Eval: func(_ context.Context, n int) (map[string]any, error) {
-			learner.SyncHost()
-			l := train.EvalLoss(p.W, []train.Batch{evalBatch})
+			l, err := train.EvalLoss(learner, p.W, []train.Batch{evalBatch})
+			if err != nil {
+				return nil, err
+			}
 			if res.CopyLossStart < 0 {
 				res.CopyLossStart = l
 			}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
@@ -47,6 +48,8 @@ type Options struct {
 	Log            io.Writer
 	TTY            bool
 	GenEval        int // held-out prompts generated from at the end to score the format
+	// GenDevice decodes GenEval's responses (model.device; nil: the CPU).
+	GenDevice kernels.Backend
 }
 
 // Result summarises a run.
@@ -138,12 +141,16 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			YLabel: "mean NLL (nats per token)", Series: []string{"loss", "eval_loss"}}}}
 	if len(evalSet) > 0 {
 		loop.Eval = func(_ context.Context, n int) (map[string]any, error) {
-			learner.SyncHost()
-			l := train.EvalLoss(p.W, evalBatches)
+			l, err := train.EvalLoss(learner, p.W, evalBatches)
+			if err != nil {
+				return nil, err
+			}
 			m := map[string]any{"eval_loss": l}
 			cl := math.NaN()
 			if len(evalCopyBatches) > 0 {
-				cl = train.EvalLoss(p.W, evalCopyBatches)
+				if cl, err = train.EvalLoss(learner, p.W, evalCopyBatches); err != nil {
+					return nil, err
+				}
 				m["eval_copy_loss"] = cl
 			}
 			if n == 0 {
@@ -226,7 +233,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	if o.GenEval > 0 && len(evalSet) > 0 {
-		res.ParseOK, res.ParseN, err = FormatEval(ctx, p.W, tok, tmpl, evalSet, o.GenEval, o.ResponseBudget)
+		res.ParseOK, res.ParseN, err = FormatEval(ctx, o.GenDevice, p.W, tok, tmpl, evalSet, o.GenEval, o.ResponseBudget)
 		if err != nil {
 			return res, err
 		}
@@ -279,8 +286,11 @@ func Plan(ex []Example, batchTokens, n int, seed uint64) []train.Batch {
 // FormatEval generates greedily from up to n held-out prompts and counts
 // the responses the AgeMem parser accepts: well-formed think, tool-call and
 // answer blocks with no format error.
-func FormatEval(ctx context.Context, w *train.Weights[float32], tok *tokenizer.Tokenizer, tmpl chat.Template, ex []Example, n, maxTokens int) (ok, total int, err error) {
-	m, err := w.Engine(cpu.New())
+func FormatEval(ctx context.Context, be kernels.Backend, w *train.Weights[float32], tok *tokenizer.Tokenizer, tmpl chat.Template, ex []Example, n, maxTokens int) (ok, total int, err error) {
+	if be == nil {
+		be = cpu.New()
+	}
+	m, err := w.Engine(be)
 	if err != nil {
 		return 0, 0, err
 	}

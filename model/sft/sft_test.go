@@ -350,7 +350,11 @@ func TestCopySequencesKeepCopying(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return train.EvalLoss(p.W, []train.Batch{train.Pack(seqs)})
+		l, err := train.EvalLoss(train.Tape{}, p.W, []train.Batch{train.Pack(seqs)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
 	}
 	without, with := copyLoss(0), copyLoss(16)
 	t.Logf("held-out copy loss after SFT: %.3f without copy sequences, %.3f with 16 a step (no copying: %.3f)", without, with, math.Log(float64(hi-lo)))

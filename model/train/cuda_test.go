@@ -17,6 +17,13 @@ func TestCUDAReplicaMatchesTape(t *testing.T) {
 	checkReplica(t, g, 1e-4)
 }
 
+// TestCUDAReplicaEngine: GRPO's rollouts on a GPU decode with the
+// replica's own weights; the engine's logits are a host engine's, before
+// and after a training step.
+func TestCUDAReplicaEngine(t *testing.T) {
+	checkReplicaEngine(t, testkit.GPU(t), 1e-4)
+}
+
 // TestCUDAReplicaBF16Base: the frozen base held in bf16 on the GPU (f32
 // GEMMs reading bf16 weights) against the tape on the rounded base.
 func TestCUDAReplicaBF16Base(t *testing.T) {

@@ -36,6 +36,25 @@ type Learner interface {
 	SyncHost()
 }
 
+// EvalLoss is the mean negative log-likelihood per learned token of w
+// over batches, without gradients or dropout, computed where l trains (on
+// its devices, not the host: a held-out set costs a GPU milliseconds).
+func EvalLoss(l Learner, w *Weights[float32], batches []Batch) (float64, error) {
+	lps, err := l.Score(w, batches, TrainOptions{})
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	n := 0
+	for _, lp := range lps {
+		for _, v := range lp {
+			sum -= float64(v)
+		}
+		n += len(lp)
+	}
+	return sum / float64(max(n, 1)), nil
+}
+
 // LossFunc gets micro-batch i's log-probabilities and entropies and
 // returns the loss's gradient with respect to the log-probabilities.
 type LossFunc func(i int, lp []float32, ent []float64) []float32

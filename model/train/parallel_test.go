@@ -131,14 +131,31 @@ func TestDataParallelGPU(t *testing.T) {
 	}
 	dir := tinyDir(t)
 	want, wl := parallelRun(t, dir, 1, false)
+	// cuBLAS sums in another order than the CPU, and Adam turns a rounding
+	// difference in a gradient near zero (a rare token's lm_head row) into
+	// a sizeable share of a step (lr 1e-2): a few weights may differ by up
+	// to half a step. A lost or doubled micro-batch moves most of them and
+	// changes the losses.
 	check := func(name string, got map[string][]float32, gl []float64) {
 		for n, w := range want {
-			worst := 0.0
+			worst, off := 0.0, 0
 			for i := range w {
-				worst = math.Max(worst, math.Abs(float64(w[i]-got[n][i])))
+				d := math.Abs(float64(w[i] - got[n][i]))
+				worst = math.Max(worst, d)
+				if d > 5e-4 {
+					off++
+				}
 			}
-			if worst > 5e-4 {
-				t.Fatalf("%s: %s differs from the CPU by %.3g", name, n, worst)
+			if worst > 5e-3 || off > len(w)/1000 {
+				t.Fatalf("%s: %s differs from the CPU by up to %.3g, %d of %d weights by more than 5e-4", name, n, worst, off, len(w))
+			}
+			if off > 0 {
+				t.Logf("%s: %s: %d of %d weights differ by more than 5e-4 (at most %.3g)", name, n, off, len(w), worst)
+			}
+		}
+		for s := range wl {
+			if math.Abs(gl[s]-wl[s]) > 1e-4*math.Abs(wl[s]) {
+				t.Fatalf("%s: step %d loss %.6f, the CPU's %.6f", name, s, gl[s], wl[s])
 			}
 		}
 		t.Logf("%s: losses %v (CPU %v)", name, gl, wl)

@@ -146,6 +146,11 @@ func (d *Replica) Forward(b Batch, o TrainOptions) *ReplicaActs {
 	acts.xf, acts.xfn = be.Zeros(m, h), be.Zeros(m, h)
 	be.Embedding(acts.xf, x, b.LossRows)
 	be.RMSNorm(acts.xfn, acts.xf, d.Norm.W, float32(d.RMSNormEps))
+	if s, ok := o.invTemperature(); ok { // the head reads x/T
+		xt := be.Zeros(m, h)
+		be.AddScaled(xt, acts.xfn, float32(s))
+		acts.xfn = xt
+	}
 	acts.LogProbs, acts.Ent = be.Zeros(m), be.Zeros(m)
 	chunk := o.logitChunk(d.VocabSize)
 	if m <= chunk { // all the logits at once, kept for the backward
@@ -310,6 +315,11 @@ func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 	m := len(b.LossRows)
 	dxfn, dxf := be.Zeros(m, d.HiddenSize), be.Zeros(m, d.HiddenSize)
 	d.headBackward(acts, dxfn, dLogp)
+	if s, ok := o.invTemperature(); ok {
+		dt := be.Zeros(m, d.HiddenSize)
+		be.AddScaled(dt, dxfn, float32(s))
+		dxfn = dt
+	}
 	be.RMSNormBackward(dxf, d.Norm.G, dxfn, acts.xf, d.Norm.W, eps)
 	dx := be.Zeros(len(b.Tokens), d.HiddenSize)
 	be.EmbeddingBackward(dx, dxf, b.LossRows)

@@ -118,6 +118,33 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 			for i, nv := range tr {
 				relClose(t, "chunked gradient of "+nv.Name, be.ToHost(d2.Params[i].G), nv.V.Grad, 10*tol)
 			}
+			// At a sampling temperature (GRPO's π/T), whole and chunked.
+			for _, chunk := range []int{0, 2} {
+				ot := o
+				ot.Temperature, ot.LogitChunk = 0.7, chunk
+				tpT := tape.New[float32]()
+				lpT, entT := w.LogProbsEntropy(tpT, b, ot)
+				for _, nv := range tr {
+					clear(nv.V.Grad)
+				}
+				tpT.Backward(lpT, coef)
+				dT := NewReplica(be, w, false)
+				actsT := dT.Forward(b, ot)
+				relClose(t, "logprobs at temperature 0.7", be.ToHost(actsT.LogProbs), lpT.Val, tol)
+				if entT[0] == ent[0] {
+					t.Fatal("the temperature did not change the entropy")
+				}
+				dT.Backward(actsT, be.FromHost(coef, len(coef)))
+				for i, nv := range tr {
+					relClose(t, "gradient at temperature 0.7 of "+nv.Name, be.ToHost(dT.Params[i].G), nv.V.Grad, 10*tol)
+				}
+			}
+			tp = tape.New[float32]() // the gradients at temperature 1 again, for the step below
+			for _, nv := range tr {
+				clear(nv.V.Grad)
+			}
+			lp = w.LogProbs(tp, b, o)
+			tp.Backward(lp, coef)
 			// One optimiser step, clipped: the same update as optim's.
 			params := make([]optim.Param, len(tr))
 			for i, nv := range tr {
@@ -208,7 +235,10 @@ func checkBF16Base(t *testing.T, be kernels.TrainBackend, tol float64) *Replica 
 // weights of its own, and after a training step on the replica it decodes
 // with the new weights, as a host engine rebuilt from them does.
 func TestReplicaEngineSharesTheTrainersWeights(t *testing.T) {
-	be := cpu.New()
+	checkReplicaEngine(t, cpu.New(), 1e-5)
+}
+
+func checkReplicaEngine(t *testing.T, be kernels.TrainBackend, tol float64) {
 	prompt := []int{3, 9, 1, 7, 7, 2}
 	logits := func(m *qwen.Model) []float32 {
 		out, err := m.ForwardLast([][]int{prompt}, []*qwen.Cache{m.NewCache(len(prompt))})
@@ -228,7 +258,7 @@ func TestReplicaEngineSharesTheTrainersWeights(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := logits(eng)
-		relClose(t, c.name+" engine vs host engine", before, logits(host), 1e-5)
+		relClose(t, c.name+" engine vs host engine", before, logits(host), tol)
 
 		b := Pack(fdSeqs)
 		coef := make([]float32, len(b.LossRows))
@@ -243,7 +273,7 @@ func TestReplicaEngineSharesTheTrainersWeights(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := logits(eng)
-		relClose(t, c.name+" engine after a step vs a rebuilt host engine", now, logits(after), 1e-5)
+		relClose(t, c.name+" engine after a step vs a rebuilt host engine", now, logits(after), tol)
 		if slices.Equal(now, before) {
 			t.Fatalf("%s: the step did not change the engine's logits", c.name)
 		}

@@ -290,6 +290,19 @@ type TrainOptions struct {
 	// than that, the LM head and log-softmax run chunk by chunk and the
 	// backward recomputes each chunk's logits.
 	LogitChunk int
+	// Temperature divides the logits before the log-softmax (0 or 1: none):
+	// GRPO scores the policy it sampled from, π(·)/T, as TRL's GRPOTrainer
+	// and verl do, so the ratio and the KL compare like with like.
+	Temperature float64
+}
+
+// invTemperature is the factor on the final hidden state (logits/T =
+// W·(x/T)); ok is false when there is none.
+func (o TrainOptions) invTemperature() (s float64, ok bool) {
+	if o.Temperature <= 0 || o.Temperature == 1 {
+		return 1, false
+	}
+	return 1 / o.Temperature, true
 }
 
 // LogitChunkFloats bounds the logits (and their gradient) a step holds at
@@ -333,6 +346,9 @@ func (w *Weights[T]) logProbs(tp *tape.Tape[T], b Batch, o TrainOptions, entropy
 		}
 	}
 	x = tp.RMSNorm(tp.Gather(x, b.LossRows), w.Norm, w.RMSNormEps)
+	if s, ok := o.invTemperature(); ok {
+		x = tp.Scale(x, s)
+	}
 	if chunk := o.logitChunk(w.LMHead.Rows); len(b.LossRows) > chunk {
 		return tp.LinearLogProbs(x, w.LMHead, b.Targets, chunk, entropy)
 	}
@@ -381,20 +397,3 @@ func (o tapeOps[T]) Attention(_ int, q, k, v *tape.Var[T]) *tape.Var[T] {
 func (o tapeOps[T]) SiLUMul(g, u *tape.Var[T]) *tape.Var[T] { return o.tp.SiLUMul(g, u) }
 
 func (o tapeOps[T]) Add(a, b *tape.Var[T]) *tape.Var[T] { return o.tp.Add(a, b) }
-
-// EvalLoss is the mean negative log-likelihood per learned token, without
-// gradients or dropout.
-func EvalLoss(w *Weights[float32], batches []Batch) float64 {
-	var sum float64
-	n := 0
-	for _, b := range batches {
-		tp := tape.New[float32]()
-		lp := w.LogProbs(tp, b, TrainOptions{})
-		for _, v := range lp.Val {
-			sum -= float64(v)
-		}
-		n += len(lp.Val)
-		tp.Release()
-	}
-	return sum / float64(max(n, 1))
-}

@@ -128,7 +128,8 @@ func (w *Weights[T]) linearShape(module string) (int, int, bool) {
 
 // TestTrainingForwardMatchesEngine: the tape's log-probabilities equal the
 // log-softmax of the inference engine's logits (itself checked against
-// Hugging Face transformers), with and without an adapter.
+// Hugging Face transformers), with and without an adapter, and at a
+// sampling temperature the log-softmax of the logits divided by it.
 func TestTrainingForwardMatchesEngine(t *testing.T) {
 	for _, preset := range []string{"tiny-qwen2", "tiny-qwen3"} {
 		cfg := qwen.Presets[preset]
@@ -162,6 +163,8 @@ func TestTrainingForwardMatchesEngine(t *testing.T) {
 			}
 			b := Pack(seqs)
 			got := w.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
+			const temp = 0.7
+			gotT := w.LogProbs(tape.New[float32](), b, TrainOptions{Temperature: temp}).Val
 			k := 0
 			for s, seq := range seqs {
 				logits, err := m.Forward(seq.IDs, m.NewCache(len(seq.IDs)))
@@ -179,6 +182,14 @@ func TestTrainingForwardMatchesEngine(t *testing.T) {
 					want := cpu.LogProbGather(row, []int{seq.IDs[i+1]}, cfg.VocabSize)[0]
 					if d := math.Abs(float64(got[k] - want)); d > 2e-4 {
 						t.Fatalf("%s lora=%v seq %d token %d: tape %g, engine %g", preset, withLoRA, s, i+1, got[k], want)
+					}
+					scaled := make([]float32, len(row))
+					for j, v := range row {
+						scaled[j] = v / temp
+					}
+					wantT := cpu.LogProbGather(scaled, []int{seq.IDs[i+1]}, cfg.VocabSize)[0]
+					if d := math.Abs(float64(gotT[k] - wantT)); d > 2e-4 || wantT == want {
+						t.Fatalf("%s lora=%v seq %d token %d at temperature %g: tape %g, engine %g (at 1: %g)", preset, withLoRA, s, i+1, temp, gotT[k], wantT, want)
 					}
 					k++
 				}
