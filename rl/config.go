@@ -27,7 +27,8 @@ type Config struct {
 	Minibatches int `yaml:"minibatches"`
 	// BatchTokens bounds one forward/backward micro-batch.
 	BatchTokens int `yaml:"batch_tokens"`
-	// Temperature and TopP of rollout sampling.
+	// Temperature and TopP of rollout sampling. The update scores the
+	// tokens at the same temperature (π_θ, π_old and π_ref of logits/T).
 	Temperature float64 `yaml:"temperature"`
 	TopP        float64 `yaml:"top_p"`
 	SaveEvery   int     `yaml:"save_every"`

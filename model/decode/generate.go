@@ -38,8 +38,9 @@ type Detokenizer interface {
 }
 
 // Generation is one sequence's output. LogProbs[i] is log pi(token i) under
-// the model's own distribution (temperature 1, no truncation): the number
-// GRPO's ratio needs, and what Score returns for the same tokens.
+// the model's own distribution (temperature 1, no truncation), what Score
+// returns for the same tokens. (GRPO does not read it: its update scores
+// the tokens at the rollout temperature in the training forward.)
 type Generation struct {
 	Tokens       []int
 	LogProbs     []float32

@@ -28,14 +28,14 @@ type Env[R any] interface {
 	Play(ctx context.Context, pol memtools.Policy, t int, seed uint64) (R, error)
 }
 
-// Experience is one policy call: the tokens it saw and produced and their
-// log-probabilities under the policy that sampled them.
+// Experience is one policy call: the tokens it saw and produced. (The
+// update scores them itself, at the rollout temperature, on the training
+// runtime: the engine's log-probabilities are not what it trains.)
 type Experience struct {
 	Rollout     int // index into the batch's rollouts
 	Call        int // the call's place among its rollout's calls
 	PromptIDs   []int
 	ResponseIDs []int
-	OldLogProbs []float32
 }
 
 // Rollout is one played episode.
@@ -151,7 +151,7 @@ func (p *recorder) Complete(ctx context.Context, msgs []stm.Message) (memtools.C
 	c, err := p.b.complete(ctx, p.rollout, msgs)
 	if err == nil && len(c.ResponseIDs) > 0 {
 		p.calls = append(p.calls, Experience{Rollout: p.rollout, Call: len(p.calls), PromptIDs: c.PromptIDs,
-			ResponseIDs: c.ResponseIDs, OldLogProbs: c.LogProbs})
+			ResponseIDs: c.ResponseIDs})
 	}
 	return c, err
 }

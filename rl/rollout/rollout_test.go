@@ -92,7 +92,7 @@ func TestRolloutsAreBatchedAndReproducible(t *testing.T) {
 	}
 	next := map[int]int{} // each rollout's calls in order
 	for _, e := range exps {
-		if e.Call != next[e.Rollout] || len(e.ResponseIDs) != 2 || len(e.OldLogProbs) != 2 {
+		if e.Call != next[e.Rollout] || len(e.ResponseIDs) != 2 {
 			t.Fatalf("experience %+v", e)
 		}
 		next[e.Rollout]++
