@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -44,6 +45,29 @@ reasoning) with a policy, and reports how well the policy used its memory.`,
 		SilenceErrors: true,
 	}
 	g.Register(root.PersistentFlags())
+	// A CPU profile of any subcommand (go tool pprof FILE), for finding where
+	// a training or evaluation run spends its time.
+	var profile string
+	var profFile *os.File
+	root.PersistentFlags().StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if profile == "" {
+			return nil
+		}
+		f, err := os.Create(profile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		profFile = f
+		return pprof.StartCPUProfile(f)
+	}
+	root.PersistentPostRunE = func(*cobra.Command, []string) error {
+		if profFile == nil {
+			return nil
+		}
+		pprof.StopCPUProfile()
+		return profFile.Close()
+	}
 	root.AddCommand(dataCmd(g), episodeCmd(g), configCmd(g), initModelCmd(g), pretrainCmd(g), sftCmd(g), trainCmd(g), evalCmd(g), tokenizeCmd(), generateCmd(), tokenizerCmd(g), mergeCmd(), exportCmd(g), embedCmd(g), agentCmd(g), locomoCmd(g), toolsCmd(g), memtoolCmd(g))
 	return root
 }

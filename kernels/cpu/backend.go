@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/agemem/agemem/kernels"
 )
@@ -15,23 +14,10 @@ type Tensor struct {
 }
 
 // Backend is the pure-Go CPU backend.
-type Backend struct {
-	mu    sync.Mutex
-	ropes map[ropeKey]*ropeTable
-}
-
-type ropeKey struct {
-	headDim int
-	theta   float64
-}
-
-type ropeTable struct {
-	maxPos   int
-	cos, sin []float32
-}
+type Backend struct{}
 
 // New returns the CPU backend.
-func New() *Backend { return &Backend{ropes: map[ropeKey]*ropeTable{}} }
+func New() *Backend { return &Backend{} }
 
 var _ kernels.Backend = (*Backend)(nil)
 
@@ -137,30 +123,10 @@ func (*Backend) RMSNorm(y, x, w kernels.Tensor, eps float32) {
 	RMSNorm(data(y), data(x), wd, len(wd), eps)
 }
 
-// Rope implements kernels.Backend; tables are built once per head size and
-// base, and grown as positions grow.
+// Rope implements kernels.Backend.
 func (b *Backend) Rope(x kernels.Tensor, pos []int, heads, headDim int, theta float64) {
-	maxPos := 0
-	for _, p := range pos {
-		maxPos = max(maxPos, p+1)
-	}
-	b.mu.Lock()
-	tab := b.ropes[ropeKey{headDim, theta}]
-	if tab == nil || tab.maxPos < maxPos {
-		n := max(maxPos, 2*tabMax(tab), 256)
-		cos, sin := RopeTables(n, headDim, theta)
-		tab = &ropeTable{n, cos, sin}
-		b.ropes[ropeKey{headDim, theta}] = tab
-	}
-	b.mu.Unlock()
-	Rope(data(x), pos, heads, headDim, tab.cos, tab.sin)
-}
-
-func tabMax(t *ropeTable) int {
-	if t == nil {
-		return 0
-	}
-	return t.maxPos
+	cos, sin := CachedRopeTables(pos, headDim, theta)
+	Rope(data(x), pos, heads, headDim, cos, sin)
 }
 
 // Attention implements kernels.Backend.

@@ -89,15 +89,22 @@ func RMSNormBackward[T Float](dx, dw, dy, x, w []T, d int, eps T) {
 // opposite angle. In place on dy (which becomes dx), shapes as Rope.
 func RopeBackward[T Float](dy []T, pos []int, heads, headDim int, theta float64) {
 	half := headDim / 2
+	inv := make([]float64, half)
+	for i := range inv {
+		inv[i] = math.Pow(theta, -2*float64(i)/float64(headDim))
+	}
+	c, s := make([]T, half), make([]T, half)
 	for t, p := range pos {
+		for i, f := range inv {
+			a := float64(p) * f
+			c[i], s[i] = T(math.Cos(a)), T(math.Sin(a))
+		}
 		for h := range heads {
 			v := dy[(t*heads+h)*headDim : (t*heads+h+1)*headDim]
 			for i := range half {
-				a := float64(p) * math.Pow(theta, -2*float64(i)/float64(headDim))
-				c, s := T(math.Cos(a)), T(math.Sin(a))
 				x0, x1 := v[i], v[i+half]
-				v[i] = x0*c + x1*s
-				v[i+half] = x1*c - x0*s
+				v[i] = x0*c[i] + x1*s[i]
+				v[i+half] = x1*c[i] - x0*s[i]
 			}
 		}
 	}
@@ -106,6 +113,12 @@ func RopeBackward[T Float](dy []T, pos []int, heads, headDim int, theta float64)
 // SiLUMulBackward: for out = silu(g)·u, dg += dy·u·σ(g)(1 + g(1−σ(g))),
 // du += dy·silu(g).
 func SiLUMulBackward[T Float](dg, du, dy, g, u []T) {
+	if g32, ok := any(g).([]float32); ok {
+		d32, _ := any(dg).([]float32)
+		u32, _ := any(du).([]float32)
+		siluMulBackward32(d32, u32, any(dy).([]float32), g32, any(u).([]float32))
+		return
+	}
 	for i, gv := range g {
 		s := 1 / (1 + math.Exp(-float64(gv)))
 		if dg != nil {
@@ -115,6 +128,28 @@ func SiLUMulBackward[T Float](dg, du, dy, g, u []T) {
 			du[i] += T(float64(dy[i]) * float64(gv) * s)
 		}
 	}
+}
+
+// siluMulBackward32 is SiLUMulBackward in float32 with the vector
+// exponential, in parallel chunks.
+func siluMulBackward32(dg, du, dy, g, u []float32) {
+	parallelFor(len(g), 12, func(lo, hi int) {
+		var sb [siluChunk]float32
+		for c := lo; c < hi; c += siluChunk {
+			gc := g[c:min(c+siluChunk, hi)]
+			s := sb[:len(gc)]
+			sigmoid(s, gc)
+			for i, gv := range gc {
+				j := c + i
+				if dg != nil {
+					dg[j] += dy[j] * u[j] * s[i] * (1 + gv*(1-s[i]))
+				}
+				if du != nil {
+					du[j] += dy[j] * gv * s[i]
+				}
+			}
+		}
+	})
 }
 
 // EmbeddingBackward scatters dy[i, :] into dtable[ids[i], :].

@@ -57,7 +57,16 @@ func (*Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 // [n, k] result, never dy: with n a vocabulary and k a small hidden size,
 // dy is by far the largest, and transposing it cost as much as the product.
 func LinearBackward(dx, dw, db, dy, x, w []float32, m, k, n int) {
-	if dx != nil {
+	switch {
+	case dx == nil:
+	case n <= 8*k:
+		// dx += dy·w straight from w's [n, k] layout: the 4×16 tiles run a
+		// layer's shapes 1.2-2.3× faster than transposing w for the dot
+		// kernels (BenchmarkLinearBackwardDX).
+		MatMulNNAdd(dx, dy, w, m, n, k)
+	default:
+		// A vocabulary over a narrow hidden size: the k-strips are too few
+		// and the dot kernels win.
 		tmp := make([]float32, m*k)
 		MatMulT(tmp, dy, Transpose(w, n, k), nil, m, n, k)
 		Add(dx, tmp)

@@ -100,11 +100,7 @@ func (t *Tape[T]) Rope(x *Var[T], pos []int, heads, hd int, theta float64) *Var[
 	check(len(pos) == x.Rows && x.Cols == heads*hd, "rope: %d positions, x [%d, %d], %d heads of %d", len(pos), x.Rows, x.Cols, heads, hd)
 	y := t.out(x.Rows, x.Cols, x.Requires)
 	if s, ok := f32(y.Val, x.Val); ok {
-		maxPos := 0
-		for _, p := range pos {
-			maxPos = max(maxPos, p+1)
-		}
-		cos, sin := cpu.RopeTables(maxPos, hd, theta)
+		cos, sin := cpu.CachedRopeTables(pos, hd, theta)
 		copy(s[0], s[1])
 		cpu.Rope(s[0], pos, heads, hd, cos, sin)
 	} else {
