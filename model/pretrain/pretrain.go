@@ -459,7 +459,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			b := train.Pack(seqs)
 			var loss float64
 			err := learner.Accumulate([]train.Batch{b}, func(int) train.TrainOptions { return train.TrainOptions{} },
-				func(_ int, lp []float32, _ []float64) []float32 {
+				func(_ int, lp []float32) []float32 {
 					d := make([]float32, len(lp))
 					for j, v := range lp {
 						loss -= float64(v) / float64(len(lp))

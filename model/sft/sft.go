@@ -184,7 +184,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		parts := make([]float64, len(micro))
 		err := learner.Accumulate(micro, func(i int) train.TrainOptions {
 			return train.TrainOptions{Recompute: s.Recompute, Dropout: true, Seed: o.Seed<<32 ^ uint64((n-1)*s.GradAccum+i)}
-		}, func(i int, lp []float32, _ []float64) []float32 {
+		}, func(i int, lp []float32) []float32 {
 			d := make([]float32, len(lp))
 			for j, v := range lp {
 				parts[i] -= float64(v)

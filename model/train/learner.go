@@ -55,9 +55,9 @@ func EvalLoss(l Learner, w *Weights[float32], batches []Batch) (float64, error) 
 	return sum / float64(max(n, 1)), nil
 }
 
-// LossFunc gets micro-batch i's log-probabilities and entropies and
-// returns the loss's gradient with respect to the log-probabilities.
-type LossFunc func(i int, lp []float32, ent []float64) []float32
+// LossFunc gets micro-batch i's log-probabilities and returns the loss's
+// gradient with respect to them.
+type LossFunc func(i int, lp []float32) []float32
 
 // PolicyInputs are a micro-batch's per-token inputs to GRPO's loss, in
 // its learned-token order: log π_old (nil: π_θ itself, detached, so every
@@ -113,8 +113,8 @@ type Tape struct{ T *Optimizer }
 func (l Tape) Accumulate(batches []Batch, opts func(i int) TrainOptions, loss LossFunc) error {
 	for i, b := range batches {
 		tp := tape.New[float32]()
-		lp, ent := l.T.Model.W.LogProbsEntropy(tp, b, opts(i))
-		d := loss(i, lp.Val, ent)
+		lp := l.T.Model.W.LogProbs(tp, b, opts(i))
+		d := loss(i, lp.Val)
 		if len(d) != len(lp.Val) {
 			return fmt.Errorf("micro-batch %d: %d gradients for %d log-probabilities", i, len(d), len(lp.Val))
 		}

@@ -198,12 +198,8 @@ func (p *Parallel) Accumulate(batches []Batch, opts func(i int) TrainOptions, lo
 	return p.Run(len(batches), func(r *Replica, i int) error {
 		be := r.Backend()
 		acts := r.Forward(batches[i], opts(i))
-		lp, e := be.ToHost(acts.LogProbs), be.ToHost(acts.Ent)
-		ent := make([]float64, len(e))
-		for j, v := range e {
-			ent[j] = float64(v)
-		}
-		d := loss(i, lp, ent)
+		lp := be.ToHost(acts.LogProbs)
+		d := loss(i, lp)
 		if len(d) != len(lp) {
 			return fmt.Errorf("micro-batch %d: %d gradients for %d log-probabilities", i, len(d), len(lp))
 		}
