@@ -3,7 +3,6 @@ package cpu
 import (
 	"math/rand/v2"
 	"testing"
-	"time"
 )
 
 // BenchmarkLinearBackwardDX reports GFLOP/s of LinearBackward's input
@@ -27,16 +26,7 @@ func BenchmarkLinearBackwardDX(b *testing.B) {
 			dy, w := randVec(r, s.m*s.n), randVec(r, s.n*s.k)
 			dx := make([]float32, s.m*s.k)
 			flops := 2 * float64(s.m) * float64(s.k) * float64(s.n)
-			best := func(f func()) float64 {
-				f()
-				bestT := time.Duration(1 << 62)
-				for range 5 {
-					start := time.Now()
-					f()
-					bestT = min(bestT, time.Since(start))
-				}
-				return flops / bestT.Seconds() / 1e9
-			}
+			best := func(f func()) float64 { return bestGFLOPs(flops, 5, f) }
 			var ours float64
 			for b.Loop() {
 				ours = best(func() { LinearBackward(dx, nil, nil, dy, nil, w, s.m, s.k, s.n) })
