@@ -155,6 +155,12 @@ type TrainBackend interface {
 	// softmax(logits[i, :])).
 	LogProbsBackward(dlogits, dout, logits Tensor, targets []int)
 
+	// NarrowBF16 returns a copy of x [rows, ...] rounded to bfloat16 (to
+	// nearest even), in half x's memory, as a [rows, width] table that
+	// Embedding reads rows of back as float32: activation checkpoints under
+	// mixed precision keep each layer's input so.
+	NarrowBF16(x Tensor) Tensor
+
 	// SumSquares: acc[0] += Σ x² (the global gradient norm, summed over
 	// parameters on the device).
 	SumSquares(acc, x Tensor)

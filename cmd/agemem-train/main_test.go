@@ -427,8 +427,9 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 }
 
 // TestDryRunSaysWhetherItFits: --dry-run of the paper's configs (shapes
-// only: a config.json) on 8 GPUs: the 4B fits the paper's 24 GiB card, the
-// 7B does not and the largest item is named with what would shrink it;
+// only: a config.json) on 8 GPUs: the 4B and the 7B fit the paper's 24 GiB
+// card (the 7B's bf16 checkpoints and MLP chunks), a smaller card does not
+// and the largest item is named with what would shrink it;
 // rollouts share the trainer's weights on GPUs, the KV line follows
 // rl.kv_budget; without a budget and on the CPU tape the largest item is
 // the KV caches' upper bound; a large enough card fits.
@@ -461,8 +462,14 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 		"weights (bf16 frozen base, f32 adapters)                   14.26 GiB",
 		"rollout engine weights (the trainer's, shared)             0.00 GiB",
 		"KV caches (rl.kv_budget)                                   1.75 GiB", // 8192·2 positions · 28·2·512·4 B
-		"activations of a micro-batch                               9.71 GiB", // one 10,240-token rollout
-		"does not fit in 24 GiB per device", "the largest item is weights", "an 8-bit base")
+		// One 10,240-token rollout: bf16 layer inputs 1.91, one layer's
+		// backward 1.51 (its MLP 885 rows at a time).
+		"activations of a micro-batch (bf16 checkpoints)            3.43 GiB",
+		"total (approximate)                                        20.02 GiB", "fits in 24 GiB per device")
+	check("7B on a 16 GiB card", dryRun("qwen2.5-7b-instruct.yaml", q7, "--device-gib", "16"),
+		"does not fit in 16 GiB per device", "the largest item is weights", "an 8-bit base")
+	check("7B, f32 training", dryRun("qwen2.5-7b-instruct.yaml", q7, "--set", "model.train_dtype=f32"),
+		"activations of a micro-batch                               5.35 GiB")
 	check("4B", dryRun("qwen3-4b-instruct.yaml", q4), "fits in 24 GiB per device")
 	check("7B on the CPU tape, no budget", dryRun("qwen2.5-7b-instruct.yaml", q7, "--set", "rl.kv_budget=0", "--set", "model.devices=[]"),
 		"rollout engine weights                                     28.37 GiB",

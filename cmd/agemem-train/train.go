@@ -77,8 +77,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	if err != nil {
 		return fmt.Errorf("rl.init: %w", err)
 	}
-	h, hd, L := float64(mc.HiddenSize), float64(mc.HeadDim), float64(mc.Layers)
-	qw, kvw, inter := float64(mc.Heads)*hd, float64(mc.KVHeads)*hd, float64(mc.Intermediate)
+	L, kvw := float64(mc.Layers), float64(mc.KVHeads*mc.HeadDim)
 	var params, trainable float64
 	for _, p := range qwen.Params(mc) {
 		n := 1.0
@@ -130,23 +129,20 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		}
 	}
 	kv := kvPos * L * 2 * kvw * 4
-	// Activations the tape holds per token and layer (inputs of each op and
-	// their gradients), measured at 63 KiB/token on the tiny default; with
-	// recomputation one layer's worth plus each layer's input.
 	// A micro-batch is rl.batch_tokens, but never less than one whole
 	// rollout: a sequence is not split across micro-batches.
-	mb := float64(max(rc.BatchTokens, cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget))
-	act := mb * 4 * L * (12*h + 4*qw + 4*kvw + 5*inter)
-	if rc.Recompute {
-		act = mb * 4 * (L*h + 12*h + 4*qw + 4*kvw + 5*inter)
+	mb := max(rc.BatchTokens, cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget)
+	onDevices, bf16 := len(cfg.Model.Devices) > 0, cfg.Model.TrainDtype == "bf16"
+	act, logits := train.ActivationBytes(mc, mb, rc.BatchTokens, train.TrainOptions{Recompute: rc.Recompute}, onDevices, bf16)
+	actName := "activations of a micro-batch"
+	if rc.Recompute && onDevices && bf16 {
+		actName = "activations of a micro-batch (bf16 checkpoints)"
 	}
-	// The LM head runs at most train.LogitChunkFloats logits at a time
-	// (and their gradient), whatever the number of learned tokens.
 	chunk := min(rc.BatchTokens, max(1, train.LogitChunkFloats/mc.VocabSize))
-	logits := float64(chunk) * float64(mc.VocabSize) * 4 * 2
 	// The update's items were checked on an H100 (BenchmarkCUDAPaperStep,
-	// 7B shape, one 10240-token rollout a micro-batch): 24.54 GiB predicted,
-	// 25.65 GiB measured at the allocator's peak.
+	// 7B shape, one 10240-token rollout a micro-batch) before the MLP
+	// chunks and bf16 checkpoints: 24.54 GiB predicted, 25.65 GiB measured
+	// at the allocator's peak.
 	total := weights + ref + optimizer + engine + kv + act + logits
 	fmt.Fprintf(w, "config valid; policy %s: %s, %d layers, hidden %d, %.2fM parameters, %.2fM trainable (%s)\n",
 		rc.Init, mc.ModelType, mc.Layers, mc.HiddenSize, params/1e6, trainable/1e6, map[bool]string{true: "LoRA", false: "full"}[cfg.LoRA.Enabled])
@@ -160,7 +156,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		name string
 		b    float64
 	}{{wname, weights}, {"reference policy", ref}, {oname, optimizer},
-		{ename, engine}, {kvName, kv}, {"activations of a micro-batch", act},
+		{ename, engine}, {kvName, kv}, {actName, act},
 		{fmt.Sprintf("vocabulary logits and gradient (%d tokens at a time)", chunk), logits},
 		{"the update alone (no engine, no KV caches)", weights + ref + optimizer + act + logits}, {"total (approximate)", total}} {
 		fmt.Fprintf(w, "  %-58s %s\n", l.name, gib(l.b))

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/half"
 )
 
 var _ kernels.TrainBackend = (*Backend)(nil)
@@ -17,6 +18,17 @@ func (*Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	for i, v := range data(x) {
 		yd[i] += s * v
 	}
+}
+
+// NarrowBF16 implements kernels.TrainBackend.
+func (b *Backend) NarrowBF16(x kernels.Tensor) kernels.Tensor {
+	xd := data(x)
+	bits := make([]uint16, len(xd))
+	for i, v := range xd {
+		bits[i] = half.F32ToBF16(v)
+	}
+	rows := x.Shape()[0]
+	return b.Upload(kernels.Weight{Rows: rows, Cols: len(xd) / max(rows, 1), BF16: bits})
 }
 
 // Dropout implements kernels.TrainBackend.

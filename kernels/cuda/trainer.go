@@ -33,6 +33,18 @@ func (b *Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	b.launch("add_scaled", blocks(n, 256), 256, 0, ptr(y), ptr(x), s, int64(n))
 }
 
+// NarrowBF16 implements kernels.TrainBackend: the kernel that rounds
+// activations for bf16 GEMMs, into a tensor Embedding reads as a bf16 table.
+func (b *Backend) NarrowBF16(x kernels.Tensor) kernels.Tensor {
+	defer b.enter()()
+	xt := dev(x)
+	n, rows := xt.Len(), xt.Dims[0]
+	t := b.alloc((n+1)/2, []int{rows, n / max(rows, 1)})
+	t.bf16 = true
+	b.launch("narrow_bf16", blocks(n, 256), 256, 0, t.ptr, xt.ptr, int64(n))
+	return t
+}
+
 // Dropout implements kernels.TrainBackend.
 func (b *Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 	n := y.Len()

@@ -22,6 +22,9 @@ type Replica struct {
 	be     kernels.TrainBackend
 	Params []*DeviceParam // trainable ones, in Weights.Trainable order
 	all    map[string]*DeviceParam
+	// stashBF16 keeps recomputation's layer-input checkpoints in bf16
+	// (with a bf16 base: mixed precision).
+	stashBF16 bool
 }
 
 // DeviceParam is one parameter on the device; G, M and V are nil when it
@@ -39,9 +42,10 @@ type DeviceParam struct {
 // bfloat16, half the bytes of the largest item on the device; trainable
 // parameters, norms and biases stay float32. Mixed-precision training
 // (model.train_dtype: bf16) rounds every GEMM input to bf16 anyway, so it
-// loses nothing there.
+// loses nothing there; under recomputation such a replica also keeps its
+// layer-input checkpoints in bf16.
 func NewReplica(be kernels.TrainBackend, w *Weights[float32], baseBF16 bool) *Replica {
-	d := &Replica{be: be, all: map[string]*DeviceParam{}}
+	d := &Replica{be: be, all: map[string]*DeviceParam{}, stashBF16: baseBF16}
 	for _, nv := range w.Named {
 		p := &DeviceParam{Name: nv.Name}
 		if v := nv.V; baseBF16 && !v.Requires && v.Rows > 1 && v.Cols > 1 {
@@ -101,14 +105,25 @@ type devLinAct struct {
 }
 
 // devLayerAct holds one layer's forward activations for its backward.
+// Under recomputation it holds only the layer's input: x, or with a bf16
+// base xs, x rounded to bfloat16 (half the memory of the largest thing a
+// recomputing step keeps; the GEMMs round their inputs to bf16 anyway).
 type devLayerAct struct {
-	x, xn1, qPre, kPre, q, k, v, att, xMid, xn2, gate, up, act kernels.Tensor
-	lin                                                        struct{ q, k, v, o, gate, up, down devLinAct }
+	x, xs, xn1, qPre, kPre, q, k, v, att, xMid, xn2 kernels.Tensor
+	lin                                             struct{ q, k, v, o devLinAct }
+	mlp                                             mlpAct
+}
+
+// mlpAct is the MLP's forward state over a run of rows.
+type mlpAct struct {
+	gate, up, act kernels.Tensor
+	lin           struct{ gate, up, down devLinAct }
 }
 
 // ReplicaActs is a forward's saved state: pass it to Backward.
 type ReplicaActs struct {
 	b             Batch
+	ids           []int // 0, 1, ..., tokens-1: the rows a bf16 checkpoint widens
 	o             TrainOptions
 	layers        []devLayerAct
 	x, xf, xfn    kernels.Tensor
@@ -137,6 +152,9 @@ func (d *Replica) Forward(b Batch, o TrainOptions) *ReplicaActs {
 			// Keep the layer's input only; Backward runs the layer again
 			// (same dropout masks: they are seeded) before its backward.
 			a = devLayerAct{x: x}
+			if d.stashBF16 {
+				a = devLayerAct{xs: be.NarrowBF16(x)}
+			}
 		}
 		acts.layers = append(acts.layers, a)
 		x = y
@@ -170,6 +188,17 @@ func (d *Replica) Forward(b Batch, o TrainOptions) *ReplicaActs {
 	return acts
 }
 
+// rowIDs are 0..tokens-1, the rows Embedding widens a bf16 checkpoint by.
+func (a *ReplicaActs) rowIDs() []int {
+	if a.ids == nil {
+		a.ids = make([]int, len(a.b.Tokens))
+		for i := range a.ids {
+			a.ids[i] = i
+		}
+	}
+	return a.ids
+}
+
 // headBackward accumulates the LM head's weight gradient and dxfn from
 // dLogp, chunk by chunk when Forward did not keep the logits.
 func (d *Replica) headBackward(acts *ReplicaActs, dxfn, dLogp kernels.Tensor) {
@@ -196,17 +225,28 @@ func (d *Replica) headBackward(acts *ReplicaActs, dxfn, dLogp kernels.Tensor) {
 
 func (d *Replica) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
 	be := d.be
-	rows := x.Shape()[0]
-	y := be.Zeros(rows, p.Out)
+	y := be.Zeros(x.Shape()[0], p.Out)
 	var bias kernels.Tensor
 	if p.B != nil {
 		bias = p.B.W
 	}
 	be.MatMul(y, x, p.W.W, bias)
+	if xa := d.linearIn(p, x, o, act); xa != nil {
+		lo := be.Zeros(y.Shape()...)
+		be.MatMul(lo, xa, p.LB.W, nil)
+		be.AddScaled(y, lo, float32(p.Scale))
+	}
+	return y
+}
+
+// linearIn records what linear's backward needs of its input x: x itself
+// and, under LoRA, dropout(x)·A, which it returns (nil without an adapter).
+func (d *Replica) linearIn(p *devLinear, x kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
 	act.in = x
 	if p.A == nil || o.NoAdapter {
-		return y
+		return nil
 	}
+	be := d.be
 	xd := x
 	if o.Dropout && p.Dropout > 0 {
 		// The tape's mask (kernels.DropoutBits), drawn on the device; the
@@ -215,12 +255,9 @@ func (d *Replica) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *de
 		xd = be.Zeros(x.Shape()...)
 		be.Dropout(xd, x, p.Dropout, act.dropSeed)
 	}
-	act.xa = be.Zeros(rows, p.A.W.Shape()[0])
+	act.xa = be.Zeros(x.Shape()[0], p.A.W.Shape()[0])
 	be.MatMul(act.xa, xd, p.A.W, nil)
-	lo := be.Zeros(y.Shape()...)
-	be.MatMul(lo, act.xa, p.LB.W, nil)
-	be.AddScaled(y, lo, float32(p.Scale))
-	return y
+	return act.xa
 }
 
 // linearBackward accumulates into dx (and the parameters' gradients) the
@@ -270,10 +307,92 @@ func (d *Replica) segmentKV(x kernels.Tensor, s tape.Segment) kernels.Tensor {
 	return c
 }
 
+// layerForward runs decoder layer li on x, keeping in a what its backward
+// needs (all of it: Forward drops it under recomputation).
 func (d *Replica) layerForward(li int, x kernels.Tensor, b Batch, o TrainOptions, a *devLayerAct) kernels.Tensor {
+	be := d.be
+	d.attnForward(li, x, b, o, a)
+	n := len(b.Tokens)
+	var y kernels.Tensor
+	if chunk := d.mlpChunk(o, n); chunk < n {
+		// Row by row the MLP is independent: a chunk's intermediates
+		// (three of intermediate_size wide, the widest thing in a layer)
+		// exist at a time.
+		y = be.Zeros(n, d.HiddenSize)
+		for lo := 0; lo < n; lo += chunk {
+			hi := min(lo+chunk, n)
+			var m mlpAct
+			be.CopyRows(y, lo, d.mlpForward(li, be.Rows(a.xn2, lo, hi), chunkOptions(o, lo), &m, true), 0, hi-lo)
+		}
+	} else {
+		y = d.mlpForward(li, a.xn2, o, &a.mlp, true)
+	}
+	be.Add(y, a.xMid)
+	return y
+}
+
+// MLPChunkFloats bounds, under recomputation, the floats of each MLP
+// intermediate (gate, up, their product and gradients) a step holds at
+// once: 2²⁴, 64 MiB each, where a 10,240-token rollout through Qwen2.5-7B's
+// 18,944-wide MLP would be 0.72 GiB each.
+const MLPChunkFloats = 1 << 24
+
+// mlpChunk is the rows of n the MLP runs at a time: all of them unless
+// recomputing.
+func (d *Replica) mlpChunk(o TrainOptions, n int) int {
+	if !o.Recompute {
+		return n
+	}
+	if o.MLPChunk > 0 {
+		return o.MLPChunk
+	}
+	return max(1, MLPChunkFloats/d.Intermediate)
+}
+
+// chunkOptions are o for the MLP chunk starting at row lo: its own LoRA
+// dropout masks (the first chunk's are the unchunked ones), drawn again
+// alike when the backward recomputes it.
+func chunkOptions(o TrainOptions, lo int) TrainOptions {
+	if lo > 0 {
+		o.Seed ^= uint64(lo) * 0xbf58476d1ce4e5b9
+	}
+	return o
+}
+
+// mlpForward runs layer li's MLP on xn2 (rows of the normed residual),
+// keeping its state in m, and returns Down's output (without the
+// residual), or with out false only what Down's backward needs (nil).
+func (d *Replica) mlpForward(li int, xn2 kernels.Tensor, o TrainOptions, m *mlpAct, out bool) kernels.Tensor {
+	mlp := &d.Layers[li].MLP
+	m.gate = d.linear(&mlp.Gate, xn2, o, &m.lin.gate)
+	m.up = d.linear(&mlp.Up, xn2, o, &m.lin.up)
+	m.act = d.be.Zeros(m.gate.Shape()...)
+	d.be.SiLUMul(m.act, m.gate, m.up)
+	if !out {
+		d.linearIn(&mlp.Down, m.act, o, &m.lin.down)
+		return nil
+	}
+	return d.linear(&mlp.Down, m.act, o, &m.lin.down)
+}
+
+// mlpBackward accumulates into dxn2 the MLP's backward given dy, the
+// gradient of its output.
+func (d *Replica) mlpBackward(li int, dxn2, dy kernels.Tensor, o TrainOptions, m *mlpAct) {
+	be, mlp := d.be, &d.Layers[li].MLP
+	dact := be.Zeros(m.act.Shape()...)
+	d.linearBackward(&mlp.Down, dact, dy, o, &m.lin.down)
+	dgate, dup := be.Zeros(m.gate.Shape()...), be.Zeros(m.up.Shape()...)
+	be.SiLUMulBackward(dgate, dup, dact, m.gate, m.up)
+	d.linearBackward(&mlp.Gate, dxn2, dgate, o, &m.lin.gate)
+	d.linearBackward(&mlp.Up, dxn2, dup, o, &m.lin.up)
+}
+
+// attnForward runs layer li's attention half on x: a holds it, up to xMid
+// (x plus attention) and xn2 (the MLP's normed input).
+func (d *Replica) attnForward(li int, x kernels.Tensor, b Batch, o TrainOptions, a *devLayerAct) {
 	be, l := d.be, &d.Layers[li]
 	n, h, eps := len(b.Tokens), d.HiddenSize, float32(d.RMSNormEps)
-	at, mlp := &l.Attn, &l.MLP
+	at := &l.Attn
 	a.x = x
 	a.xn1 = be.Zeros(n, h)
 	be.RMSNorm(a.xn1, x, l.AttnNorm.W, eps)
@@ -297,13 +416,6 @@ func (d *Replica) layerForward(li int, x kernels.Tensor, b Batch, o TrainOptions
 	be.Add(a.xMid, x)
 	a.xn2 = be.Zeros(n, h)
 	be.RMSNorm(a.xn2, a.xMid, l.MLPNorm.W, eps)
-	a.gate = d.linear(&mlp.Gate, a.xn2, o, &a.lin.gate)
-	a.up = d.linear(&mlp.Up, a.xn2, o, &a.lin.up)
-	a.act = be.Zeros(a.gate.Shape()...)
-	be.SiLUMul(a.act, a.gate, a.up)
-	y := d.linear(&mlp.Down, a.act, o, &a.lin.down)
-	be.Add(y, a.xMid)
-	return y
 }
 
 // Backward accumulates into the parameters' gradients the gradient of
@@ -323,23 +435,36 @@ func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 	be.RMSNormBackward(dxf, d.Norm.G, dxfn, acts.xf, d.Norm.W, eps)
 	dx := be.Zeros(len(b.Tokens), d.HiddenSize)
 	be.EmbeddingBackward(dx, dxf, b.LossRows)
+	n := len(b.Tokens)
 	for li := len(d.Layers) - 1; li >= 0; li-- {
 		l, a := &d.Layers[li], &acts.layers[li]
+		// y = xMid + Down(act): dxMid starts as dy (dx's buffer, reused).
+		dxn2 := be.Zeros(n, d.HiddenSize)
 		if o.Recompute {
 			if li+1 < len(d.Layers) {
 				acts.layers[li+1] = devLayerAct{} // done with: let it go
 			}
-			d.layerForward(li, a.x, b, o, a)
+			x := a.x
+			if a.xs != nil {
+				x = be.Zeros(n, d.HiddenSize)
+				be.Embedding(x, a.xs, acts.rowIDs())
+			}
+			// The attention half again, then the MLP chunk by chunk, each
+			// chunk's forward (without Down's product, which nothing
+			// reads) right before its backward.
+			d.attnForward(li, x, b, o, a)
+			chunk := d.mlpChunk(o, n)
+			for lo := 0; lo < n; lo += chunk {
+				hi := min(lo+chunk, n)
+				oc := chunkOptions(o, lo)
+				var m mlpAct
+				d.mlpForward(li, be.Rows(a.xn2, lo, hi), oc, &m, false)
+				d.mlpBackward(li, be.Rows(dxn2, lo, hi), be.Rows(dx, lo, hi), oc, &m)
+			}
+		} else {
+			d.mlpBackward(li, dxn2, dx, o, &a.mlp)
 		}
-		at, mlp := &l.Attn, &l.MLP
-		// y = xMid + Down(act): dxMid starts as dy (dx's buffer, reused).
-		dact := be.Zeros(a.act.Shape()...)
-		d.linearBackward(&mlp.Down, dact, dx, o, &a.lin.down)
-		dgate, dup := be.Zeros(a.gate.Shape()...), be.Zeros(a.up.Shape()...)
-		be.SiLUMulBackward(dgate, dup, dact, a.gate, a.up)
-		dxn2 := be.Zeros(a.xn2.Shape()...)
-		d.linearBackward(&mlp.Gate, dxn2, dgate, o, &a.lin.gate)
-		d.linearBackward(&mlp.Up, dxn2, dup, o, &a.lin.up)
+		at := &l.Attn
 		be.RMSNormBackward(dx, grad(l.MLPNorm), dxn2, a.xMid, l.MLPNorm.W, eps)
 		// xMid = x + O(att): dx carries on as d(x).
 		datt := be.Zeros(a.att.Shape()...)

@@ -182,6 +182,118 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 	}
 }
 
+// TestReplicaRecomputeChunksTheMLP: recomputing, the device path runs the
+// MLP a few rows at a time (MLPChunk; the widest intermediates exist a
+// chunk at a time) and gives the tape's log-probabilities and gradients.
+// With LoRA dropout each chunk draws its own masks, the same again when the
+// backward recomputes it: the gradient is that of the function the forward
+// computed (a directional finite difference of the replica's own forward).
+func TestReplicaRecomputeChunksTheMLP(t *testing.T) {
+	be := cpu.New()
+	b := Pack(fdSeqs)
+	coef := make([]float32, len(b.LossRows))
+	for i := range coef {
+		coef[i] = float32(i%3) - 1
+	}
+	for _, c := range deviceCases(t) {
+		w := c.w
+		for _, nv := range w.Trainable() {
+			clear(nv.V.Grad)
+		}
+		tp := tape.New[float32]()
+		lp := w.LogProbs(tp, b, TrainOptions{})
+		tp.Backward(lp, coef)
+		for _, chunk := range []int{1, 4, 7} {
+			o := TrainOptions{Recompute: true, MLPChunk: chunk}
+			d := NewReplica(be, w, false)
+			acts := d.Forward(b, o)
+			relClose(t, c.name+": chunked MLP logprobs", be.ToHost(acts.LogProbs), lp.Val, 1e-5)
+			d.Backward(acts, be.FromHost(coef, len(coef)))
+			for i, nv := range w.Trainable() {
+				relClose(t, c.name+": chunked MLP gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, 1e-4)
+			}
+		}
+	}
+	// LoRA dropout, chunks of 4 rows.
+	cs := deviceCases(t)
+	w := cs[len(cs)-1].w
+	o := TrainOptions{Recompute: true, MLPChunk: 4, Dropout: true, Seed: 9}
+	loss := func() float64 {
+		acts := NewReplica(be, w, false).Forward(b, o)
+		var l float64
+		for i, v := range be.ToHost(acts.LogProbs) {
+			l += float64(coef[i] * v)
+		}
+		return l
+	}
+	d := NewReplica(be, w, false)
+	d.Backward(d.Forward(b, o), be.FromHost(coef, len(coef)))
+	r := rand.New(rand.NewPCG(3, 3))
+	var want float64
+	dirs := map[string][]float32{}
+	for i, nv := range w.Trainable() {
+		if !strings.Contains(nv.Name, "mlp") {
+			continue
+		}
+		u := make([]float32, len(nv.V.Val))
+		g := be.ToHost(d.Params[i].G)
+		for j := range u {
+			u[j] = float32(r.NormFloat64())
+			want += float64(u[j] * g[j])
+		}
+		dirs[nv.Name] = u
+	}
+	step := func(eps float32) {
+		for _, nv := range w.Trainable() {
+			for j, v := range dirs[nv.Name] {
+				nv.V.Val[j] += eps * v
+			}
+		}
+	}
+	const eps = 1e-2
+	step(eps)
+	up := loss()
+	step(-2 * eps)
+	down := loss()
+	step(eps)
+	if got := (up - down) / (2 * eps); math.Abs(got-want) > 0.02*math.Abs(want) {
+		t.Fatalf("directional derivative of the MLP adapters under chunked dropout: finite difference %.5g, gradient %.5g", got, want)
+	}
+}
+
+// TestReplicaBF16Checkpoints: with a bf16 base, recomputation keeps each
+// layer's input in bf16 (half the bytes; a bf16 table on the device): the
+// forward is unchanged and the gradients are the float32 checkpoints'
+// within bf16 rounding.
+func TestReplicaBF16Checkpoints(t *testing.T) {
+	be := cpu.New()
+	cs := deviceCases(t)
+	w := cs[len(cs)-1].w // LoRA: a bf16 base needs frozen matrices
+	b := Pack(fdSeqs)
+	coef := make([]float32, len(b.LossRows))
+	for i := range coef {
+		coef[i] = float32(i%3) - 1
+	}
+	o := TrainOptions{Dropout: true, Seed: 42}
+	ref := NewReplica(be, w, true) // nothing recomputed: float32 activations
+	refActs := ref.Forward(b, o)
+	ref.Backward(refActs, be.FromHost(coef, len(coef)))
+	o.Recompute = true
+	d := NewReplica(be, w, true)
+	acts := d.Forward(b, o)
+	for li, a := range acts.layers {
+		ct, ok := a.xs.(*cpu.Tensor)
+		if a.x != nil || !ok || ct.Data != nil {
+			t.Fatalf("layer %d's checkpoint is not held in bf16", li)
+		}
+	}
+	relClose(t, "logprobs", be.ToHost(acts.LogProbs), be.ToHost(refActs.LogProbs), 0)
+	d.Backward(acts, be.FromHost(coef, len(coef)))
+	for i, p := range d.Params {
+		relClose(t, "gradient of "+p.Name, be.ToHost(p.G), be.ToHost(ref.Params[i].G), 3e-2)
+	}
+}
+
 // TestReplicaBF16Base: under LoRA a replica may hold the frozen base in
 // bf16 (half its bytes); it then computes exactly what the tape computes
 // with the base rounded to bf16, gradients of the adapters included.

@@ -290,6 +290,9 @@ type TrainOptions struct {
 	// than that, the LM head and log-softmax run chunk by chunk and the
 	// backward recomputes each chunk's logits.
 	LogitChunk int
+	// MLPChunk is how many rows the device path's MLP runs at a time
+	// under Recompute (0: as many as fit MLPChunkFloats).
+	MLPChunk int
 	// Temperature divides the logits before the log-softmax (0 or 1: none):
 	// GRPO scores the policy it sampled from, π(·)/T, as TRL's GRPOTrainer
 	// and verl do, so the ratio and the KL compare like with like.

@@ -1,0 +1,73 @@
+package train
+
+import "github.com/agemem/agemem/model/qwen"
+
+// ActivationBytes estimates what one micro-batch's forward and backward
+// holds beyond the weights, their gradients and the optimiser state:
+// activations (and their gradients) of tokens positions, and the LM head's
+// logits and their gradient for learned tokens, in bytes. device is the
+// explicit path (Replica) rather than the CPU tape; ckptBF16 is a replica
+// with a bf16 base, whose recomputation keeps layer inputs in bf16.
+// agemem-train train --dry-run prints these; TestActivationBytesMeasured
+// holds them to a metered run.
+func ActivationBytes(c qwen.Config, tokens, learned int, o TrainOptions, device, ckptBF16 bool) (act, logits float64) {
+	h, L, inter := float64(c.HiddenSize), float64(c.Layers), float64(c.Intermediate)
+	qw, kvw := float64(c.Heads*c.HeadDim), float64(c.KVHeads*c.HeadDim)
+	n := float64(tokens)
+	// The LM head runs at most logitChunk learned tokens' logits at a time,
+	// and their gradient.
+	logits = float64(min(learned, o.logitChunk(c.VocabSize))) * float64(c.VocabSize) * 4 * 2
+	if !device {
+		// The tape: each op's inputs and, in the backward, their gradients,
+		// per token and layer (measured at 63 KiB/token on the tiny
+		// default); recomputing, each layer's input and one layer's worth.
+		layer := 12*h + 4*qw + 4*kvw + 5*inter
+		if o.Recompute {
+			return n * 4 * (L*h + layer), logits
+		}
+		return n * 4 * L * layer, logits
+	}
+	// The replica, float by float. A layer's attention half keeps its
+	// input, the normed input, q, k, v, the attention output, the residual
+	// and the MLP's normed input (Qwen3 also q and k before their norms).
+	attn := 4*h + 2*qw + 2*kvw
+	if c.QKNorm() {
+		attn += qw + kvw
+	}
+	// The MLP keeps gate, up and their product; its backward adds their
+	// gradients (six intermediate-wide tensors, or five and the LoRA
+	// dropout's two copies of the widest input), over rows at a time.
+	rows := n
+	if o.Recompute {
+		rows = min(n, float64(max(1, MLPChunkFloats/c.Intermediate)))
+		if o.MLPChunk > 0 {
+			rows = min(n, float64(o.MLPChunk))
+		}
+	}
+	mlp := 6 * inter * rows / n
+	// The backward of a layer at its peak: the MLP's, with the gradients
+	// of its input and of the layer's output; or the attention's, with
+	// the gradients of the attention output, q, k, v and the normed input.
+	peak := max(attn+2*h+mlp, attn+h+2*qw+2*kvw)
+	var held float64 // what the layers keep for the backward
+	if o.Recompute {
+		// Each layer's input (its checkpoint).
+		held = n * L * h * 4
+		if ckptBF16 {
+			held /= 2
+		}
+	} else {
+		// Every layer's activations, the MLP's whole, but the one whose
+		// backward runs (in peak).
+		held = n * 4 * (L - 1) * (attn + 3*inter)
+		peak += 3 * inter * (1 - rows/n)
+	}
+	// The peak is in a layer's backward (the running gradient, the logits
+	// when they were kept whole) or at the head (the logits and their
+	// gradient); act is what it adds to the logits line.
+	kept := 0.0
+	if learned <= o.logitChunk(c.VocabSize) {
+		kept = logits / 2
+	}
+	return max(held+n*4*(h+peak)+kept, held+logits) - logits, logits
+}

@@ -1,0 +1,126 @@
+package train
+
+import (
+	"runtime"
+	"testing"
+	"weak"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/qwen"
+)
+
+// meter is the CPU backend counting the bytes of the tensors it allocated
+// that are still reachable: before each allocation (of 16 KiB or more) it
+// collects garbage and drops what was freed, so peak is the most ever held at once (the
+// caching allocator's figure on a GPU, without its size classes).
+type meter struct {
+	*cpu.Backend
+	live       []held
+	now, peak  int64
+	collecting bool
+}
+
+type held struct {
+	alive func() bool
+	bytes int64
+}
+
+func (m *meter) add(alive func() bool, bytes int64) {
+	if m.collecting && bytes >= 16<<10 { // small ones cannot make the peak
+		runtime.GC()
+		kept := m.live[:0]
+		m.now = 0
+		for _, h := range m.live {
+			if h.alive() {
+				kept = append(kept, h)
+				m.now += h.bytes
+			}
+		}
+		m.live = kept
+	}
+	m.live = append(m.live, held{alive, bytes})
+	m.now += bytes
+	m.peak = max(m.peak, m.now)
+}
+
+func (m *meter) track(t kernels.Tensor) kernels.Tensor {
+	d := t.(*cpu.Tensor).Data
+	if len(d) > 0 {
+		w := weak.Make(&d[0]) // the backing array: views keep it alive
+		m.add(func() bool { return w.Value() != nil }, int64(4*len(d)))
+	}
+	return t
+}
+
+func (m *meter) Zeros(shape ...int) kernels.Tensor { return m.track(m.Backend.Zeros(shape...)) }
+func (m *meter) FromHost(d []float32, shape ...int) kernels.Tensor {
+	return m.track(m.Backend.FromHost(d, shape...))
+}
+func (m *meter) NarrowBF16(x kernels.Tensor) kernels.Tensor {
+	t := m.Backend.NarrowBF16(x)
+	w := weak.Make(t.(*cpu.Tensor)) // nothing takes views of a checkpoint
+	m.add(func() bool { return w.Value() != nil }, int64(2*x.Len()))
+	return t
+}
+
+// TestActivationBytesMeasured: what --dry-run predicts for a micro-batch's
+// activations and logits (ActivationBytes) is within 10% of the most a
+// replica's forward and backward hold at once on the metered CPU backend,
+// beyond its weights and gradients: whole, recomputed, recomputed with the
+// MLP in chunks and with bf16 checkpoints (LoRA on all seven projections).
+func TestActivationBytesMeasured(t *testing.T) {
+	for _, typ := range []string{"qwen2", "qwen3"} {
+		cfg := qwen.Config{ModelType: typ, HiddenSize: 64, Layers: 4, Heads: 4, KVHeads: 2, HeadDim: 16,
+			Intermediate: 256, RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: typ == "qwen2", VocabSize: 512, MaxPositions: 2048}
+		measureActivations(t, cfg)
+	}
+}
+
+func measureActivations(t *testing.T, cfg qwen.Config) {
+	w := weightsFor[float32](t, cfg, 1)
+	a, err := lora.New(lora.Config{R: 4, Alpha: 8, Dropout: 0.05, TargetModules: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
+		w.linearModules(), w.linearShape, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AttachLoRA(a); err != nil {
+		t.Fatal(err)
+	}
+	const n, learned = 512, 128
+	ids, loss := make([]int, n), make([]bool, n)
+	for i := range ids {
+		ids[i] = (i * 7) % cfg.VocabSize
+		loss[i] = i >= n-learned
+	}
+	b := Pack([]Sequence{{IDs: ids, Loss: loss}})
+	for _, c := range []struct {
+		name string
+		o    TrainOptions
+		bf16 bool
+	}{
+		{"whole", TrainOptions{}, false},
+		{"recomputed", TrainOptions{Recompute: true}, false},
+		{"recomputed, MLP in chunks of 64 rows", TrainOptions{Recompute: true, MLPChunk: 64}, false},
+		{"recomputed, MLP chunks, bf16 checkpoints", TrainOptions{Recompute: true, MLPChunk: 64}, true},
+		{"logits in chunks of 32 rows", TrainOptions{Recompute: true, LogitChunk: 32}, false},
+	} {
+		m := &meter{Backend: cpu.New()}
+		d := NewReplica(m, w, c.bf16)
+		coef := m.FromHost(make([]float32, learned), learned)
+		m.collecting = true
+		m.add(func() bool { return false }, 0) // collect what the set-up left
+		base := m.now
+		m.peak = base
+		d.Backward(d.Forward(b, c.o), coef)
+		m.add(func() bool { return false }, 0)
+		got := float64(m.peak - base)
+		act, logits := ActivationBytes(cfg, n, learned, c.o, true, c.bf16)
+		ratio := (act + logits) / got
+		t.Logf("%s %s: predicted %.2f MiB (activations %.2f, logits %.2f), measured %.2f MiB, ratio %.3f", cfg.ModelType, c.name, (act+logits)/(1<<20), act/(1<<20), logits/(1<<20), got/(1<<20), ratio)
+		if ratio < 0.9 || ratio > 1.1 {
+			t.Errorf("%s %s: prediction %.2f MiB is not within 10%% of the measured %.2f MiB", cfg.ModelType, c.name, (act+logits)/(1<<20), got/(1<<20))
+		}
+	}
+}
