@@ -3,6 +3,7 @@ package sft
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -88,5 +89,96 @@ func TestSFTTeachesInContextCopying(t *testing.T) {
 	t.Logf("held-out words said back: %d/48 untrained, %d/48 after SFT", before, after)
 	if before > 8 || after < 44 {
 		t.Fatalf("said back %d/48 untrained, %d/48 after SFT", before, after)
+	}
+}
+
+// TestSFTTeachesCopyingToldFacts: SFT teaches a micro policy to answer from
+// a fact it was told: "Bakori is a town in Nemarfen. Which country is
+// Bakori in?", answered "Nemarfen". Every held-out country is a name
+// training never answered (syllables drawn afresh: several tokens each),
+// so only copying the tokens after "in" answers it; the untrained model
+// answers none, the SFT'd one (500 steps) 40 of 60 (46 with other
+// training draws; the test asks for half). With a second fact to
+// choose between (finding the asked town first), 300 steps answered 1 of
+// 60: that needs the induction make demo's copy pretraining builds (README,
+// "Demo results"), beyond CI's minutes.
+func TestSFTTeachesCopyingToldFacts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains for about a minute")
+	}
+	const steps = 500
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(2, 2))
+	syl := strings.Fields("ba ko ri mu te la vo ne si da pu gor fen thal wick mar")
+	seen := map[string]bool{}
+	name := func(r *rand.Rand) string {
+		var b strings.Builder
+		for range 2 + r.IntN(2) {
+			b.WriteString(syl[r.IntN(len(syl))])
+		}
+		s := b.String()
+		return strings.ToUpper(s[:1]) + s[1:]
+	}
+	mk := func(r *rand.Rand) ([]map[string]any, string) {
+		town, country := name(r), name(r)
+		user := fmt.Sprintf("%s is a town in %s. Which country is %s in?", town, country, town)
+		return []map[string]any{{"role": "user", "content": user}, {"role": "assistant", "content": country}}, country
+	}
+	f, _ := os.Create(filepath.Join(dir, "d.jsonl"))
+	var corpus []string
+	for range 4000 {
+		m, ans := mk(r)
+		seen[ans] = true
+		raw, _ := json.Marshal(map[string]any{"messages": m})
+		f.Write(append(raw, '\n'))
+		corpus = append(corpus, string(raw))
+	}
+	f.Close()
+	tokRaw, _ := tokenizer.Train(corpus, tokenizer.TrainOptions{VocabSize: 320, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: tokenizer.WordsPattern})
+	tok, _ := tokenizer.Parse(tokRaw)
+	model := filepath.Join(dir, "m")
+	os.MkdirAll(model, 0o755)
+	os.WriteFile(filepath.Join(model, "tokenizer.json"), tokRaw, 0o644)
+	tokenizer.WriteConfig(model, tok, chat.Qwen25Text, 4096)
+	mc := qwen.Config{ModelType: "qwen2", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: tok.VocabSize(), MaxPositions: 4096}
+	qwen.InitRandom(model, mc, safetensors.F32, 1)
+	c := DefaultConfig()
+	c.Data, c.Out, c.Steps, c.BatchTokens, c.LR, c.EvalEvery, c.SaveEvery = filepath.Join(dir, "d.jsonl"), filepath.Join(dir, "out"), steps, 4096, 3e-3, 0, 0
+	res, err := Run(context.Background(), Options{Config: c, Model: model, Optim: optim.DefaultConfig(), Dtype: safetensors.F32, Seed: 1, Log: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	answered := func(dir string) (ok, multi int) {
+		g, err := decode.LoadGenerator(cpu.New(), dir, "", decode.Sampling{MaxTokens: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Model.Close()
+		r := rand.New(rand.NewPCG(9, 9))
+		for i := 0; i < n; {
+			m, ans := mk(r)
+			if seen[ans] {
+				continue // only countries training never answered
+			}
+			i++
+			comp, err := g.Complete(context.Background(), []stm.Message{{Role: "user", Content: m[0]["content"].(string)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.TrimSpace(comp.Text) == ans {
+				ok++
+				if len(tok.Encode(ans)) > 1 {
+					multi++
+				}
+			}
+		}
+		return ok, multi
+	}
+	b0, _ := answered(model)
+	a, multi := answered(res.Policy)
+	t.Logf("held-out questions answered exactly: %d/%d untrained, %d/%d after %d SFT steps (%d of them several tokens long)", b0, n, a, n, steps, multi)
+	if b0 > 0 || a < n/2 || multi < n/2 {
+		t.Fatalf("answered %d/%d untrained, %d/%d after SFT (%d several tokens long)", b0, n, a, n, multi)
 	}
 }
