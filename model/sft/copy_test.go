@@ -43,21 +43,11 @@ func TestSFTTeachesInContextCopying(t *testing.T) {
 		}
 		return []map[string]any{{"role": "system", "content": "Repeat the word."}, {"role": "user", "content": strings.Join(pad, " ") + " Word: " + w}, {"role": "assistant", "content": w}}
 	}
-	f, _ := os.Create(filepath.Join(dir, "d.jsonl"))
 	for range 2000 {
 		raw, _ := json.Marshal(map[string]any{"messages": mk(words[r.IntN(len(words))], r.IntN(4))})
-		f.Write(append(raw, '\n'))
 		corpus = append(corpus, string(raw))
 	}
-	f.Close()
-	tokRaw, _ := tokenizer.Train(corpus, tokenizer.TrainOptions{VocabSize: 400, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: tokenizer.WordsPattern})
-	tok, _ := tokenizer.Parse(tokRaw)
-	model := filepath.Join(dir, "m")
-	os.MkdirAll(model, 0o755)
-	os.WriteFile(filepath.Join(model, "tokenizer.json"), tokRaw, 0o644)
-	tokenizer.WriteConfig(model, tok, chat.Qwen25Text, 4096)
-	mc := qwen.Config{ModelType: "qwen3", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: tok.VocabSize(), MaxPositions: 4096}
-	qwen.InitRandom(model, mc, safetensors.F32, 1)
+	model, _ := microPolicy(t, dir, corpus, 400, "qwen3")
 	c := DefaultConfig()
 	c.Data, c.Out, c.Steps, c.BatchTokens, c.LR, c.EvalEvery, c.SaveEvery = filepath.Join(dir, "d.jsonl"), filepath.Join(dir, "out"), 120, 2048, 3e-3, 0, 0
 	res, err := Run(context.Background(), Options{Config: c, Model: model, Optim: optim.DefaultConfig(), Dtype: safetensors.F32, Seed: 1, Log: io.Discard})
@@ -124,24 +114,14 @@ func TestSFTTeachesCopyingToldFacts(t *testing.T) {
 		user := fmt.Sprintf("%s is a town in %s. Which country is %s in?", town, country, town)
 		return []map[string]any{{"role": "user", "content": user}, {"role": "assistant", "content": country}}, country
 	}
-	f, _ := os.Create(filepath.Join(dir, "d.jsonl"))
 	var corpus []string
 	for range 4000 {
 		m, ans := mk(r)
 		seen[ans] = true
 		raw, _ := json.Marshal(map[string]any{"messages": m})
-		f.Write(append(raw, '\n'))
 		corpus = append(corpus, string(raw))
 	}
-	f.Close()
-	tokRaw, _ := tokenizer.Train(corpus, tokenizer.TrainOptions{VocabSize: 320, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: tokenizer.WordsPattern})
-	tok, _ := tokenizer.Parse(tokRaw)
-	model := filepath.Join(dir, "m")
-	os.MkdirAll(model, 0o755)
-	os.WriteFile(filepath.Join(model, "tokenizer.json"), tokRaw, 0o644)
-	tokenizer.WriteConfig(model, tok, chat.Qwen25Text, 4096)
-	mc := qwen.Config{ModelType: "qwen2", HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: tok.VocabSize(), MaxPositions: 4096}
-	qwen.InitRandom(model, mc, safetensors.F32, 1)
+	model, tok := microPolicy(t, dir, corpus, 320, "qwen2")
 	c := DefaultConfig()
 	c.Data, c.Out, c.Steps, c.BatchTokens, c.LR, c.EvalEvery, c.SaveEvery = filepath.Join(dir, "d.jsonl"), filepath.Join(dir, "out"), steps, 4096, 3e-3, 0, 0
 	res, err := Run(context.Background(), Options{Config: c, Model: model, Optim: optim.DefaultConfig(), Dtype: safetensors.F32, Seed: 1, Log: io.Discard})
@@ -181,4 +161,31 @@ func TestSFTTeachesCopyingToldFacts(t *testing.T) {
 	if b0 > 0 || a < n/2 || multi < n/2 {
 		t.Fatalf("answered %d/%d untrained, %d/%d after SFT (%d several tokens long)", b0, n, a, n, multi)
 	}
+}
+
+// microPolicy writes records (JSON lines) to dir/d.jsonl, learns a BPE of
+// vocab tokens on them (words pre-tokenizer) and a random micro model of
+// modelType beside it in dir/m, which it returns with its tokenizer.
+func microPolicy(t *testing.T, dir string, records []string, vocab int, modelType string) (string, *tokenizer.Tokenizer) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "d.jsonl"), []byte(strings.Join(records, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tokRaw, err := tokenizer.Train(records, tokenizer.TrainOptions{VocabSize: vocab, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: tokenizer.WordsPattern})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Parse(tokRaw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(dir, "m")
+	os.MkdirAll(model, 0o755)
+	os.WriteFile(filepath.Join(model, "tokenizer.json"), tokRaw, 0o644)
+	tokenizer.WriteConfig(model, tok, chat.Qwen25Text, 4096)
+	mc := qwen.Config{ModelType: modelType, HiddenSize: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, Intermediate: 128, RMSNormEps: 1e-6, RopeTheta: 1e4, TieEmbeddings: true, VocabSize: tok.VocabSize(), MaxPositions: 4096}
+	if err := qwen.InitRandom(model, mc, safetensors.F32, 1); err != nil {
+		t.Fatal(err)
+	}
+	return model, tok
 }
