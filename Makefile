@@ -67,6 +67,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./embed/ ./kernels/...
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./memtools/...
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
+	$(GO) test -run '^$$' -bench GenerateKV -benchtime 3x ./model/decode/
 	$(GO) test -run '^$$' -bench TrainStep -benchtime 3x ./model/train/
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
 	$(GO) test -run '^$$' -bench Encoder -benchtime 3x ./model/bert/

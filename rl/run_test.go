@@ -143,6 +143,8 @@ func TestRunNamesBadInputs(t *testing.T) {
 // TestRunIsReproducible: two runs with the same seed write the same
 // rollouts and rewards, bit for bit: rollouts decode in batches formed as
 // their calls arrive, and a row's arithmetic does not depend on its batch.
+// The second run decodes under a KV budget of a few rollouts (paged
+// caches; rollouts wait and are recomputed) and still samples the same.
 func TestRunIsReproducible(t *testing.T) {
 	c := microSetup(t)
 	c.RL.K, c.RL.Steps, c.Agent.ResponseBudget, c.Agent.MaxSteps = 4, 2, 24, 2
@@ -150,8 +152,19 @@ func TestRunIsReproducible(t *testing.T) {
 	for i := range outs {
 		ci := c
 		ci.RL.Out = filepath.Join(t.TempDir(), "rl")
-		if _, err := run(ci, ""); err != nil {
+		if i == 1 {
+			ci.RL.KVBudget = 600
+		}
+		res, err := run(ci, "")
+		if err != nil {
 			t.Fatal(err)
+		}
+		if i == 1 {
+			st := res.Steps[0]
+			t.Logf("under kv_budget %d: peak %d positions, %d recomputed", ci.RL.KVBudget, st.KVPeak, st.Recomputed)
+			if pool := max(ci.RL.KVBudget, ci.Agent.ContextBudget+ci.Agent.ResponseBudget) + 16; st.KVPeak == 0 || st.KVPeak > pool || st.Recomputed == 0 {
+				t.Fatalf("the paged pool's peak is %d positions under a budget of %d, %d recomputed (the test means to reach recomputation)", st.KVPeak, ci.RL.KVBudget, st.Recomputed)
+			}
 		}
 		raw, err := os.ReadFile(filepath.Join(ci.RL.Out, "rollouts.jsonl"))
 		if err != nil {

@@ -73,6 +73,9 @@ type StepStats struct {
 	RolloutSeconds float64
 	RolloutTokens  int
 	ComputedTokens int
+	// KVPeak is the most KV positions the paged pool held under
+	// rl.kv_budget (0 without one), and Recomputed the rollouts it preempted.
+	KVPeak, Recomputed int
 }
 
 // Result summarises a run.
@@ -168,9 +171,12 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		}
 		st.ComputedTokens = st.RolloutTokens
 		for _, p := range pols {
-			if pc := p.(*decode.Generator).Prefixes; pc != nil {
+			g := p.(*decode.Generator)
+			if pc := g.Prefixes; pc != nil {
 				st.ComputedTokens -= int(pc.Reused)
 			}
+			kv := g.KV()
+			st.KVPeak, st.Recomputed = max(st.KVPeak, kv.Peak*decode.KVBlock), st.Recomputed+kv.Preempted
 		}
 		rewards := make([]float64, len(rs))
 		for i, r := range rs {
@@ -210,6 +216,9 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		rec := map[string]any{"reward": st.Reward, "loss": st.Loss, "kl": st.KL, "clip_frac": st.ClipFrac,
 			"entropy": st.Entropy, "grad_norm": st.GradNorm, "experiences": len(exps), "step_seconds": st.Seconds,
 			"rollout_seconds": st.RolloutSeconds, "rollout_tokens": st.RolloutTokens, "computed_tokens": st.ComputedTokens}
+		if rc.KVBudget > 0 {
+			rec["kv_peak_positions"], rec["kv_recomputed"] = st.KVPeak, st.Recomputed
+		}
 		for k, v := range st.Parts {
 			rec[k] = v
 		}

@@ -121,8 +121,10 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	kvPos := seqs * float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget)
 	kvName := "KV caches of all rollouts (upper bound)"
 	if b := float64(rc.KVBudget); b > 0 {
+		// The paged pool holds at least one whole rollout (it runs alone).
+		b = max(b, float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget))
 		if rc.PrefixCache {
-			b *= 2 // the prefix cache keeps as much again
+			b += float64(rc.KVBudget) // the prefix cache keeps the budget again
 		}
 		if b < kvPos {
 			kvPos, kvName = b, "KV caches (rl.kv_budget)"
@@ -178,7 +180,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		{"the reference policy", "lora.enabled: true (the reference is the base without the adapter)", ref},
 		{oname, "model.shard_optimizer: true over several model.devices, or lora.enabled: true", optimizer},
 		{"the rollout engine's weights", "GPUs in model.devices (rollouts then decode with the trainer's own weights)", engine},
-		{"the KV caches", "rl.kv_budget (positions decoded at once; rollouts beyond it wait), or lower rl.k x rl.batch_tasks or agent.context_budget", kv},
+		{"the KV caches", "rl.kv_budget (the paged KV pool's positions; rollouts beyond it wait), or lower rl.k x rl.batch_tasks or agent.context_budget", kv},
 		{"the activations", "rl.recompute: true, or a smaller rl.batch_tokens", act},
 		{"the vocabulary logits", "nothing: they are already chunked", logits},
 	}

@@ -53,28 +53,60 @@ type Generation struct {
 // per step. Sequence i samples from its own generator seeded with
 // (Seed, i), so a run is reproducible.
 func Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
-	return generate(ctx, m, prompts, s, dec, nil, 0)
+	out, _, err := generate(ctx, m, prompts, s, dec, nil, 0)
+	return out, err
 }
 
 // Generate is decode.Generate starting each prompt from its longest cached
 // prefix, and keeping every finished sequence's cache for later prompts.
 func (pc *PrefixCache) Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
-	return generate(ctx, m, prompts, s, dec, pc, 0)
+	out, _, err := generate(ctx, m, prompts, s, dec, pc, 0)
+	return out, err
 }
 
-// generate decodes prompts together; first is the index of prompts[0] in
-// the caller's whole list, which seeds each sequence's sampler, so a list
-// decoded in groups samples what it would all at once.
-func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer, pc *PrefixCache, first int) ([]Generation, error) {
+// KVBlock is the positions of one block of a paged KV cache (vLLM's
+// default): small enough that a sequence holds at most one block's worth
+// it does not use, large enough that a block is one copy.
+const KVBlock = 16
+
+// KVStats describe the paged caches of generations under a KV budget.
+type KVStats struct {
+	Blocks    int // the pool's size in blocks of KVBlock positions
+	Peak      int // the most blocks held at once
+	Preempted int // sequences that gave their blocks back and were recomputed
+}
+
+// genSeq is one sequence of a generation: its cache and the tokens it
+// feeds next (the prompt's rest, then the last sample).
+type genSeq struct {
+	i     int
+	cache *qwen.Cache
+	next  []int
+	src   *qwen.Cache // a prefix cache's match, and its length
+	srcN  int
+	rest  bool // starts from the prompts' common prefix
+}
+
+// generate decodes prompts together. With budget > 0 the sequences' keys
+// and values live in a pool of about budget positions, in blocks (paged):
+// a sequence joins when the blocks it needs are free, in order, and when
+// the running ones need a block the pool does not have, the last to join
+// gives its blocks back and waits, to be recomputed (prompt and tokens so
+// far, in one forward) when blocks free up, as vLLM preempts. The pool
+// always holds one whole sequence, so a conversation larger than the
+// budget runs alone. Each sequence samples what it would in one unbounded
+// batch.
+func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer, pc *PrefixCache, budget int) ([]Generation, KVStats, error) {
+	var st KVStats
 	if len(prompts) == 0 {
-		return nil, nil
+		return nil, st, nil
 	}
 	if s.MaxTokens <= 0 {
-		return nil, fmt.Errorf("max tokens must be positive, got %d", s.MaxTokens)
+		return nil, st, fmt.Errorf("max tokens must be positive, got %d", s.MaxTokens)
 	}
 	for i, p := range prompts {
 		if len(p) == 0 {
-			return nil, fmt.Errorf("prompt %d is empty", i)
+			return nil, st, fmt.Errorf("prompt %d is empty", i)
 		}
 	}
 	maxLen := 0
@@ -82,28 +114,46 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 		maxLen = max(maxLen, len(p)+s.MaxTokens)
 	}
 	if m.MaxPositions > 0 && maxLen > m.MaxPositions {
-		return nil, fmt.Errorf("prompt plus max tokens (%d) exceeds the model's %d positions", maxLen, m.MaxPositions)
+		return nil, st, fmt.Errorf("prompt plus max tokens (%d) exceeds the model's %d positions", maxLen, m.MaxPositions)
+	}
+	var pool *qwen.Pool
+	if budget > 0 {
+		per := (maxLen + KVBlock - 1) / KVBlock
+		var err error
+		if pool, err = m.NewPool(max((budget+KVBlock-1)/KVBlock, per+1), KVBlock); err != nil {
+			return nil, st, err
+		}
+		st.Blocks = pool.Blocks()
+	}
+	newCache := func() *qwen.Cache {
+		if pool != nil {
+			return m.NewPagedCache(pool, maxLen)
+		}
+		return m.NewCache(maxLen)
 	}
 	n := len(prompts)
-	caches := make([]*qwen.Cache, n)
-	next := make([][]int, n)
 	rngs := make([]*rand.Rand, n)
 	out := make([]Generation, n)
+	seqs := make([]*genSeq, n)
 	// Prompts with a cached prefix start from it; the others share the
 	// longest run common to them all, prefilled once, each keeping at least
 	// one token of its own to produce first logits from.
 	var rest []int
 	for i, p := range prompts {
-		rngs[i] = rand.New(rand.NewPCG(s.Seed, uint64(first+i)))
+		rngs[i] = rand.New(rand.NewPCG(s.Seed, uint64(i)))
+		seqs[i] = &genSeq{i: i}
 		if src, k := pc.Match(p); k > 0 {
-			caches[i], next[i] = withPrefix(m, src, k, maxLen), p[k:]
+			seqs[i].src, seqs[i].srcN = src, k
 			continue
 		}
+		seqs[i].rest = true
 		rest = append(rest, i)
 	}
+	var base *qwen.Cache
+	prefix := 0
 	if len(rest) > 0 {
 		first := prompts[rest[0]]
-		prefix := len(first) - 1
+		prefix = len(first) - 1
 		for _, i := range rest[1:] {
 			p, k := prompts[i], 0
 			for k < prefix && k < len(p)-1 && p[k] == first[k] {
@@ -111,49 +161,118 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 			}
 			prefix = k
 		}
-		base := m.NewCache(maxLen)
 		if prefix > 0 {
-			if _, err := m.ForwardLast([][]int{first[:prefix]}, []*qwen.Cache{base}); err != nil {
-				return nil, err
+			base = newCache()
+			if _, err := m.ForwardLast([][]int{prompts[rest[0]][:prefix]}, []*qwen.Cache{base}); err != nil {
+				return nil, st, err
 			}
 		}
-		for j, i := range rest {
-			if j == len(rest)-1 {
-				caches[i] = base
-			} else {
-				caches[i] = base.Clone()
-			}
-			next[i] = prompts[i][prefix:]
+	}
+	// start gives a waiting sequence a cache and what to feed: everything
+	// it has (the prompt and its tokens so far, after a preemption) past
+	// the prefix it starts from.
+	start := func(q *genSeq) {
+		all := append(slices.Clip(prompts[q.i]), out[q.i].Tokens...)
+		switch {
+		case q.src != nil:
+			q.cache, q.next = newCache(), all[q.srcN:]
+		case q.rest && base != nil && pool == nil && q.i == rest[len(rest)-1]:
+			q.cache, q.next, base = base, all[prefix:], nil // the last to start takes the prefix's own cache
+		case q.rest && base != nil:
+			q.cache, q.next = base.Clone(), all[prefix:]
+		default:
+			q.cache, q.next = newCache(), all
 		}
 	}
-	live := make([]int, n)
-	for i := range live {
-		live[i] = i
+	// need is the blocks q's next forward takes (its prefix copy included).
+	need := func(q *genSeq) int {
+		if q.src != nil && q.cache.Len == 0 {
+			return (q.srcN + len(q.next) + KVBlock - 1) / KVBlock
+		}
+		return q.cache.BlocksNeeded(len(q.next))
 	}
+	waiting := slices.Clone(seqs)
+	var live []*genSeq
+	done := make([]*qwen.Cache, n)
+	defer func() {
+		for _, q := range append(live, waiting...) {
+			if q.cache != nil {
+				q.cache.Release()
+			}
+		}
+		if base != nil {
+			base.Release()
+		}
+	}()
 	logp := make([]float32, m.VocabSize)
-	for len(live) > 0 {
+	for len(live) > 0 || len(waiting) > 0 {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, st, err
+		}
+		// The running sequences' next blocks first: when the pool cannot
+		// give them, the last to join waits for a later turn.
+		used := 0
+		for pool != nil {
+			used = 0
+			for _, q := range live {
+				used += need(q)
+			}
+			if used <= pool.Free() || len(live) == 1 {
+				break
+			}
+			q := live[len(live)-1]
+			live = live[:len(live)-1]
+			q.cache.Release()
+			q.cache = nil
+			waiting = append([]*genSeq{q}, waiting...)
+			st.Preempted++
+		}
+		for len(waiting) > 0 {
+			q := waiting[0]
+			if q.cache == nil {
+				start(q)
+			}
+			if pool != nil && len(live) == 0 && need(q) > pool.Free() && base != nil {
+				// Alone it must fit: the shared prefix gives its blocks
+				// back (the sequences still to start prefill it themselves).
+				base.Release()
+				base = nil
+			}
+			if pool != nil && len(live) > 0 && used+need(q) > pool.Free() {
+				break
+			}
+			if q.src != nil && q.cache.Len == 0 {
+				if err := q.cache.Fill(q.src, q.srcN); err != nil {
+					return nil, st, err
+				}
+			}
+			used += need(q)
+			live = append(live, q)
+			waiting = waiting[1:]
+		}
+		if base != nil && !slices.ContainsFunc(waiting, func(q *genSeq) bool { return q.rest }) {
+			base.Release() // every sequence that starts from it holds its blocks now
+			base = nil
 		}
 		toks := make([][]int, len(live))
 		cs := make([]*qwen.Cache, len(live))
-		for j, i := range live {
-			toks[j], cs[j] = next[i], caches[i]
+		for j, q := range live {
+			toks[j], cs[j] = q.next, q.cache
 		}
 		logits, err := m.ForwardLast(toks, cs)
 		if err != nil {
-			return nil, err
+			return nil, st, err
 		}
-		var still []int
-		for j, i := range live {
-			row := logits[j]
+		var still []*genSeq
+		for j, q := range live {
+			i, row := q.i, logits[j]
 			tok := sample(row, s, rngs[i])
 			cpu.LogSoftmax(logp, row)
 			g := &out[i]
 			g.Tokens = append(g.Tokens, tok)
 			g.LogProbs = append(g.LogProbs, logp[tok])
 			if s.onToken != nil {
-				s.onToken(first+i, tok)
+				s.onToken(i, tok)
 			}
 			switch {
 			case slices.Contains(s.StopIDs, tok):
@@ -163,16 +282,36 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 			case len(g.Tokens) >= s.MaxTokens:
 				g.FinishReason = "length"
 			default:
-				next[i] = []int{tok}
-				still = append(still, i)
+				q.next = []int{tok}
+				still = append(still, q)
+				continue
 			}
+			// A finished sequence gives its blocks back at once; the prefix
+			// cache keeps a contiguous copy.
+			done[i] = q.cache
+			if pool != nil {
+				if pc != nil {
+					c := m.NewCache(q.cache.Len)
+					if err := c.Fill(q.cache, q.cache.Len); err != nil {
+						return nil, st, err
+					}
+					done[i] = c
+				}
+				q.cache.Release()
+			}
+			q.cache = nil
 		}
 		live = still
+		if pool != nil {
+			st.Peak = pool.Peak()
+		}
 	}
-	for i, p := range prompts {
-		pc.Put(fed(p, out[i]), caches[i])
+	if pc != nil {
+		for i, p := range prompts {
+			pc.Put(fed(p, out[i]), done[i])
+		}
 	}
-	return out, nil
+	return out, st, nil
 }
 
 // GenerateStream generates one sequence and calls onToken with each token as

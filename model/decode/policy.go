@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/memtools"
@@ -28,12 +29,43 @@ type Generator struct {
 	// call prefills only what was added (an episode's calls resend the
 	// whole context). It must be dropped when the weights change.
 	Prefixes *PrefixCache
-	// KVBudget bounds the positions (prompt + Sampling.MaxTokens, summed)
-	// of the conversations a CompleteBatch decodes at once, so the KV
-	// caches never need more (0: no bound). The others wait for the next
-	// group, in order; a conversation larger than the budget runs alone.
-	// Each conversation samples what it would in one batch.
+	// KVBudget bounds the key/value positions a CompleteBatch holds at
+	// once (0: no bound): the conversations' caches are paged blocks of a
+	// pool that size, a conversation joins the batch when its blocks are
+	// free and one the pool runs short for is recomputed later (see
+	// generate). A conversation larger than the budget runs alone. Each
+	// conversation samples what it would in one batch.
 	KVBudget int
+
+	kv *kvTotals // shared by copies of the generator
+}
+
+// KV is what the paged caches of this generator's batches used so far:
+// the largest pool, its peak and the preemptions summed (zero for a
+// Generator not made by NewGenerator or LoadGenerator).
+func (p *Generator) KV() KVStats {
+	if p.kv == nil {
+		return KVStats{}
+	}
+	return p.kv.get()
+}
+
+type kvTotals struct {
+	mu sync.Mutex
+	s  KVStats
+}
+
+func (t *kvTotals) add(s KVStats) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.s.Blocks, t.s.Peak = max(t.s.Blocks, s.Blocks), max(t.s.Peak, s.Peak)
+	t.s.Preempted += s.Preempted
+}
+
+func (t *kvTotals) get() KVStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.s
 }
 
 // NewGenerator returns a policy that stops at <|im_end|> and <|endoftext|>.
@@ -43,7 +75,7 @@ func NewGenerator(m *qwen.Model, tok *tokenizer.Tokenizer, s Sampling) *Generato
 			s.StopIDs = append(s.StopIDs, id)
 		}
 	}
-	return &Generator{Model: m, Tokenizer: tok, Sampling: s}
+	return &Generator{Model: m, Tokenizer: tok, Sampling: s, kv: &kvTotals{}}
 }
 
 // LoadGenerator opens a model directory on a backend (config.json, tokenizer.json, safetensors,
@@ -137,13 +169,12 @@ func (p *Generator) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([
 		}
 		prompts[i] = ids
 	}
-	var gens []Generation
-	for _, g := range kvGroups(prompts, p.Sampling.MaxTokens, p.KVBudget) {
-		part, err := generate(ctx, p.Model, prompts[g[0]:g[1]], p.Sampling, p.Tokenizer, p.Prefixes, g[0])
-		if err != nil {
-			return nil, err
-		}
-		gens = append(gens, part...)
+	gens, st, err := generate(ctx, p.Model, prompts, p.Sampling, p.Tokenizer, p.Prefixes, p.KVBudget)
+	if err != nil {
+		return nil, err
+	}
+	if p.kv != nil {
+		p.kv.add(st)
 	}
 	out := make([]memtools.Completion, len(gens))
 	for i, g := range gens {
@@ -235,23 +266,3 @@ func isStop(id int, stops []int) bool {
 }
 
 var _ memtools.BatchPolicy = (*Generator)(nil)
-
-// kvGroups splits prompts, in order, into runs [lo, hi) whose positions
-// (each prompt plus maxTokens) sum to at most budget (budget <= 0: one run);
-// a prompt larger than the budget is a run of its own.
-func kvGroups(prompts [][]int, maxTokens, budget int) [][2]int {
-	if budget <= 0 {
-		return [][2]int{{0, len(prompts)}}
-	}
-	var out [][2]int
-	lo, used := 0, 0
-	for i, p := range prompts {
-		need := len(p) + maxTokens
-		if i > lo && used+need > budget {
-			out = append(out, [2]int{lo, i})
-			lo, used = i, 0
-		}
-		used += need
-	}
-	return append(out, [2]int{lo, len(prompts)})
-}

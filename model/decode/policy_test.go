@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,58 +150,51 @@ func randomQwen3(t *testing.T, tok *tokenizer.Tokenizer, dtype safetensors.DType
 	return m
 }
 
-// TestKVBudgetGroupsConversations: under a KV budget a batch is decoded in
-// groups whose positions fit it, and every conversation samples exactly
-// what it samples in one batch; the grouping is worked by hand.
-func TestKVBudgetGroupsConversations(t *testing.T) {
-	p3 := func(n int) []int { return make([]int, n) }
-	for _, c := range []struct {
-		lens     []int
-		max, bud int
-		want     [][2]int
-	}{
-		{[]int{10, 10, 10}, 5, 0, [][2]int{{0, 3}}},
-		{[]int{10, 10, 10}, 5, 30, [][2]int{{0, 2}, {2, 3}}},
-		{[]int{10, 40, 10, 10}, 5, 30, [][2]int{{0, 1}, {1, 2}, {2, 4}}}, // 45 runs alone
-		{[]int{10, 10}, 5, 15, [][2]int{{0, 1}, {1, 2}}},
-	} {
-		var ps [][]int
-		for _, l := range c.lens {
-			ps = append(ps, p3(l))
-		}
-		if got := kvGroups(ps, c.max, c.bud); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("lens %v, max %d, budget %d: groups %v, want %v", c.lens, c.max, c.bud, got, c.want)
-		}
-	}
-
+// TestKVBudgetPagesConversations: under a KV budget a batch's caches are
+// paged blocks of a pool that size; conversations wait for blocks, and
+// those the pool runs short for mid-decode are recomputed; every
+// conversation still samples exactly what it samples in one unbounded
+// batch (tokens and log-probabilities), and the pool's peak stays under
+// what the unbounded batch holds.
+func TestKVBudgetPagesConversations(t *testing.T) {
 	tok := qwen3Tokenizer(t)
 	m := randomQwen3(t, tok, safetensors.F32)
 	var convs [][]stm.Message
 	for _, q := range []string{"Hi.", "What is the capital of France?", "Name a colour.", "Count to three.", "Say yes."} {
-		convs = append(convs, []stm.Message{{Role: "user", Content: q}})
+		convs = append(convs, []stm.Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: q}})
 	}
-	all := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 9, MaxTokens: 12})
+	samp := Sampling{Temperature: 1, Seed: 9, MaxTokens: 24}
+	all := NewGenerator(m, tok, samp)
 	want, err := all.CompleteBatch(context.Background(), convs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	grouped := NewGenerator(m, tok, Sampling{Temperature: 1, Seed: 9, MaxTokens: 12})
-	grouped.KVBudget = 60 // about two conversations at a time
-	got, err := grouped.CompleteBatch(context.Background(), convs)
-	if err != nil {
-		t.Fatal(err)
+	held := 0 // blocks the unbounded batch's sequences fill
+	for _, w := range want {
+		held += (w.PromptTokens + w.CompletionTokens + KVBlock - 1) / KVBlock
 	}
-	for i := range want {
-		if got[i].Text != want[i].Text {
-			t.Errorf("conversation %d: %q under the budget, %q in one batch", i, got[i].Text, want[i].Text)
+	preempted := 0
+	for _, budget := range []int{1, 120} { // 1: the smallest pool, one sequence at a time
+		paged := NewGenerator(m, tok, samp)
+		paged.KVBudget = budget
+		got, err := paged.CompleteBatch(context.Background(), convs)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for i := range want {
+			if got[i].Text != want[i].Text || !slices.Equal(got[i].LogProbs, want[i].LogProbs) {
+				t.Errorf("budget %d, conversation %d: %q under the budget, %q in one batch", budget, i, got[i].Text, want[i].Text)
+			}
+		}
+		kv := paged.KV()
+		t.Logf("budget %d: pool %d blocks, peak %d (unbounded %d), %d preempted", budget, kv.Blocks, kv.Peak, held, kv.Preempted)
+		if kv.Peak > kv.Blocks || kv.Peak >= held {
+			t.Errorf("budget %d: peak %d blocks of a pool of %d; the unbounded batch fills %d", budget, kv.Peak, kv.Blocks, held)
+		}
+		preempted += kv.Preempted
 	}
-	prompts := make([][]int, len(convs))
-	for i, c := range convs {
-		prompts[i], _ = grouped.Prompt(c)
-	}
-	if g := kvGroups(prompts, 12, 60); len(g) < 3 {
-		t.Fatalf("budget 60 made groups %v: the test does not split the batch", g)
+	if preempted == 0 {
+		t.Error("no sequence was preempted: the test does not reach recomputation")
 	}
 }
 

@@ -110,19 +110,6 @@ func (pc *PrefixCache) put(ids []int, c *qwen.Cache, pinned bool) {
 	}
 }
 
-// withPrefix returns a new cache of maxT positions holding the first n
-// positions of src (a match's).
-func withPrefix(m *qwen.Model, src *qwen.Cache, n, maxT int) *qwen.Cache {
-	c := m.NewCache(maxT)
-	c.Reserve(n)
-	for i := range src.K {
-		m.B.CopyRows(c.K[i], 0, src.K[i], 0, n)
-		m.B.CopyRows(c.V[i], 0, src.V[i], 0, n)
-	}
-	c.Len = n
-	return c
-}
-
 // fed is what a finished generation's cache holds: the prompt and every
 // sampled token but the last (which was never fed back).
 func fed(prompt []int, g Generation) []int {

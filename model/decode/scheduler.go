@@ -249,10 +249,8 @@ func (sc *Scheduler) loop() {
 func (sc *Scheduler) admit(q *schedSeq) {
 	maxT := len(q.prompt) + q.s.MaxTokens
 	q.rng = rand.New(rand.NewPCG(q.s.Seed, 0))
-	if src, n := sc.prefixes.Match(q.prompt); n > 0 {
-		q.cache, q.next = withPrefix(sc.m, src, n, maxT), q.prompt[n:]
-		return
+	q.cache, q.next = sc.m.NewCache(maxT), q.prompt
+	if src, n := sc.prefixes.Match(q.prompt); n > 0 && q.cache.Fill(src, n) == nil {
+		q.next = q.prompt[n:]
 	}
-	q.cache = sc.m.NewCache(maxT)
-	q.next = q.prompt
 }

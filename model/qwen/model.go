@@ -153,11 +153,17 @@ func fromTensors(be kernels.Backend, cfg Config, src TensorSource, o Options) (*
 // Max, so a rollout that stops early never held the full context (GRPO's
 // K×B rollouts at an 8k context would otherwise reserve their upper bound
 // at once).
+//
+// A paged cache (Model.NewPagedCache) keeps its positions in a Pool's
+// blocks instead, and K and V are nil.
 type Cache struct {
 	K, V []kernels.Tensor // [Cap(), kvHeads·headDim] per layer; rows from Len on are free
 	Len  int              // positions filled
 	Max  int              // the most positions it may grow to
 	be   kernels.Backend
+
+	pool   *Pool // a paged cache's pool, and the blocks it holds
+	blocks []int
 }
 
 // cacheStart is a new cache's room, in positions.
@@ -175,6 +181,9 @@ func (m *Model) NewCache(maxT int) *Cache {
 
 // Cap is how many positions the cache has room for now.
 func (c *Cache) Cap() int {
+	if c.pool != nil {
+		return len(c.blocks) * c.pool.BlockSize
+	}
 	if len(c.K) == 0 {
 		return 0
 	}
@@ -182,13 +191,18 @@ func (c *Cache) Cap() int {
 }
 
 // Reserve makes room for n positions (at most Max), keeping the filled
-// ones: the room at least doubles, so filling a cache copies each
-// position about once.
-func (c *Cache) Reserve(n int) {
-	if n <= c.Cap() {
-		return
+// ones: a contiguous cache's room at least doubles, so filling it copies
+// each position about once; a paged cache takes the blocks it lacks and
+// fails with ErrPoolFull, taking none, when its pool cannot give them.
+func (c *Cache) Reserve(n int) error {
+	n = min(n, c.Max)
+	if c.pool != nil {
+		return c.reservePaged(n)
 	}
-	c.resize(min(c.Max, max(n, 2*c.Cap())))
+	if n > c.Cap() {
+		c.resize(max(n, min(c.Max, 2*c.Cap())))
+	}
+	return nil
 }
 
 func (c *Cache) resize(room int) {
@@ -202,8 +216,16 @@ func (c *Cache) resize(room int) {
 }
 
 // Clone copies the cache, for sequences that share a prompt prefix; the
-// copy has room for what is filled (and at least cacheStart positions).
+// copy has room for what is filled (and at least cacheStart positions). A
+// paged clone shares the blocks instead (each is copied when one of its
+// holders writes into it).
 func (c *Cache) Clone() *Cache {
+	if c.pool != nil {
+		for _, b := range c.blocks {
+			c.pool.refs[b]++
+		}
+		return &Cache{Len: c.Len, Max: c.Max, be: c.be, pool: c.pool, blocks: slices.Clone(c.blocks)}
+	}
 	n := &Cache{Len: c.Len, Max: c.Max, be: c.be, K: slices.Clone(c.K), V: slices.Clone(c.V)}
 	n.resize(max(c.Len, min(c.Max, cacheStart)))
 	return n
@@ -247,7 +269,6 @@ func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]flo
 		if caches[s].Len+len(toks) > caches[s].Max {
 			return nil, fmt.Errorf("sequence %d: %d tokens exceed the cache of %d", s, caches[s].Len+len(toks), caches[s].Max)
 		}
-		caches[s].Reserve(caches[s].Len + len(toks))
 		for i, id := range toks {
 			if id < 0 || id >= m.VocabSize {
 				return nil, fmt.Errorf("sequence %d: token id %d is outside the vocabulary of %d", s, id, m.VocabSize)
@@ -257,10 +278,24 @@ func (m *Model) forward(tokens [][]int, caches []*Cache, lastOnly bool) ([][]flo
 		}
 		total += len(toks)
 	}
+	// Room only once every sequence is valid; a pool that runs out fails
+	// here, before any position is written.
+	var rows [][]int
+	for s, toks := range tokens {
+		if err := caches[s].Reserve(caches[s].Len + len(toks)); err != nil {
+			return nil, fmt.Errorf("sequence %d: %w", s, err)
+		}
+		if caches[s].pool != nil {
+			if rows == nil {
+				rows = make([][]int, len(tokens))
+			}
+			rows[s] = caches[s].pagedRows(caches[s].Len + len(toks))
+		}
+	}
 	t := total
 	x := be.Zeros(t, h)
 	be.Embedding(x, m.Embed, ids)
-	op := engineOps{m: m, pos: pos, tokens: tokens, caches: caches}
+	op := engineOps{m: m, pos: pos, tokens: tokens, caches: caches, rows: rows}
 	for li := range m.Layers {
 		x = m.Layers[li].Forward(op, li, x)
 	}
@@ -305,6 +340,7 @@ type engineOps struct {
 	pos    []int
 	tokens [][]int
 	caches []*Cache
+	rows   [][]int // a paged cache's pool rows of its positions
 }
 
 func (o engineOps) RMSNorm(x, w kernels.Tensor) kernels.Tensor {
@@ -355,9 +391,16 @@ func (o engineOps) Attention(li int, q, k, v kernels.Tensor) kernels.Tensor {
 	row := 0
 	for s, toks := range o.tokens {
 		c, n := o.caches[s], len(toks)
-		be.CopyRows(c.K[li], c.Len, k, row, n)
-		be.CopyRows(c.V[li], c.Len, v, row, n)
-		be.Attention(be.Rows(out, row, row+n), be.Rows(q, row, row+n), c.K[li], c.V[li], nil, c.Len, m.Heads, m.KVHeads, m.HeadDim)
+		var kc, vc kernels.Tensor
+		if c.pool != nil {
+			c.writePaged(li, k, v, row, n)
+			kc, vc = c.gatherPaged(li, o.rows[s])
+		} else {
+			kc, vc = c.K[li], c.V[li]
+			be.CopyRows(kc, c.Len, k, row, n)
+			be.CopyRows(vc, c.Len, v, row, n)
+		}
+		be.Attention(be.Rows(out, row, row+n), be.Rows(q, row, row+n), kc, vc, nil, c.Len, m.Heads, m.KVHeads, m.HeadDim)
 		row += n
 	}
 	return out
