@@ -108,6 +108,23 @@ func TestSampleTopKTopP(t *testing.T) {
 	if sample(logits, Sampling{}, r) != 1 {
 		t.Fatal("temperature 0 must be greedy")
 	}
+	// The whole distribution at temperature 2: frequencies within four
+	// standard errors of softmax(logits/2).
+	const n = 40000
+	counts := make([]float64, len(logits))
+	for range n {
+		counts[sample(logits, Sampling{Temperature: 2, TopP: 1}, r)]++
+	}
+	var z float64
+	for _, v := range logits {
+		z += math.Exp(float64(v) / 2)
+	}
+	for i, v := range logits {
+		p := math.Exp(float64(v)/2) / z
+		if se := math.Sqrt(p * (1 - p) / n); math.Abs(counts[i]/n-p) > 4*se {
+			t.Errorf("id %d drawn %.4f of the time, softmax(logits/2) gives %.4f", i, counts[i]/n, p)
+		}
+	}
 }
 
 func newTestRand() *rand.Rand { return rand.New(rand.NewPCG(1, 2)) }
