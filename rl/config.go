@@ -3,6 +3,7 @@ package rl
 import (
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/rl/grpo"
 )
 
 // Config is step-wise GRPO (config section "rl").
@@ -20,6 +21,10 @@ type Config struct {
 	Clip float64 `yaml:"clip"`
 	Beta float64 `yaml:"beta"`
 	Eps  float64 `yaml:"eps"`
+	// ScaleRewards divides each group's centred rewards by the group's
+	// standard deviation (group, Eq. 5), the step's (batch) or nothing
+	// (none), as TRL's scale_rewards.
+	ScaleRewards string `yaml:"scale_rewards"`
 	// Aggregation is token-mean or seq-mean-token-mean.
 	Aggregation string `yaml:"aggregation"`
 	// Epochs over each step's experiences, in Minibatches optimiser steps.
@@ -37,10 +42,11 @@ type Config struct {
 	// so a call prefills only what its context gained (false: every call
 	// prefills its whole context, as before).
 	PrefixCache bool `yaml:"prefix_cache"`
-	// KVBudget bounds, per rollout engine, the positions (prompt plus
-	// response budget) of the calls decoded at once, and the positions the
-	// prefix cache keeps: rollouts beyond it wait for the next group
-	// (0: no bound, every live rollout decodes together).
+	// KVBudget is, per rollout engine, the positions of the paged KV pool
+	// the calls decode in, and the positions the prefix cache keeps:
+	// rollouts beyond it wait, and one the pool runs short for is
+	// recomputed (0: no bound, contiguous caches, every live rollout
+	// decodes together).
 	KVBudget int    `yaml:"kv_budget"`
 	Out      string `yaml:"out"`
 }
@@ -49,7 +55,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Init: "runs/tiny/sft/policy", K: 8, BatchTasks: 2, Steps: 6,
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1},
-		Clip:           0.2, Beta: 0.1, Eps: 1e-6, Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
+		Clip:           0.2, Beta: 0.1, Eps: 1e-6, ScaleRewards: "group", Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
 		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, Out: "runs/tiny/rl"}
 }
 
@@ -68,6 +74,7 @@ func (c Config) Validate() error {
 	}
 	e.NotNegative("beta", c.Beta)
 	e.Positive("eps", c.Eps)
+	e.OneOf("scale_rewards", c.ScaleRewards, grpo.ScaleGroup, grpo.ScaleBatch, grpo.ScaleNone)
 	e.OneOf("aggregation", c.Aggregation, "token-mean", "seq-mean-token-mean")
 	e.AtLeast("epochs", c.Epochs, 1)
 	e.AtLeast("minibatches", c.Minibatches, 1)

@@ -200,7 +200,7 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 				st.Parts[k] += v / float64(len(rs))
 			}
 		}
-		adv, err := grpo.GroupAdvantages(rewards, rc.K, rc.Eps)
+		adv, err := grpo.GroupAdvantages(rewards, rc.K, rc.Eps, rc.ScaleRewards)
 		if err != nil {
 			return nil, "", err
 		}

@@ -18,21 +18,52 @@ type Config struct {
 	Beta float64 // β, the weight of KL(π_θ ‖ π_ref) (0.1, Eq. 6)
 }
 
-// GroupAdvantages normalises terminal rewards within groups of groupSize
-// consecutive trajectories (the K rollouts of one task), Eq. 5:
+// How group advantages are scaled (TRL's scale_rewards).
+const (
+	ScaleGroup = "group" // by the group's standard deviation, Eq. 5 (the paper)
+	ScaleBatch = "batch" // by the standard deviation of every reward of the step
+	ScaleNone  = "none"  // not at all: r − μ_G (Dr. GRPO)
+)
+
+// GroupAdvantages centres terminal rewards within groups of groupSize
+// consecutive trajectories (the K rollouts of one task) and scales them,
+// with scale ScaleGroup by Eq. 5:
 //
 //	A_k = (r_k − μ_G) / (σ_G + ε)
 //
-// with σ_G the unbiased standard deviation (n−1). A group of one, or one
-// whose rewards are all equal, carries no preference and yields zeros.
-func GroupAdvantages(rewards []float64, groupSize int, eps float64) ([]float64, error) {
+// with σ_G the unbiased standard deviation (n−1); with ScaleBatch σ is the
+// unbiased standard deviation of all the rewards instead, so a group whose
+// rewards barely differ (the same answer, contexts a few tokens apart)
+// keeps small advantages rather than having that noise stretched to ±1;
+// with ScaleNone A_k = r_k − μ_G. A group of one, or one whose rewards are
+// all equal, carries no preference and yields zeros.
+func GroupAdvantages(rewards []float64, groupSize int, eps float64, scale string) ([]float64, error) {
 	if groupSize < 1 || len(rewards)%groupSize != 0 {
 		return nil, fmt.Errorf("grpo: %d rewards do not split into groups of %d", len(rewards), groupSize)
 	}
+	if scale != ScaleGroup && scale != ScaleBatch && scale != ScaleNone {
+		return nil, fmt.Errorf("grpo: reward scaling %q is not group, batch or none", scale)
+	}
 	adv := make([]float64, len(rewards))
+	if groupSize == 1 {
+		return adv, nil
+	}
+	std := func(r []float64) float64 {
+		var mean, ss float64
+		for _, v := range r {
+			mean += v
+		}
+		mean /= float64(len(r))
+		for _, v := range r {
+			ss += (v - mean) * (v - mean)
+		}
+		return math.Sqrt(ss / float64(len(r)-1))
+	}
+	batchStd := std(rewards)
 	for g := 0; g < len(rewards); g += groupSize {
 		r := rewards[g : g+groupSize]
-		if groupSize == 1 {
+		sd := std(r)
+		if sd == 0 {
 			continue
 		}
 		var mean float64
@@ -40,16 +71,15 @@ func GroupAdvantages(rewards []float64, groupSize int, eps float64) ([]float64, 
 			mean += v
 		}
 		mean /= float64(groupSize)
-		var ss float64
-		for _, v := range r {
-			ss += (v - mean) * (v - mean)
-		}
-		std := math.Sqrt(ss / float64(groupSize-1))
-		if std == 0 {
-			continue
+		div := 1.0
+		switch scale {
+		case ScaleGroup:
+			div = sd + eps
+		case ScaleBatch:
+			div = batchStd + eps
 		}
 		for i, v := range r {
-			adv[g+i] = (v - mean) / (std + eps)
+			adv[g+i] = (v - mean) / div
 		}
 	}
 	return adv, nil

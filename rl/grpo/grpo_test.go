@@ -13,7 +13,7 @@ func TestGroupAdvantagesByHand(t *testing.T) {
 	// Group 1: rewards 1,0,0,1: mean 0.5, unbiased variance (4·0.25)/3 = 1/3,
 	// std 0.5773502692, so A = ±0.5/0.5773502692 = ±0.8660254038.
 	// Group 2: all equal, zero variance: zeros, not NaN.
-	adv, err := GroupAdvantages([]float64{1, 0, 0, 1, 2, 2, 2, 2}, 4, 0)
+	adv, err := GroupAdvantages([]float64{1, 0, 0, 1, 2, 2, 2, 2}, 4, 0, ScaleGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,15 +24,42 @@ func TestGroupAdvantagesByHand(t *testing.T) {
 		}
 	}
 	// ε in the denominator: rewards 0 and 2, std √2, A = ±1/(√2 + 0.5).
-	adv, _ = GroupAdvantages([]float64{0, 2}, 2, 0.5)
+	adv, _ = GroupAdvantages([]float64{0, 2}, 2, 0.5, ScaleGroup)
 	testkit.Near(t, "A with eps", adv[1], 1/(math.Sqrt2+0.5), 1e-9)
 	// Groups of one carry no preference.
-	adv, _ = GroupAdvantages([]float64{3, -1}, 1, 1e-6)
+	adv, _ = GroupAdvantages([]float64{3, -1}, 1, 1e-6, ScaleGroup)
 	if adv[0] != 0 || adv[1] != 0 {
 		t.Fatalf("groups of one: %v", adv)
 	}
-	if _, err := GroupAdvantages([]float64{1, 2, 3}, 2, 0); err == nil || !strings.Contains(err.Error(), "groups of 2") {
+	if _, err := GroupAdvantages([]float64{1, 2, 3}, 2, 0, ScaleGroup); err == nil || !strings.Contains(err.Error(), "groups of 2") {
 		t.Fatalf("ragged groups: %v", err)
+	}
+	if _, err := GroupAdvantages([]float64{1, 2}, 2, 0, "std"); err == nil || !strings.Contains(err.Error(), `"std"`) {
+		t.Fatalf("an unknown scaling: %v", err)
+	}
+	// Groups 1, 1.01 (the same answer, contexts a few tokens apart) and
+	// 0, 1 (one right, one wrong). By group both become ±0.7071 (each
+	// std/√2 away from its mean, std = spread/√2). By batch: rewards
+	// 1, 1.01, 0, 1 have mean 0.7525 and unbiased variance
+	// (0.06125625+0.06630625+0.56625625+0.06125625)/3 = 0.251691667, std
+	// 0.501688815: A = ±0.005/0.501688815 = ±0.0099663374 and
+	// ±0.5/0.501688815 = ±0.9966337408. None: ±0.005 and ±0.5.
+	r := []float64{1, 1.01, 0, 1}
+	for _, c := range []struct {
+		scale string
+		want  []float64
+	}{
+		{ScaleGroup, []float64{-0.7071067812, 0.7071067812, -0.7071067812, 0.7071067812}},
+		{ScaleBatch, []float64{-0.0099663374, 0.0099663374, -0.9966337408, 0.9966337408}},
+		{ScaleNone, []float64{-0.005, 0.005, -0.5, 0.5}},
+	} {
+		adv, err := GroupAdvantages(r, 2, 0, c.scale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range r {
+			testkit.Near(t, c.scale, adv[i], c.want[i], 1e-8)
+		}
 	}
 }
 
