@@ -203,9 +203,10 @@ func TestLogProbFloat32MatchesFloat64(t *testing.T) {
 
 // TestAttentionBackwardMatMul checks the matmul form against the plain
 // float64 kernel, with a cache offset and grouped heads.
+// The last two cases span several blocks of attnBlock query rows.
 func TestAttentionBackwardMatMul(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
-	for _, c := range []struct{ tn, start, heads, kvh, d int }{{5, 0, 4, 2, 8}, {7, 9, 6, 2, 16}, {1, 3, 2, 1, 4}, {40, 33, 4, 4, 24}} {
+	for _, c := range []struct{ tn, start, heads, kvh, d int }{{5, 0, 4, 2, 8}, {7, 9, 6, 2, 16}, {1, 3, 2, 1, 4}, {40, 33, 4, 4, 24}, {150, 0, 4, 2, 8}, {130, 21, 2, 1, 8}} {
 		total := c.start + c.tn
 		q, kc, vc := r64(rng, c.tn*c.heads*c.d), r64(rng, total*c.kvh*c.d), r64(rng, total*c.kvh*c.d)
 		r := r64(rng, c.tn*c.heads*c.d)
@@ -233,8 +234,6 @@ func TestAttentionBackwardMatMul(t *testing.T) {
 
 func TestAttentionMatMulMatchesAttention(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
-	const tn, start, heads, kvh, d = 13, 6, 4, 2, 8
-	total := start + tn
 	f := func(n int) []float32 {
 		o := make([]float32, n)
 		for i := range o {
@@ -242,13 +241,17 @@ func TestAttentionMatMulMatchesAttention(t *testing.T) {
 		}
 		return o
 	}
-	q, kc, vc := f(tn*heads*d), f(total*kvh*d), f(total*kvh*d)
-	want, got := make([]float32, len(q)), make([]float32, len(q))
-	Attention(want, q, kc, vc, nil, tn, start, heads, kvh, d)
-	AttentionMatMul(got, q, kc, vc, tn, start, heads, kvh, d)
-	for i := range want {
-		if math.Abs(float64(got[i]-want[i])) > 1e-5 {
-			t.Fatalf("out[%d]: matmul form %g, kernel %g", i, got[i], want[i])
+	// The last two span several blocks of attnBlock query rows.
+	for _, c := range []struct{ tn, start, heads, kvh, d int }{{13, 6, 4, 2, 8}, {150, 0, 4, 2, 8}, {140, 37, 2, 1, 16}} {
+		total := c.start + c.tn
+		q, kc, vc := f(c.tn*c.heads*c.d), f(total*c.kvh*c.d), f(total*c.kvh*c.d)
+		want, got := make([]float32, len(q)), make([]float32, len(q))
+		Attention(want, q, kc, vc, nil, c.tn, c.start, c.heads, c.kvh, c.d)
+		AttentionMatMul(got, q, kc, vc, c.tn, c.start, c.heads, c.kvh, c.d)
+		for i := range want {
+			if math.Abs(float64(got[i]-want[i])) > 1e-5 {
+				t.Fatalf("%+v out[%d]: matmul form %g, kernel %g", c, i, got[i], want[i])
+			}
 		}
 	}
 }
