@@ -48,29 +48,13 @@ func GroupAdvantages(rewards []float64, groupSize int, eps float64, scale string
 	if groupSize == 1 {
 		return adv, nil
 	}
-	std := func(r []float64) float64 {
-		var mean, ss float64
-		for _, v := range r {
-			mean += v
-		}
-		mean /= float64(len(r))
-		for _, v := range r {
-			ss += (v - mean) * (v - mean)
-		}
-		return math.Sqrt(ss / float64(len(r)-1))
-	}
-	batchStd := std(rewards)
+	_, batchStd := meanStd(rewards)
 	for g := 0; g < len(rewards); g += groupSize {
 		r := rewards[g : g+groupSize]
-		sd := std(r)
+		mean, sd := meanStd(r)
 		if sd == 0 {
 			continue
 		}
-		var mean float64
-		for _, v := range r {
-			mean += v
-		}
-		mean /= float64(groupSize)
 		div := 1.0
 		switch scale {
 		case ScaleGroup:
@@ -83,6 +67,19 @@ func GroupAdvantages(rewards []float64, groupSize int, eps float64, scale string
 		}
 	}
 	return adv, nil
+}
+
+// meanStd is the mean and the unbiased (n−1) standard deviation of r.
+func meanStd(r []float64) (mean, std float64) {
+	for _, v := range r {
+		mean += v
+	}
+	mean /= float64(len(r))
+	var ss float64
+	for _, v := range r {
+		ss += (v - mean) * (v - mean)
+	}
+	return mean, math.Sqrt(ss / float64(len(r)-1))
 }
 
 // Broadcast gives every step the advantage of its trajectory:
