@@ -217,7 +217,14 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 			for _, q := range live {
 				used += need(q)
 			}
-			if used <= pool.Free() || len(live) == 1 {
+			if used <= pool.Free() {
+				break
+			}
+			if len(live) == 1 {
+				if base != nil { // alone it must fit: the shared prefix goes
+					base.Release()
+					base = nil
+				}
 				break
 			}
 			q := live[len(live)-1]
@@ -239,6 +246,8 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 				base = nil
 			}
 			if pool != nil && len(live) > 0 && used+need(q) > pool.Free() {
+				q.cache.Release() // a waiting sequence holds no block, not even a shared one
+				q.cache = nil
 				break
 			}
 			if q.src != nil && q.cache.Len == 0 {

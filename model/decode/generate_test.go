@@ -194,3 +194,48 @@ func TestPrefixCacheReusesEarlierTurns(t *testing.T) {
 	}
 	t.Logf("%d of %d prompt tokens served from the cache", pc.Reused, pc.Looked)
 }
+
+// TestPagedPoolAtItsSmallest: under the smallest pool (one whole sequence)
+// a prompt that starts from a prefix cache's entry runs alone beside the
+// other prompts' shared prefix, which must give its blocks back for it to
+// grow; every sequence still samples what it does unbounded, with no
+// prefix cache.
+func TestPagedPoolAtItsSmallest(t *testing.T) {
+	m := tinyModel(t, "tiny-qwen3")
+	span := func(lo, n int) []int {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = (lo + 7*i) % m.VocabSize
+		}
+		return out
+	}
+	// Prompt 0 continues a cached entry; the others share 40 tokens.
+	cached := span(300, 30)
+	prompts := [][]int{append(slices.Clone(cached), span(3, 4)...)}
+	for i := range 3 {
+		prompts = append(prompts, append(span(1, 40), span(50+i, 5)...))
+	}
+	s := Sampling{Temperature: 1, Seed: 4, MaxTokens: 40}
+	want, _, err := generate(context.Background(), m, prompts, s, nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := NewPrefixCache(0)
+	c := m.NewCache(len(cached))
+	if _, err := m.ForwardLast([][]int{cached}, []*qwen.Cache{c}); err != nil {
+		t.Fatal(err)
+	}
+	pc.Put(cached, c)
+	got, st, err := generate(context.Background(), m, prompts, s, nil, pc, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if !slices.Equal(got[i].Tokens, want[i].Tokens) || !slices.Equal(got[i].LogProbs, want[i].LogProbs) {
+			t.Errorf("prompt %d: %v in the smallest pool, %v unbounded", i, got[i].Tokens, want[i].Tokens)
+		}
+	}
+	if per := (len(prompts[1]) + s.MaxTokens + KVBlock - 1) / KVBlock; st.Blocks != per+1 || st.Peak > st.Blocks {
+		t.Fatalf("pool %d blocks (want %d), peak %d", st.Blocks, per+1, st.Peak)
+	}
+}
