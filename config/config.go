@@ -116,7 +116,9 @@ type Model struct {
 	Devices []string `yaml:"devices"`
 	// TrainDtype is the precision of the training matmuls on GPUs: f32, or
 	// bf16 (tensor cores, f32 accumulation; the frozen base under LoRA is
-	// then held in bf16; trainable weights, gradients and AdamW stay f32).
+	// then held in bf16; trainable weights, gradients and AdamW stay f32),
+	// or q8_0 (bf16, with the base's projections held as Q8_0 blocks, a
+	// quarter of f32's bytes; needs lora.enabled).
 	TrainDtype string `yaml:"train_dtype"`
 	// ShardOptimizer splits the AdamW moments across the data-parallel
 	// devices (ZeRO stage 1): each updates its share of the parameters and
@@ -194,6 +196,9 @@ func (c Config) Validate() error {
 	e.Section("sft", c.SFT.Validate())
 	e.Section("rl", c.RL.Validate())
 	e.Section("reward", c.Reward.Validate())
+	if c.Model.TrainDtype == "q8_0" && !c.LoRA.Enabled {
+		e.Add("model.train_dtype", "q8_0 holds a frozen base in 8 bits, and full fine-tuning trains every weight: set lora.enabled: true, or train_dtype: bf16")
+	}
 	e.AtLeast("eval.tasks", c.Eval.Tasks, 0)
 	e.Section("serve", c.Serve.Validate())
 	e.Section("ollama", c.Ollama.Validate())
@@ -212,7 +217,7 @@ func (c Config) Validate() error {
 func (m Model) Validate() error {
 	var e valid.Errors
 	e.OneOf("dtype", m.Dtype, "f32", "bf16")
-	e.OneOf("train_dtype", m.TrainDtype, "f32", "bf16")
+	e.OneOf("train_dtype", m.TrainDtype, "f32", "bf16", "q8_0")
 	if m.Quantize != "" && m.Quantize != "q8_0" {
 		e.Add("quantize", "%q: want q8_0, or \"\" for the stored type", m.Quantize)
 	}

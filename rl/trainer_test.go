@@ -15,7 +15,8 @@ import (
 // TestUpdateMovesLogProbsWithTheAdvantage: after GRPO updates on fixed
 // experiences, responses with a positive advantage became more likely and
 // those with a negative one less likely, for full fine-tuning and LoRA,
-// with both aggregations, several minibatches and micro-batches.
+// with both aggregations, several minibatches and micro-batches, and with
+// LoRA over a base held as Q8_0 blocks (model.train_dtype: q8_0).
 func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 	dir := t.TempDir()
 	if err := qwen.InitRandom(dir, qwen.Presets["tiny-qwen3"], safetensors.F32, 2); err != nil {
@@ -38,10 +39,12 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 		agg        string
 		mb, epochs int
 		devices    []string
-	}{{"full, token-mean, one epoch of one minibatch", false, "token-mean", 1, 1, nil},
-		{"lora, seq-mean, 2 epochs of 2 minibatches", true, "seq-mean-token-mean", 2, 2, nil},
-		{"full, 2 simulated devices, 2 minibatches", false, "token-mean", 2, 1, []string{"cpu", "cpu"}},
-		{"lora, 3 simulated devices", true, "token-mean", 1, 1, []string{"cpu", "cpu", "cpu"}}} {
+		q8         bool
+	}{{"full, token-mean, one epoch of one minibatch", false, "token-mean", 1, 1, nil, false},
+		{"lora, seq-mean, 2 epochs of 2 minibatches", true, "seq-mean-token-mean", 2, 2, nil, false},
+		{"full, 2 simulated devices, 2 minibatches", false, "token-mean", 2, 1, []string{"cpu", "cpu"}, false},
+		{"lora, 3 simulated devices", true, "token-mean", 1, 1, []string{"cpu", "cpu", "cpu"}, false},
+		{"lora, 2 simulated devices, Q8_0 base", true, "token-mean", 1, 1, []string{"cpu", "cpu"}, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			l := lora.DefaultOptions(qwen.LoRATargets)
 			l.Enabled = c.lora
@@ -66,7 +69,7 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 			for _, c := range chains(exps) {
 				seqs = append(seqs, c.seq)
 			}
-			learner, err := train.NewLearner(tr, train.LearnerOptions{Devices: c.devices}, nil)
+			learner, err := train.NewLearner(tr, train.LearnerOptions{Devices: c.devices, BaseQ8: c.q8}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

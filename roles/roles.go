@@ -299,7 +299,8 @@ func Pretrain(cfg config.Config) pretrain.Options {
 
 // learnerOptions are where training steps run, from the model section.
 func learnerOptions(cfg config.Config) train.LearnerOptions {
-	return train.LearnerOptions{Devices: cfg.Model.Devices, BF16: cfg.Model.TrainDtype == "bf16", ShardOptimizer: cfg.Model.ShardOptimizer}
+	return train.LearnerOptions{Devices: cfg.Model.Devices, BF16: cfg.Model.TrainDtype == "bf16", BaseQ8: cfg.Model.TrainDtype == "q8_0",
+		ShardOptimizer: cfg.Model.ShardOptimizer}
 }
 
 // MemToolKB is MemTool's tool knowledge base: memtool.bench.tools (or, when

@@ -469,7 +469,16 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 		"activations of a micro-batch (bf16 checkpoints)            3.43 GiB",
 		"total (approximate)                                        20.24 GiB", "fits in 24 GiB per device")
 	check("7B on a 16 GiB card", dryRun("qwen2.5-7b-instruct.yaml", q7, "--device-gib", "16"),
-		"does not fit in 16 GiB per device", "the largest item is weights", "an 8-bit base")
+		"does not fit in 16 GiB per device", "the largest item is weights", "model.train_dtype: q8_0")
+	// Q8_0 projections: 6.53e9 values at 36 bytes per 32, embeddings and
+	// head (1.09e9) in bf16, adapters in f32.
+	check("7B, Q8_0 base, on a 16 GiB card", dryRun("qwen2.5-7b-instruct.yaml", q7, "--device-gib", "16", "--set", "model.train_dtype=q8_0"),
+		"weights (Q8_0 projections, bf16 embeddings, f32 adapters)  9.02 GiB",
+		"total (approximate)                                        15.00 GiB", "fits in 16 GiB per device")
+	if _, err := run(t, "train", "--config", "../../configs/qwen2.5-7b-instruct.yaml", "--set", "model.path="+q7, "--set", "rl.init="+q7,
+		"--set", "model.train_dtype=q8_0", "--set", "lora.enabled=false", "--dry-run"); err == nil || !strings.Contains(err.Error(), "model.train_dtype: q8_0 holds a frozen base") {
+		t.Errorf("full fine-tuning over a Q8_0 base: error %v, want one naming model.train_dtype", err)
+	}
 	check("7B, f32 training", dryRun("qwen2.5-7b-instruct.yaml", q7, "--set", "model.train_dtype=f32"),
 		"activations of a micro-batch                               5.35 GiB")
 	check("4B", dryRun("qwen3-4b-instruct.yaml", q4), "fits in 24 GiB per device")

@@ -15,6 +15,7 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
@@ -78,7 +79,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		return fmt.Errorf("rl.init: %w", err)
 	}
 	L, kvw := float64(mc.Layers), float64(mc.KVHeads*mc.HeadDim)
-	var params, trainable float64
+	var params, trainable, blocked float64 // blocked: projections Q8_0 can hold (rows of 32s)
 	for _, p := range qwen.Params(mc) {
 		n := 1.0
 		for _, d := range p.Shape {
@@ -88,6 +89,9 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		if p.Role == qwen.Weight && slices.Contains(cfg.LoRA.TargetModules, p.Target) {
 			trainable += float64(cfg.LoRA.R) * float64(p.Shape[0]+p.Shape[1])
 		}
+		if p.Role == qwen.Weight && p.Shape[1]%kernels.QK8 == 0 {
+			blocked += n
+		}
 	}
 	if !cfg.LoRA.Enabled {
 		trainable = params
@@ -96,9 +100,14 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	gib := func(b float64) string { return fmt.Sprintf("%.2f GiB", b/(1<<30)) }
 	weights := 4 * params // f32 master weights
 	wname := "weights (f32 masters)"
-	if cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16" {
+	switch {
+	case cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16":
 		weights = 2*(params-trainable) + 4*trainable
 		wname = "weights (bf16 frozen base, f32 adapters)"
+	case cfg.LoRA.Enabled && cfg.Model.TrainDtype == "q8_0":
+		// Q8_0: 32 int8 values and an f32 scale a block (train.BaseQ8).
+		weights = 36.0/32*blocked + 2*(params-blocked) + 4*trainable
+		wname = "weights (Q8_0 projections, bf16 embeddings, f32 adapters)"
 	}
 	ref := 4 * params // the frozen reference (shared with the base under LoRA)
 	if cfg.LoRA.Enabled {
@@ -134,7 +143,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	// A micro-batch is rl.batch_tokens, but never less than one whole
 	// rollout: a sequence is not split across micro-batches.
 	mb := max(rc.BatchTokens, cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget)
-	onDevices, bf16 := len(cfg.Model.Devices) > 0, cfg.Model.TrainDtype == "bf16"
+	onDevices, bf16 := len(cfg.Model.Devices) > 0, cfg.Model.TrainDtype != "f32"
 	act, logits := train.ActivationBytes(mc, mb, rc.BatchTokens, train.TrainOptions{Recompute: rc.Recompute}, onDevices, bf16)
 	actName := "activations of a micro-batch"
 	if rc.Recompute && onDevices && bf16 {
@@ -169,8 +178,11 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	}
 	// Name the largest item and the setting that shrinks it.
 	weightsFix := "lora.enabled: true with model.train_dtype: bf16 (a bf16 frozen base)"
-	if cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16" {
-		weightsFix = "nothing yet: an 8-bit base is not built"
+	switch {
+	case cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16":
+		weightsFix = "model.train_dtype: q8_0 (the base's projections in 8 bits)"
+	case cfg.LoRA.Enabled && cfg.Model.TrainDtype == "q8_0":
+		weightsFix = "a larger device: the base is 8-bit already (a 4-bit base is not built)"
 	}
 	items := []struct {
 		name, fix string

@@ -13,6 +13,15 @@ type Tensor struct {
 	w    *Matrix // set for uploaded weights
 }
 
+// Bytes is the memory t's values take: an uploaded weight's as held
+// (bf16, Q8_0 blocks), else four a value.
+func (t *Tensor) Bytes() int {
+	if t.w != nil {
+		return t.w.Bytes()
+	}
+	return 4 * len(t.Data)
+}
+
 // Backend is the pure-Go CPU backend.
 type Backend struct{}
 

@@ -231,11 +231,18 @@ func (b *Backend) launch2(k string, grid [2]int, block, shared int, args ...any)
 func blocks(n, per int) int { return (n + per - 1) / per }
 
 // Upload implements kernels.Backend. In BF16 mode weights stay (or become)
-// bfloat16 on the device; otherwise bf16 weights are widened to float32.
+// bfloat16 on the device, and Q8_0 weights stay Q8_0 (8.5 bits a value,
+// widened to bf16 for each GEMM); otherwise they are widened to float32.
 func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
 	defer b.enter()()
-	w = w.Dequantize() // Q8_0 blocks have no kernels here: their values in float
 	n := w.Rows * w.Cols
+	if w.Q8 != nil && b.BF16 {
+		t := b.alloc((n+3)/4, []int{w.Rows, w.Cols})
+		b.upload(t.ptr, unsafe.Pointer(&w.Q8[0]), uint64(n))
+		t.q8 = b.FromHost(w.Q8Scale, len(w.Q8Scale)).(*Tensor)
+		return t
+	}
+	w = w.Dequantize() // Q8_0 blocks have kernels only in BF16 mode
 	if b.BF16 {
 		t := b.alloc((n+1)/2, []int{w.Rows, w.Cols})
 		t.bf16 = true
@@ -280,6 +287,9 @@ func (b *Backend) CopyRows(dst kernels.Tensor, dstRow int, src kernels.Tensor, s
 // Embedding implements kernels.Backend.
 func (b *Backend) Embedding(out, table kernels.Tensor, ids []int) {
 	tt := dev(table)
+	if tt.q8 != nil {
+		panic("cuda backend: an embedding table held as Q8_0 (only projections are)")
+	}
 	d := tt.Dims[1]
 	idt := b.ints(ids)
 	k := "embedding_f32"
@@ -316,7 +326,8 @@ func (b *Backend) MatMul(y, x, w, bias kernels.Tensor) {
 }
 
 // asBF16 returns t's data as bfloat16 on the device: t itself when it is
-// held so, else a rounded copy (returned too, to keep it alive).
+// held so, else a rounded (or, from Q8_0, widened) copy, returned too to
+// keep it alive.
 func (b *Backend) asBF16(t kernels.Tensor) (uint64, *Tensor) {
 	ct := dev(t)
 	if ct.bf16 {
@@ -324,6 +335,11 @@ func (b *Backend) asBF16(t kernels.Tensor) (uint64, *Tensor) {
 	}
 	n := ct.Len()
 	c := b.alloc((n+1)/2, []int{n})
+	if ct.q8 != nil {
+		b.launch("dequant_q8_bf16", blocks(n, 256), 256, 0, c.ptr, ct.ptr, ct.q8.ptr, int64(n))
+		runtime.KeepAlive(ct)
+		return c.ptr, c
+	}
 	b.launch("narrow_bf16", blocks(n, 256), 256, 0, c.ptr, ct.ptr, int64(n))
 	return c.ptr, c
 }

@@ -147,6 +147,29 @@ func TestOpsMatchCPU(t *testing.T) {
 	yc := c.Zeros(m, n)
 	c.MatMul(yc, c.FromHost(xb, m, k), c.Upload(kernels.Weight{Rows: n, Cols: k, BF16: wb}), c.FromHost(bias, n))
 	close(t, "matmul bf16", g.ToHost(yg), c.ToHost(yc), 1e-4)
+	// A Q8_0 weight in BF16 mode (model.train_dtype: q8_0) stays in blocks
+	// and is widened to bf16 for the GEMM: the CPU product of the rounded
+	// values.
+	const k8 = 320
+	x8, w8 := rnd(r, m*k8), rnd(r, n*k8)
+	q8, err := kernels.QuantizeQ8(kernels.Weight{Rows: n, Cols: k8, F32: w8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.BF16 = true
+	y8 := g.Zeros(m, n)
+	g.MatMul(y8, g.FromHost(x8, m, k8), g.Upload(q8), nil)
+	g.BF16 = false
+	w8r := q8.Dequantize().F32
+	for i, v := range w8r {
+		w8r[i] = bf16Round(v)
+	}
+	for i, v := range x8 {
+		x8[i] = bf16Round(v)
+	}
+	yc8 := c.Zeros(m, n)
+	c.MatMul(yc8, c.FromHost(x8, m, k8), c.FromHost(w8r, n, k8), nil)
+	close(t, "matmul q8_0", g.ToHost(y8), c.ToHost(yc8), 1e-4)
 	got, want := both(func(be kernels.Backend) kernels.Tensor {
 		d := 64
 		y := be.Zeros(m*k/d, d)

@@ -81,12 +81,23 @@ extern "C" __global__ void widen_bf16(float* out, const unsigned short* in, long
     if (i < n) out[i] = __int_as_float(((unsigned int)in[i]) << 16);
 }
 
-// narrow_bf16: out[i] = bf16(in[i]), round to nearest even (NaN stays NaN).
+// to_bf16: the bf16 bits of x, round to nearest even (NaN stays NaN).
+__device__ unsigned short to_bf16(float x) {
+    unsigned int u = __float_as_uint(x);
+    if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 0x40);
+    u += 0x7fff + ((u >> 16) & 1);
+    return (unsigned short)(u >> 16);
+}
+
+// narrow_bf16: out[i] = bf16(in[i]).
 extern "C" __global__ void narrow_bf16(unsigned short* out, const float* in, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned int u = __float_as_uint(in[i]);
-    if ((u & 0x7fffffff) > 0x7f800000) { out[i] = (unsigned short)((u >> 16) | 0x40); return; }
-    u += 0x7fff + ((u >> 16) & 1);
-    out[i] = (unsigned short)(u >> 16);
+    if (i < n) out[i] = to_bf16(in[i]);
+}
+
+// dequant_q8_bf16: out[i] = bf16(d[i/32]·q[i]), a Q8_0 matrix (GGUF's
+// blocks of 32 int8 values and one scale) widened for a bf16 GEMM.
+extern "C" __global__ void dequant_q8_bf16(unsigned short* out, const signed char* q, const float* d, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = to_bf16(d[i >> 5] * (float)q[i]);
 }

@@ -18,6 +18,9 @@ type Tensor struct {
 	kernels.Dims
 	base *alloc
 	bf16 bool // a weight held as bfloat16 (BF16 mode)
+	// q8 holds a weight's Q8_0 block scales (BF16 mode); ptr then holds
+	// its int8 values, widened to bf16 for each GEMM (asBF16).
+	q8 *Tensor
 }
 
 type alloc struct {

@@ -57,7 +57,7 @@ func BenchmarkCUDATrain(b *testing.B) {
 			for _, nv := range wts.Trainable() {
 				params += len(nv.V.Val)
 			}
-			d := NewReplica(g, wts, false)
+			d := NewReplica(g, wts, BaseF32)
 			stepN := 0
 			step := func() {
 				stepN++
@@ -129,7 +129,7 @@ func BenchmarkCUDAPaperStep(b *testing.B) {
 			g.BF16 = true
 			defer func() { g.BF16 = false }()
 			g.ResetPeak()
-			d := NewReplica(g, w, true)
+			d := NewReplica(g, w, BaseBF16)
 			w = nil
 			runtime.GC()
 			g.Sync()

@@ -30,6 +30,15 @@ func TestCUDAReplicaBF16Base(t *testing.T) {
 	checkBF16Base(t, testkit.GPU(t), 1e-4)
 }
 
+// TestCUDAReplicaQ8Base: the base's projections held as Q8_0 blocks on the
+// GPU (model.train_dtype: q8_0: widened to bf16 for tensor-core GEMMs)
+// against the tape on the dequantized base, within bf16 rounding.
+func TestCUDAReplicaQ8Base(t *testing.T) {
+	g := testkit.GPU(t)
+	g.BF16 = true
+	checkQ8Base(t, g, 2e-2, 5e-2)
+}
+
 // TestCUDAReplicaBF16: with tensor-core bf16 matmuls (mixed
 // precision) the step stays close to the f32 tape: log-probabilities within
 // bf16 rounding and every gradient pointing the same way (cosine > 0.99).
@@ -46,7 +55,7 @@ func TestCUDAReplicaBF16(t *testing.T) {
 		tp := tape.New[float32]()
 		lp := w.LogProbs(tp, b, TrainOptions{})
 		tp.Backward(lp, coef)
-		d := NewReplica(g, w, false)
+		d := NewReplica(g, w, BaseF32)
 		acts := d.Forward(b, TrainOptions{})
 		relClose(t, c.name+" bf16 logprobs", g.ToHost(acts.LogProbs), lp.Val, 2e-2)
 		d.Backward(acts, g.FromHost(coef, len(coef)))

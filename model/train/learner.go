@@ -171,6 +171,9 @@ type LearnerOptions struct {
 	// BF16 runs GPU matmuls on tensor cores and holds the frozen base in
 	// bf16 (model.train_dtype: bf16).
 	BF16 bool
+	// BaseQ8 is BF16 with the frozen projections held as Q8_0 blocks
+	// (model.train_dtype: q8_0, BaseQ8).
+	BaseQ8 bool
 	// ShardOptimizer keeps each parameter's AdamW moments on one device
 	// only, which updates it and sends it to the others (ZeRO stage 1,
 	// model.shard_optimizer).
@@ -183,9 +186,20 @@ func NewLearner(t *Optimizer, o LearnerOptions, log io.Writer) (Learner, error) 
 	if len(o.Devices) == 0 {
 		return Tape{t}, nil
 	}
-	bes, reduce, err := device.OpenTrainers(o.Devices, o.BF16, log)
+	bes, reduce, err := device.OpenTrainers(o.Devices, o.BF16 || o.BaseQ8, log)
 	if err != nil {
 		return nil, err
 	}
 	return NewParallel(t, bes, reduce, o, log)
+}
+
+// base is how o's replicas hold their frozen weights.
+func (o LearnerOptions) base() Base {
+	switch {
+	case o.BaseQ8:
+		return BaseQ8
+	case o.BF16:
+		return BaseBF16
+	}
+	return BaseF32
 }

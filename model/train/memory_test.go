@@ -107,15 +107,19 @@ func measureActivations(t *testing.T, cfg qwen.Config) {
 		{"logits in chunks of 32 rows", TrainOptions{Recompute: true, LogitChunk: 32}, false},
 	} {
 		m := &meter{Backend: cpu.New()}
-		d := NewReplica(m, w, c.bf16)
+		base := BaseF32
+		if c.bf16 {
+			base = BaseBF16
+		}
+		d := NewReplica(m, w, base)
 		coef := m.FromHost(make([]float32, learned), learned)
 		m.collecting = true
 		m.add(func() bool { return false }, 0) // collect what the set-up left
-		base := m.now
-		m.peak = base
+		start := m.now
+		m.peak = start
 		d.Backward(d.Forward(b, c.o), coef)
 		m.add(func() bool { return false }, 0)
-		got := float64(m.peak - base)
+		got := float64(m.peak - start)
 		act, logits := ActivationBytes(cfg, n, learned, c.o, true, c.bf16)
 		ratio := (act + logits) / got
 		t.Logf("%s %s: predicted %.2f MiB (activations %.2f, logits %.2f), measured %.2f MiB, ratio %.3f", cfg.ModelType, c.name, (act+logits)/(1<<20), act/(1<<20), logits/(1<<20), got/(1<<20), ratio)

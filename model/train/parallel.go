@@ -27,7 +27,7 @@ type Parallel struct {
 	frozen   map[*Weights[float32]][]*Replica // Score's reference replicas
 	log      io.Writer
 	stale    bool // the host weights lag the replicas (SyncHost)
-	baseBF16 bool // frozen weights in bf16 on the devices
+	base     Base // how the devices hold frozen weights
 	// owner[j] is the replica that holds parameter j's moments and updates
 	// it (ZeRO-1); nil: every replica updates every parameter.
 	owner []int
@@ -70,8 +70,9 @@ func (p *Parallel) owned(r int) []bool {
 
 // NewParallel puts a replica of t's policy on each backend, starting from
 // the trainer's current weights and moments (a resumed run's included).
-// reduce may be nil: kernels.HostReduce. o.BF16 holds the frozen weights in
-// bf16 (NewReplica); o.ShardOptimizer gives each parameter an owner.
+// reduce may be nil: kernels.HostReduce. o.BF16 and o.BaseQ8 say how the
+// frozen weights are held (NewReplica); o.ShardOptimizer gives each
+// parameter an owner.
 func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reducer, o LearnerOptions, log io.Writer) (*Parallel, error) {
 	if len(bes) == 0 {
 		return nil, fmt.Errorf("data-parallel training needs at least one device")
@@ -79,9 +80,9 @@ func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reduce
 	if reduce == nil {
 		reduce = kernels.HostReduce{}
 	}
-	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, baseBF16: o.BF16, log: log}
+	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, base: o.base(), log: log}
 	for _, be := range bes {
-		p.Replicas = append(p.Replicas, NewReplica(be, t.Model.W, o.BF16))
+		p.Replicas = append(p.Replicas, NewReplica(be, t.Model.W, p.base))
 	}
 	if o.ShardOptimizer && len(bes) > 1 {
 		p.owner = owners(p.Replicas[0].Params, len(bes))
@@ -273,7 +274,7 @@ func (p *Parallel) Score(w *Weights[float32], batches []Batch, o TrainOptions) (
 	if w != p.T.Model.W {
 		if reps = p.frozen[w]; reps == nil {
 			for _, r := range p.Replicas {
-				reps = append(reps, NewReplica(r.Backend(), w, p.baseBF16))
+				reps = append(reps, NewReplica(r.Backend(), w, p.base))
 			}
 			p.frozen[w] = reps
 		}

@@ -35,26 +35,56 @@ type DeviceParam struct {
 	Decay      bool
 }
 
-// NewReplica uploads w's parameters (and adapter) to be. Only
-// float32 weights train.
-//
-// With baseBF16 the frozen weight matrices (the base under LoRA) are held in
-// bfloat16, half the bytes of the largest item on the device; trainable
-// parameters, norms and biases stay float32. Mixed-precision training
-// (model.train_dtype: bf16) rounds every GEMM input to bf16 anyway, so it
-// loses nothing there; under recomputation such a replica also keeps its
-// layer-input checkpoints in bf16.
-func NewReplica(be kernels.TrainBackend, w *Weights[float32], baseBF16 bool) *Replica {
-	d := &Replica{be: be, all: map[string]*DeviceParam{}, stashBF16: baseBF16}
+// Base is how a replica holds its frozen weight matrices (the base under
+// LoRA); trainable parameters, norms and biases are float32 whatever it is.
+type Base int
+
+const (
+	// BaseF32 holds them as float32.
+	BaseF32 Base = iota
+	// BaseBF16 holds them in bfloat16, half the bytes of the largest item
+	// on the device. Mixed-precision training (model.train_dtype: bf16)
+	// rounds every GEMM input to bf16 anyway, so it loses nothing there.
+	BaseBF16
+	// BaseQ8 holds the layers' projections (q, k, v, o, gate, up, down) as
+	// Q8_0 blocks, GGUF's 8-bit type (model.train_dtype: q8_0): 32 int8
+	// values and a float32 scale a block, 36 bytes where f32 takes 128.
+	// Each GEMM reads them widened to bf16 (on a GPU) or, on the CPU, as
+	// ggml's q8_0 matmul does. The embedding table and LM head stay bf16, as
+	// QLoRA keeps them in 16 bits; a projection whose rows are not a
+	// multiple of 32 values cannot be blocked and stays bf16 too.
+	BaseQ8
+)
+
+// NewReplica uploads w's parameters (and adapter) to be, the frozen ones
+// held as base says. Only float32 weights train. With a 16- or 8-bit base,
+// recomputation keeps its layer-input checkpoints in bf16 too.
+func NewReplica(be kernels.TrainBackend, w *Weights[float32], base Base) *Replica {
+	d := &Replica{be: be, all: map[string]*DeviceParam{}, stashBF16: base != BaseF32}
+	q8 := map[string]bool{}
+	if base == BaseQ8 {
+		for _, l := range w.Linears() {
+			q8[l.Module+".weight"] = true
+		}
+	}
 	for _, nv := range w.Named {
 		p := &DeviceParam{Name: nv.Name}
-		if v := nv.V; baseBF16 && !v.Requires && v.Rows > 1 && v.Cols > 1 {
+		v := nv.V
+		frozen := !v.Requires && v.Rows > 1 && v.Cols > 1
+		switch {
+		case frozen && q8[nv.Name] && v.Cols%kernels.QK8 == 0:
+			q, err := kernels.QuantizeQ8(kernels.Weight{Rows: v.Rows, Cols: v.Cols, F32: v.Val})
+			if err != nil {
+				panic(err) // the columns were checked above
+			}
+			p.W = be.Upload(q)
+		case frozen && base != BaseF32:
 			bits := make([]uint16, len(v.Val))
 			for i, x := range v.Val {
 				bits[i] = half.F32ToBF16(x)
 			}
 			p.W = be.Upload(kernels.Weight{Rows: v.Rows, Cols: v.Cols, BF16: bits})
-		} else {
+		default:
 			p.W = be.FromHost(v.Val, v.Rows, v.Cols)
 		}
 		if nv.V.Requires {

@@ -86,7 +86,7 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 			lp, ent := w.LogProbsEntropy(tp, b, o)
 			tp.Backward(lp, coef)
 
-			d := NewReplica(be, w, false)
+			d := NewReplica(be, w, BaseF32)
 			acts := d.Forward(b, o)
 			relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp.Val, tol)
 			ent32 := make([]float32, len(ent))
@@ -107,7 +107,7 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 			// recomputed in the backward: the same values and gradients.
 			oc2 := o
 			oc2.LogitChunk, oc2.Recompute = 2, true
-			d2 := NewReplica(be, w, false)
+			d2 := NewReplica(be, w, BaseF32)
 			acts2 := d2.Forward(b, oc2)
 			if acts2.logits != nil || acts2.layers[0].att != nil {
 				t.Fatal("the forward kept the whole logits or a layer's activations")
@@ -128,7 +128,7 @@ func checkReplica(t *testing.T, be kernels.TrainBackend, tol float64) {
 					clear(nv.V.Grad)
 				}
 				tpT.Backward(lpT, coef)
-				dT := NewReplica(be, w, false)
+				dT := NewReplica(be, w, BaseF32)
 				actsT := dT.Forward(b, ot)
 				relClose(t, "logprobs at temperature 0.7", be.ToHost(actsT.LogProbs), lpT.Val, tol)
 				if entT[0] == ent[0] {
@@ -205,7 +205,7 @@ func TestReplicaRecomputeChunksTheMLP(t *testing.T) {
 		tp.Backward(lp, coef)
 		for _, chunk := range []int{1, 4, 7} {
 			o := TrainOptions{Recompute: true, MLPChunk: chunk}
-			d := NewReplica(be, w, false)
+			d := NewReplica(be, w, BaseF32)
 			acts := d.Forward(b, o)
 			relClose(t, c.name+": chunked MLP logprobs", be.ToHost(acts.LogProbs), lp.Val, 1e-5)
 			d.Backward(acts, be.FromHost(coef, len(coef)))
@@ -219,14 +219,14 @@ func TestReplicaRecomputeChunksTheMLP(t *testing.T) {
 	w := cs[len(cs)-1].w
 	o := TrainOptions{Recompute: true, MLPChunk: 4, Dropout: true, Seed: 9}
 	loss := func() float64 {
-		acts := NewReplica(be, w, false).Forward(b, o)
+		acts := NewReplica(be, w, BaseF32).Forward(b, o)
 		var l float64
 		for i, v := range be.ToHost(acts.LogProbs) {
 			l += float64(coef[i] * v)
 		}
 		return l
 	}
-	d := NewReplica(be, w, false)
+	d := NewReplica(be, w, BaseF32)
 	d.Backward(d.Forward(b, o), be.FromHost(coef, len(coef)))
 	r := rand.New(rand.NewPCG(3, 3))
 	var want float64
@@ -275,11 +275,11 @@ func TestReplicaBF16Checkpoints(t *testing.T) {
 		coef[i] = float32(i%3) - 1
 	}
 	o := TrainOptions{Dropout: true, Seed: 42}
-	ref := NewReplica(be, w, true) // nothing recomputed: float32 activations
+	ref := NewReplica(be, w, BaseBF16) // nothing recomputed: float32 activations
 	refActs := ref.Forward(b, o)
 	ref.Backward(refActs, be.FromHost(coef, len(coef)))
 	o.Recompute = true
-	d := NewReplica(be, w, true)
+	d := NewReplica(be, w, BaseBF16)
 	acts := d.Forward(b, o)
 	for li, a := range acts.layers {
 		ct, ok := a.xs.(*cpu.Tensor)
@@ -331,7 +331,7 @@ func checkBF16Base(t *testing.T, be kernels.TrainBackend, tol float64) *Replica 
 	tp := tape.New[float32]()
 	lp := w.LogProbs(tp, b, o)
 	tp.Backward(lp, coef)
-	d := NewReplica(be, w, true)
+	d := NewReplica(be, w, BaseBF16)
 	acts := d.Forward(b, o)
 	relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp.Val, tol)
 	d.Backward(acts, be.FromHost(coef, len(coef)))
@@ -339,6 +339,95 @@ func checkBF16Base(t *testing.T, be kernels.TrainBackend, tol float64) *Replica 
 		relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, 10*tol)
 	}
 	return d
+}
+
+// TestReplicaQ8Base: under LoRA a replica may hold the base's projections
+// as Q8_0 blocks (model.train_dtype: q8_0): 36 bytes per 32 values, the
+// embeddings and LM head in bf16, a projection whose rows cannot be
+// blocked (o_proj's 24 inputs here) in bf16 too. It computes what the tape
+// computes with the base rounded so (dequantized Q8_0, bf16), within the
+// error of the CPU's q8_0 matmul, which quantizes its input too; the
+// adapters' gradients included.
+func TestReplicaQ8Base(t *testing.T) {
+	d, w := checkQ8Base(t, cpu.New(), 2e-3, 4e-2)
+	held := map[string]int{}
+	for _, nv := range w.Named {
+		v := nv.V
+		got := d.all[nv.Name].W.(*cpu.Tensor).Bytes()
+		n := v.Rows * v.Cols
+		want := 4 * n
+		switch {
+		case v.Requires || v.Rows == 1 || v.Cols == 1:
+		case strings.HasSuffix(nv.Name, "proj.weight") && v.Cols%32 == 0:
+			want = n / 32 * 36
+		default:
+			want = 2 * n
+		}
+		if got != want {
+			t.Fatalf("%s [%d, %d] takes %d bytes on the device, want %d", nv.Name, v.Rows, v.Cols, got, want)
+		}
+		held[map[int]string{4 * n: "f32", 2 * n: "bf16", n / 32 * 36: "q8_0"}[want]]++
+	}
+	// 2 layers × (q, k, v, gate, up, down); o_proj, the embeddings and the
+	// head in bf16.
+	if held["q8_0"] != 12 || held["bf16"] != 4 {
+		t.Fatalf("held as %v, want 12 Q8_0 projections and 4 bf16 matrices", held)
+	}
+}
+
+// checkQ8Base trains one step of a LoRA replica over a Q8_0 base on be and
+// holds its log-probabilities and adapter gradients to the tape's over the
+// base rounded as the replica holds it.
+func checkQ8Base(t *testing.T, be kernels.TrainBackend, lpTol, gradTol float64) (*Replica, *Weights[float32]) {
+	cfg := qwen.Config{ModelType: "qwen3", HiddenSize: 32, Layers: 2, Heads: 3, KVHeads: 1, HeadDim: 8,
+		Intermediate: 64, RMSNormEps: 1e-6, RopeTheta: 1e4, VocabSize: 11, MaxPositions: 64}
+	w := weightsFor[float32](t, cfg, 3)
+	a, err := lora.New(lora.Config{R: 2, Alpha: 4, TargetModules: qwen.LoRATargets}, w.linearModules(), w.linearShape, 5, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AttachLoRA(a); err != nil {
+		t.Fatal(err)
+	}
+	// B starts at zero; move it so that the adapters change the output.
+	for _, nv := range w.Trainable() {
+		for i := range nv.V.Val {
+			nv.V.Val[i] += 0.05 * float32((i%5)-2)
+		}
+	}
+	d := NewReplica(be, w, BaseQ8)
+	for _, nv := range w.Named { // the tape's base: rounded as held
+		v := nv.V
+		switch {
+		case v.Requires || v.Rows == 1 || v.Cols == 1:
+		case strings.HasSuffix(nv.Name, "proj.weight") && v.Cols%32 == 0:
+			q, err := kernels.QuantizeQ8(kernels.Weight{Rows: v.Rows, Cols: v.Cols, F32: v.Val})
+			if err != nil {
+				t.Fatal(err)
+			}
+			copy(v.Val, q.Dequantize().F32)
+		default:
+			for i, x := range v.Val {
+				v.Val[i] = half.BF16ToF32(half.F32ToBF16(x))
+			}
+		}
+	}
+	b := Pack(fdSeqs)
+	o := TrainOptions{}
+	coef := make([]float32, len(b.LossRows))
+	for i := range coef {
+		coef[i] = float32(i%3) - 1
+	}
+	tp := tape.New[float32]()
+	lp := w.LogProbs(tp, b, o)
+	tp.Backward(lp, coef)
+	acts := d.Forward(b, o)
+	relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp.Val, lpTol)
+	d.Backward(acts, be.FromHost(coef, len(coef)))
+	for i, nv := range w.Trainable() {
+		relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, gradTol)
+	}
+	return d, w
 }
 
 // TestReplicaEngineSharesTheTrainersWeights: Replica.Engine decodes with
@@ -360,7 +449,7 @@ func checkReplicaEngine(t *testing.T, be kernels.TrainBackend, tol float64) {
 		return out[0]
 	}
 	for _, c := range deviceCases(t) {
-		d := NewReplica(be, c.w, false)
+		d := NewReplica(be, c.w, BaseF32)
 		eng := d.Engine()
 		if eng.Embed != d.Embed.W || eng.Layers[0].MLP.Up.W != d.Layers[0].MLP.Up.W.W {
 			t.Fatalf("%s: the engine holds its own weights", c.name)
