@@ -459,7 +459,7 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 	}
 	q7, q4 := shape("qwen2.5-7b-shape"), shape("qwen3-4b-shape")
 	check("7B", dryRun("qwen2.5-7b-instruct.yaml", q7),
-		"weights (bf16 frozen base, f32 adapters)                   14.26 GiB",
+		"weights (bf16 frozen base, f32 adapters)                   14.34 GiB",
 		"rollout engine weights (the trainer's, shared)             0.00 GiB",
 		// The pool holds one whole rollout (10,240 positions) beside the
 		// prefix cache's 8,192: 18,432 · 28·2·512·4 B.
@@ -467,7 +467,7 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 		// One 10,240-token rollout: bf16 layer inputs 1.91, one layer's
 		// backward 1.51 (its MLP 885 rows at a time).
 		"activations of a micro-batch (bf16 checkpoints)            3.43 GiB",
-		"total (approximate)                                        20.24 GiB", "fits in 24 GiB per device")
+		"total (approximate)                                        20.31 GiB", "fits in 24 GiB per device")
 	check("7B on a 16 GiB card", dryRun("qwen2.5-7b-instruct.yaml", q7, "--device-gib", "16"),
 		"does not fit in 16 GiB per device", "the largest item is weights", "model.train_dtype: q8_0")
 	// Q8_0 projections: 6.53e9 values at 36 bytes per 32, embeddings and

@@ -15,7 +15,6 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
-	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
@@ -79,7 +78,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		return fmt.Errorf("rl.init: %w", err)
 	}
 	L, kvw := float64(mc.Layers), float64(mc.KVHeads*mc.HeadDim)
-	var params, trainable, blocked float64 // blocked: projections Q8_0 can hold (rows of 32s)
+	var params, trainable float64
 	for _, p := range qwen.Params(mc) {
 		n := 1.0
 		for _, d := range p.Shape {
@@ -89,35 +88,37 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		if p.Role == qwen.Weight && slices.Contains(cfg.LoRA.TargetModules, p.Target) {
 			trainable += float64(cfg.LoRA.R) * float64(p.Shape[0]+p.Shape[1])
 		}
-		if p.Role == qwen.Weight && p.Shape[1]%kernels.QK8 == 0 {
-			blocked += n
-		}
 	}
 	if !cfg.LoRA.Enabled {
 		trainable = params
 	}
 	rc := cfg.RL
 	gib := func(b float64) string { return fmt.Sprintf("%.2f GiB", b/(1<<30)) }
-	weights := 4 * params // f32 master weights
+	// The frozen base as the devices hold it (the CPU tape holds float32).
+	base, shards := train.BaseF32, 1
+	if len(cfg.Model.Devices) > 0 {
+		base = map[string]train.Base{"bf16": train.BaseBF16, "q8_0": train.BaseQ8}[cfg.Model.TrainDtype]
+		if cfg.Model.ShardOptimizer {
+			shards = len(cfg.Model.Devices)
+		}
+	}
+	weights, optimizer := train.StateBytes(mc, cfg.LoRA, base, shards)
 	wname := "weights (f32 masters)"
 	switch {
-	case cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16":
-		weights = 2*(params-trainable) + 4*trainable
+	case cfg.LoRA.Enabled && base == train.BaseBF16:
 		wname = "weights (bf16 frozen base, f32 adapters)"
-	case cfg.LoRA.Enabled && cfg.Model.TrainDtype == "q8_0":
-		// Q8_0: 32 int8 values and an f32 scale a block (train.BaseQ8).
-		weights = 36.0/32*blocked + 2*(params-blocked) + 4*trainable
+	case cfg.LoRA.Enabled && base == train.BaseQ8:
 		wname = "weights (Q8_0 projections, bf16 embeddings, f32 adapters)"
+	case cfg.LoRA.Enabled:
+		wname = "weights (f32 frozen base and adapters)"
 	}
 	ref := 4 * params // the frozen reference (shared with the base under LoRA)
 	if cfg.LoRA.Enabled {
 		ref = 0
 	}
-	optimizer := 12 * trainable // gradient + two AdamW moments, f32
 	oname := "gradients + AdamW moments"
-	if n := len(cfg.Model.Devices); cfg.Model.ShardOptimizer && n > 1 {
-		optimizer = 4*trainable + 8*trainable/float64(n)
-		oname = fmt.Sprintf("gradients + AdamW moments (1/%d of them)", n)
+	if shards > 1 {
+		oname = fmt.Sprintf("gradients + AdamW moments (1/%d of them)", shards)
 	}
 	engine := 4 * params // the rollout engine's copy of the weights
 	ename := "rollout engine weights"
@@ -143,7 +144,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	// A micro-batch is rl.batch_tokens, but never less than one whole
 	// rollout: a sequence is not split across micro-batches.
 	mb := max(rc.BatchTokens, cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget)
-	onDevices, bf16 := len(cfg.Model.Devices) > 0, cfg.Model.TrainDtype != "f32"
+	onDevices, bf16 := len(cfg.Model.Devices) > 0, base != train.BaseF32
 	act, logits := train.ActivationBytes(mc, mb, rc.BatchTokens, train.TrainOptions{Recompute: rc.Recompute}, onDevices, bf16)
 	actName := "activations of a micro-batch"
 	if rc.Recompute && onDevices && bf16 {
@@ -179,9 +180,13 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	// Name the largest item and the setting that shrinks it.
 	weightsFix := "lora.enabled: true with model.train_dtype: bf16 (a bf16 frozen base)"
 	switch {
-	case cfg.LoRA.Enabled && cfg.Model.TrainDtype == "bf16":
+	case len(cfg.Model.Devices) == 0:
+		weightsFix = "GPUs in model.devices (the CPU tape holds every weight in f32) with lora.enabled: true and model.train_dtype: bf16 or q8_0"
+	case cfg.LoRA.Enabled && base == train.BaseF32:
+		weightsFix = "model.train_dtype: bf16 or q8_0 (a 16- or 8-bit frozen base)"
+	case cfg.LoRA.Enabled && base == train.BaseBF16:
 		weightsFix = "model.train_dtype: q8_0 (the base's projections in 8 bits)"
-	case cfg.LoRA.Enabled && cfg.Model.TrainDtype == "q8_0":
+	case cfg.LoRA.Enabled && base == train.BaseQ8:
 		weightsFix = "a larger device: the base is 8-bit already (a 4-bit base is not built)"
 	}
 	items := []struct {

@@ -8,6 +8,7 @@ import (
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/lora"
+	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
 )
 
@@ -57,6 +58,12 @@ func (m *meter) track(t kernels.Tensor) kernels.Tensor {
 func (m *meter) Zeros(shape ...int) kernels.Tensor { return m.track(m.Backend.Zeros(shape...)) }
 func (m *meter) FromHost(d []float32, shape ...int) kernels.Tensor {
 	return m.track(m.Backend.FromHost(d, shape...))
+}
+func (m *meter) Upload(w kernels.Weight) kernels.Tensor {
+	t := m.Backend.Upload(w)
+	p := weak.Make(t.(*cpu.Tensor))
+	m.add(func() bool { return p.Value() != nil }, int64(w.Bytes()))
+	return t
 }
 func (m *meter) NarrowBF16(x kernels.Tensor) kernels.Tensor {
 	t := m.Backend.NarrowBF16(x)
@@ -125,6 +132,59 @@ func measureActivations(t *testing.T, cfg qwen.Config) {
 		t.Logf("%s %s: predicted %.2f MiB (activations %.2f, logits %.2f), measured %.2f MiB, ratio %.3f", cfg.ModelType, c.name, (act+logits)/(1<<20), act/(1<<20), logits/(1<<20), got/(1<<20), ratio)
 		if ratio < 0.9 || ratio > 1.1 {
 			t.Errorf("%s %s: prediction %.2f MiB is not within 10%% of the measured %.2f MiB", cfg.ModelType, c.name, (act+logits)/(1<<20), got/(1<<20))
+		}
+	}
+}
+
+// TestStepBytesMeasured: what --dry-run predicts a training step holds on a
+// device (StateBytes: weights by how the base is held, gradients and AdamW
+// moments; ActivationBytes) is within 10% of the most a replica holds at
+// once over two steps on the metered CPU backend: full fine-tuning in f32,
+// and LoRA over an f32, a bf16 and a Q8_0 base, recomputed.
+func TestStepBytesMeasured(t *testing.T) {
+	cfg := qwen.Config{ModelType: "qwen2", HiddenSize: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
+		Intermediate: 352, RMSNormEps: 1e-6, RopeTheta: 1e4, VocabSize: 1024, MaxPositions: 1024}
+	const n, learned = 256, 64
+	ids, loss := make([]int, n), make([]bool, n)
+	for i := range ids {
+		ids[i] = (i * 7) % cfg.VocabSize
+		loss[i] = i >= n-learned
+	}
+	b := Pack([]Sequence{{IDs: ids, Loss: loss}})
+	targets := qwen.LoRATargets
+	for _, c := range []struct {
+		name string
+		lora bool
+		base Base
+	}{{"full f32", false, BaseF32}, {"lora, f32 base", true, BaseF32}, {"lora, bf16 base", true, BaseBF16}, {"lora, Q8_0 base", true, BaseQ8}} {
+		w := weightsFor[float32](t, cfg, 5)
+		l := lora.Options{Enabled: c.lora, R: 8, Alpha: 16, TargetModules: targets}
+		if c.lora {
+			a, err := lora.New(lora.Config{R: l.R, Alpha: l.Alpha, TargetModules: targets}, w.linearModules(), w.linearShape, 5, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.AttachLoRA(a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := TrainOptions{Recompute: c.lora}
+		m := &meter{Backend: cpu.New(), collecting: true}
+		d := NewReplica(m, w, c.base)
+		coef := m.FromHost(make([]float32, learned), learned)
+		for step := 1; step <= 2; step++ {
+			d.Backward(d.Forward(b, o), coef)
+			d.Step(optim.DefaultConfig().AdamW(), step, 1e-3, 1, nil)
+		}
+		m.add(func() bool { return false }, 1<<20)
+		weights, opt := StateBytes(cfg, l, c.base, 1)
+		act, logits := ActivationBytes(cfg, n, learned, o, true, c.base != BaseF32)
+		want := weights + opt + act + logits
+		ratio := want / float64(m.peak)
+		t.Logf("%s: predicted %.2f MiB (weights %.2f, optimiser %.2f, activations %.2f, logits %.2f), measured %.2f MiB, ratio %.3f",
+			c.name, want/(1<<20), weights/(1<<20), opt/(1<<20), act/(1<<20), logits/(1<<20), float64(m.peak)/(1<<20), ratio)
+		if ratio < 0.9 || ratio > 1.1 {
+			t.Errorf("%s: predicted %.2f MiB is not within 10%% of the measured %.2f MiB", c.name, want/(1<<20), float64(m.peak)/(1<<20))
 		}
 	}
 }
