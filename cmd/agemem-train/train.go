@@ -78,20 +78,6 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		return fmt.Errorf("rl.init: %w", err)
 	}
 	L, kvw := float64(mc.Layers), float64(mc.KVHeads*mc.HeadDim)
-	var params, trainable float64
-	for _, p := range qwen.Params(mc) {
-		n := 1.0
-		for _, d := range p.Shape {
-			n *= float64(d)
-		}
-		params += n
-		if p.Role == qwen.Weight && slices.Contains(cfg.LoRA.TargetModules, p.Target) {
-			trainable += float64(cfg.LoRA.R) * float64(p.Shape[0]+p.Shape[1])
-		}
-	}
-	if !cfg.LoRA.Enabled {
-		trainable = params
-	}
 	rc := cfg.RL
 	gib := func(b float64) string { return fmt.Sprintf("%.2f GiB", b/(1<<30)) }
 	// The frozen base as the devices hold it (the CPU tape holds float32).
@@ -102,7 +88,8 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 			shards = len(cfg.Model.Devices)
 		}
 	}
-	weights, optimizer := train.StateBytes(mc, cfg.LoRA, base, shards)
+	st := train.StateBytes(mc, cfg.LoRA, base, shards)
+	params, trainable, weights, optimizer := st.Params, st.Trainable, st.Weights, st.Optimizer
 	wname := "weights (f32 masters)"
 	switch {
 	case cfg.LoRA.Enabled && base == train.BaseBF16:

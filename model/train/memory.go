@@ -8,41 +8,49 @@ import (
 	"github.com/agemem/agemem/model/qwen"
 )
 
-// StateBytes is what a replica holds between steps, in bytes: the weights
-// (the frozen ones as base holds them, NewReplica; trainable ones, norms
-// and biases in float32) and the optimiser state (each trainable
-// parameter's gradient, and its two AdamW moments on one of shards
-// devices, model.shard_optimizer). l.Enabled trains an adapter of rank
-// l.R on l.TargetModules over a frozen base; else every weight trains in
-// float32 (base does not apply). agemem-train train --dry-run prints
-// these; TestStepBytesMeasured holds them to a metered step.
-func StateBytes(c qwen.Config, l lora.Options, base Base, shards int) (weights, optimizer float64) {
-	var params, trainable float64
+// State is what a replica holds between steps: Weights (the frozen ones
+// as the base is held, NewReplica; trainable ones, norms and biases in
+// float32) and Optimizer (each trainable parameter's gradient, and its two
+// AdamW moments on one of the shards devices, model.shard_optimizer), in
+// bytes, of Params base parameters and Trainable ones (the adapters under
+// LoRA, else all of them).
+type State struct {
+	Params, Trainable  float64
+	Weights, Optimizer float64
+}
+
+// StateBytes is State for the model c. l.Enabled trains an adapter of rank
+// l.R on l.TargetModules over a frozen base held as base says; else every
+// weight trains in float32. agemem-train train --dry-run prints it;
+// TestStepBytesMeasured holds it to a metered step.
+func StateBytes(c qwen.Config, l lora.Options, base Base, shards int) State {
+	var s State
 	for _, p := range qwen.Params(c) {
 		n := 1.0
 		for _, d := range p.Shape {
 			n *= float64(d)
 		}
-		params += n
+		s.Params += n
 		matrix := len(p.Shape) == 2 && p.Shape[0] > 1 && p.Shape[1] > 1
 		switch {
 		case !l.Enabled || !matrix || base == BaseF32:
-			weights += 4 * n
+			s.Weights += 4 * n
 		case base == BaseQ8 && p.Role == qwen.Weight && p.Shape[1]%kernels.QK8 == 0:
-			weights += n / kernels.QK8 * (kernels.QK8 + 4) // int8 values, a float32 scale
+			s.Weights += n / kernels.QK8 * (kernels.QK8 + 4) // int8 values, a float32 scale
 		default:
-			weights += 2 * n
+			s.Weights += 2 * n
 		}
 		if l.Enabled && p.Role == qwen.Weight && slices.Contains(l.TargetModules, p.Target) {
-			trainable += float64(l.R) * float64(p.Shape[0]+p.Shape[1])
+			s.Trainable += float64(l.R) * float64(p.Shape[0]+p.Shape[1])
 		}
 	}
 	if !l.Enabled {
-		trainable = params
+		s.Trainable = s.Params
 	} else {
-		weights += 4 * trainable // the adapters
+		s.Weights += 4 * s.Trainable // the adapters
 	}
-	return weights, 4*trainable + 8*trainable/float64(max(shards, 1))
+	s.Optimizer = 4*s.Trainable + 8*s.Trainable/float64(max(shards, 1))
+	return s
 }
 
 // ActivationBytes estimates what one micro-batch's forward and backward

@@ -177,7 +177,8 @@ func TestStepBytesMeasured(t *testing.T) {
 			d.Step(optim.DefaultConfig().AdamW(), step, 1e-3, 1, nil)
 		}
 		m.add(func() bool { return false }, 1<<20)
-		weights, opt := StateBytes(cfg, l, c.base, 1)
+		st := StateBytes(cfg, l, c.base, 1)
+		weights, opt := st.Weights, st.Optimizer
 		act, logits := ActivationBytes(cfg, n, learned, o, true, c.base != BaseF32)
 		want := weights + opt + act + logits
 		ratio := want / float64(m.peak)

@@ -324,16 +324,10 @@ func checkBF16Base(t *testing.T, be kernels.TrainBackend, tol float64) *Replica 
 	}
 	b := Pack(fdSeqs)
 	o := TrainOptions{Dropout: true, Seed: 42}
-	coef := make([]float32, len(b.LossRows))
-	for i := range coef {
-		coef[i] = float32(i%3) - 1
-	}
-	tp := tape.New[float32]()
-	lp := w.LogProbs(tp, b, o)
-	tp.Backward(lp, coef)
+	lp, coef := tapeStep(w, b, o)
 	d := NewReplica(be, w, BaseBF16)
 	acts := d.Forward(b, o)
-	relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp.Val, tol)
+	relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp, tol)
 	d.Backward(acts, be.FromHost(coef, len(coef)))
 	for i, nv := range w.Trainable() {
 		relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, 10*tol)
@@ -414,20 +408,28 @@ func checkQ8Base(t *testing.T, be kernels.TrainBackend, lpTol, gradTol float64) 
 	}
 	b := Pack(fdSeqs)
 	o := TrainOptions{}
-	coef := make([]float32, len(b.LossRows))
-	for i := range coef {
-		coef[i] = float32(i%3) - 1
-	}
-	tp := tape.New[float32]()
-	lp := w.LogProbs(tp, b, o)
-	tp.Backward(lp, coef)
+	lp, coef := tapeStep(w, b, o)
 	acts := d.Forward(b, o)
-	relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp.Val, lpTol)
+	relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp, lpTol)
 	d.Backward(acts, be.FromHost(coef, len(coef)))
 	for i, nv := range w.Trainable() {
 		relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, gradTol)
 	}
 	return d, w
+}
+
+// tapeStep is the reference a replica is held to: the tape's
+// log-probabilities of b and, in w's gradients, the backward of a fixed
+// mix of their coefficients (returned too).
+func tapeStep(w *Weights[float32], b Batch, o TrainOptions) (lp, coef []float32) {
+	coef = make([]float32, len(b.LossRows))
+	for i := range coef {
+		coef[i] = float32(i%3) - 1
+	}
+	tp := tape.New[float32]()
+	v := w.LogProbs(tp, b, o)
+	tp.Backward(v, coef)
+	return v.Val, coef
 }
 
 // TestReplicaEngineSharesTheTrainersWeights: Replica.Engine decodes with
