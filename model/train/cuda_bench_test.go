@@ -99,7 +99,8 @@ func BenchmarkCUDATrain(b *testing.B) {
 // the same shapes on the same machine.
 //
 // $AGEMEM_PAPER_SHAPES (default qwen2.5-7b-shape,qwen3-4b-shape),
-// $AGEMEM_PAPER_K (8), $AGEMEM_PAPER_CTX (8192), $AGEMEM_PAPER_RESP (2048).
+// $AGEMEM_PAPER_K (8), $AGEMEM_PAPER_CTX (8192), $AGEMEM_PAPER_RESP (2048),
+// $AGEMEM_PAPER_BASE (bf16, or q8_0: model.train_dtype's 8-bit base).
 func BenchmarkCUDAPaperStep(b *testing.B) {
 	g := testkit.GPU(b)
 	k, ctx, resp := envInt("AGEMEM_PAPER_K", 8), envInt("AGEMEM_PAPER_CTX", 8192), envInt("AGEMEM_PAPER_RESP", 2048)
@@ -129,7 +130,11 @@ func BenchmarkCUDAPaperStep(b *testing.B) {
 			g.BF16 = true
 			defer func() { g.BF16 = false }()
 			g.ResetPeak()
-			d := NewReplica(g, w, BaseBF16)
+			base := BaseBF16
+			if envStr("AGEMEM_PAPER_BASE", "bf16") == "q8_0" {
+				base = BaseQ8
+			}
+			d := NewReplica(g, w, base)
 			w = nil
 			runtime.GC()
 			g.Sync()
