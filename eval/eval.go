@@ -72,6 +72,9 @@ type Row struct {
 	ByType map[string]Stat `json:"j_by_type"`
 	// PerTask is each task's J, in task order (paired comparisons).
 	PerTask []float64 `json:"per_task_j"`
+	// Answers are the final answers, in task order ("" where the episode
+	// ended unanswered), so a loss can be read without replaying it.
+	Answers []string `json:"per_task_answer"`
 }
 
 // Run plays every task with every policy and scores them.
@@ -195,6 +198,11 @@ func score(ctx context.Context, name string, outs []env.Outcome, judge reward.Ju
 			row.Answered += 1 / n
 		}
 		j, em, mq = append(j, s), append(em, r.EM), append(mq, MemoryQuality(r, t, thr))
+		if r.HasAnswer {
+			row.Answers = append(row.Answers, r.Answer)
+		} else {
+			row.Answers = append(row.Answers, "")
+		}
 		byType[t.Type] = append(byType[t.Type], s)
 		row.PromptTokens += float64(r.ContextTokens) / n
 		for k, v := range r.ToolCalls() {

@@ -143,7 +143,7 @@ func TestEvalReportsProgress(t *testing.T) {
 
 // TestMethodsPlayTheirToolSubset: rows of one table play with their own
 // tool subsets (the component ablation): the LTM-only oracle never
-// filters yet answers everything, the STM-only one stores nothing and
+// filters yet answers everything (each answer in the row), the STM-only one stores nothing and
 // guesses; a bad subset is an error naming the row.
 func TestMethodsPlayTheirToolSubset(t *testing.T) {
 	ts := tasks(t, 6)
@@ -155,6 +155,11 @@ func TestMethodsPlayTheirToolSubset(t *testing.T) {
 	both, ltmOnly, stmOnly := rows[0], rows[1], rows[2]
 	if both.ToolCalls["Filter_context"] == 0 || ltmOnly.ToolCalls["Filter_context"] != 0 || ltmOnly.EM.Mean != 1 {
 		t.Fatalf("both %v; LTM-only %v, EM %v", both.ToolCalls, ltmOnly.ToolCalls, ltmOnly.EM)
+	}
+	for i, task := range ts {
+		if ltmOnly.Answers[i] != task.Answer {
+			t.Fatalf("task %d: the row says the answer was %q; the oracle answers %q", i, ltmOnly.Answers[i], task.Answer)
+		}
 	}
 	if stmOnly.ToolCalls["Add_memory"] != 0 || stmOnly.ToolCalls["Filter_context"] == 0 || stmOnly.MQ.Mean != 0 || stmOnly.EM.Mean == 1 {
 		t.Fatalf("STM-only %v, MQ %v, EM %v", stmOnly.ToolCalls, stmOnly.MQ, stmOnly.EM)

@@ -181,7 +181,8 @@ type PolicyGradienter interface {
 	// ℓ = −min(ρA, clip(ρ, 1−ε, 1+ε)A) and Schulman's k3
 	// kl = exp(ref − logp) − (ref − logp) − 1, it writes
 	// dlogp[i] = w[i]·(dℓ/dlogp + β·dkl/dlogp) and adds Σ w·ℓ, Σ w·kl, the
-	// clipped tokens and Σ ent (ent may be nil) into stats[0..3]
+	// clipped tokens and Σ ent (ent may be nil) into stats[0..3]; ref nil
+	// is no reference (every kl 0, rl.beta 0)
 	// (PolicyStatsOf names them once read).
 	PolicyGradient(dlogp, stats, logp, ent, old, ref, adv, w Tensor, clip, beta float32)
 }

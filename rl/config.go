@@ -17,7 +17,8 @@ type Config struct {
 	Steps      int `yaml:"steps"`
 	// The learning rate and its schedule.
 	optim.ScheduleConfig `yaml:",inline"`
-	// Clip is PPO's ε; Beta the KL weight β (Eq. 6); Eps the ε of Eq. 5.
+	// Clip is PPO's ε; Beta the KL weight β (Eq. 6; 0: no KL term and no
+	// reference policy); Eps the ε of Eq. 5.
 	Clip float64 `yaml:"clip"`
 	Beta float64 `yaml:"beta"`
 	Eps  float64 `yaml:"eps"`

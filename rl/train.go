@@ -104,9 +104,14 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		return res, err
 	}
 	// π_ref: the starting policy, frozen. With LoRA it is the policy's own
-	// base run without the adapter; otherwise a second, frozen copy.
+	// base run without the adapter; otherwise a second, frozen copy. With
+	// rl.beta 0 the objective has no KL term, so there is none: no second
+	// copy of the model, no reference forward each step (DAPO, Dr. GRPO).
 	ref := p
-	if !o.LoRA.Enabled {
+	switch {
+	case rc.Beta == 0:
+		ref = nil
+	case !o.LoRA.Enabled:
 		if ref, err = train.Open(rc.Init, lora.Options{}, 0); err != nil {
 			return res, err
 		}

@@ -98,6 +98,70 @@ func TestUpdateMovesLogProbsWithTheAdvantage(t *testing.T) {
 	}
 }
 
+// TestUpdateWithoutReference: at rl.beta 0 the update holds and scores no
+// reference policy, and takes the very step it takes with one (β·kl is 0
+// either way), on the tape and over simulated devices; the KL it logs is 0.
+func TestUpdateWithoutReference(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir() // the reference differs from the policy, so its KL is not 0
+	for i, d := range []string{dir, other} {
+		if err := qwen.InitRandom(d, qwen.Presets["tiny-qwen3"], safetensors.F32, uint64(3+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exps := []rollout.Experience{{Rollout: 0, PromptIDs: []int{1, 2, 3}, ResponseIDs: []int{40, 41, 42}},
+		{Rollout: 1, PromptIDs: []int{1, 2, 4}, ResponseIDs: []int{50, 51}}}
+	adv := []float64{1, -1}
+	rc := DefaultConfig()
+	rc.Beta = 0
+	for _, devices := range [][]string{nil, {"cpu", "cpu"}} {
+		step := func(withRef bool) (*train.Weights[float32], StepStats) {
+			p, err := train.Open(dir, lora.Options{}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ref *train.Model
+			if withRef {
+				if ref, err = train.Open(other, lora.Options{}, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tr := train.NewOptimizer(p, optim.DefaultConfig(), 1e-3, optim.Schedule{}, 1, "")
+			learner, err := train.NewLearner(tr, train.LearnerOptions{Devices: devices}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st StepStats
+			if err := update(tr, learner, ref, exps, adv, rc, hostLoss(rc), &st); err != nil {
+				t.Fatal(err)
+			}
+			learner.SyncHost()
+			return p.W, st
+		}
+		with, stWith := step(true)
+		without, st := step(false)
+		if st.KL != 0 || stWith.KL <= 0 {
+			t.Fatalf("devices %v: KL %v without a reference, %v with one", devices, st.KL, stWith.KL)
+		}
+		start, err := train.Open(dir, lora.Options{}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved := false
+		for i, nv := range without.Named {
+			a, b := nv.V.Val, with.Named[i].V.Val
+			for j := range a {
+				if a[j] != b[j] {
+					t.Fatalf("devices %v, %s[%d]: %v without a reference, %v with one", devices, nv.Name, j, a[j], b[j])
+				}
+				moved = moved || a[j] != start.W.Named[i].V.Val[j]
+			}
+		}
+		if !moved {
+			t.Fatalf("devices %v: the update moved nothing", devices)
+		}
+	}
+}
+
 func TestTasksForIsASeededWalk(t *testing.T) {
 	seen := map[int]bool{}
 	for step := range 5 { // one pass: 5 steps of 2 of 10 tasks

@@ -64,9 +64,11 @@ func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollo
 			return err
 		}
 	}
-	refLp, err := score(l, ref.W, seqs, rc.BatchTokens, train.TrainOptions{NoAdapter: true, Temperature: rc.Temperature})
-	if err != nil {
-		return err
+	var refLp [][]float64
+	if ref != nil {
+		if refLp, err = score(l, ref.W, seqs, rc.BatchTokens, train.TrainOptions{NoAdapter: true, Temperature: rc.Temperature}); err != nil {
+			return err
+		}
 	}
 	rng := rand.New(rand.NewPCG(uint64(tr.Step), 0x67727077))
 	var kl, loss, ent float64
@@ -100,16 +102,22 @@ func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollo
 			}, func(gi int) train.PolicyInputs {
 				group, b := groups[gi], batches[gi]
 				n := len(b.Seq)
-				x := train.PolicyInputs{Ref: make([]float32, n), Adv: make([]float32, n), Weight: make([]float32, n)}
+				x := train.PolicyInputs{Adv: make([]float32, n), Weight: make([]float32, n)}
 				if old != nil {
 					x.Old = make([]float32, n)
+				}
+				if refLp != nil {
+					x.Ref = make([]float32, n)
 				}
 				pos := map[int]int{}
 				for k, s := range b.Seq {
 					c := group[s]
 					j := pos[c]
 					pos[c]++
-					x.Ref[k], x.Adv[k] = float32(refLp[c][j]), float32(adv[chs[c].tokens[j].exp])
+					x.Adv[k] = float32(adv[chs[c].tokens[j].exp])
+					if refLp != nil {
+						x.Ref[k] = float32(refLp[c][j])
+					}
 					x.Weight[k] = float32(weights[offs[gi]+k])
 					if old != nil {
 						x.Old[k] = float32(old[c][j])

@@ -432,7 +432,8 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 // and the largest item is named with what would shrink it;
 // rollouts share the trainer's weights on GPUs, the KV line follows
 // rl.kv_budget; without a budget and on the CPU tape the largest item is
-// the KV caches' upper bound; a large enough card fits.
+// the KV caches' upper bound; a large enough card fits; full fine-tuning
+// holds a bf16 reference, none at rl.beta 0.
 func TestDryRunSaysWhetherItFits(t *testing.T) {
 	shape := func(name string) string {
 		dir := t.TempDir()
@@ -486,4 +487,15 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 		"rollout engine weights                                     28.37 GiB",
 		"the largest item is the KV caches (70.00 GiB); to shrink it: rl.kv_budget")
 	check("7B on a large card", dryRun("qwen2.5-7b-instruct.yaml", q7, "--device-gib", "200"), "fits in 200 GiB per device")
+	// Full fine-tuning of the 4B (4.02e9 parameters) with sharded moments:
+	// the bf16 reference is 7.49 GiB, none at rl.beta 0; the sharded
+	// optimiser line is the largest and the fix does not offer sharding
+	// again.
+	full := []string{"--set", "lora.enabled=false", "--set", "model.shard_optimizer=true"}
+	check("4B full fine-tuning", dryRun("qwen3-4b-instruct.yaml", q4, full...),
+		"reference policy                                           7.49 GiB",
+		"gradients + AdamW moments (1/8 of them)                    18.73 GiB",
+		"to shrink it: lora.enabled: true (the moments are sharded already")
+	check("4B full fine-tuning at rl.beta 0", dryRun("qwen3-4b-instruct.yaml", q4, append(full, "--set", "rl.beta=0")...),
+		"reference policy                                           0.00 GiB")
 }

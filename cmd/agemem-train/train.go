@@ -99,9 +99,14 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	case cfg.LoRA.Enabled:
 		wname = "weights (f32 frozen base and adapters)"
 	}
-	ref := 4 * params // the frozen reference (shared with the base under LoRA)
-	if cfg.LoRA.Enabled {
+	// The frozen reference: the base itself under LoRA, none at rl.beta 0
+	// (no KL term), else a copy held as the devices hold frozen weights.
+	ref := 4 * params
+	switch {
+	case cfg.LoRA.Enabled || rc.Beta == 0:
 		ref = 0
+	case base != train.BaseF32:
+		ref = 2 * params
 	}
 	oname := "gradients + AdamW moments"
 	if shards > 1 {
@@ -176,13 +181,21 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	case cfg.LoRA.Enabled && base == train.BaseQ8:
 		weightsFix = "a larger device: the base is 8-bit already (a 4-bit base is not built)"
 	}
+	refFix := "rl.beta: 0 (no KL term, so no reference: DAPO, Dr. GRPO), or lora.enabled: true (the reference is the base without the adapter)"
+	if base == train.BaseF32 && len(cfg.Model.Devices) > 0 {
+		refFix = "model.train_dtype: bf16 (the reference held in bf16), " + refFix
+	}
+	optFix := "model.shard_optimizer: true over several model.devices, or lora.enabled: true"
+	if shards > 1 {
+		optFix = "lora.enabled: true (the moments are sharded already; gradients are not: ZeRO-2 is not built)"
+	}
 	items := []struct {
 		name, fix string
 		b         float64
 	}{
 		{wname, weightsFix, weights},
-		{"the reference policy", "lora.enabled: true (the reference is the base without the adapter)", ref},
-		{oname, "model.shard_optimizer: true over several model.devices, or lora.enabled: true", optimizer},
+		{"the reference policy", refFix, ref},
+		{oname, optFix, optimizer},
 		{"the rollout engine's weights", "GPUs in model.devices (rollouts then decode with the trainer's own weights)", engine},
 		{"the KV caches", "rl.kv_budget (the paged KV pool's positions; rollouts beyond it wait), or lower rl.k x rl.batch_tasks or agent.context_budget", kv},
 		{"the activations", "rl.recompute: true, or a smaller rl.batch_tokens", act},

@@ -40,7 +40,8 @@ extern "C" __global__ void logprob(float* out, float* ent, float* dlogits, const
 // policy_gradient: step-wise GRPO's per-token objective (kernels.PolicyGradienter's
 // PolicyGradient): dlogp[i] = w[i] * (dl/dlogp + beta * dkl/dlogp) with the
 // clipped surrogate l and k3 kl; stats[0..3] += sum w*l, sum w*kl, clipped
-// tokens, sum ent. old or ent may be null. Blocks of 256.
+// tokens, sum ent. old, ref or ent may be null (no ref: no KL term, rl.beta 0).
+// Blocks of 256.
 extern "C" __global__ void policy_gradient(float* dlogp, float* stats, const float* logp, const float* ent,
                                            const float* old, const float* ref, const float* adv, const float* w,
                                            int n, float clip, float beta) {
@@ -54,7 +55,7 @@ extern "C" __global__ void policy_gradient(float* dlogp, float* stats, const flo
         float c = fminf(fmaxf(rho, 1.f - clip), 1.f + clip) * a;
         l = -un;
         if (c < un) { l = -c; g = 0.f; cl = 1.f; }
-        float d = ref[i] - lp, ed = expf(d);
+        float d = ref ? ref[i] - lp : 0.f, ed = expf(d);
         dlogp[i] = w[i] * (g + beta * (1.f - ed));
         l *= w[i];
         kl = w[i] * (ed - d - 1.f);

@@ -37,20 +37,23 @@ func TestTrainerOpsMatchCPU(t *testing.T) {
 	// The kernel is held to rl/grpo's loss, the one training runs on the
 	// host.
 	c04 := grpo.Config{Clip: 0.2, Beta: 0.04}
-	for _, withOld := range []bool{true, false} {
-		var o []float32
-		var od kernels.Tensor
-		if withOld {
+	for _, c := range []struct{ withOld, withRef bool }{{true, true}, {false, true}, {true, false}} {
+		var o, rf []float32
+		var od, rd kernels.Tensor
+		if c.withOld {
 			o, od = old, g.FromHost(old, nt)
 		}
+		if c.withRef { // no reference: rl.beta 0, every kl 0
+			rf, rd = ref, g.FromHost(ref, nt)
+		}
 		want := make([]float32, nt)
-		ws := c04.Accumulate(want, lp, o, ref, adv, wt)
+		ws := c04.Accumulate(want, lp, o, rf, adv, wt)
 		var ents float64
 		for _, e := range ent {
 			ents += float64(e)
 		}
 		d, st := g.Zeros(nt), g.Zeros(4)
-		g.PolicyGradient(d, st, g.FromHost(lp, nt), g.FromHost(ent, nt), od, g.FromHost(ref, nt), g.FromHost(adv, nt), g.FromHost(wt, nt), 0.2, 0.04)
+		g.PolicyGradient(d, st, g.FromHost(lp, nt), g.FromHost(ent, nt), od, rd, g.FromHost(adv, nt), g.FromHost(wt, nt), 0.2, 0.04)
 		close(t, "policy gradient", g.ToHost(d), want, 1e-4)
 		got := kernels.PolicyStatsOf(g.ToHost(st))
 		close(t, "policy gradient sums", []float32{float32(got.Surrogate), float32(got.KL), float32(got.Clipped), float32(got.Entropy)},

@@ -61,7 +61,8 @@ type LossFunc func(i int, lp []float32) []float32
 
 // PolicyInputs are a micro-batch's per-token inputs to GRPO's loss, in
 // its learned-token order: log π_old (nil: π_θ itself, detached, so every
-// ratio is 1), log π_ref, the advantage and the aggregation weight.
+// ratio is 1), log π_ref (nil: no reference, no KL term: rl.beta 0), the
+// advantage and the aggregation weight.
 type PolicyInputs struct{ Old, Ref, Adv, Weight []float32 }
 
 // PolicyLoss is the objective a policy-gradient step minimises, as
@@ -100,7 +101,7 @@ func hostPolicy(loss PolicyLoss, d, lp, ent []float32, x PolicyInputs) kernels.P
 }
 
 func (in PolicyInputs) check(i, n int) error {
-	if (in.Old != nil && len(in.Old) != n) || len(in.Ref) != n || len(in.Adv) != n || len(in.Weight) != n {
+	if (in.Old != nil && len(in.Old) != n) || (in.Ref != nil && len(in.Ref) != n) || len(in.Adv) != n || len(in.Weight) != n {
 		return fmt.Errorf("micro-batch %d: policy inputs of %d, %d, %d and %d tokens for %d log-probabilities", i, len(in.Old), len(in.Ref), len(in.Adv), len(in.Weight), n)
 	}
 	return nil

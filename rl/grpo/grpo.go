@@ -193,16 +193,20 @@ func Loss(c Config, toks []Token, weights []float64) (Stats, []float64) {
 
 // Accumulate is Loss over a micro-batch as a trainer holds it: float32
 // log-probabilities in learned-token order, old nil for π_old = π_θ
-// detached (every ratio 1). It writes dL/dlogp into dlogp and returns the
+// detached (every ratio 1), ref nil for no reference (rl.beta 0: every kl
+// is 0). It writes dL/dlogp into dlogp and returns the
 // sums. This is the loss training runs on the host; the CUDA kernel is
 // held to it.
 func (c Config) Accumulate(dlogp, logp, old, ref, adv, w []float32) Stats {
 	toks := make([]Token, len(logp))
 	weights := make([]float64, len(logp))
 	for i, l := range logp {
-		toks[i] = Token{Logp: float64(l), OldLogp: float64(l), RefLogp: float64(ref[i]), Adv: float64(adv[i])}
+		toks[i] = Token{Logp: float64(l), OldLogp: float64(l), RefLogp: float64(l), Adv: float64(adv[i])}
 		if old != nil {
 			toks[i].OldLogp = float64(old[i])
+		}
+		if ref != nil {
+			toks[i].RefLogp = float64(ref[i])
 		}
 		weights[i] = float64(w[i])
 	}

@@ -218,3 +218,36 @@ func TestAccumulateMatchesLoss(t *testing.T) {
 		t.Fatal("no token was clipped: the test does not reach the clipped branch")
 	}
 }
+
+// TestAccumulateWithoutReference: with no reference (rl.beta 0) every kl is
+// 0 and the gradient is the clipped surrogate's alone: Loss's gradient at
+// β = 0 whatever the reference would have been.
+func TestAccumulateWithoutReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const n = 200
+	lp, old, ref, adv, w := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range n {
+		lp[i] = float32(-3 * r.Float64())
+		old[i] = lp[i] + float32(0.3*r.NormFloat64())
+		ref[i] = lp[i] + float32(0.5*r.NormFloat64())
+		adv[i] = float32(r.NormFloat64())
+		w[i] = 1.0 / n
+	}
+	want := make([]float32, n)
+	ws := Config{Clip: 0.2, Beta: 0}.Accumulate(want, lp, old, ref, adv, w)
+	if ws.KL <= 0 {
+		t.Fatalf("KL %v against a reference 0.5 nats away", ws.KL)
+	}
+	for _, beta := range []float64{0, 0.1} { // β multiplies a kl of 0
+		got := make([]float32, n)
+		st := Config{Clip: 0.2, Beta: beta}.Accumulate(got, lp, old, nil, adv, w)
+		if st.KL != 0 || st.Loss != st.Surrogate || math.Abs(st.Surrogate-ws.Surrogate) > 1e-12 {
+			t.Fatalf("β %v without a reference: %+v; with one at β 0: %+v", beta, st, ws)
+		}
+		for i := range n {
+			if got[i] != want[i] {
+				t.Fatalf("β %v, token %d: gradient %v without a reference, %v at β 0", beta, i, got[i], want[i])
+			}
+		}
+	}
+}
