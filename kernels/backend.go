@@ -170,6 +170,16 @@ type TrainBackend interface {
 	AdamW(w, g, m, v, sumSq Tensor, s AdamWStep)
 }
 
+// PagedAttender is a Backend whose attention reads a paged KV cache where
+// it lies: PagedAttention is Attention (valid nil) with position j's key
+// and value in row rows[j] of kpool and vpool [blocks·blockSize,
+// kvHeads·hd], a block table expanded to positions. Without it a paged
+// cache gathers its rows into contiguous tensors first.
+type PagedAttender interface {
+	Backend
+	PagedAttention(out, q, kpool, vpool Tensor, rows []int, start, heads, kvHeads, hd int)
+}
+
 // PolicyGradienter is a TrainBackend that runs a policy-gradient loss
 // where the log-probabilities are, so a GRPO step reads nothing back. The
 // loss is rl/grpo's, and the kernel is held to it in tests.

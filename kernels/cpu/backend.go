@@ -144,6 +144,12 @@ func (*Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, he
 	Attention(data(out), qd, data(kc), data(vc), valid, len(qd)/(heads*hd), start, heads, kvHeads, hd)
 }
 
+// PagedAttention implements kernels.PagedAttender.
+func (*Backend) PagedAttention(out, q, kpool, vpool kernels.Tensor, rows []int, start, heads, kvHeads, hd int) {
+	qd := data(q)
+	PagedAttention(data(out), qd, data(kpool), data(vpool), rows, len(qd)/(heads*hd), start, heads, kvHeads, hd)
+}
+
 // SiLUMul implements kernels.Backend.
 func (*Backend) SiLUMul(out, gate, up kernels.Tensor) { SiLUMul(data(out), data(gate), data(up)) }
 

@@ -261,8 +261,19 @@ func LogSoftmax(y, x []float32) {
 // (the cache, new tokens already written). valid, if not nil, masks cache
 // positions (false = padding) on top of causality. out[t, heads, d].
 func Attention(out, q, kc, vc []float32, valid []bool, t, start, heads, kvHeads, d int) {
-	attend(out, q, kc, vc, valid, t, heads, kvHeads, d, start+t, func(i int) (int, int) {
+	attend(out, q, kc, vc, valid, nil, t, heads, kvHeads, d, start+t, func(i int) (int, int) {
 		return 0, start + i + 1 // causal: keys 0..start+i
+	})
+}
+
+// PagedAttention is Attention over keys and values kept in a block pool:
+// position j's are row rows[j] of kpool and vpool [rows, kvHeads, d]
+// (vLLM's block table, one entry per position), read where they are, so
+// paging costs no copy. It computes what Attention computes over the
+// gathered rows, in the same order, to the bit.
+func PagedAttention(out, q, kpool, vpool []float32, rows []int, t, start, heads, kvHeads, d int) {
+	attend(out, q, kpool, vpool, nil, rows, t, heads, kvHeads, d, start+t, func(i int) (int, int) {
+		return 0, start + i + 1
 	})
 }
 
@@ -279,14 +290,21 @@ func SegmentAttention(out, q, k, v []float32, bounds []int, heads, d int) {
 		}
 		longest = max(longest, bounds[s+1]-bounds[s])
 	}
-	attend(out, q, k, v, nil, t, heads, heads, d, longest, func(i int) (int, int) {
+	attend(out, q, k, v, nil, nil, t, heads, heads, d, longest, func(i int) (int, int) {
 		return bounds[seg[i]], bounds[seg[i]+1]
 	})
 }
 
 // attend is softmax attention of each query row i over the key rows
-// keys(i) = [lo, hi) (at most span of them), valid masking keys.
-func attend(out, q, kc, vc []float32, valid []bool, t, heads, kvHeads, d, span int, keys func(i int) (lo, hi int)) {
+// keys(i) = [lo, hi) (at most span of them), valid masking keys; with rows
+// (a block table) key j is row rows[j] of kc and vc.
+func attend(out, q, kc, vc []float32, valid []bool, rows []int, t, heads, kvHeads, d, span int, keys func(i int) (lo, hi int)) {
+	at := func(j int) int {
+		if rows != nil {
+			return rows[j]
+		}
+		return j
+	}
 	group := heads / kvHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	parallelFor(t*heads, span*d, func(lo, hi int) {
@@ -304,7 +322,8 @@ func attend(out, q, kc, vc []float32, valid []bool, t, heads, kvHeads, d, span i
 					scores[jj] = float32(math.Inf(-1))
 					continue
 				}
-				scores[jj] = vec.Dot(qv, kc[(j*kvHeads+kvh)*d:(j*kvHeads+kvh+1)*d]) * scale
+				r := at(j)
+				scores[jj] = vec.Dot(qv, kc[(r*kvHeads+kvh)*d:(r*kvHeads+kvh+1)*d]) * scale
 				m = max(m, scores[jj])
 			}
 			o := out[(i*heads+h)*d : (i*heads+h+1)*d]
@@ -323,8 +342,8 @@ func attend(out, q, kc, vc []float32, valid []bool, t, heads, kvHeads, d, span i
 				if p == 0 {
 					continue
 				}
-				j := j0 + jj
-				vv := vc[(j*kvHeads+kvh)*d : (j*kvHeads+kvh+1)*d]
+				r := at(j0 + jj)
+				vv := vc[(r*kvHeads+kvh)*d : (r*kvHeads+kvh+1)*d]
 				for x := range d {
 					o[x] += p * vv[x]
 				}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/model/safetensors"
 )
 
 // TestCacheGrowsAsUsed: a cache holds room for what its sequence used (a
@@ -14,7 +15,7 @@ import (
 // from the start. A clone holds what is filled, and grows on its own.
 func TestCacheGrowsAsUsed(t *testing.T) {
 	cfg := Presets["tiny-qwen3"]
-	m, err := FromTensors(cpu.New(), cfg, MapOf(RandomTensors(cfg, "bf16", 3)))
+	m, err := FromTensors(cpu.New(), cfg, MapOf(RandomTensors(cfg, safetensors.BF16, 3)))
 	if err != nil {
 		t.Fatal(err)
 	}

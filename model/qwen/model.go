@@ -114,6 +114,9 @@ func fromTensors(be kernels.Backend, cfg Config, src TensorSource, o Options) (*
 		if !slices.Equal(t.Shape, p.Shape) {
 			return fmt.Errorf("tensor %q has shape %v, config.json implies %v", p.Name, t.Shape, p.Shape)
 		}
+		if want := t.Len() * t.DType.Size(); t.DType.Size() == 0 || len(t.Data) != want {
+			return fmt.Errorf("tensor %q: %d bytes of dtype %q for shape %v (F32, F16 or BF16 expected, %d bytes)", p.Name, len(t.Data), t.DType, t.Shape, want)
+		}
 		if len(p.Shape) == 1 {
 			m.weights += 4 * p.Shape[0]
 			*dst = be.FromHost(t.Float32(), p.Shape[0])
@@ -394,6 +397,11 @@ func (o engineOps) Attention(li int, q, k, v kernels.Tensor) kernels.Tensor {
 		var kc, vc kernels.Tensor
 		if c.pool != nil {
 			c.writePaged(li, k, v, row, n)
+			if pa, ok := be.(kernels.PagedAttender); ok {
+				pa.PagedAttention(be.Rows(out, row, row+n), be.Rows(q, row, row+n), c.pool.K[li], c.pool.V[li], o.rows[s], c.Len, m.Heads, m.KVHeads, m.HeadDim)
+				row += n
+				continue
+			}
 			kc, vc = c.gatherPaged(li, o.rows[s])
 		} else {
 			kc, vc = c.K[li], c.V[li]

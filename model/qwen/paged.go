@@ -153,9 +153,9 @@ func (c *Cache) writePaged(li int, k, v kernels.Tensor, row, n int) {
 
 // gatherPaged reads layer li's keys and values of positions rows (from
 // pagedRows) into contiguous tensors for attention. The copy is what
-// paging costs on a backend without a block-table attention kernel: one
-// read of the sequence's keys and values per layer, as attention itself
-// does.
+// paging costs on a backend without a block-table attention kernel
+// (kernels.PagedAttender; the CPU backend has one): one read of the
+// sequence's keys and values per layer, as attention itself does.
 func (c *Cache) gatherPaged(li int, rows []int) (kc, vc kernels.Tensor) {
 	p := c.pool
 	w := p.K[li].Shape()[1]

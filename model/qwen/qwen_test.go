@@ -351,4 +351,19 @@ func TestBadCheckpoints(t *testing.T) {
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "not a multiple") {
 		t.Fatalf("bad heads: %v", err)
 	}
+	// Tensors whose bytes do not hold their shape in a known dtype (an
+	// unknown dtype, a truncated tensor) are refused by name, not read as
+	// zeros.
+	cfg = Presets["tiny-qwen3"]
+	for _, c := range []struct {
+		what string
+		edit func(ts []safetensors.Tensor)
+	}{{"dtype I8", func(ts []safetensors.Tensor) { ts[0].DType = "I8" }},
+		{"truncated", func(ts []safetensors.Tensor) { ts[0].Data = ts[0].Data[:len(ts[0].Data)-2] }}} {
+		ts := RandomTensors(cfg, safetensors.BF16, 1)
+		c.edit(ts)
+		if _, err := FromTensors(cpu.New(), cfg, MapOf(ts)); err == nil || !strings.Contains(err.Error(), ts[0].Name) || !strings.Contains(err.Error(), "bytes") {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+	}
 }

@@ -258,8 +258,12 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 }
 
 // FromFloat32 encodes values as a tensor of dtype (rounding to nearest even
-// for 16-bit types).
+// for 16-bit types): F32, F16 or BF16; another dtype panics.
 func FromFloat32(name string, dtype DType, shape []int, values []float32) Tensor {
+	if dtype.Size() == 0 {
+		// A programming error: an empty tensor would read back as zeros.
+		panic(fmt.Sprintf("safetensors: tensor %q to dtype %q (F32, F16 or BF16)", name, dtype))
+	}
 	t := Tensor{Name: name, DType: dtype, Shape: shape, Data: make([]byte, len(values)*dtype.Size())}
 	for i, v := range values {
 		switch dtype {
