@@ -299,12 +299,6 @@ func SegmentAttention(out, q, k, v []float32, bounds []int, heads, d int) {
 // keys(i) = [lo, hi) (at most span of them), valid masking keys; with rows
 // (a block table) key j is row rows[j] of kc and vc.
 func attend(out, q, kc, vc []float32, valid []bool, rows []int, t, heads, kvHeads, d, span int, keys func(i int) (lo, hi int)) {
-	at := func(j int) int {
-		if rows != nil {
-			return rows[j]
-		}
-		return j
-	}
 	group := heads / kvHeads
 	scale := float32(1 / math.Sqrt(float64(d)))
 	parallelFor(t*heads, span*d, func(lo, hi int) {
@@ -322,7 +316,10 @@ func attend(out, q, kc, vc []float32, valid []bool, rows []int, t, heads, kvHead
 					scores[jj] = float32(math.Inf(-1))
 					continue
 				}
-				r := at(j)
+				r := j
+				if rows != nil {
+					r = rows[j]
+				}
 				scores[jj] = vec.Dot(qv, kc[(r*kvHeads+kvh)*d:(r*kvHeads+kvh+1)*d]) * scale
 				m = max(m, scores[jj])
 			}
@@ -342,7 +339,10 @@ func attend(out, q, kc, vc []float32, valid []bool, rows []int, t, heads, kvHead
 				if p == 0 {
 					continue
 				}
-				r := at(j0 + jj)
+				r := j0 + jj
+				if rows != nil {
+					r = rows[r]
+				}
 				vv := vc[(r*kvHeads+kvh)*d : (r*kvHeads+kvh+1)*d]
 				for x := range d {
 					o[x] += p * vv[x]
