@@ -130,15 +130,8 @@ func AttentionMatMul(out, q, kc, vc []float32, t, start, heads, kvHeads, d int) 
 // keys after last.
 func softmaxCausal(row []float32, last int, scale float32) {
 	r := row[:last+1]
-	m := float32(math.Inf(-1))
-	for j, v := range r {
-		r[j] = v * scale
-		m = max(m, r[j])
-	}
-	inv := 1 / vec.ExpSub(r, m)
-	for j := range r {
-		r[j] *= inv
-	}
+	m := vec.ScaleMax(r, scale)
+	vec.Scale(r, 1/vec.ExpSub(r, m))
 	clear(row[last+1:])
 }
 

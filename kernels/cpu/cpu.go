@@ -328,25 +328,18 @@ func attend(out, q, kc, vc []float32, valid []bool, rows []int, t, heads, kvHead
 			if math.IsInf(float64(m), -1) {
 				continue // every key masked: output zeros, not NaN
 			}
-			var s float32
+			// ExpSub gives a masked key exp(−87), not 0: zero it, so that
+			// whatever its row holds never reaches the output.
+			inv := 1 / vec.ExpSub(scores, m)
 			for jj := range scores {
-				e := float32(math.Exp(float64(scores[jj] - m)))
-				scores[jj] = e
-				s += e
-			}
-			for jj := range scores {
-				p := scores[jj] / s
-				if p == 0 {
+				if valid != nil && !valid[j0+jj] {
 					continue
 				}
 				r := j0 + jj
 				if rows != nil {
 					r = rows[r]
 				}
-				vv := vc[(r*kvHeads+kvh)*d : (r*kvHeads+kvh+1)*d]
-				for x := range d {
-					o[x] += p * vv[x]
-				}
+				vec.Axpy(o, vc[(r*kvHeads+kvh)*d:(r*kvHeads+kvh+1)*d], scores[jj]*inv)
 			}
 		}
 	})

@@ -212,3 +212,41 @@ func expSubGeneric(x []float32, m float32) float32 {
 	}
 	return s
 }
+
+// ScaleMax sets x[i] *= s and returns the largest x[i] (−Inf for none):
+// the first pass of a softmax over scaled attention scores.
+func ScaleMax(x []float32, s float32) float32 { return scaleMax(x, s) }
+
+// Scale sets x[i] *= s.
+func Scale(x []float32, s float32) { scale(x, s) }
+
+// Axpy sets y[i] += a·x[i] over len(y); x must be at least as long. The
+// assembly fuses the multiply and the add (one rounding).
+func Axpy(y, x []float32, a float32) {
+	if len(y) == 0 {
+		return
+	}
+	_ = x[len(y)-1]
+	axpy(y, x, a)
+}
+
+func scaleMaxGeneric(x []float32, s float32) float32 {
+	m := float32(math.Inf(-1))
+	for i, v := range x {
+		x[i] = v * s
+		m = max(m, x[i])
+	}
+	return m
+}
+
+func scaleGeneric(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+func axpyGeneric(y, x []float32, a float32) {
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}

@@ -1,6 +1,10 @@
 package vec
 
-import "golang.org/x/sys/cpu"
+import (
+	"math"
+
+	"golang.org/x/sys/cpu"
+)
 
 // HasSIMD reports whether the assembly kernels are in use.
 var HasSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA
@@ -186,4 +190,44 @@ func dot16Rows(y, x []float32, w []uint16, f16 bool) bool {
 		dotBF16RowsAVX2(&x[0], &w[0], len(x), len(y), &y[0])
 	}
 	return true
+}
+
+//go:noescape
+func scaleMaxAVX2(x *float32, n int, s float32) float32
+
+//go:noescape
+func scaleAVX2(x *float32, n int, s float32)
+
+//go:noescape
+func axpyAVX2(y, x *float32, n int, a float32)
+
+func scaleMax(x []float32, s float32) float32 {
+	m := float32(math.Inf(-1))
+	n8 := 0
+	if HasSIMD {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			m = scaleMaxAVX2(&x[0], n8, s)
+		}
+	}
+	return max(m, scaleMaxGeneric(x[n8:], s))
+}
+
+func scale(x []float32, s float32) {
+	n8 := 0
+	if HasSIMD {
+		if n8 = len(x) &^ 7; n8 > 0 {
+			scaleAVX2(&x[0], n8, s)
+		}
+	}
+	scaleGeneric(x[n8:], s)
+}
+
+func axpy(y, x []float32, a float32) {
+	n8 := 0
+	if HasSIMD {
+		if n8 = len(y) &^ 7; n8 > 0 {
+			axpyAVX2(&y[0], &x[0], n8, a)
+		}
+	}
+	axpyGeneric(y[n8:], x[n8:len(y)], a)
 }

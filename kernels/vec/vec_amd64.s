@@ -819,3 +819,76 @@ dotF16RowsAVX2loop:
 dotF16RowsAVX2done:
 	VZEROUPPER
 	RET
+
+// func scaleMaxAVX2(x *float32, n int, s float32) float32
+// x[i] *= s in place for n (a multiple of 8, at least 8) values, returning
+// their maximum: the first pass of a softmax over scaled scores.
+TEXT ·scaleMaxAVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y1
+	BCAST(0xff800000, Y0) // -Inf
+
+smloop:
+	CMPQ CX, $8
+	JL   smdone
+	VMULPS (SI), Y1, Y2
+	VMOVUPS Y2, (SI)
+	VMAXPS Y2, Y0, Y0
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP  smloop
+
+smdone:
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS X1, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// func scaleAVX2(x *float32, n int, s float32)
+// x[i] *= s in place for n (a multiple of 8) values.
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y1
+
+scloop:
+	CMPQ CX, $8
+	JL   scdone
+	VMULPS (SI), Y1, Y2
+	VMOVUPS Y2, (SI)
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP  scloop
+
+scdone:
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(y, x *float32, n int, a float32)
+// y[i] += a·x[i] (one fused multiply-add) for n (a multiple of 8) values.
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-28
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS a+24(FP), Y0
+
+axloop:
+	CMPQ CX, $8
+	JL   axdone
+	VMOVUPS (DI), Y1
+	VFMADD231PS (SI), Y0, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  axloop
+
+axdone:
+	VZEROUPPER
+	RET

@@ -47,3 +47,9 @@ func dotQ8Rows(y []float32, xq []int8, xd []float32, xs []int32, q []int8, d []f
 }
 
 func dot16Rows(y, x []float32, w []uint16, f16 bool) bool { return false }
+
+func scaleMax(x []float32, s float32) float32 { return scaleMaxGeneric(x, s) }
+
+func scale(x []float32, s float32) { scaleGeneric(x, s) }
+
+func axpy(y, x []float32, a float32) { axpyGeneric(y, x[:len(y)], a) }

@@ -4,6 +4,7 @@ import (
 	"github.com/agemem/agemem/kernels/half"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -282,6 +283,51 @@ func TestExpSub(t *testing.T) {
 		}
 		if math.Abs(float64(s)-ws) > 1e-5*ws {
 			t.Fatalf("n=%d sum %g, want %g", n, s, ws)
+		}
+	}
+}
+
+// ScaleMax, Scale and Axpy against float64, across the assembly's 8-value
+// steps and the Go tail (n 1, 7: tail only; 8, 16: assembly only).
+func TestScaleMaxScaleAxpy(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, n := range []int{0, 1, 7, 8, 13, 16, 37, 1001} {
+		x := make([]float32, n)
+		y := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 3)
+			y[i] = float32(r.NormFloat64())
+		}
+		if n > 9 {
+			x[9] = 50 // the maximum inside the assembly's part
+		}
+		if n > 2 {
+			x[n-1] = float32(math.Inf(-1)) // a masked score stays masked
+		}
+		const s, a = 0.125, -1.75
+		want := math.Inf(-1)
+		for _, v := range x {
+			want = math.Max(want, float64(v)*s)
+		}
+		sx := slices.Clone(x)
+		if m := ScaleMax(sx, s); float64(m) != want {
+			t.Fatalf("n=%d ScaleMax = %g, want %g", n, m, want)
+		}
+		scaled := slices.Clone(x)
+		Scale(scaled, s)
+		for i, v := range x {
+			if float64(sx[i]) != float64(v)*s || scaled[i] != sx[i] {
+				t.Fatalf("n=%d x[%d]: ScaleMax %g, Scale %g, want %g", n, i, sx[i], scaled[i], float64(v)*s)
+			}
+		}
+		xs := x[:max(n-1, 0)] // no -Inf in an axpy
+		ys := slices.Clone(y[:len(xs)])
+		Axpy(ys, xs, a)
+		for i := range ys {
+			w := float64(y[i]) + a*float64(x[i])
+			if math.Abs(float64(ys[i])-w) > 1e-6*(1+math.Abs(w)) {
+				t.Fatalf("n=%d axpy[%d] = %g, want %g", n, i, ys[i], w)
+			}
 		}
 	}
 }
