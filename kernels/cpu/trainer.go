@@ -140,10 +140,7 @@ func Entropy[T Float](logits []T, v int) []float64 {
 	out := make([]float64, len(logits)/v)
 	for r := range out {
 		row := logits[r*v : (r+1)*v]
-		m := math.Inf(-1)
-		for _, x := range row {
-			m = math.Max(m, float64(x))
-		}
+		m := float64(maxOf(row))
 		var z, s float64
 		for _, x := range row {
 			e := math.Exp(float64(x) - m)

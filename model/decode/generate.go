@@ -355,10 +355,7 @@ func sample(logits []float32, s Sampling, r *rand.Rand) int {
 		}
 		return best
 	}
-	mx := math.Inf(-1)
-	for _, v := range logits {
-		mx = math.Max(mx, float64(v))
-	}
+	mx := float64(slices.Max(logits))
 	if s.TopK <= 0 || s.TopK >= len(logits) {
 		if s.TopP <= 0 || s.TopP >= 1 {
 			// The whole distribution: the inverse CDF in id order, no
