@@ -77,8 +77,9 @@ bench: deps
 # The embedded default (configs/tiny.yaml; README, "Demo results"): step-wise
 # GRPO (AgeMem) from the shipped tiny policy (models/tiny, AgeMem-noRL: what
 # `make base` trains), then the held-out table (No-Memory, AgeMem-noRL,
-# AgeMem) on EVAL_TASKS tasks of a seed training never saw. About 15
-# minutes on 2 cores, GRPO 11 of them. POLICY names another starting policy
+# AgeMem) on EVAL_TASKS tasks of a seed training never saw. About 10
+# minutes on 2 cores (9.5 measured; the VM's speed varies by a fifth), GRPO
+# 8.5 of them. POLICY names another starting policy
 # (`make demo-full` passes the one `make base` just trained).
 POLICY ?= models/tiny
 CFG := configs/tiny.yaml
