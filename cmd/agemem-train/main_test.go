@@ -419,9 +419,18 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 		{"AgeMem=" + model, `already has a row "AgeMem"`},
 		{"X=" + dir, "not a model directory"},
 		{"X=" + model + ",tools=rag", `tools="rag" is not all, ltm or stm`},
+		{"X=" + model + ",tool=ltm", `unknown option "tool=ltm"`},
 	} {
 		if _, err := run(t, append([]string{"eval", "--method", c.method}, sets...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--method %s: %v", c.method, err)
+		}
+	}
+	// A missing policy is named before any row is played.
+	for _, flag := range []string{"--trained", "--norl"} {
+		args := append(append([]string{"eval"}, sets...), flag, dir)
+		out, err := runCombined(t, args...)
+		if err == nil || !strings.Contains(err.Error(), dir+" is not a model directory") || strings.Contains(out, "elapsed") {
+			t.Errorf("%s %s: %v\n%s", flag, dir, err, out)
 		}
 	}
 }

@@ -267,23 +267,48 @@ Figure 4: a policy trained with only the long-term memory tools.`,
 			if cfg.Eval.Tasks > 0 && len(tasks) > cfg.Eval.Tasks {
 				tasks = tasks[:cfg.Eval.Tasks]
 			}
+			// Every policy is checked before any is played: a wrong path
+			// found after the first rows' minutes of play wastes them.
+			isModel := func(dir string) bool {
+				_, err := os.Stat(filepath.Join(dir, "config.json"))
+				return err == nil
+			}
+			if !isModel(norl) {
+				return fmt.Errorf("AgeMem-noRL: %s is not a model directory (no config.json); --norl or rl.init names it", norl)
+			}
+			if !isModel(trained) {
+				return fmt.Errorf("AgeMem: %s is not a model directory (no config.json); train it first (agemem-train train) or name it with --trained", trained)
+			}
 			methods := []eval.Method{{Name: "No-Memory", Scripted: "no-memory"}, {Name: "AgeMem-noRL", Dir: norl}, {Name: "AgeMem", Dir: trained}}
 			for _, m := range extra {
-				name, dir, ok := strings.Cut(m, "=")
-				if !ok || name == "" || dir == "" {
+				name, spec, ok := strings.Cut(m, "=")
+				if !ok || name == "" || spec == "" {
 					return fmt.Errorf("--method %q: want NAME=DIR, e.g. Answer-Only=runs/answer-only/rl/policy", m)
 				}
+				// DIR, then ,key=value options; a directory whose name has
+				// a comma is taken whole when it exists.
+				dir, opts, _ := strings.Cut(spec, ",")
+				if isModel(spec) {
+					dir, opts = spec, ""
+				}
 				var tools string
-				if d, sub, ok := strings.Cut(dir, ",tools="); ok {
-					dir, tools = d, sub
-					if !slices.Contains([]string{memtools.SubsetAll, memtools.SubsetLTM, memtools.SubsetSTM}, tools) {
-						return fmt.Errorf("--method %q: tools=%q is not all, ltm or stm", m, tools)
+				for opt := range strings.SplitSeq(opts, ",") {
+					if opt == "" {
+						continue
 					}
+					k, v, _ := strings.Cut(opt, "=")
+					if k != "tools" {
+						return fmt.Errorf("--method %q: unknown option %q (the one option is tools=all|ltm|stm)", m, opt)
+					}
+					if !slices.Contains([]string{memtools.SubsetAll, memtools.SubsetLTM, memtools.SubsetSTM}, v) {
+						return fmt.Errorf("--method %q: tools=%q is not all, ltm or stm", m, v)
+					}
+					tools = v
 				}
 				if slices.ContainsFunc(methods, func(x eval.Method) bool { return x.Name == name }) {
 					return fmt.Errorf("--method %q: the table already has a row %q", m, name)
 				}
-				if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+				if !isModel(dir) {
 					return fmt.Errorf("--method %q: %s is not a model directory (no config.json)", m, dir)
 				}
 				methods = append(methods, eval.Method{Name: name, Dir: dir, Tools: tools})
