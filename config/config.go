@@ -120,10 +120,18 @@ type Model struct {
 	// or q8_0 (bf16, with the base's projections held as Q8_0 blocks, a
 	// quarter of f32's bytes; needs lora.enabled).
 	TrainDtype string `yaml:"train_dtype"`
-	// ShardOptimizer splits the AdamW moments across the data-parallel
-	// devices (ZeRO stage 1): each updates its share of the parameters and
-	// sends them to the others.
-	ShardOptimizer bool `yaml:"shard_optimizer"`
+	// ZeroStage is how much of the training state the data-parallel
+	// devices split between them, DeepSpeed's stages: 0 none; 1 the AdamW
+	// moments (each device updates its share of the parameters and sends
+	// them to the others); 2 also the gradients (each summed onto its
+	// owner as the backward produces it) and, with train_dtype bf16, the
+	// float32 master weights under bf16 working copies on every device.
+	ZeroStage int `yaml:"zero_stage"`
+	// OffloadReference keeps the frozen reference policy (full
+	// fine-tuning at rl.beta > 0) in host memory and uploads its layers
+	// one at a time for its forward: a layer on each device instead of a
+	// second model.
+	OffloadReference bool `yaml:"offload_reference"`
 	// Init is the shape `agemem-train init-model --config` writes.
 	Init ModelInit `yaml:"init"`
 }
@@ -218,6 +226,9 @@ func (m Model) Validate() error {
 	var e valid.Errors
 	e.OneOf("dtype", m.Dtype, "f32", "bf16")
 	e.OneOf("train_dtype", m.TrainDtype, "f32", "bf16", "q8_0")
+	if m.ZeroStage < 0 || m.ZeroStage > 2 {
+		e.Add("zero_stage", "%d: want 0 (nothing split), 1 (AdamW moments) or 2 (also gradients and f32 masters)", m.ZeroStage)
+	}
 	if m.Quantize != "" && m.Quantize != "q8_0" {
 		e.Add("quantize", "%q: want q8_0, or \"\" for the stored type", m.Quantize)
 	}

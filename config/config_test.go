@@ -88,6 +88,8 @@ func TestLoadErrors(t *testing.T) {
 		{"zero duration", "serve:\n  session_ttl: 0s\n", nil, []string{"serve.session_ttl", "positive"}},
 		{"bad device", "model:\n  device: gpu\n", nil, []string{"model.device", `"gpu" is not auto, cpu, cuda or cuda:N`}},
 		{"bad quantize", "model:\n  quantize: q4_0\n", nil, []string{"model.quantize", `"q4_0": want q8_0`}},
+		{"bad zero stage", "model:\n  zero_stage: 3\n", nil, []string{"model.zero_stage", "3: want 0"}},
+		{"removed shard_optimizer", "model:\n  shard_optimizer: true\n", nil, []string{"unknown key model.shard_optimizer", "replaced by model.zero_stage: 1"}},
 		{"bad memtool weight", "memtool:\n  train:\n    w_removal: -1\n", nil, []string{"memtool.train.w_removal", "at least 0"}},
 		{"heads not divisible", "model:\n  init:\n    num_key_value_heads: 3\n", nil, []string{"model.init.num_key_value_heads", "does not divide"}},
 		{"unknown lora module", "lora:\n  target_modules: [q_proj, lm_head]\n", nil, []string{"lora.target_modules[1]", `"lm_head"`}},

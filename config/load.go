@@ -60,6 +60,12 @@ func documentMapping(root *yaml.Node) *yaml.Node {
 }
 
 // checkKeys walks the YAML mapping beside the Go type and reports the first
+// renamed are keys earlier versions read, with what replaced them, so an
+// old config's error says what to write.
+var renamed = map[string]string{
+	"model.shard_optimizer": "model.zero_stage: 1 (moments split; 2 also splits gradients and f32 masters)",
+}
+
 // key that has no field, with its full path and the keys that are accepted.
 func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
 	if n.Kind == yaml.AliasNode {
@@ -91,7 +97,9 @@ func checkKeys(n *yaml.Node, t reflect.Type, prefix, file string) error {
 				}
 				sort.Strings(names)
 				msg := fmt.Sprintf("config %s: unknown key %s", where(file, k), path)
-				if s := closest(k.Value, names); s != "" {
+				if s, ok := renamed[path]; ok {
+					msg += fmt.Sprintf(" (replaced by %s)", s)
+				} else if s := closest(k.Value, names); s != "" {
 					msg += fmt.Sprintf(" (did you mean %s?)", s)
 				}
 				return fmt.Errorf("%s; accepted keys here: %s", msg, strings.Join(names, ", "))

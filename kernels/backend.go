@@ -160,6 +160,11 @@ type TrainBackend interface {
 	// Embedding reads rows of back as float32: activation checkpoints under
 	// mixed precision keep each layer's input so.
 	NarrowBF16(x Tensor) Tensor
+	// NarrowBF16Into rounds x to bfloat16 into dst, a bf16 tensor of x's
+	// size (NarrowBF16's, or a bf16 weight Upload made), in place: the
+	// working copy of a weight whose float32 master lives elsewhere
+	// (ZeRO-2, model.zero_stage) takes each update so.
+	NarrowBF16Into(dst, x Tensor)
 
 	// SumSquares: acc[0] += Σ x² (the global gradient norm, summed over
 	// parameters on the device).

@@ -39,7 +39,7 @@ type Options[R any] struct {
 	LoRA   lora.Options
 	Optim  optim.Config
 	// Learner says where the steps run (model.devices, train_dtype,
-	// shard_optimizer); rollouts decode on Device (model.device) unless
+	// zero_stage); rollouts decode on Device (model.device) unless
 	// training runs on GPUs, whose every device then decodes a share.
 	Learner train.LearnerOptions
 	Device  kernels.Backend

@@ -300,7 +300,7 @@ func Pretrain(cfg config.Config) pretrain.Options {
 // learnerOptions are where training steps run, from the model section.
 func learnerOptions(cfg config.Config) train.LearnerOptions {
 	return train.LearnerOptions{Devices: cfg.Model.Devices, BF16: cfg.Model.TrainDtype == "bf16", BaseQ8: cfg.Model.TrainDtype == "q8_0",
-		ShardOptimizer: cfg.Model.ShardOptimizer}
+		ZeroStage: cfg.Model.ZeroStage, OffloadReference: cfg.Model.OffloadReference}
 }
 
 // MemToolKB is MemTool's tool knowledge base: memtool.bench.tools (or, when

@@ -500,11 +500,31 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 	// the bf16 reference is 7.49 GiB, none at rl.beta 0; the sharded
 	// optimiser line is the largest and the fix does not offer sharding
 	// again.
-	full := []string{"--set", "lora.enabled=false", "--set", "model.shard_optimizer=true"}
+	full := []string{"--set", "lora.enabled=false", "--set", "model.zero_stage=1"}
 	check("4B full fine-tuning", dryRun("qwen3-4b-instruct.yaml", q4, full...),
 		"reference policy                                           7.49 GiB",
 		"gradients + AdamW moments (1/8 of them)                    18.73 GiB",
-		"to shrink it: lora.enabled: true (the moments are sharded already")
+		"to shrink it: model.zero_stage: 2 (the gradients split too)")
 	check("4B full fine-tuning at rl.beta 0", dryRun("qwen3-4b-instruct.yaml", q4, append(full, "--set", "rl.beta=0")...),
 		"reference policy                                           0.00 GiB")
+	// ZeRO-2: bf16 working copies (7.49 GiB) and 1/8 of the f32 masters
+	// (1.87); 1/8 of the gradients (1.87) and the largest stage's of the
+	// others' (the tied embedding, 151936 x 2560 floats: 1.45), 1/8 of the
+	// moments (3.75).
+	z2 := []string{"--set", "lora.enabled=false", "--set", "model.zero_stage=2"}
+	check("4B full fine-tuning, ZeRO-2", dryRun("qwen3-4b-instruct.yaml", q4, z2...),
+		"weights (bf16 working copies, 1/8 of the f32 masters)      9.37 GiB",
+		"gradients (1/8 and a layer's) + AdamW moments (1/8)        7.07 GiB",
+		"then the reference policy (7.49 GiB): model.offload_reference: true")
+	// With the reference in host memory (its embedding 0.72 GiB and a
+	// layer on the device) and without the prefix cache's second KV pool,
+	// full fine-tuning of the 4B at the paper's rl.beta fits the paper's
+	// card.
+	z2 = append(z2, "--set", "model.offload_reference=true")
+	check("4B full fine-tuning, ZeRO-2, offloaded reference", dryRun("qwen3-4b-instruct.yaml", q4, z2...),
+		"reference policy (in host memory, a layer at a time)       0.91 GiB",
+		"total (approximate)                                        25.81 GiB",
+		"rl.prefix_cache: false")
+	check("4B full fine-tuning that fits", dryRun("qwen3-4b-instruct.yaml", q4, append(z2, "--set", "rl.prefix_cache=false")...),
+		"total (approximate)                                        23.56 GiB", "fits in 24 GiB per device")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -81,17 +82,22 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	rc := cfg.RL
 	gib := func(b float64) string { return fmt.Sprintf("%.2f GiB", b/(1<<30)) }
 	// The frozen base as the devices hold it (the CPU tape holds float32).
-	base, shards := train.BaseF32, 1
+	base, shards, stage := train.BaseF32, 1, 0
 	if len(cfg.Model.Devices) > 0 {
 		base = map[string]train.Base{"bf16": train.BaseBF16, "q8_0": train.BaseQ8}[cfg.Model.TrainDtype]
-		if cfg.Model.ShardOptimizer {
-			shards = len(cfg.Model.Devices)
+		if cfg.Model.ZeroStage > 0 && len(cfg.Model.Devices) > 1 {
+			shards, stage = len(cfg.Model.Devices), cfg.Model.ZeroStage
 		}
 	}
-	st := train.StateBytes(mc, cfg.LoRA, base, shards)
+	st := train.StateBytes(mc, cfg.LoRA, base, shards, stage)
 	params, trainable, weights, optimizer := st.Params, st.Trainable, st.Weights, st.Optimizer
+	working := stage >= 2 && base != train.BaseF32
 	wname := "weights (f32 masters)"
 	switch {
+	case !cfg.LoRA.Enabled && working:
+		wname = fmt.Sprintf("weights (bf16 working copies, 1/%d of the f32 masters)", shards)
+	case working:
+		wname = fmt.Sprintf("weights (bf16 frozen base, bf16 adapters, 1/%d of their f32 masters)", shards)
 	case cfg.LoRA.Enabled && base == train.BaseBF16:
 		wname = "weights (bf16 frozen base, f32 adapters)"
 	case cfg.LoRA.Enabled && base == train.BaseQ8:
@@ -101,15 +107,19 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	}
 	// The frozen reference: the base itself under LoRA, none at rl.beta 0
 	// (no KL term), else a copy held as the devices hold frozen weights.
-	ref := 4 * params
+	offload := cfg.Model.OffloadReference && len(cfg.Model.Devices) > 0
+	ref, refName := train.ReferenceBytes(mc, base, offload), "reference policy"
 	switch {
 	case cfg.LoRA.Enabled || rc.Beta == 0:
 		ref = 0
-	case base != train.BaseF32:
-		ref = 2 * params
+	case offload:
+		refName = "reference policy (in host memory, a layer at a time)"
 	}
 	oname := "gradients + AdamW moments"
-	if shards > 1 {
+	switch {
+	case stage >= 2:
+		oname = fmt.Sprintf("gradients (1/%d and a layer's) + AdamW moments (1/%d)", shards, shards)
+	case shards > 1:
 		oname = fmt.Sprintf("gradients + AdamW moments (1/%d of them)", shards)
 	}
 	engine := 4 * params // the rollout engine's copy of the weights
@@ -159,7 +169,7 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	for _, l := range []struct {
 		name string
 		b    float64
-	}{{wname, weights}, {"reference policy", ref}, {oname, optimizer},
+	}{{wname, weights}, {refName, ref}, {oname, optimizer},
 		{ename, engine}, {kvName, kv}, {actName, act},
 		{fmt.Sprintf("vocabulary logits and gradient (%d tokens at a time)", chunk), logits},
 		{"the update alone (no engine, no KV caches)", weights + ref + optimizer + act + logits}, {"total (approximate)", total}} {
@@ -180,14 +190,32 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		weightsFix = "model.train_dtype: q8_0 (the base's projections in 8 bits)"
 	case cfg.LoRA.Enabled && base == train.BaseQ8:
 		weightsFix = "a larger device: the base is 8-bit already (a 4-bit base is not built)"
+	case !cfg.LoRA.Enabled && !working:
+		weightsFix = "model.train_dtype: bf16 with model.zero_stage: 2 over several model.devices (bf16 working weights, the f32 masters split across the devices), or lora.enabled: true"
+	case !cfg.LoRA.Enabled:
+		weightsFix = "lora.enabled: true (a bf16 frozen base and small adapters), or more devices (each holds 1/N of the masters)"
 	}
 	refFix := "rl.beta: 0 (no KL term, so no reference: DAPO, Dr. GRPO), or lora.enabled: true (the reference is the base without the adapter)"
+	if len(cfg.Model.Devices) > 0 && !offload {
+		refFix = "model.offload_reference: true (its layers uploaded one at a time), " + refFix
+	}
 	if base == train.BaseF32 && len(cfg.Model.Devices) > 0 {
 		refFix = "model.train_dtype: bf16 (the reference held in bf16), " + refFix
 	}
-	optFix := "model.shard_optimizer: true over several model.devices, or lora.enabled: true"
-	if shards > 1 {
-		optFix = "lora.enabled: true (the moments are sharded already; gradients are not: ZeRO-2 is not built)"
+	optFix := "model.zero_stage: 2 over several model.devices (gradients and moments split across them), or lora.enabled: true"
+	switch {
+	case stage == 1:
+		optFix = "model.zero_stage: 2 (the gradients split too), or lora.enabled: true"
+	case stage >= 2:
+		optFix = "more devices in model.devices (each holds 1/N), or lora.enabled: true"
+	}
+	kvFix := "rl.kv_budget (the paged KV pool's positions; rollouts beyond it wait), or lower rl.k x rl.batch_tasks or agent.context_budget"
+	if rc.KVBudget > 0 && rc.PrefixCache {
+		kvFix = "rl.prefix_cache: false (the prefix cache holds rl.kv_budget again), a smaller rl.kv_budget, or lower agent.context_budget"
+	}
+	actFix := "rl.recompute: true, or a smaller rl.batch_tokens"
+	if rc.Recompute {
+		actFix = "a smaller rl.batch_tokens (recomputation is on; a rollout is never split)"
 	}
 	items := []struct {
 		name, fix string
@@ -197,17 +225,25 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 		{"the reference policy", refFix, ref},
 		{oname, optFix, optimizer},
 		{"the rollout engine's weights", "GPUs in model.devices (rollouts then decode with the trainer's own weights)", engine},
-		{"the KV caches", "rl.kv_budget (the paged KV pool's positions; rollouts beyond it wait), or lower rl.k x rl.batch_tasks or agent.context_budget", kv},
-		{"the activations", "rl.recompute: true, or a smaller rl.batch_tokens", act},
+		{"the KV caches", kvFix, kv},
+		{"the activations", actFix, act},
 		{"the vocabulary logits", "nothing: they are already chunked", logits},
 	}
-	big := items[0]
+	// The largest first, then the others a setting can still shrink: the
+	// largest may take the biggest change (LoRA, more devices) where a
+	// smaller item's setting is enough.
+	slices.SortStableFunc(items, func(a, b struct {
+		name, fix string
+		b         float64
+	}) int {
+		return cmp.Compare(b.b, a.b)
+	})
+	fmt.Fprintf(w, "does not fit in %.0f GiB per device (--device-gib): the largest item is %s (%s); to shrink it: %s\n", deviceGiB, items[0].name, gib(items[0].b), items[0].fix)
 	for _, it := range items[1:] {
-		if it.b > big.b {
-			big = it
+		if it.b >= 1<<28 && !strings.HasPrefix(it.fix, "nothing") { // a quarter GiB
+			fmt.Fprintf(w, "  then %s (%s): %s\n", it.name, gib(it.b), it.fix)
 		}
 	}
-	fmt.Fprintf(w, "does not fit in %.0f GiB per device (--device-gib): the largest item is %s (%s); to shrink it: %s\n", deviceGiB, big.name, gib(big.b), big.fix)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/agemem/agemem/kernels"
@@ -31,6 +32,16 @@ func (b *Backend) NarrowBF16(x kernels.Tensor) kernels.Tensor {
 	return b.Upload(kernels.Weight{Rows: rows, Cols: len(xd) / max(rows, 1), BF16: bits})
 }
 
+// NarrowBF16Into implements kernels.TrainBackend: dst's matrix is
+// replaced in place, so every holder of dst reads the new values.
+func (b *Backend) NarrowBF16Into(dst, x kernels.Tensor) {
+	d := host(dst)
+	if d.w == nil || d.w.BF16 == nil || d.Len() != x.Len() {
+		panic(fmt.Sprintf("cpu backend: NarrowBF16Into a tensor that is not a bf16 weight of %d values", x.Len()))
+	}
+	*d.w = *host(b.NarrowBF16(x)).w
+}
+
 // Dropout implements kernels.TrainBackend.
 func (*Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 	yd, thr, scale := data(y), kernels.DropoutThreshold(p), float32(1/(1-p))
@@ -44,17 +55,15 @@ func (*Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 }
 
 // MatMulBackward implements kernels.TrainBackend. w may be an uploaded
-// (frozen, possibly bf16) weight when dw is nil: it is widened for the
-// product, as the reference the GPU's bf16 GEMM is held to.
+// (possibly bf16) weight: it is widened for dx's product, as the reference
+// the GPU's bf16 GEMM is held to; dw does not read w (a bf16 working copy
+// under ZeRO-2 gets its gradient so).
 func (*Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 	wt := host(w)
 	n, k := wt.Dims[0], wt.Dims[1]
 	xd := data(x)
 	wd := wt.Data
-	if wt.w != nil {
-		if dw != nil {
-			panic("cpu backend: a gradient asked for an uploaded (frozen) weight")
-		}
+	if wt.w != nil && dx != nil {
 		wd = make([]float32, n*k)
 		for r := range n {
 			wt.w.RowTo(wd[r*k:(r+1)*k], r)

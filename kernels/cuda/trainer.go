@@ -45,6 +45,16 @@ func (b *Backend) NarrowBF16(x kernels.Tensor) kernels.Tensor {
 	return t
 }
 
+// NarrowBF16Into implements kernels.TrainBackend.
+func (b *Backend) NarrowBF16Into(dst, x kernels.Tensor) {
+	defer b.enter()()
+	d, n := dev(dst), x.Len()
+	if !d.bf16 || d.Len() != n {
+		panic(fmt.Sprintf("cuda backend: NarrowBF16Into a tensor that is not a bf16 tensor of %d values", n))
+	}
+	b.launch("narrow_bf16", blocks(n, 256), 256, 0, d.ptr, ptr(x), int64(n))
+}
+
 // Dropout implements kernels.TrainBackend.
 func (b *Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 	n := y.Len()

@@ -36,7 +36,7 @@ type Options struct {
 	// pretrain section: the same spans and gaps the model was pretrained on).
 	Copies pretrain.Config
 	// Learner says where the steps run (model.devices, train_dtype,
-	// shard_optimizer).
+	// zero_stage).
 	Learner train.LearnerOptions
 	// Dtype stores the exported full weights (model.dtype).
 	Dtype safetensors.DType

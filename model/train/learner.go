@@ -175,10 +175,17 @@ type LearnerOptions struct {
 	// BaseQ8 is BF16 with the frozen projections held as Q8_0 blocks
 	// (model.train_dtype: q8_0, BaseQ8).
 	BaseQ8 bool
-	// ShardOptimizer keeps each parameter's AdamW moments on one device
-	// only, which updates it and sends it to the others (ZeRO stage 1,
-	// model.shard_optimizer).
-	ShardOptimizer bool
+	// ZeroStage splits the training state across the devices
+	// (model.zero_stage): 1 keeps each parameter's AdamW moments on one
+	// device only, which updates it and sends it to the others; 2 also
+	// sums each gradient onto that device alone as the backward produces
+	// it, and under BF16 keeps the float32 master there, every device
+	// computing with a bf16 working copy.
+	ZeroStage int
+	// OffloadReference keeps a frozen reference policy (full fine-tuning
+	// at rl.beta > 0) in host memory, its layers uploaded one at a time
+	// for its forward (model.offload_reference; verl's ref param offload).
+	OffloadReference bool
 }
 
 // NewLearner returns the Learner o asks for: the tape when there are no

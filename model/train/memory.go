@@ -10,10 +10,11 @@ import (
 
 // State is what a replica holds between steps: Weights (the frozen ones
 // as the base is held, NewReplica; trainable ones, norms and biases in
-// float32) and Optimizer (each trainable parameter's gradient, and its two
-// AdamW moments on one of the shards devices, model.shard_optimizer), in
-// bytes, of Params base parameters and Trainable ones (the adapters under
-// LoRA, else all of them).
+// float32, or under ZeRO-2 with a bf16 base as bf16 working copies and a
+// share of the float32 masters) and Optimizer (the gradients, and the two
+// AdamW moments of each trainable parameter on one of the shards devices,
+// model.zero_stage), in bytes, of Params base parameters and Trainable ones
+// (the adapters under LoRA, else all of them).
 type State struct {
 	Params, Trainable  float64
 	Weights, Optimizer float64
@@ -21,10 +22,28 @@ type State struct {
 
 // StateBytes is State for the model c. l.Enabled trains an adapter of rank
 // l.R on l.TargetModules over a frozen base held as base says; else every
-// weight trains in float32. agemem-train train --dry-run prints it;
-// TestStepBytesMeasured holds it to a metered step.
-func StateBytes(c qwen.Config, l lora.Options, base Base, shards int) State {
+// weight trains. zeroStage (model.zero_stage) over shards devices: 1
+// splits the moments; 2 also the gradients (a device holds its share and,
+// while the backward makes them, one stage's of the others: the largest
+// of a layer, the head, the embedding) and, with a bf16 base, the float32
+// masters of the trainable matrices under bf16 working copies.
+// agemem-train train --dry-run prints it; TestStepBytesMeasured holds it
+// to a metered step.
+func StateBytes(c qwen.Config, l lora.Options, base Base, shards, zeroStage int) State {
 	var s State
+	shards = max(shards, 1)
+	if zeroStage < 1 {
+		shards = 1
+	}
+	z2 := zeroStage >= 2 && shards > 1
+	working := z2 && base != BaseF32
+	trainable := func(n float64) float64 { // the bytes of a trainable matrix's weights
+		if working {
+			return 2*n + 4*n/float64(shards)
+		}
+		return 4 * n
+	}
+	stage := map[int]float64{} // trainable floats by backward stage (layer; -1 the rest)
 	for _, p := range qwen.Params(c) {
 		n := 1.0
 		for _, d := range p.Shape {
@@ -33,6 +52,8 @@ func StateBytes(c qwen.Config, l lora.Options, base Base, shards int) State {
 		s.Params += n
 		matrix := len(p.Shape) == 2 && p.Shape[0] > 1 && p.Shape[1] > 1
 		switch {
+		case !l.Enabled && matrix:
+			s.Weights += trainable(n)
 		case !l.Enabled || !matrix || base == BaseF32:
 			s.Weights += 4 * n
 		case base == BaseQ8 && p.Role == qwen.Weight && p.Shape[1]%kernels.QK8 == 0:
@@ -40,16 +61,30 @@ func StateBytes(c qwen.Config, l lora.Options, base Base, shards int) State {
 		default:
 			s.Weights += 2 * n
 		}
-		if l.Enabled && p.Role == qwen.Weight && slices.Contains(l.TargetModules, p.Target) {
-			s.Trainable += float64(l.R) * float64(p.Shape[0]+p.Shape[1])
+		switch {
+		case !l.Enabled && p.Layer >= 0:
+			stage[p.Layer] += n
+		case !l.Enabled: // the embedding, final norm or head: the largest alone
+			stage[-1] = max(stage[-1], n)
+		case p.Role == qwen.Weight && slices.Contains(l.TargetModules, p.Target):
+			a := float64(l.R) * float64(p.Shape[0]+p.Shape[1])
+			s.Trainable += a
+			s.Weights += trainable(a) // the adapter
+			stage[p.Layer] += a
 		}
 	}
 	if !l.Enabled {
 		s.Trainable = s.Params
-	} else {
-		s.Weights += 4 * s.Trainable // the adapters
 	}
-	s.Optimizer = 4*s.Trainable + 8*s.Trainable/float64(max(shards, 1))
+	grads := 4 * s.Trainable
+	if z2 {
+		bucket := 0.0
+		for _, n := range stage {
+			bucket = max(bucket, n)
+		}
+		grads = 4*s.Trainable/float64(shards) + 4*bucket
+	}
+	s.Optimizer = grads + 8*s.Trainable/float64(shards)
 	return s
 }
 
@@ -121,4 +156,35 @@ func ActivationBytes(c qwen.Config, tokens, learned int, o TrainOptions, device,
 		kept = logits / 2
 	}
 	return max(held+n*4*(h+peak)+kept, held+logits) - logits, logits
+}
+
+// ReferenceBytes is what a device holds of a frozen reference policy (full
+// fine-tuning at rl.beta > 0), its matrices as base holds frozen ones
+// (bf16 unless BaseF32): all of it, or under model.offload_reference the
+// embedding, final norm and head with one layer at a time.
+func ReferenceBytes(c qwen.Config, base Base, offload bool) float64 {
+	layers := make([]float64, c.Layers)
+	rest := 0.0
+	for _, p := range qwen.Params(c) {
+		n := 1.0
+		for _, d := range p.Shape {
+			n *= float64(d)
+		}
+		b := 4 * n
+		if len(p.Shape) == 2 && p.Shape[0] > 1 && p.Shape[1] > 1 && base != BaseF32 {
+			b = 2 * n
+		}
+		if p.Layer >= 0 {
+			layers[p.Layer] += b
+		} else {
+			rest += b
+		}
+	}
+	if offload {
+		return rest + slices.Max(layers)
+	}
+	for _, b := range layers {
+		rest += b
+	}
+	return rest
 }

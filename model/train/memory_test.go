@@ -177,7 +177,7 @@ func TestStepBytesMeasured(t *testing.T) {
 			d.Step(optim.DefaultConfig().AdamW(), step, 1e-3, 1, nil)
 		}
 		m.add(func() bool { return false }, 1<<20)
-		st := StateBytes(cfg, l, c.base, 1)
+		st := StateBytes(cfg, l, c.base, 1, 0)
 		weights, opt := st.Weights, st.Optimizer
 		act, logits := ActivationBytes(cfg, n, learned, o, true, c.base != BaseF32)
 		want := weights + opt + act + logits
@@ -186,6 +186,60 @@ func TestStepBytesMeasured(t *testing.T) {
 			c.name, want/(1<<20), weights/(1<<20), opt/(1<<20), act/(1<<20), logits/(1<<20), float64(m.peak)/(1<<20), ratio)
 		if ratio < 0.9 || ratio > 1.1 {
 			t.Errorf("%s: predicted %.2f MiB is not within 10%% of the measured %.2f MiB", c.name, want/(1<<20), float64(m.peak)/(1<<20))
+		}
+	}
+}
+
+// TestZeRO2BytesMeasured: under model.zero_stage 2 with train_dtype bf16
+// (full fine-tuning over two devices: bf16 working copies, half the f32
+// masters, moments and gradients on each, a layer's gradients of the other
+// device's parameters while the backward makes them), what --dry-run
+// predicts a device holds (StateBytes, ActivationBytes) is within 10% of
+// the most each metered device holds at once over two steps.
+func TestZeRO2BytesMeasured(t *testing.T) {
+	cfg := qwen.Config{ModelType: "qwen2", HiddenSize: 128, Layers: 4, Heads: 4, KVHeads: 2, HeadDim: 32,
+		Intermediate: 352, RMSNormEps: 1e-6, RopeTheta: 1e4, VocabSize: 512, MaxPositions: 1024}
+	const n, learned = 256, 64
+	ids, loss := make([]int, n), make([]bool, n)
+	for i := range ids {
+		ids[i] = (i * 7) % cfg.VocabSize
+		loss[i] = i >= n-learned
+	}
+	b := Pack([]Sequence{{IDs: ids, Loss: loss}})
+	m := &Model{W: weightsFor[float32](t, cfg, 5)}
+	tr := NewOptimizer(m, optim.DefaultConfig(), 1e-3, optim.Schedule{}, 1, "")
+	meters := []*meter{{Backend: cpu.New()}, {Backend: cpu.New()}}
+	par, err := NewParallel(tr, []kernels.TrainBackend{meters[0], meters[1]}, nil, LearnerOptions{ZeroStage: 2, BF16: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mt := range meters { // what the replicas were given counts from here
+		mt.collecting = true
+		mt.add(func() bool { return false }, 1<<20)
+	}
+	o := TrainOptions{Recompute: true}
+	for range 2 {
+		err := par.Run(2, func(r *Replica, i int) error {
+			r.Backward(r.Forward(b, o), r.Backend().FromHost(make([]float32, learned), learned))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := par.Update(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := StateBytes(cfg, lora.Options{}, BaseBF16, 2, 2)
+	act, logits := ActivationBytes(cfg, n, learned, o, true, true)
+	want := st.Weights + st.Optimizer + act + logits
+	for i, mt := range meters {
+		mt.add(func() bool { return false }, 1<<20)
+		ratio := want / float64(mt.peak)
+		t.Logf("device %d: predicted %.2f MiB (weights %.2f, optimiser %.2f, activations %.2f, logits %.2f), measured %.2f MiB, ratio %.3f",
+			i, want/(1<<20), st.Weights/(1<<20), st.Optimizer/(1<<20), act/(1<<20), logits/(1<<20), float64(mt.peak)/(1<<20), ratio)
+		if ratio < 0.9 || ratio > 1.1 {
+			t.Errorf("device %d: predicted %.2f MiB is not within 10%% of the measured %.2f MiB", i, want/(1<<20), float64(mt.peak)/(1<<20))
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -31,6 +32,12 @@ type Parallel struct {
 	// owner[j] is the replica that holds parameter j's moments and updates
 	// it (ZeRO-1); nil: every replica updates every parameter.
 	owner []int
+	// z2 sums each gradient onto its owner alone (ZeRO-2); nil: gradients
+	// are all-reduced.
+	z2 *zero2
+	// offloadRef keeps a frozen reference's layers in host memory
+	// (model.offload_reference).
+	offloadRef bool
 }
 
 // owners spreads parameters over n replicas, largest first onto the least
@@ -71,8 +78,9 @@ func (p *Parallel) owned(r int) []bool {
 // NewParallel puts a replica of t's policy on each backend, starting from
 // the trainer's current weights and moments (a resumed run's included).
 // reduce may be nil: kernels.HostReduce. o.BF16 and o.BaseQ8 say how the
-// frozen weights are held (NewReplica); o.ShardOptimizer gives each
-// parameter an owner.
+// frozen weights are held (NewReplica); o.ZeroStage 1 gives each
+// parameter an owner, 2 also shards the gradients and, under o.BF16, the
+// float32 masters (zero2).
 func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reducer, o LearnerOptions, log io.Writer) (*Parallel, error) {
 	if len(bes) == 0 {
 		return nil, fmt.Errorf("data-parallel training needs at least one device")
@@ -80,26 +88,40 @@ func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reduce
 	if reduce == nil {
 		reduce = kernels.HostReduce{}
 	}
-	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, base: o.base(), log: log}
+	p := &Parallel{T: t, Reduce: reduce, frozen: map[*Weights[float32]][]*Replica{}, base: o.base(), log: log, offloadRef: o.OffloadReference}
 	for _, be := range bes {
 		p.Replicas = append(p.Replicas, NewReplica(be, t.Model.W, p.base))
 	}
-	if o.ShardOptimizer && len(bes) > 1 {
+	if o.ZeroStage >= 1 && len(bes) > 1 {
 		p.owner = owners(p.Replicas[0].Params, len(bes))
+	}
+	if o.ZeroStage >= 2 && len(bes) > 1 {
+		p.z2 = newZero2(p)
+		if o.BF16 {
+			p.z2.holdWorkingCopies()
+		}
 	}
 	for r, rep := range p.Replicas {
 		rep.LoadMoments(t.Opt, p.owned(r))
 	}
 	if log != nil {
-		fmt.Fprintf(log, "training on %d device(s), gradients all-reduced through %s\n", len(bes), reduce.Name())
+		how := "gradients all-reduced through " + reduce.Name()
+		if p.z2 != nil {
+			how = "each gradient summed onto its owner (ZeRO-2) through host memory"
+		}
+		fmt.Fprintf(log, "training on %d device(s), %s\n", len(bes), how)
 	}
 	return p, nil
 }
 
 // Run runs job(replica, i) for i in [0, n): job i on replica i mod N, the
 // replicas concurrently and each replica's jobs in order. The first error
-// is returned.
+// is returned. Under ZeRO-2 a job runs at most one backward pass, and the
+// replicas run theirs in lockstep (zero2.run).
 func (p *Parallel) Run(n int, job func(r *Replica, i int) error) error {
+	if p.z2 != nil {
+		return p.z2.run(n, job)
+	}
 	return runOn(p.Replicas, n, job)
 }
 
@@ -110,6 +132,10 @@ func runOn(reps []*Replica, n int, job func(r *Replica, i int) error) error {
 		wg.Go(func() {
 			defer func() {
 				if e := recover(); e != nil {
+					if err, ok := e.(error); ok && errors.Is(err, errPeerFailed) {
+						errs[ri] = err
+						return
+					}
 					errs[ri] = fmt.Errorf("device %d (%s): %v", ri, r.Backend().Name(), e)
 				}
 			}()
@@ -122,6 +148,12 @@ func runOn(reps []*Replica, n int, job func(r *Replica, i int) error) error {
 		})
 	}
 	wg.Wait()
+	// The failure itself before the others' "another device failed".
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, errPeerFailed) {
+			return err
+		}
+	}
 	for _, err := range errs {
 		if err != nil {
 			return err
@@ -143,11 +175,18 @@ func (p *Parallel) Update() (gradNorm, lr float64, err error) {
 			grads[r] = append(grads[r], prm.G)
 		}
 	}
+	t := p.T
+	lr = t.Schedule.LR(t.LR, t.Step)
+	if p.z2 != nil {
+		t.Opt.StepN++
+		ss := p.z2.update(t.Opt.StepN, lr)
+		t.Step++
+		p.stale = true
+		return math.Sqrt(float64(bes[0].ToHost(ss)[0])), lr, nil
+	}
 	if err := p.Reduce.AllReduce(bes, grads); err != nil {
 		return 0, 0, err
 	}
-	t := p.T
-	lr = t.Schedule.LR(t.LR, t.Step)
 	t.Opt.StepN++
 	var ss kernels.Tensor
 	for r, rep := range p.Replicas {
@@ -178,15 +217,29 @@ func (p *Parallel) Update() (gradNorm, lr float64, err error) {
 // weights after an update, none when nothing changed.
 func (p *Parallel) SyncHost() {
 	if p.stale {
-		p.Replicas[0].Download(p.T.Model.W, nil)
+		p.download()
 		p.stale = false
+	}
+}
+
+// download copies the trainable weights to the host: from the first
+// replica, or under ZeRO-2 each from its owner (which alone holds its
+// float32 master).
+func (p *Parallel) download() {
+	if p.z2 == nil {
+		p.Replicas[0].Download(p.T.Model.W, nil)
+		return
+	}
+	for j, nv := range p.T.Model.W.Trainable() {
+		r := p.Replicas[p.owner[j]]
+		copy(nv.V.Val, r.be.ToHost(r.Params[j].master()))
 	}
 }
 
 // Save copies the weights and AdamW moments to the trainer and writes a
 // checkpoint (Optimizer.Save).
 func (p *Parallel) Save(dir string) error {
-	p.Replicas[0].Download(p.T.Model.W, nil)
+	p.download()
 	for _, r := range p.Replicas { // each holds its share of the moments
 		r.DownloadMoments(p.T.Opt)
 	}
@@ -268,13 +321,19 @@ func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptio
 }
 
 // Score implements Learner. A w other than the policy (a frozen
-// reference) gets replicas of its own on the same devices, made once.
+// reference) gets replicas of its own on the same devices, made once; under
+// model.offload_reference their layers stay in host memory (one copy for
+// all devices), uploaded a layer at a time as the forward reaches them.
 func (p *Parallel) Score(w *Weights[float32], batches []Batch, o TrainOptions) ([][]float32, error) {
 	reps := p.Replicas
 	if w != p.T.Model.W {
 		if reps = p.frozen[w]; reps == nil {
+			var host hostLayers
+			if p.offloadRef {
+				host = newHostLayers(w, p.base)
+			}
 			for _, r := range p.Replicas {
-				reps = append(reps, NewReplica(r.Backend(), w, p.base))
+				reps = append(reps, newReplica(r.Backend(), w, p.base, host))
 			}
 			p.frozen[w] = reps
 		}

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/cuda"
+	"github.com/agemem/agemem/kernels/half"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
 )
 
 // parallelRun trains three steps of four micro-batches (a mean-NLL loss
@@ -130,8 +133,9 @@ func sameUpdate(t *testing.T, name string, want, got map[string][]float32, wl, g
 }
 
 // TestDataParallelGPU (GPU machines): two replicas on the GPU, all-reduced
-// through host memory, and one GPU replica reduced by NCCL, each give the
-// CPU's update.
+// through host memory or under ZeRO-2, and one GPU replica reduced by
+// NCCL, each give the CPU's update; ZeRO-2 with bf16 working copies its
+// losses.
 func TestDataParallelGPU(t *testing.T) {
 	g0, err := cuda.New(0)
 	if errors.Is(err, cuda.ErrNoDevice) {
@@ -152,6 +156,18 @@ func TestDataParallelGPU(t *testing.T) {
 	}
 	got, gl, _ := parallelOn(t, dir, []kernels.TrainBackend{g0, g1}, nil, LearnerOptions{}, false)
 	check("2 GPU replicas, host all-reduce", got, gl)
+	got, gl, _ = parallelOn(t, dir, []kernels.TrainBackend{g0, g1}, nil, LearnerOptions{ZeroStage: 2}, false)
+	check("2 GPU replicas, ZeRO-2", got, gl)
+	// bf16 working copies on tensor cores (NarrowBF16Into on the device):
+	// the f32 run's losses as bf16 rounding allows.
+	g0.BF16, g1.BF16 = true, true
+	_, gl, _ = parallelOn(t, dir, []kernels.TrainBackend{g0, g1}, nil, LearnerOptions{ZeroStage: 2, BF16: true}, false)
+	g0.BF16, g1.BF16 = false, false
+	for s := range wl {
+		if d := math.Abs(gl[s] - wl[s]); d > 5e-3*math.Abs(wl[s]) {
+			t.Fatalf("ZeRO-2 bf16 on the GPU: step %d loss %.6f, %.6f in f32 on the CPU", s, gl[s], wl[s])
+		}
+	}
 	n, err := cuda.NewNCCL([]kernels.TrainBackend{g0})
 	if err != nil {
 		t.Skipf("NCCL not loaded: %v", err)
@@ -160,7 +176,7 @@ func TestDataParallelGPU(t *testing.T) {
 	check("1 GPU, NCCL", got, gl)
 }
 
-// TestShardedOptimizer: with model.shard_optimizer each of three simulated
+// TestShardedOptimizer: with model.zero_stage 1 each of three simulated
 // devices holds about a third of the AdamW moments and updates only its
 // parameters, and training ends with exactly the weights and moments of
 // the unsharded run (the same update, computed once instead of thrice).
@@ -168,7 +184,7 @@ func TestShardedOptimizer(t *testing.T) {
 	dir := tinyDir(t)
 	bes := func() []kernels.TrainBackend { return []kernels.TrainBackend{cpu.New(), cpu.New(), cpu.New()} }
 	want, wl, full := parallelOn(t, dir, bes(), nil, LearnerOptions{}, false)
-	got, gl, sharded := parallelOn(t, dir, bes(), nil, LearnerOptions{ShardOptimizer: true}, false)
+	got, gl, sharded := parallelOn(t, dir, bes(), nil, LearnerOptions{ZeroStage: 1}, false)
 	for name, w := range want {
 		for i := range w {
 			if w[i] != got[name][i] {
@@ -210,6 +226,217 @@ func TestShardedOptimizer(t *testing.T) {
 	for name, m := range full.T.Opt.M {
 		if fmt.Sprint(m) != fmt.Sprint(sharded.T.Opt.M[name]) || fmt.Sprint(full.T.Opt.V[name]) != fmt.Sprint(sharded.T.Opt.V[name]) {
 			t.Fatalf("%s: saved moments differ", name)
+		}
+	}
+}
+
+// TestZeRO2: with model.zero_stage 2 over three simulated devices (four
+// micro-batches a step, so the last round has two idle devices), each
+// gradient is summed onto its owner as the backward makes it: training
+// ends with the all-reduced run's weights and losses (summed in another
+// order), full fine-tuning and LoRA, and between steps a device holds
+// only its own parameters' gradients.
+func TestZeRO2(t *testing.T) {
+	dir := tinyDir(t)
+	bes := func() []kernels.TrainBackend { return []kernels.TrainBackend{cpu.New(), cpu.New(), cpu.New()} }
+	for _, withLoRA := range []bool{false, true} {
+		want, wl, _ := parallelOn(t, dir, bes(), nil, LearnerOptions{}, withLoRA)
+		got, gl, z := parallelOn(t, dir, bes(), nil, LearnerOptions{ZeroStage: 2}, withLoRA)
+		sameUpdate(t, fmt.Sprintf("zero_stage 2, lora %v", withLoRA), want, got, wl, gl, 2e-4, 1e-5)
+		held, total := 0, 0
+		for r, rep := range z.Replicas {
+			for j, p := range rep.Params {
+				if r == 0 {
+					total += p.W.Len()
+				}
+				switch {
+				case p.G != nil && z.owner[j] != r:
+					t.Fatalf("device %d holds the gradient of %s, owned by device %d", r, p.Name, z.owner[j])
+				case p.G == nil && z.owner[j] == r:
+					t.Fatalf("device %d lost the gradient of its own %s", r, p.Name)
+				case p.G != nil:
+					held += p.G.Len()
+				}
+			}
+		}
+		if held != total {
+			t.Fatalf("the devices hold %d gradient floats between steps, the model has %d", held, total)
+		}
+	}
+}
+
+// TestZeRO2BF16: under model.zero_stage 2 with train_dtype bf16 every
+// device computes with bf16 working copies of the trainable matrices and
+// only a parameter's owner keeps its float32 master: after each update
+// every device's working copy is the owner's master rounded to bf16, the
+// weights the host reads (checkpoints) are the float32 masters, not their
+// rounding, and the run follows the float32 run as bf16 rounding allows.
+func TestZeRO2BF16(t *testing.T) {
+	dir := tinyDir(t)
+	bes := func() []kernels.TrainBackend { return []kernels.TrainBackend{cpu.New(), cpu.New(), cpu.New()} }
+	want, wl, _ := parallelOn(t, dir, bes(), nil, LearnerOptions{}, false)
+	got, gl, z := parallelOn(t, dir, bes(), nil, LearnerOptions{ZeroStage: 2, BF16: true}, false)
+	for s := range wl {
+		if d := math.Abs(gl[s] - wl[s]); d > 2e-3*math.Abs(wl[s]) {
+			t.Fatalf("step %d loss %.6f with bf16 working weights, %.6f in f32", s, gl[s], wl[s])
+		}
+	}
+	if !(gl[2] < gl[0]) {
+		t.Fatalf("loss did not fall: %v", gl)
+	}
+	unrounded, masters, far, all := 0, 0, 0, 0
+	for j, p := range z.Replicas[0].Params {
+		o := z.Replicas[z.owner[j]]
+		host := got[p.Name]
+		if fmt.Sprint(host) != fmt.Sprint(o.Backend().ToHost(o.Params[j].master())) {
+			t.Fatalf("%s: the host copy is not the owner's master", p.Name)
+		}
+		if !isMatrix(p.W) {
+			continue
+		}
+		masters++
+		for r, rep := range z.Replicas {
+			if (rep.Params[j].Master != nil) != (r == z.owner[j]) {
+				t.Fatalf("%s: device %d holds a master: %v, owner %d", p.Name, r, rep.Params[j].Master != nil, z.owner[j])
+			}
+			// The working copy's rows, widened as a lookup reads them.
+			be, rows := rep.Backend(), p.W.Shape()[0]
+			ids := make([]int, rows)
+			for i := range ids {
+				ids[i] = i
+			}
+			wide := be.Zeros(p.W.Shape()...)
+			be.Embedding(wide, rep.Params[j].W, ids)
+			for i, v := range be.ToHost(wide) {
+				if x := host[i]; v != half.BF16ToF32(half.F32ToBF16(x)) {
+					t.Fatalf("%s on device %d [%d]: working %g, master %g", p.Name, r, i, v, x)
+				}
+			}
+		}
+		for i, x := range host {
+			if x != half.BF16ToF32(half.F32ToBF16(x)) {
+				unrounded++
+			}
+			if d := math.Abs(float64(x - want[p.Name][i])); d > 1e-3 {
+				far++
+			}
+			all++
+		}
+	}
+	// Adam turns a rounding difference in a near-zero gradient (a rare
+	// token's row) into a sizeable share of a step: a few weights may
+	// differ; stale working copies or masters would move most of them.
+	t.Logf("%d of %d matrix weights differ from the f32 run by more than 1e-3", far, all)
+	if far > all/500 {
+		t.Fatalf("%d of %d matrix weights differ from the f32 run by more than 1e-3", far, all)
+	}
+	if masters == 0 || unrounded == 0 {
+		t.Fatalf("%d masters, %d values not representable in bf16: the masters were rounded", masters, unrounded)
+	}
+}
+
+// TestZeRO2DeviceFails: a device whose micro-batch fails mid-step does not
+// leave the others waiting at a stage's sum: Run returns its error.
+func TestZeRO2DeviceFails(t *testing.T) {
+	dir := tinyDir(t)
+	p, err := Open(dir, lora.Options{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := NewOptimizer(p, optim.Config{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, ClipNorm: 1}, 1e-2, optim.Schedule{}, 1, "")
+	par, err := NewParallel(tr, []kernels.TrainBackend{cpu.New(), cpu.New(), cpu.New()}, nil, LearnerOptions{ZeroStage: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fail := range []func(i int) error{
+		func(i int) error { return fmt.Errorf("micro-batch %d: bad loss", i) },
+		func(i int) error { panic(fmt.Sprintf("micro-batch %d: kernel fault", i)) },
+	} {
+		err = par.Run(5, func(r *Replica, i int) error {
+			if i == 4 {
+				return fail(i)
+			}
+			b := batch(i)
+			r.Backward(r.Forward(b, TrainOptions{}), r.Backend().FromHost(make([]float32, len(b.LossRows)), len(b.LossRows)))
+			return nil
+		})
+		if err == nil || !strings.Contains(err.Error(), "micro-batch 4") {
+			t.Fatalf("Run returned %v, want micro-batch 4's failure", err)
+		}
+	}
+	// The run goes on after a failed step.
+	if err := par.Run(3, func(r *Replica, i int) error {
+		b := batch(i)
+		r.Backward(r.Forward(b, TrainOptions{}), r.Backend().FromHost(make([]float32, len(b.LossRows)), len(b.LossRows)))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOffloadedReference: under model.offload_reference a frozen reference
+// scores the same log-probabilities, to the bit, as one held whole on each
+// device (a bf16 and an f32 base), while a device holds its layers only
+// during its forward: the most the metered device gains for scoring is
+// the embedding, head and about one layer, not the whole model.
+func TestOffloadedReference(t *testing.T) {
+	cfg := qwen.Config{ModelType: "qwen2", HiddenSize: 128, Layers: 6, Heads: 4, KVHeads: 2, HeadDim: 32,
+		Intermediate: 352, RMSNormEps: 1e-6, RopeTheta: 1e4, VocabSize: 512, MaxPositions: 1024}
+	ref := weightsFor[float32](t, cfg, 6)
+	for _, nv := range ref.Named {
+		nv.V.Requires, nv.V.Grad = false, nil
+	}
+	batches := []Batch{batch(0), batch(1), batch(2)}
+	score := func(bf16, offload bool) ([][]float32, int64) {
+		m := &Model{W: weightsFor[float32](t, cfg, 5)}
+		tr := NewOptimizer(m, optim.DefaultConfig(), 1e-3, optim.Schedule{}, 1, "")
+		mt := &meter{Backend: cpu.New()}
+		par, err := NewParallel(tr, []kernels.TrainBackend{mt, cpu.New()}, nil, LearnerOptions{BF16: bf16, OffloadReference: offload}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mt.collecting = true
+		mt.add(func() bool { return false }, 1<<20) // collects, then goes itself
+		base := mt.now - 1<<20
+		mt.peak = 0
+		lps, err := par.Score(ref, batches, TrainOptions{Recompute: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range par.frozen[ref] {
+			for li := range r.Layers {
+				if w := r.Layers[li].Attn.Q.W.W; w != nil && offload {
+					t.Fatalf("layer %d of the offloaded reference stayed on the device", li)
+				}
+			}
+		}
+		return lps, mt.peak - base
+	}
+	var layer, rest float64 // bf16 bytes of one layer, of the embedding
+	for _, p := range qwen.Params(cfg) {
+		n := 2.0
+		for _, d := range p.Shape {
+			n *= float64(d)
+		}
+		if p.Layer == 0 {
+			layer += n
+		} else if p.Layer < 0 {
+			rest += n
+		}
+	}
+	for _, bf16 := range []bool{true, false} {
+		whole, wholeBytes := score(bf16, false)
+		off, offBytes := score(bf16, true)
+		if fmt.Sprint(whole) != fmt.Sprint(off) {
+			t.Fatalf("bf16 %v: offloaded reference scores %v, held whole %v", bf16, off, whole)
+		}
+		l := layer
+		if !bf16 {
+			l *= 2
+		}
+		t.Logf("bf16 %v: scoring took %.2f MiB on the device held whole, %.2f offloaded (a layer %.2f MiB)", bf16, float64(wholeBytes)/(1<<20), float64(offBytes)/(1<<20), l/(1<<20))
+		if saved := float64(wholeBytes - offBytes); saved < 0.9*float64(cfg.Layers-1)*l || saved > 1.1*float64(cfg.Layers)*l {
+			t.Fatalf("offloading saved %.0f bytes, want about %d layers of %.0f", saved, cfg.Layers-1, l)
 		}
 	}
 }

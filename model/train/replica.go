@@ -25,14 +25,145 @@ type Replica struct {
 	// stashBF16 keeps recomputation's layer-input checkpoints in bf16
 	// (with a bf16 base: mixed precision).
 	stashBF16 bool
+	// stages, when set (ZeRO-2, Parallel), is told where Backward stands.
+	stages gradStages
+	// working: the trainable matrices' W are bf16 working copies (ZeRO-2
+	// under bf16), their float32 masters on the devices that own them.
+	working bool
+	// host, when set, holds the layers' (frozen) parameters in host
+	// memory: an offloaded reference, a layer on the device at a time.
+	host hostLayers
+}
+
+// hostLayers are a frozen model's layer parameters in host memory, as the
+// devices would hold them, by layer; replicas on several devices share one.
+type hostLayers [][]hostParam
+
+type hostParam struct {
+	name string
+	w    kernels.Weight // a matrix (bf16 bits under a bf16 base)
+	vec  []float32      // or a vector (a norm's weight, a bias) of w's shape
+}
+
+// newHostLayers keeps w's layer parameters for uploading as NewReplica
+// would hold them: frozen matrices rounded to bf16 once when the base is
+// held so, the rest as they are.
+func newHostLayers(w *Weights[float32], base Base) hostLayers {
+	h := make(hostLayers, w.Config.Layers)
+	layerOf := map[string]int{}
+	for _, p := range qwen.Params(w.Config) {
+		layerOf[p.Name] = p.Layer
+	}
+	for _, nv := range w.Named {
+		l, ok := layerOf[nv.Name]
+		if !ok || l < 0 {
+			continue
+		}
+		v := nv.V
+		hp := hostParam{name: nv.Name}
+		switch {
+		case v.Rows <= 1 || v.Cols <= 1:
+			hp.vec, hp.w = v.Val, kernels.Weight{Rows: v.Rows, Cols: v.Cols}
+		case base == BaseF32 || v.Requires:
+			hp.w = kernels.Weight{Rows: v.Rows, Cols: v.Cols, F32: v.Val}
+		default:
+			bits := make([]uint16, len(v.Val))
+			for i, x := range v.Val {
+				bits[i] = half.F32ToBF16(x)
+			}
+			hp.w = kernels.Weight{Rows: v.Rows, Cols: v.Cols, BF16: bits}
+		}
+		h[l] = append(h[l], hp)
+	}
+	return h
+}
+
+// load uploads layer li's parameters to d's device; drop lets them go.
+func (h hostLayers) load(d *Replica, li int) {
+	for _, hp := range h[li] {
+		p := d.all[hp.name]
+		if hp.vec != nil {
+			p.W = d.be.FromHost(hp.vec, hp.w.Rows, hp.w.Cols)
+		} else {
+			p.W = d.be.Upload(hp.w)
+		}
+	}
+}
+
+func (h hostLayers) drop(d *Replica, li int) {
+	for _, hp := range h[li] {
+		d.all[hp.name].W = nil
+	}
 }
 
 // DeviceParam is one parameter on the device; G, M and V are nil when it
-// is frozen.
+// is frozen. Master is the float32 weight AdamW updates when W is a bf16
+// working copy of it (ZeRO-2 under bf16, on the device that owns it; nil
+// elsewhere and otherwise). Under ZeRO-2 a parameter another device owns
+// has a G only while the backward makes its gradient.
 type DeviceParam struct {
-	Name       string
-	W, G, M, V kernels.Tensor
-	Decay      bool
+	Name               string
+	W, Master, G, M, V kernels.Tensor
+	Decay              bool
+}
+
+// master is the float32 weight that AdamW updates and checkpoints read.
+func (p *DeviceParam) master() kernels.Tensor {
+	if p.Master != nil {
+		return p.Master
+	}
+	return p.W
+}
+
+// gradStages is told, around each stage of a backward pass, which stage
+// it is: before(s) must give each gradient stage s writes a buffer,
+// after(s) may take them (sum them onto their owner, ZeRO-2). The stages
+// run in order: 0 the LM head and final norm, then 1+(L−1−li) for layer
+// li from the last, then L+1 the embedding.
+type gradStages interface {
+	before(d *Replica, s int)
+	after(d *Replica, s int)
+}
+
+// stage tells d.stages that stage s begins (before) or ends.
+func (d *Replica) stage(s int, before bool) {
+	switch {
+	case d.stages == nil:
+	case before:
+		d.stages.before(d, s)
+	default:
+		d.stages.after(d, s)
+	}
+}
+
+// stageParams lists the trainable parameters (indices into Params) whose
+// gradient each backward stage writes; the tied embedding is in the
+// head's stage and the embedding's.
+func (d *Replica) stageParams() [][]int {
+	index := map[*DeviceParam]int{}
+	for j, p := range d.Params {
+		index[p] = j
+	}
+	L := len(d.Layers)
+	out := make([][]int, L+2)
+	add := func(s int, ps ...*DeviceParam) {
+		for _, p := range ps {
+			if j, ok := index[p]; ok {
+				out[s] = append(out[s], j)
+			}
+		}
+	}
+	add(0, d.Norm, d.LMHead)
+	for li := range d.Layers {
+		l := &d.Layers[li]
+		s := 1 + L - 1 - li
+		add(s, l.AttnNorm, l.MLPNorm, l.Attn.QNorm, l.Attn.KNorm)
+		for _, lin := range []*devLinear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
+			add(s, lin.W, lin.B, lin.A, lin.LB)
+		}
+	}
+	add(L+1, d.Embed)
+	return out
 }
 
 // Base is how a replica holds its frozen weight matrices (the base under
@@ -60,7 +191,19 @@ const (
 // held as base says. Only float32 weights train. With a 16- or 8-bit base,
 // recomputation keeps its layer-input checkpoints in bf16 too.
 func NewReplica(be kernels.TrainBackend, w *Weights[float32], base Base) *Replica {
-	d := &Replica{be: be, all: map[string]*DeviceParam{}, stashBF16: base != BaseF32}
+	return newReplica(be, w, base, nil)
+}
+
+// newReplica is NewReplica; with host, the layers' parameters stay in host
+// memory (host holds them) and Forward uploads one layer at a time.
+func newReplica(be kernels.TrainBackend, w *Weights[float32], base Base, host hostLayers) *Replica {
+	d := &Replica{be: be, all: map[string]*DeviceParam{}, stashBF16: base != BaseF32, host: host}
+	layerOf := map[string]int{}
+	if host != nil {
+		for _, p := range qwen.Params(w.Config) {
+			layerOf[p.Name] = p.Layer
+		}
+	}
 	q8 := map[string]bool{}
 	if base == BaseQ8 {
 		for _, l := range w.Linears() {
@@ -71,6 +214,10 @@ func NewReplica(be kernels.TrainBackend, w *Weights[float32], base Base) *Replic
 		p := &DeviceParam{Name: nv.Name}
 		v := nv.V
 		frozen := !v.Requires && v.Rows > 1 && v.Cols > 1
+		if l, ok := layerOf[nv.Name]; ok && l >= 0 {
+			d.all[nv.Name] = p // uploaded by Forward, layer by layer
+			continue
+		}
 		switch {
 		case frozen && q8[nv.Name] && v.Cols%kernels.QK8 == 0:
 			q, err := kernels.QuantizeQ8(kernels.Weight{Rows: v.Rows, Cols: v.Cols, F32: v.Val})
@@ -177,7 +324,13 @@ func (d *Replica) Forward(b Batch, o TrainOptions) *ReplicaActs {
 	be.Embedding(x, d.Embed.W, b.Tokens)
 	for li := range d.Layers {
 		var a devLayerAct
+		if d.host != nil {
+			d.host.load(d, li)
+		}
 		y := d.layerForward(li, x, b, o, &a)
+		if d.host != nil {
+			d.host.drop(d, li)
+		}
 		if o.Recompute {
 			// Keep the layer's input only; Backward runs the layer again
 			// (same dropout masks: they are seeded) before its backward.
@@ -451,10 +604,15 @@ func (d *Replica) attnForward(li int, x kernels.Tensor, b Batch, o TrainOptions,
 // Backward accumulates into the parameters' gradients the gradient of
 // Σ dLogp[i]·logp[i] (dLogp [len(LossRows)], on the device).
 func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
+	if d.host != nil {
+		panic("an offloaded (frozen reference) replica has no backward")
+	}
 	be := d.be
 	b, o := acts.b, acts.o
 	eps := float32(d.RMSNormEps)
 	m := len(b.LossRows)
+	L := len(d.Layers)
+	d.stage(0, true)
 	dxfn, dxf := be.Zeros(m, d.HiddenSize), be.Zeros(m, d.HiddenSize)
 	d.headBackward(acts, dxfn, dLogp)
 	if s, ok := o.invTemperature(); ok {
@@ -463,10 +621,12 @@ func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 		dxfn = dt
 	}
 	be.RMSNormBackward(dxf, d.Norm.G, dxfn, acts.xf, d.Norm.W, eps)
+	d.stage(0, false)
 	dx := be.Zeros(len(b.Tokens), d.HiddenSize)
 	be.EmbeddingBackward(dx, dxf, b.LossRows)
 	n := len(b.Tokens)
-	for li := len(d.Layers) - 1; li >= 0; li-- {
+	for li := L - 1; li >= 0; li-- {
+		d.stage(L-li, true)
 		l, a := &d.Layers[li], &acts.layers[li]
 		// y = xMid + Down(act): dxMid starts as dy (dx's buffer, reused).
 		dxn2 := be.Zeros(n, d.HiddenSize)
@@ -531,16 +691,31 @@ func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 		d.linearBackward(&at.K, dxn1, dk, o, &a.lin.k)
 		d.linearBackward(&at.V, dxn1, dv, o, &a.lin.v)
 		be.RMSNormBackward(dx, grad(l.AttnNorm), dxn1, a.x, l.AttnNorm.W, eps)
+		d.stage(L-li, false)
 	}
+	d.stage(L+1, true)
 	if d.Embed.G != nil {
 		be.EmbeddingBackward(d.Embed.G, dx, b.Tokens)
+	}
+	d.stage(L+1, false)
+}
+
+// idleBackward is a backward pass without a micro-batch: a device with
+// none left in a round takes part in every stage's sum (ZeRO-2) with
+// nothing to add.
+func (d *Replica) idleBackward() {
+	for s := range len(d.Layers) + 2 {
+		d.stage(s, true)
+		d.stage(s, false)
 	}
 }
 
 // ZeroGrad clears the gradients.
 func (d *Replica) ZeroGrad() {
 	for _, p := range d.Params {
-		d.be.Zero(p.G)
+		if p.G != nil {
+			d.be.Zero(p.G)
+		}
 	}
 }
 
@@ -553,25 +728,42 @@ func (d *Replica) ZeroGrad() {
 // replica's share under a sharded optimiser); the others' gradients are only
 // cleared. The clipping norm is over every gradient either way.
 func (d *Replica) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64, owned []bool) kernels.Tensor {
-	be := d.be
-	ss := be.Zeros(1)
-	for _, p := range d.Params {
-		be.SumSquares(ss, p.G)
+	ss := d.sumSquares(nil)
+	d.apply(c, stepN, lr, maxNorm, owned, ss)
+	return ss
+}
+
+// sumSquares is Σ g² over the gradients owned marks (nil: all), on the
+// device.
+func (d *Replica) sumSquares(owned []bool) kernels.Tensor {
+	ss := d.be.Zeros(1)
+	for j, p := range d.Params {
+		if owned == nil || owned[j] {
+			d.be.SumSquares(ss, p.G)
+		}
 	}
+	return ss
+}
+
+// apply is Step's update given the squared global norm ss.
+func (d *Replica) apply(c optim.AdamWConfig, stepN int, lr, maxNorm float64, owned []bool, ss kernels.Tensor) {
+	be := d.be
 	for j, p := range d.Params {
 		if owned != nil && !owned[j] {
-			be.Zero(p.G)
+			if p.G != nil {
+				be.Zero(p.G)
+			}
 			continue
 		}
+		w := p.master()
 		if p.M == nil {
-			p.M, p.V = be.Zeros(p.W.Shape()...), be.Zeros(p.W.Shape()...)
+			p.M, p.V = be.Zeros(w.Shape()...), be.Zeros(w.Shape()...)
 		}
 		s := c.Step(stepN, lr, p.Decay)
 		s.MaxNorm = maxNorm
-		be.AdamW(p.W, p.G, p.M, p.V, ss, s)
+		be.AdamW(w, p.G, p.M, p.V, ss, s)
 		be.Zero(p.G)
 	}
-	return ss
 }
 
 // Download copies the trainable parameters back into w (the host master
@@ -579,7 +771,7 @@ func (d *Replica) Step(c optim.AdamWConfig, stepN int, lr, maxNorm float64, owne
 // moments into it.
 func (d *Replica) Download(w *Weights[float32], opt *optim.AdamW) {
 	for _, nv := range w.Trainable() {
-		copy(nv.V.Val, d.be.ToHost(d.all[nv.Name].W))
+		copy(nv.V.Val, d.be.ToHost(d.all[nv.Name].master()))
 	}
 	if opt != nil {
 		d.DownloadMoments(opt)
