@@ -136,6 +136,16 @@ func measureActivations(t *testing.T, cfg qwen.Config) {
 	}
 }
 
+// meteredBatch is one sequence of n tokens, the last learned of them.
+func meteredBatch(cfg qwen.Config, n, learned int) Batch {
+	ids, loss := make([]int, n), make([]bool, n)
+	for i := range ids {
+		ids[i] = (i * 7) % cfg.VocabSize
+		loss[i] = i >= n-learned
+	}
+	return Pack([]Sequence{{IDs: ids, Loss: loss}})
+}
+
 // TestStepBytesMeasured: what --dry-run predicts a training step holds on a
 // device (StateBytes: weights by how the base is held, gradients and AdamW
 // moments; ActivationBytes) is within 10% of the most a replica holds at
@@ -145,12 +155,7 @@ func TestStepBytesMeasured(t *testing.T) {
 	cfg := qwen.Config{ModelType: "qwen2", HiddenSize: 128, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32,
 		Intermediate: 352, RMSNormEps: 1e-6, RopeTheta: 1e4, VocabSize: 1024, MaxPositions: 1024}
 	const n, learned = 256, 64
-	ids, loss := make([]int, n), make([]bool, n)
-	for i := range ids {
-		ids[i] = (i * 7) % cfg.VocabSize
-		loss[i] = i >= n-learned
-	}
-	b := Pack([]Sequence{{IDs: ids, Loss: loss}})
+	b := meteredBatch(cfg, n, learned)
 	targets := qwen.LoRATargets
 	for _, c := range []struct {
 		name string
@@ -200,12 +205,7 @@ func TestZeRO2BytesMeasured(t *testing.T) {
 	cfg := qwen.Config{ModelType: "qwen2", HiddenSize: 128, Layers: 4, Heads: 4, KVHeads: 2, HeadDim: 32,
 		Intermediate: 352, RMSNormEps: 1e-6, RopeTheta: 1e4, VocabSize: 512, MaxPositions: 1024}
 	const n, learned = 256, 64
-	ids, loss := make([]int, n), make([]bool, n)
-	for i := range ids {
-		ids[i] = (i * 7) % cfg.VocabSize
-		loss[i] = i >= n-learned
-	}
-	b := Pack([]Sequence{{IDs: ids, Loss: loss}})
+	b := meteredBatch(cfg, n, learned)
 	m := &Model{W: weightsFor[float32](t, cfg, 5)}
 	tr := NewOptimizer(m, optim.DefaultConfig(), 1e-3, optim.Schedule{}, 1, "")
 	meters := []*meter{{Backend: cpu.New()}, {Backend: cpu.New()}}
