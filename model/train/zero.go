@@ -116,9 +116,16 @@ func (z *zero2) finish(d *Replica, passes int) {
 func (z *zero2) run(n int, job func(r *Replica, i int) error) error {
 	reps := z.p.Replicas
 	slots := (n + len(reps) - 1) / len(reps) * len(reps)
+	// A step that failed may have left stages half run: start clean
+	// (the others' gradient buffers dropped, every replica at stage 0).
 	z.bar.reset()
-	for i := range z.pos {
-		z.pos[i] = 0
+	for r, rep := range reps {
+		z.pos[r] = 0
+		for j, p := range rep.Params {
+			if z.p.owner[j] != r {
+				p.G = nil
+			}
+		}
 	}
 	return runOn(reps, slots, func(r *Replica, i int) (err error) {
 		defer func() {
