@@ -107,7 +107,7 @@ func NewParallel(t *Optimizer, bes []kernels.TrainBackend, reduce kernels.Reduce
 	if log != nil {
 		how := "gradients all-reduced through " + reduce.Name()
 		if p.z2 != nil {
-			how = "each gradient summed onto its owner (ZeRO-2) through host memory"
+			how = "each gradient summed onto its owner (ZeRO-2) through " + reduce.Name()
 		}
 		fmt.Fprintf(log, "training on %d device(s), %s\n", len(bes), how)
 	}

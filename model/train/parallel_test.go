@@ -232,7 +232,8 @@ func TestShardedOptimizer(t *testing.T) {
 
 // TestZeRO2: with model.zero_stage 2 over three simulated devices (four
 // micro-batches a step, so the last round has two idle devices), each
-// gradient is summed onto its owner as the backward makes it: training
+// gradient is summed onto its owner as the backward makes it (through
+// host memory, or all-reduced as NCCL would): training
 // ends with the all-reduced run's weights and losses (summed in another
 // order), full fine-tuning and LoRA, and between steps a device holds
 // only its own parameters' gradients.
@@ -243,6 +244,10 @@ func TestZeRO2(t *testing.T) {
 		want, wl, _ := parallelOn(t, dir, bes(), nil, LearnerOptions{}, withLoRA)
 		got, gl, z := parallelOn(t, dir, bes(), nil, LearnerOptions{ZeroStage: 2}, withLoRA)
 		sameUpdate(t, fmt.Sprintf("zero_stage 2, lora %v", withLoRA), want, got, wl, gl, 2e-4, 1e-5)
+		// A device reducer (NCCL's path: each stage all-reduced, the
+		// owners keeping the sum).
+		ar, al, _ := parallelOn(t, dir, bes(), deviceReducer{}, LearnerOptions{ZeroStage: 2}, withLoRA)
+		sameUpdate(t, fmt.Sprintf("zero_stage 2 all-reduced, lora %v", withLoRA), want, ar, wl, al, 2e-4, 1e-5)
 		held, total := 0, 0
 		for r, rep := range z.Replicas {
 			for j, p := range rep.Params {
@@ -264,6 +269,10 @@ func TestZeRO2(t *testing.T) {
 		}
 	}
 }
+
+// deviceReducer all-reduces through host memory but is not
+// kernels.HostReduce, so ZeRO-2 takes the path it takes with NCCL.
+type deviceReducer struct{ kernels.HostReduce }
 
 // TestZeRO2BF16: under model.zero_stage 2 with train_dtype bf16 every
 // device computes with bf16 working copies of the trainable matrices and

@@ -76,9 +76,33 @@ func (z *zero2) after(d *Replica, s int) {
 	}
 }
 
-// reduce sums stage s's gradients onto their owners.
+// reduce sums stage s's gradients onto their owners: through host memory
+// into the owner alone, or with a device reducer (NCCL) as an all-reduce
+// of the stage, whose sum the owners keep (the owner's buffer holds what
+// it summed before, the others' only this round's: their sum is the total).
 func (z *zero2) reduce(s int) {
 	reps := z.p.Replicas
+	if _, host := z.p.Reduce.(kernels.HostReduce); !host {
+		bes := make([]kernels.TrainBackend, len(reps))
+		grads := make([][]kernels.Tensor, len(reps))
+		for r, rep := range reps {
+			bes[r] = rep.be
+			for _, j := range z.stages[s] {
+				grads[r] = append(grads[r], rep.Params[j].G)
+			}
+		}
+		if err := z.p.Reduce.AllReduce(bes, grads); err != nil {
+			panic(fmt.Errorf("stage %d: %w", s, err))
+		}
+		for r, rep := range reps {
+			for _, j := range z.stages[s] {
+				if z.p.owner[j] != r {
+					rep.Params[j].G = nil
+				}
+			}
+		}
+		return
+	}
 	for _, j := range z.stages[s] {
 		o := z.p.owner[j]
 		dst, be := reps[o].Params[j].G, reps[o].be
