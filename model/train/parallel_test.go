@@ -279,12 +279,21 @@ type deviceReducer struct{ kernels.HostReduce }
 // only a parameter's owner keeps its float32 master: after each update
 // every device's working copy is the owner's master rounded to bf16, the
 // weights the host reads (checkpoints) are the float32 masters, not their
-// rounding, and the run follows the float32 run as bf16 rounding allows.
+// rounding, and the run follows the float32 run as bf16 rounding allows;
+// full fine-tuning, and LoRA (its adapters so, over a bf16 base).
 func TestZeRO2BF16(t *testing.T) {
 	dir := tinyDir(t)
+	for _, withLoRA := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lora %v", withLoRA), func(t *testing.T) { zero2BF16(t, dir, withLoRA) })
+	}
+}
+
+func zero2BF16(t *testing.T, dir string, withLoRA bool) {
 	bes := func() []kernels.TrainBackend { return []kernels.TrainBackend{cpu.New(), cpu.New(), cpu.New()} }
-	want, wl, _ := parallelOn(t, dir, bes(), nil, LearnerOptions{}, false)
-	got, gl, z := parallelOn(t, dir, bes(), nil, LearnerOptions{ZeroStage: 2, BF16: true}, false)
+	// The reference holds a LoRA base in bf16 as well: only the working
+	// copies differ.
+	want, wl, _ := parallelOn(t, dir, bes(), nil, LearnerOptions{BF16: true}, withLoRA)
+	got, gl, z := parallelOn(t, dir, bes(), nil, LearnerOptions{ZeroStage: 2, BF16: true}, withLoRA)
 	for s := range wl {
 		if d := math.Abs(gl[s] - wl[s]); d > 2e-3*math.Abs(wl[s]) {
 			t.Fatalf("step %d loss %.6f with bf16 working weights, %.6f in f32", s, gl[s], wl[s])
@@ -333,10 +342,12 @@ func TestZeRO2BF16(t *testing.T) {
 		}
 	}
 	// Adam turns a rounding difference in a near-zero gradient (a rare
-	// token's row) into a sizeable share of a step: a few weights may
-	// differ; stale working copies or masters would move most of them.
+	// token's row; an adapter B's first steps from zero) into a sizeable
+	// share of a step: a few weights may differ (0.06% of a full model,
+	// 1% of the adapters measured); stale working copies or masters
+	// would move most of them.
 	t.Logf("%d of %d matrix weights differ from the f32 run by more than 1e-3", far, all)
-	if far > all/500 {
+	if limit := map[bool]int{false: all / 500, true: all / 40}[withLoRA]; far > limit {
 		t.Fatalf("%d of %d matrix weights differ from the f32 run by more than 1e-3", far, all)
 	}
 	if masters == 0 || unrounded == 0 {
