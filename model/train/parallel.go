@@ -179,7 +179,10 @@ func (p *Parallel) Update() (gradNorm, lr float64, err error) {
 	lr = t.Schedule.LR(t.LR, t.Step)
 	if p.z2 != nil {
 		t.Opt.StepN++
-		ss := p.z2.update(t.Opt.StepN, lr)
+		ss, err := p.z2.update(t.Opt.StepN, lr)
+		if err != nil {
+			return 0, 0, err
+		}
 		t.Step++
 		p.stale = true
 		return math.Sqrt(float64(bes[0].ToHost(ss)[0])), lr, nil
@@ -196,21 +199,63 @@ func (p *Parallel) Update() (gradNorm, lr float64, err error) {
 		}
 	}
 	if p.owner != nil {
-		// Each parameter from the replica that updated it to the others,
-		// through host memory (an NCCL broadcast would go device to
-		// device; not written yet).
-		for j, r := range p.owner {
-			w := bes[r].ToHost(p.Replicas[r].Params[j].W)
-			for i, rep := range p.Replicas {
-				if dst := rep.Params[j].W; i != r {
-					bes[i].CopyRows(dst, 0, bes[i].FromHost(w, dst.Shape()...), 0, dst.Shape()[0])
-				}
-			}
+		if err := p.sendOwned(); err != nil {
+			return 0, 0, err
 		}
 	}
 	t.Step++
 	p.stale = true
 	return math.Sqrt(float64(bes[0].ToHost(ss)[0])), lr, nil
+}
+
+// sendOwned brings every replica's copy of each parameter to the value its
+// owner's update gave it (ZeRO-1 and 2), rounded to bf16 where a replica
+// holds a working copy. Through host memory with the host reducer; with a
+// device one (NCCL) as an all-reduce to which only the owner contributes,
+// device to device, a parameter at a time (one parameter's buffer on each
+// device).
+func (p *Parallel) sendOwned() error {
+	_, host := p.Reduce.(kernels.HostReduce)
+	for j, o := range p.owner {
+		src := p.Replicas[o].Params[j].master()
+		// got[r] is the new value on replica r, in float32.
+		got := make([]kernels.Tensor, len(p.Replicas))
+		if host {
+			vals := p.Replicas[o].be.ToHost(src)
+			for r, rep := range p.Replicas {
+				if r != o {
+					got[r] = rep.be.FromHost(vals, src.Shape()...)
+				}
+			}
+		} else {
+			bes := make([]kernels.TrainBackend, len(p.Replicas))
+			bufs := make([][]kernels.Tensor, len(p.Replicas))
+			for r, rep := range p.Replicas {
+				bes[r] = rep.be
+				got[r] = rep.be.Zeros(src.Shape()...)
+				if r == o {
+					rep.be.AddScaled(got[r], src, 1)
+				}
+				bufs[r] = []kernels.Tensor{got[r]}
+			}
+			if err := p.Reduce.AllReduce(bes, bufs); err != nil {
+				return fmt.Errorf("sending %s from device %d: %w", p.Replicas[o].Params[j].Name, o, err)
+			}
+		}
+		for r, rep := range p.Replicas {
+			dst := rep.Params[j]
+			switch {
+			case dst.Master != nil:
+				rep.be.NarrowBF16Into(dst.W, dst.Master)
+			case dst.W == src:
+			case rep.working && isMatrix(dst.W):
+				rep.be.NarrowBF16Into(dst.W, got[r])
+			default:
+				rep.be.CopyRows(dst.W, 0, got[r], 0, dst.W.Shape()[0])
+			}
+		}
+	}
+	return nil
 }
 
 // SyncHost implements Learner: one device-to-host copy of the trainable

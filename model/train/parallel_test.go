@@ -185,10 +185,13 @@ func TestShardedOptimizer(t *testing.T) {
 	bes := func() []kernels.TrainBackend { return []kernels.TrainBackend{cpu.New(), cpu.New(), cpu.New()} }
 	want, wl, full := parallelOn(t, dir, bes(), nil, LearnerOptions{}, false)
 	got, gl, sharded := parallelOn(t, dir, bes(), nil, LearnerOptions{ZeroStage: 1}, false)
+	// Updated weights sent through host memory, and as NCCL would (an
+	// all-reduce only the owner adds to): both to the bit.
+	dev, _, _ := parallelOn(t, dir, bes(), deviceReducer{}, LearnerOptions{ZeroStage: 1}, false)
 	for name, w := range want {
 		for i := range w {
-			if w[i] != got[name][i] {
-				t.Fatalf("%s[%d]: %g sharded, %g unsharded", name, i, got[name][i], w[i])
+			if w[i] != got[name][i] || w[i] != dev[name][i] {
+				t.Fatalf("%s[%d]: %g sharded, %g sent device to device, %g unsharded", name, i, got[name][i], dev[name][i], w[i])
 			}
 		}
 	}
@@ -284,16 +287,18 @@ type deviceReducer struct{ kernels.HostReduce }
 func TestZeRO2BF16(t *testing.T) {
 	dir := tinyDir(t)
 	for _, withLoRA := range []bool{false, true} {
-		t.Run(fmt.Sprintf("lora %v", withLoRA), func(t *testing.T) { zero2BF16(t, dir, withLoRA) })
+		for _, red := range []kernels.Reducer{nil, deviceReducer{}} {
+			t.Run(fmt.Sprintf("lora %v, %T", withLoRA, red), func(t *testing.T) { zero2BF16(t, dir, withLoRA, red) })
+		}
 	}
 }
 
-func zero2BF16(t *testing.T, dir string, withLoRA bool) {
+func zero2BF16(t *testing.T, dir string, withLoRA bool, red kernels.Reducer) {
 	bes := func() []kernels.TrainBackend { return []kernels.TrainBackend{cpu.New(), cpu.New(), cpu.New()} }
 	// The reference holds a LoRA base in bf16 as well: only the working
 	// copies differ.
 	want, wl, _ := parallelOn(t, dir, bes(), nil, LearnerOptions{BF16: true}, withLoRA)
-	got, gl, z := parallelOn(t, dir, bes(), nil, LearnerOptions{ZeroStage: 2, BF16: true}, withLoRA)
+	got, gl, z := parallelOn(t, dir, bes(), red, LearnerOptions{ZeroStage: 2, BF16: true}, withLoRA)
 	for s := range wl {
 		if d := math.Abs(gl[s] - wl[s]); d > 2e-3*math.Abs(wl[s]) {
 			t.Fatalf("step %d loss %.6f with bf16 working weights, %.6f in f32", s, gl[s], wl[s])

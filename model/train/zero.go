@@ -174,9 +174,8 @@ func (z *zero2) run(n int, job func(r *Replica, i int) error) error {
 
 // update is Parallel.Update's step under ZeRO-2: the global gradient norm
 // from each owner's share, each owner's AdamW step on its (master)
-// parameters, then each parameter sent to the others, rounded to their
-// bf16 working copies where they hold one.
-func (z *zero2) update(stepN int, lr float64) kernels.Tensor {
+// parameters, then each parameter sent to the others (Parallel.sendOwned).
+func (z *zero2) update(stepN int, lr float64) (kernels.Tensor, error) {
 	p, t := z.p, z.p.T
 	total := 0.0
 	for r, rep := range p.Replicas {
@@ -190,29 +189,7 @@ func (z *zero2) update(stepN int, lr float64) kernels.Tensor {
 		}
 		rep.apply(t.Opt.Config, stepN, lr, t.ClipNorm, p.owned(r), ss)
 	}
-	for j, o := range p.owner {
-		src := p.Replicas[o].Params[j].master()
-		vals := p.Replicas[o].be.ToHost(src)
-		for _, rep := range p.Replicas {
-			dst := rep.Params[j]
-			switch {
-			case dst.Master != nil:
-				rep.be.NarrowBF16Into(dst.W, dst.Master)
-			case dst.W == src:
-			case isBF16Working(rep, dst):
-				rep.be.NarrowBF16Into(dst.W, rep.be.FromHost(vals, dst.W.Shape()...))
-			default:
-				rep.be.CopyRows(dst.W, 0, rep.be.FromHost(vals, dst.W.Shape()...), 0, dst.W.Shape()[0])
-			}
-		}
-	}
-	return ss0
-}
-
-// isBF16Working reports whether p.W on rep is a bf16 working copy (ZeRO-2
-// under bf16): a trainable matrix when the run holds working copies.
-func isBF16Working(rep *Replica, p *DeviceParam) bool {
-	return rep.working && isMatrix(p.W)
+	return ss0, p.sendOwned()
 }
 
 func isMatrix(t kernels.Tensor) bool {
