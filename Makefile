@@ -41,7 +41,9 @@ test-gpu: gpu-bundle
 # gpu-bundle builds them for a GPU machine without Go too: static test
 # binaries in .gpu/ and .gpu/run.sh, which runs each in its package's folder
 # (testdata), as `go test` would. Copy the tree with .gpu/ there and run
-# `bash .gpu/run.sh` (what test-gpu runs here).
+# `bash .gpu/run.sh` (what test-gpu runs here); `bash .gpu/paper.sh` is the
+# paper's GRPO step (7B and 4B shapes) beside PyTorch + PEFT, then with the
+# Q8_0 base (README, "The paper's models on one H100").
 GPUPKGS := kernels/cuda model/qwen model/bert model/train
 gpu-bundle:
 	mkdir -p .gpu
@@ -56,7 +58,12 @@ gpu-bundle:
 	  "run model/train -test.run '^$$' -test.bench CUDATrain -test.benchtime 3x" \
 	  "run kernels/cuda -test.run '^$$' -test.bench 'GPU|TopK' -test.benchtime 20x" \
 	  "run model/bert -test.run '^$$' -test.bench 'Encoder/cuda' -test.benchtime 5x" > .gpu/run.sh
-	chmod +x .gpu/run.sh
+	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' \
+	  'run() { (cd "$$root/$$1" && "$$root/.gpu/$$(basename $$1).test" "$${@:2}"); }' \
+	  "run model/train -test.run '^$$' -test.bench CUDAPaperStep -test.benchtime 1x" \
+	  'for s in qwen2.5-7b-shape qwen3-4b-shape; do (cd "$$root/model/train" && python3 testdata/peft_anchor.py $$s); done' \
+	  "AGEMEM_PAPER_BASE=q8_0 run model/train -test.run '^$$' -test.bench CUDAPaperStep -test.benchtime 1x" > .gpu/paper.sh
+	chmod +x .gpu/run.sh .gpu/paper.sh
 
 # Fuzzing: the HTTP handlers (chat, memory API, MCP), the JSONL import and the
 # write-ahead-log checker; `make test` runs their seed corpora.
