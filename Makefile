@@ -50,9 +50,9 @@ gpu-bundle:
 	for p in $(GPUPKGS); do CGO_ENABLED=0 $(GO) test -c -o .gpu/$$(basename $$p).test ./$$p/ || exit 1; done
 	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' \
 	  'run() { (cd "$$root/$$1" && "$$root/.gpu/$$(basename $$1).test" "$${@:2}"); }' \
-	  "run kernels/cuda -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU'" \
-	  "run model/qwen -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU'" \
-	  "run model/bert -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU'" \
+	  "run kernels/cuda -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
+	  "run model/qwen -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
+	  "run model/bert -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
 	  "run model/train -test.count=1 -test.v -test.run 'CUDA|GPU'" \
 	  "run model/qwen -test.run '^$$' -test.bench CUDA -test.benchtime 3x" \
 	  "run model/train -test.run '^$$' -test.bench CUDATrain -test.benchtime 3x" \

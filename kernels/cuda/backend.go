@@ -26,6 +26,7 @@ type Backend struct {
 	fns     map[string]uintptr
 	name    string
 	arch    string
+	sm      int // compute capability, major·10 + minor
 	mu      sync.Mutex
 	freeMu  sync.Mutex
 	free    []alloc // allocations whose tensors were collected
@@ -75,6 +76,7 @@ func New(dev int) (*Backend, error) {
 	cu.DeviceGetAttribute(&major, 75, b.dev) // COMPUTE_CAPABILITY_MAJOR
 	cu.DeviceGetAttribute(&minor, 76, b.dev)
 	b.arch = fmt.Sprintf("%d%d", major, minor)
+	b.sm = int(major*10 + minor)
 	name := make([]byte, 256)
 	cu.DeviceGetName(&name[0], 256, b.dev)
 	b.name = goString(&name[0])
@@ -385,6 +387,10 @@ func (b *Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, 
 		}
 		vt = b.ints(v)
 		vp = vt.ptr
+	}
+	if valid == nil && t >= tiledMinRows && b.mmaAttention(hd) {
+		b.attentionMMA(out, nil, q, kc, vc, t, start, heads, kvHeads, hd)
+		return
 	}
 	if valid == nil && t >= tiledMinRows && hd <= tiledMaxHeadDim {
 		b.attentionTiled(out, nil, q, kc, vc, t, start, heads, kvHeads, hd)

@@ -36,3 +36,11 @@ __device__ float row_lse(const float* row, int d, float* s) {
     for (int i = threadIdx.x; i < d; i += blockDim.x) z += expf(row[i] - m);
     return m + logf(block_sum(z, s));
 }
+
+// to_bf16: the bf16 bits of x, round to nearest even (NaN stays NaN).
+__device__ unsigned short to_bf16(float x) {
+    unsigned int u = __float_as_uint(x);
+    if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 0x40);
+    u += 0x7fff + ((u >> 16) & 1);
+    return (unsigned short)(u >> 16);
+}

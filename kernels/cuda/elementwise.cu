@@ -81,14 +81,6 @@ extern "C" __global__ void widen_bf16(float* out, const unsigned short* in, long
     if (i < n) out[i] = __int_as_float(((unsigned int)in[i]) << 16);
 }
 
-// to_bf16: the bf16 bits of x, round to nearest even (NaN stays NaN).
-__device__ unsigned short to_bf16(float x) {
-    unsigned int u = __float_as_uint(x);
-    if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 0x40);
-    u += 0x7fff + ((u >> 16) & 1);
-    return (unsigned short)(u >> 16);
-}
-
 // narrow_bf16: out[i] = bf16(in[i]).
 extern "C" __global__ void narrow_bf16(unsigned short* out, const float* in, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;

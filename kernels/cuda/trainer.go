@@ -157,12 +157,49 @@ func (b *Backend) attentionTiled(out, lse, q, k, v kernels.Tensor, t, start, hea
 		ptr(out), ptr(lse), ptr(q), ptr(k), ptr(v), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd), lseOnly)
 }
 
+// mmaAttention: in BF16 mode on sm_80 and later, attention over head
+// dimensions that are multiples of 16 up to 128 runs on tensor cores
+// (attention_mma.cu): bf16 operands, f32 accumulation and softmax, as
+// PyTorch's SDPA under autocast. Otherwise the float32 kernels, which
+// match the CPU backend to float32 rounding.
+func (b *Backend) mmaAttention(hd int) bool {
+	return b.BF16 && b.sm >= 80 && hd%16 == 0 && hd <= 128
+}
+
+// The tensor-core kernels' blocks (attention_mma.cu's MMA_*): 64 queries
+// (four warps of 16) in the forward and dq passes, key tiles of 64 and 32,
+// and for dk/dv blocks of 64 keys over query tiles of 16.
+const (
+	mmaQueries, mmaKeys, mmaDQKeys, mmaQTile = 64, 64, 32, 16
+)
+
+// attentionMMA runs attention_mma; lse, when not nil, receives the rows'
+// log-sum-exps and the values are skipped.
+func (b *Backend) attentionMMA(out, lse, q, k, v kernels.Tensor, t, start, heads, kvHeads, hd int) {
+	lseOnly := int32(0)
+	if lse != nil {
+		lseOnly = 1
+	}
+	b.launch2("attention_mma", [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, 2*2*mmaKeys*(hd+8),
+		ptr(out), ptr(lse), ptr(q), ptr(k), ptr(v), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd), lseOnly)
+}
+
 // AttentionBackward implements kernels.TrainBackend (flash-style: the scores
 // are recomputed, never stored). Up to head_dim 128 it is three tiled
 // passes without atomics: the rows' log-sum-exps, dq by query blocks, dk
-// and dv by key blocks.
+// and dv by key blocks (on tensor cores where mmaAttention says).
 func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
 	t := q.Len() / (heads * hd)
+	if b.mmaAttention(hd) {
+		lse, d := b.Zeros(t, heads), b.Zeros(t, heads)
+		b.attentionMMA(nil, lse, q, k, v, t, start, heads, kvHeads, hd)
+		b.launch("attention_rowdot", blocks(t*heads, 8), 256, 0, ptr(d), ptr(dout), ptr(out), int32(t*heads), int32(hd))
+		b.launch2("attention_mma_dq", [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, 2*2*mmaDQKeys*(hd+8),
+			ptr(dq), ptr(q), ptr(k), ptr(v), ptr(dout), ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
+		b.launch2("attention_mma_dkv", [2]int{(start + t + mmaKeys - 1) / mmaKeys, kvHeads}, 128, 2*(2*mmaKeys+2*mmaQTile)*(hd+8)+4*2*mmaQTile,
+			ptr(dk), ptr(dv), ptr(q), ptr(k), ptr(v), ptr(dout), ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
+		return
+	}
 	if hd <= tiledMaxHeadDim {
 		lse, d := b.Zeros(t, heads), b.Zeros(t, heads)
 		b.attentionTiled(nil, lse, q, k, v, t, start, heads, kvHeads, hd)

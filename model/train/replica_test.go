@@ -413,9 +413,30 @@ func checkQ8Base(t *testing.T, be kernels.TrainBackend, lpTol, gradTol float64) 
 	relClose(t, "logprobs", be.ToHost(acts.LogProbs), lp, lpTol)
 	d.Backward(acts, be.FromHost(coef, len(coef)))
 	for i, nv := range w.Trainable() {
-		relClose(t, "gradient of "+nv.Name, be.ToHost(d.Params[i].G), nv.V.Grad, gradTol)
+		got := be.ToHost(d.Params[i].G)
+		relClose(t, "gradient of "+nv.Name, got, nv.V.Grad, gradTol)
+		sameDirection(t, "gradient of "+nv.Name, got, nv.V.Grad)
 	}
 	return d, w
+}
+
+// sameDirection fails when got's cosine with want is under 0.99: what
+// rounding (bf16 activations, a quantized base) cannot do to a gradient
+// and a wrong one does. A want of zero up to rounding has no direction.
+func sameDirection(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	var dot, a2, b2 float64
+	for j, v := range want {
+		dot += float64(v) * float64(got[j])
+		a2 += float64(v) * float64(v)
+		b2 += float64(got[j]) * float64(got[j])
+	}
+	if a2 < 1e-12 {
+		return
+	}
+	if cos := dot / math.Sqrt(a2*b2); !(cos >= 0.99) {
+		t.Fatalf("%s has cosine %.4f with the tape's", name, cos)
+	}
 }
 
 // tapeStep is the reference a replica is held to: the tape's

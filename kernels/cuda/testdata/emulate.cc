@@ -1,0 +1,160 @@
+// emulate.cc runs attention_mma.cu's tensor-core kernels on the CPU, each
+// GPU thread an OS thread: __syncthreads is a barrier of the block's 128
+// threads, a warp's shuffles and mma.sync meet at a barrier of its 32, and
+// mma.sync assembles A and B from every lane's fragment registers as the
+// PTX ISA lays them out ("Matrix Fragments for mma.m16n8k16 with floating
+// point type") and gives each lane its C elements. TestMMAAttentionEmulated
+// builds it with the kernels' own source, so their indexing, masking and
+// online softmax are checked on machines without a GPU; that the hardware
+// lays fragments out as the ISA says is checked on a GPU
+// (TestMMAAttentionMatchesFloat32).
+//
+// Usage: emulate IN OUT. IN: int32 t, start, heads, kvheads, hd, then
+// float32 q, k, v, dout. OUT: float32 out, lse, dq, dk, dv.
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+struct uint3_ { unsigned x = 0, y = 0, z = 0; };
+static thread_local uint3_ threadIdx, blockIdx;
+static uint3_ blockDim;
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+#define AGEMEM_EMULATE 1
+
+struct float2 { float x, y; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+using std::max;
+using std::min;
+
+struct Warp {
+    std::barrier<> bar{32};
+    float xch[32];
+    unsigned A[32][4], B[32][2];
+};
+static thread_local Warp* warp_;
+static thread_local int lane_;
+static std::barrier<>* block_;
+
+static void __syncthreads() { block_->arrive_and_wait(); }
+static void __trap() { abort(); }
+
+static float __shfl_xor_sync(unsigned, float v, int o) {
+    warp_->xch[lane_] = v;
+    warp_->bar.arrive_and_wait();
+    float r = warp_->xch[lane_ ^ o];
+    warp_->bar.arrive_and_wait();
+    return r;
+}
+
+static float bf(unsigned h) {
+    unsigned u = h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void mma16816_emulated(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    Warp* w = warp_;
+    for (int i = 0; i < 4; i++) w->A[lane_][i] = a[i];
+    w->B[lane_][0] = b0;
+    w->B[lane_][1] = b1;
+    w->bar.arrive_and_wait();
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        for (int e = 0; e < 8; e++) { // a_e: register e/2, half e%2
+            int row = g + ((e & 2) ? 8 : 0), col = 2 * t + (e & 1) + (e >= 4 ? 8 : 0);
+            unsigned r = w->A[l][e / 2];
+            A[row][col] = bf((e & 1) ? r >> 16 : r & 0xffff);
+        }
+        for (int e = 0; e < 4; e++) { // b_e: register e/2, half e%2
+            int row = 2 * t + (e & 1) + (e >= 2 ? 8 : 0);
+            unsigned r = e < 2 ? w->B[l][0] : w->B[l][1];
+            B[row][g] = bf((e & 1) ? r >> 16 : r & 0xffff);
+        }
+    }
+    w->bar.arrive_and_wait(); // every lane has read before any writes again
+    int g = lane_ >> 2, t = lane_ & 3;
+    for (int e = 0; e < 4; e++) {
+        int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+        double s = c[e];
+        for (int k = 0; k < 16; k++) s += (double)A[row][k] * B[k][col];
+        c[e] = (float)s;
+    }
+}
+
+#include "common.cuh"
+#include "attention_mma.cu"
+
+alignas(16) unsigned short shb[1 << 16];
+
+// launch runs kernel over grid (gx, gy) with 128 threads a block, one
+// block at a time.
+template <typename F>
+static void launch(int gx, int gy, F kernel) {
+    blockDim.x = 128;
+    for (int by = 0; by < gy; by++)
+        for (int bx = 0; bx < gx; bx++) {
+            std::barrier<> block(128);
+            block_ = &block;
+            std::vector<Warp> warps(4);
+            std::vector<std::thread> ts;
+            for (int i = 0; i < 128; i++)
+                ts.emplace_back([&, i] {
+                    threadIdx.x = i;
+                    blockIdx.x = bx;
+                    blockIdx.y = by;
+                    warp_ = &warps[i / 32];
+                    lane_ = i % 32;
+                    kernel();
+                    // An exited thread no longer holds barriers up.
+                    warp_->bar.arrive_and_drop();
+                    block_->arrive_and_drop();
+                });
+            for (auto& th : ts) th.join();
+        }
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: emulate IN OUT\n");
+        return 2;
+    }
+    FILE* in = fopen(argv[1], "rb");
+    int dims[5];
+    if (!in || fread(dims, 4, 5, in) != 5) return 3;
+    int t = dims[0], start = dims[1], heads = dims[2], kvheads = dims[3], hd = dims[4], nk = start + t;
+    std::vector<float> q(t * heads * hd), k(nk * kvheads * hd), v(k.size()), dout(q.size());
+    for (auto* x : {&q, &k, &v, &dout})
+        if (fread(x->data(), 4, x->size(), in) != x->size()) return 3;
+    fclose(in);
+    std::vector<float> out(q.size()), lse(t * heads), D(t * heads), dq(q.size()), dk(k.size()), dv(k.size());
+    int qb = (t + MMA_BQ - 1) / MMA_BQ;
+    launch(qb, heads, [&] { attention_mma(out.data(), nullptr, q.data(), k.data(), v.data(), t, start, heads, kvheads, hd, 0); });
+    launch(qb, heads, [&] { attention_mma(nullptr, lse.data(), q.data(), k.data(), v.data(), t, start, heads, kvheads, hd, 1); });
+    for (int r = 0; r < t * heads; r++) { // attention_rowdot
+        double a = 0;
+        for (int d = 0; d < hd; d++) a += (double)dout[r * hd + d] * out[r * hd + d];
+        D[r] = (float)a;
+    }
+    launch(qb, heads, [&] { attention_mma_dq(dq.data(), q.data(), k.data(), v.data(), dout.data(), lse.data(), D.data(), t, start, heads, kvheads, hd); });
+    launch((nk + MMA_BK - 1) / MMA_BK, kvheads, [&] {
+        attention_mma_dkv(dk.data(), dv.data(), q.data(), k.data(), v.data(), dout.data(), lse.data(), D.data(), t, start, heads, kvheads, hd);
+    });
+    FILE* o = fopen(argv[2], "wb");
+    for (auto* x : {&out, &lse, &dq, &dk, &dv}) fwrite(x->data(), 4, x->size(), o);
+    return fclose(o) == 0 ? 0 : 4;
+}
