@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -72,10 +73,8 @@ func checkMMA(t *testing.T, s mmaShape, q, k, v, dout []float32, got [4][]float3
 }
 
 func shapeName(s mmaShape) string {
-	return "t" + itoa(s.t) + "+" + itoa(s.start) + " h" + itoa(s.heads) + "/" + itoa(s.kvh) + " d" + itoa(s.hd)
+	return fmt.Sprintf("t%d+%d h%d/%d d%d", s.t, s.start, s.heads, s.kvh, s.hd)
 }
-
-func itoa(n int) string { return string(rune('0'+n/100%10)) + string(rune('0'+n/10%10)) + string(rune('0'+n%10)) }
 
 // TestMMAAttentionMatchesFloat32: on a GPU of sm_80 or later in BF16 mode,
 // Attention and AttentionBackward take the tensor-core kernels; their
