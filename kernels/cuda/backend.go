@@ -41,6 +41,7 @@ type Backend struct {
 	sinceGC     uint64
 	liveBytes   uint64
 	peakBytes   uint64 // the most liveBytes+cachedBytes has been
+	peakLive    uint64 // the most liveBytes has been
 
 	// Every kernel, GEMM, copy and memset of this backend is queued on
 	// stream, in order, so the host only waits where it reads results.
@@ -167,11 +168,23 @@ func (b *Backend) PeakBytes() uint64 {
 	return b.peakBytes
 }
 
-// ResetPeak starts PeakBytes again from what is held now.
+// PeakLiveBytes is the most device memory tensors have held since the
+// backend started or ResetPeak, the cache left out: nearer PyTorch's
+// torch.cuda.max_memory_allocated, though it also counts tensors Go has
+// not yet collected (at most gcEvery of them), and what --dry-run
+// predicts.
+func (b *Backend) PeakLiveBytes() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.peakLive
+}
+
+// ResetPeak starts PeakBytes and PeakLiveBytes again from what is held now.
 func (b *Backend) ResetPeak() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.peakBytes = b.liveBytes + b.cachedBytes
+	b.peakLive = b.liveBytes
 }
 
 func must(err error) {

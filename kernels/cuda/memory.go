@@ -112,11 +112,16 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 	}
 	b.liveBytes += size
 	b.peakBytes = max(b.peakBytes, b.liveBytes+b.cachedBytes)
+	b.peakLive = max(b.peakLive, b.liveBytes)
 	b.mu.Unlock()
 	if p == 0 {
 		r := libs.cu.MemAlloc(&p, size)
 		if r != 0 {
-			// Out of memory: return every cached block and try once more.
+			// Out of memory: collect the tensors nobody holds (up to
+			// gcEvery of them wait for the collector), return every
+			// cached block and try once more.
+			runtime.GC()
+			b.bind()
 			b.releaseCache()
 			r = libs.cu.MemAlloc(&p, size)
 		}

@@ -174,7 +174,7 @@ func BenchmarkCUDAPaperStep(b *testing.B) {
 					d.Backward(acts, dl)
 					if i == 0 {
 						g.Sync()
-						b.Logf("%s: and its backward (recomputing) %s, %.2f GiB peak", shape, time.Since(t0).Round(time.Millisecond), gib(g.PeakBytes()))
+						b.Logf("%s: and its backward (recomputing) %s, %.2f GiB peak (%.2f in tensors)", shape, time.Since(t0).Round(time.Millisecond), gib(g.PeakBytes()), gib(g.PeakLiveBytes()))
 					}
 				}
 				d.Step(oc, 1, 1e-5, 1, nil)
@@ -186,6 +186,7 @@ func BenchmarkCUDAPaperStep(b *testing.B) {
 			tps := float64(k*(ctx+resp)*b.N) / elapsed.Seconds()
 			b.ReportMetric(tps, "update_tok/s")
 			b.ReportMetric(gib(g.PeakBytes()), "peak_GiB")
+			b.ReportMetric(gib(g.PeakLiveBytes()), "live_peak_GiB")
 			b.ReportMetric(gib(total-free), "device_used_GiB")
 			b.ReportMetric(elapsed.Seconds()/float64(b.N), "s/step")
 		})
