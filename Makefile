@@ -45,10 +45,12 @@ test-gpu: gpu-bundle
 # paper's GRPO step (7B and 4B shapes) beside PyTorch + PEFT, then with the
 # Q8_0 base (README, "The paper's models on one H100").
 GPUPKGS := kernels/cuda model/qwen model/bert model/train
+# The scripts find NVRTC, cuBLAS and NCCL where CUDA or PyTorch put them.
+GPUENV := export LD_LIBRARY_PATH=$$(find /usr/local /opt /usr/lib \( -name "libnvrtc.so*" -o -name "libcublas.so*" -o -name "libnccl.so*" \) 2>/dev/null | xargs -r -n1 dirname | sort -u | tr "\n" :)$$LD_LIBRARY_PATH
 gpu-bundle:
 	mkdir -p .gpu
 	for p in $(GPUPKGS); do CGO_ENABLED=0 $(GO) test -c -o .gpu/$$(basename $$p).test ./$$p/ || exit 1; done
-	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' \
+	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' '$(GPUENV)' \
 	  'run() { (cd "$$root/$$1" && "$$root/.gpu/$$(basename $$1).test" "$${@:2}"); }' \
 	  "run kernels/cuda -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
 	  "run model/qwen -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
@@ -58,9 +60,9 @@ gpu-bundle:
 	  "run model/train -test.run '^$$' -test.bench CUDATrain -test.benchtime 3x" \
 	  "run kernels/cuda -test.run '^$$' -test.bench 'GPU|TopK' -test.benchtime 20x" \
 	  "run model/bert -test.run '^$$' -test.bench 'Encoder/cuda' -test.benchtime 5x" > .gpu/run.sh
-	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' \
+	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' '$(GPUENV)' \
 	  'run() { (cd "$$root/$$1" && "$$root/.gpu/$$(basename $$1).test" "$${@:2}"); }' \
-	  "run model/train -test.run '^$$' -test.bench CUDAPaperStep -test.benchtime 1x" \
+	  "AGEMEM_CUDA_PROFILE=1 run model/train -test.run '^$$' -test.bench CUDAPaperStep -test.benchtime 1x" \
 	  'for s in qwen2.5-7b-shape qwen3-4b-shape; do (cd "$$root/model/train" && python3 testdata/peft_anchor.py $$s); done' \
 	  "AGEMEM_PAPER_BASE=q8_0 run model/train -test.run '^$$' -test.bench CUDAPaperStep -test.benchtime 1x" > .gpu/paper.sh
 	chmod +x .gpu/run.sh .gpu/paper.sh

@@ -40,8 +40,9 @@ type Backend struct {
 	cachedBytes uint64
 	sinceGC     uint64
 	liveBytes   uint64
-	peakBytes   uint64 // the most liveBytes+cachedBytes has been
-	peakLive    uint64 // the most liveBytes has been
+	peakBytes   uint64    // the most liveBytes+cachedBytes has been
+	peakLive    uint64    // the most liveBytes has been
+	prof        *profiler // nil unless StartProfile
 
 	// Every kernel, GEMM, copy and memset of this backend is queued on
 	// stream, in order, so the host only waits where it reads results.
@@ -239,6 +240,7 @@ func (b *Backend) launch2(k string, grid [2]int, block, shared int, args ...any)
 			panic(fmt.Sprintf("cuda: kernel argument of type %T", a))
 		}
 	}
+	defer b.mark(k)()
 	must(libs.cu.LaunchKernel(b.fns[k], uint32(max(grid[0], 1)), uint32(max(grid[1], 1)), 1, uint32(block), 1, 1, uint32(shared), b.stream, &params[0], nil).err("launch " + k))
 	runtime.KeepAlive(keep)
 }
@@ -332,7 +334,7 @@ func (b *Backend) MatMul(y, x, w, bias kernels.Tensor) {
 		b.gemmBF16(1, 0, n, m, k, wp, k, xp, k, 0, ptr(y), n)
 		runtime.KeepAlive(wk)
 		runtime.KeepAlive(xk)
-	} else if st := libs.blas.Sgemm(b.blas, 1, 0, int32(n), int32(m), int32(k), &alpha, wt.ptr, int32(k), ptr(x), int32(k), &beta, ptr(y), int32(n)); st != 0 {
+	} else if st := b.sgemm(1, 0, int32(n), int32(m), int32(k), &alpha, wt.ptr, int32(k), ptr(x), int32(k), &beta, ptr(y), int32(n)); st != 0 {
 		panic(fmt.Sprintf("cublasSgemm: status %d", st))
 	}
 	if bias != nil {
@@ -359,12 +361,19 @@ func (b *Backend) asBF16(t kernels.Tensor) (uint64, *Tensor) {
 	return c.ptr, c
 }
 
+// sgemm is cublasSgemm on the backend's handle (timed when profiling).
+func (b *Backend) sgemm(ta, tb, m, n, k int32, alpha *float32, a uint64, lda int32, bm uint64, ldb int32, beta *float32, c uint64, ldc int32) int32 {
+	defer b.mark("cublasSgemm (f32)")()
+	return libs.blas.Sgemm(b.blas, ta, tb, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc)
+}
+
 // gemmBF16 is cublasGemmEx on bf16 A and B with f32 C, accumulation in f32
 // (CUDA_R_16BF = 14, CUDA_R_32F = 0, CUBLAS_COMPUTE_32F = 68,
 // CUBLAS_GEMM_DEFAULT = -1): C = A·B + beta·C, column-major, op codes as
 // cuBLAS's (0 N, 1 T).
 func (b *Backend) gemmBF16(ta, tb int32, m, n, k int, a uint64, lda int, bm uint64, ldb int, beta float32, c uint64, ldc int) {
 	alpha := float32(1)
+	defer b.mark("cublasGemmEx (bf16)")()
 	if st := libs.blas.GemmEx(b.blas, ta, tb, int32(m), int32(n), int32(k), unsafe.Pointer(&alpha), a, 14, int32(lda), bm, 14, int32(ldb),
 		unsafe.Pointer(&beta), c, 0, int32(ldc), 68, -1); st != 0 {
 		panic(fmt.Sprintf("cublasGemmEx: status %d", st))

@@ -469,3 +469,35 @@ func TestAllocatorSizeClasses(t *testing.T) {
 		t.Errorf("cachedBytes %d after taking two blocks, want %d", b.cachedBytes, 64<<20)
 	}
 }
+
+// TestProfileTimesKernels: between StartProfile and StopProfile each launch
+// and GEMM is counted under its kernel's name with a positive device time.
+func TestProfileTimesKernels(t *testing.T) {
+	g := gpu(t)
+	if err := g.StartProfile(); err != nil {
+		t.Skipf("no profiling: %v", err)
+	}
+	x, w := g.FromHost(make([]float32, 64*256), 64, 256), g.Upload(kernels.Weight{Rows: 128, Cols: 256, F32: make([]float32, 128*256)})
+	y := g.Zeros(64, 128)
+	for range 3 {
+		g.MatMul(y, x, w, nil)
+		g.Add(y, y)
+	}
+	p, err := g.StopProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for _, r := range p.Rows {
+		calls[r.Name] = r.Calls
+		if r.Time <= 0 {
+			t.Fatalf("%s: device time %v", r.Name, r.Time)
+		}
+	}
+	if calls["add"] != 3 || calls["cublasSgemm (f32)"] != 3 {
+		t.Fatalf("calls by kernel %v: want 3 adds and 3 SGEMMs", calls)
+	}
+	if _, err := g.StopProfile(); err == nil {
+		t.Fatal("a second StopProfile did not fail")
+	}
+}

@@ -89,12 +89,12 @@ func (b *Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 	} else {
 		one := float32(1)
 		if dx != nil {
-			if st := libs.blas.Sgemm(b.blas, 0, 0, int32(k), int32(m), int32(n), &one, wt.ptr, int32(k), ptr(dy), int32(n), &one, ptr(dx), int32(k)); st != 0 {
+			if st := b.sgemm(0, 0, int32(k), int32(m), int32(n), &one, wt.ptr, int32(k), ptr(dy), int32(n), &one, ptr(dx), int32(k)); st != 0 {
 				panic(fmt.Sprintf("cublasSgemm (dx): status %d", st))
 			}
 		}
 		if dw != nil {
-			if st := libs.blas.Sgemm(b.blas, 0, 1, int32(k), int32(n), int32(m), &one, ptr(x), int32(k), ptr(dy), int32(n), &one, ptr(dw), int32(k)); st != 0 {
+			if st := b.sgemm(0, 1, int32(k), int32(n), int32(m), &one, ptr(x), int32(k), ptr(dy), int32(n), &one, ptr(dw), int32(k)); st != 0 {
 				panic(fmt.Sprintf("cublasSgemm (dw): status %d", st))
 			}
 		}

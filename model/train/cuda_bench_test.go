@@ -156,11 +156,28 @@ func BenchmarkCUDAPaperStep(b *testing.B) {
 			}
 			oc := optim.AdamWConfig{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
 			// Warm-up: one rollout's forward and backward (kernels compiled,
-			// the allocator's cache filled), not timed.
+			// the allocator's cache filled), not timed. With
+			// $AGEMEM_CUDA_PROFILE set, its device time by kernel is
+			// printed (per-launch events would slow the timed step).
+			profile := os.Getenv("AGEMEM_CUDA_PROFILE") != ""
+			if profile {
+				if err := g.StartProfile(); err != nil {
+					b.Fatal(err)
+				}
+			}
 			bt, dl := rollout(0)
 			d.Backward(d.Forward(bt, o), dl)
 			d.ZeroGrad()
 			g.Sync()
+			if profile {
+				p, err := g.StopProfile()
+				if err != nil {
+					b.Fatal(err)
+				}
+				var sb strings.Builder
+				p.Write(&sb, 30)
+				b.Logf("%s: one rollout's forward and backward, device time by kernel:\n%s", shape, sb.String())
+			}
 			var elapsed time.Duration
 			for b.Loop() {
 				t0 := time.Now()
