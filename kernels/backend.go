@@ -185,6 +185,17 @@ type PagedAttender interface {
 	PagedAttention(out, q, kpool, vpool Tensor, rows []int, start, heads, kvHeads, hd int)
 }
 
+// DecodeAttender is a Backend that runs a decode step's attention for a
+// batch of sequences in one call: row r of q, k and v is sequence r's new
+// token, at position pos[r]; its key and value go to row pos[r] of its
+// caches kc[r], vc[r] ([maxT, kvHeads·hd]), then it attends causally
+// over positions 0..pos[r]. The same as CopyRows and Attention per
+// sequence, which on a GPU is three launches a sequence and layer.
+type DecodeAttender interface {
+	Backend
+	DecodeAttention(out, q, k, v Tensor, kc, vc []Tensor, pos []int, heads, kvHeads, hd int)
+}
+
 // PolicyGradienter is a TrainBackend that runs a policy-gradient loss
 // where the log-probabilities are, so a GRPO step reads nothing back. The
 // loss is rl/grpo's, and the kernel is held to it in tests.

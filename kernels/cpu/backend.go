@@ -144,6 +144,15 @@ func (*Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, he
 	Attention(data(out), qd, data(kc), data(vc), valid, len(qd)/(heads*hd), start, heads, kvHeads, hd)
 }
 
+// DecodeAttention implements kernels.DecodeAttender, sequence by sequence.
+func (b *Backend) DecodeAttention(out, q, k, v kernels.Tensor, kc, vc []kernels.Tensor, pos []int, heads, kvHeads, hd int) {
+	for r, p := range pos {
+		b.CopyRows(kc[r], p, k, r, 1)
+		b.CopyRows(vc[r], p, v, r, 1)
+		b.Attention(b.Rows(out, r, r+1), b.Rows(q, r, r+1), kc[r], vc[r], nil, p, heads, kvHeads, hd)
+	}
+}
+
 // PagedAttention implements kernels.PagedAttender.
 func (*Backend) PagedAttention(out, q, kpool, vpool kernels.Tensor, rows []int, start, heads, kvHeads, hd int) {
 	qd := data(q)

@@ -13,17 +13,15 @@ __device__ float warp_sum(float v) {
     return v;
 }
 
-// attention: causal GQA. q, out [t, heads*hd] for positions start..start+t-1;
-// kc, vc [maxT, kvheads*hd]; valid (nullable) masks cache positions.
-// Dynamic shared memory: (nwarps * (hd + 2)) floats.
-extern "C" __global__ void attention(float* out, const float* q, const float* kc, const float* vc,
-                                     const int* valid, const int* span, int start, int heads, int kvheads, int hd) {
+// attend_row: one query row's attention (one head) over keys jlo..jhi-1 of
+// kc, vc (rows kvheads*hd wide, this head's kv head kvh), valid (nullable)
+// masking cache positions; qr unscaled, o its output row. The block's
+// warps split the keys. Dynamic shared memory: (nwarps * (hd + 2)) floats.
+__device__ void attend_row(float* o, const float* qr, const float* kc, const float* vc, const int* valid,
+                           int jlo, int jhi, int kvheads, int kvh, int hd) {
     extern __shared__ float sh[];
-    int i = blockIdx.x / heads, h = blockIdx.x % heads;
-    int kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int per = (hd + 31) / 32;
-    const float* qr = q + ((long)i * heads + h) * hd;
     float scale = rsqrtf((float)hd);
     float qv[ATT_MAXD], acc[ATT_MAXD];
     for (int r = 0; r < per; r++) {
@@ -31,10 +29,6 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
         qv[r] = d < hd ? qr[d] * scale : 0.f;
         acc[r] = 0.f;
     }
-    // Causal: keys 0..start+i; with span (bidirectional encoders over packed
-    // sequences): keys span[2i]..span[2i+1]-1, the query's own sequence.
-    int jlo = 0, jhi = start + i + 1;
-    if (span) { jlo = span[2 * i]; jhi = span[2 * i + 1]; }
     float m = NEG_INF, l = 0.f;
     for (int j = jlo + warp; j < jhi; j += nw) {
         if (valid && !valid[j]) continue;
@@ -66,7 +60,6 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
     __syncthreads();
     float M = NEG_INF;
     for (int w = 0; w < nw; w++) M = fmaxf(M, sm[w]);
-    float* o = out + ((long)i * heads + h) * hd;
     float L = 0.f;
     for (int w = 0; w < nw; w++) L += sm[w] == NEG_INF ? 0.f : sl[w] * expf(sm[w] - M);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -79,6 +72,46 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
             if (sm[w] != NEG_INF) a += sacc[w * hd + d] * expf(sm[w] - M);
         o[d] = a / L;
     }
+}
+
+// attention: causal GQA. q, out [t, heads*hd] for positions start..start+t-1;
+// kc, vc [maxT, kvheads*hd]; valid (nullable) masks cache positions.
+// One block per (token, head).
+extern "C" __global__ void attention(float* out, const float* q, const float* kc, const float* vc,
+                                     const int* valid, const int* span, int start, int heads, int kvheads, int hd) {
+    int i = blockIdx.x / heads, h = blockIdx.x % heads;
+    long o = ((long)i * heads + h) * hd;
+    // Causal: keys 0..start+i; with span (bidirectional encoders over packed
+    // sequences): keys span[2i]..span[2i+1]-1, the query's own sequence.
+    int jlo = 0, jhi = start + i + 1;
+    if (span) { jlo = span[2 * i]; jhi = span[2 * i + 1]; }
+    attend_row(out + o, q + o, kc, vc, valid, jlo, jhi, kvheads, h / (heads / kvheads), hd);
+}
+
+// cache_append: a decode step of several sequences writes its keys and
+// values: row r of k and v ([rows, width]) goes to row pos[r] of the caches
+// kcs[r], vcs[r] (device addresses). One block a row.
+extern "C" __global__ void cache_append(const unsigned long long* kcs, const unsigned long long* vcs, const float* k,
+                                        const float* v, const int* pos, int width) {
+    int r = blockIdx.x;
+    float* kd = (float*)kcs[r] + (long)pos[r] * width;
+    float* vd = (float*)vcs[r] + (long)pos[r] * width;
+    for (int d = threadIdx.x; d < width; d += blockDim.x) {
+        kd[d] = k[(long)r * width + d];
+        vd[d] = v[(long)r * width + d];
+    }
+}
+
+// attention_batch: that step's attention in one launch, where a launch
+// per sequence left the GPU idle between them: row r of q (sequence r, at
+// position pos[r]) attends causally over keys 0..pos[r] of its caches.
+// One block per (row, head).
+extern "C" __global__ void attention_batch(float* out, const float* q, const unsigned long long* kcs,
+                                           const unsigned long long* vcs, const int* pos, int heads, int kvheads, int hd) {
+    int r = blockIdx.x / heads, h = blockIdx.x % heads;
+    long o = ((long)r * heads + h) * hd;
+    attend_row(out + o, q + o, (const float*)kcs[r], (const float*)vcs[r], 0, 0, pos[r] + 1, kvheads,
+               h / (heads / kvheads), hd);
 }
 
 // attention_backward: gradients of attention (no mask) given dout and the

@@ -422,6 +422,29 @@ func (b *Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, 
 	runtime.KeepAlive(vt)
 }
 
+// DecodeAttention implements kernels.DecodeAttender: the step's keys and
+// values appended and its attention run in two launches for all the
+// sequences, the caches' addresses in a small table.
+func (b *Backend) DecodeAttention(out, q, k, v kernels.Tensor, kc, vc []kernels.Tensor, pos []int, heads, kvHeads, hd int) {
+	n := len(pos)
+	if n == 0 {
+		return
+	}
+	addr := make([]uint64, 2*n)
+	for r := range n {
+		addr[r], addr[n+r] = ptr(kc[r]), ptr(vc[r])
+	}
+	at, pt := b.u64s(addr), b.ints(pos)
+	vcs := at.ptr + uint64(8*n)
+	b.launch("cache_append", n, 128, 0, at.ptr, vcs, ptr(k), ptr(v), pt.ptr, int32(kvHeads*hd))
+	b.launch("attention_batch", n*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), at.ptr, vcs, pt.ptr,
+		int32(heads), int32(kvHeads), int32(hd))
+	runtime.KeepAlive(kc)
+	runtime.KeepAlive(vc)
+	runtime.KeepAlive(at)
+	runtime.KeepAlive(pt)
+}
+
 // SiLUMul implements kernels.Backend.
 func (b *Backend) SiLUMul(out, gate, up kernels.Tensor) {
 	n := dev(out).Len()

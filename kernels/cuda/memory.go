@@ -231,6 +231,16 @@ func (b *Backend) ints(v []int) *Tensor {
 	return t
 }
 
+// u64s uploads v (device addresses for a kernel's table).
+func (b *Backend) u64s(v []uint64) *Tensor {
+	defer b.enter()()
+	t := b.alloc(2*len(v), []int{2 * len(v)})
+	if len(v) > 0 {
+		b.upload(t.ptr, unsafe.Pointer(&v[0]), uint64(8*len(v)))
+	}
+	return t
+}
+
 // ToHost implements kernels.Backend.
 func (b *Backend) ToHost(t kernels.Tensor) []float32 {
 	defer b.enter()()

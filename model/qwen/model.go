@@ -391,6 +391,14 @@ func (o engineOps) Rope(x kernels.Tensor, heads int) kernels.Tensor {
 func (o engineOps) Attention(li int, q, k, v kernels.Tensor) kernels.Tensor {
 	be, m := o.m.B, o.m
 	out := be.Zeros(q.Shape()...)
+	if da, ok := be.(kernels.DecodeAttender); ok && o.decodeStep() {
+		kc, vc, pos := make([]kernels.Tensor, len(o.caches)), make([]kernels.Tensor, len(o.caches)), make([]int, len(o.caches))
+		for s, c := range o.caches {
+			kc[s], vc[s], pos[s] = c.K[li], c.V[li], c.Len
+		}
+		da.DecodeAttention(out, q, k, v, kc, vc, pos, m.Heads, m.KVHeads, m.HeadDim)
+		return out
+	}
 	row := 0
 	for s, toks := range o.tokens {
 		c, n := o.caches[s], len(toks)
@@ -412,6 +420,17 @@ func (o engineOps) Attention(li int, q, k, v kernels.Tensor) kernels.Tensor {
 		row += n
 	}
 	return out
+}
+
+// decodeStep: every sequence adds one token to a contiguous cache, what
+// a DecodeAttender runs in one call.
+func (o engineOps) decodeStep() bool {
+	for s, toks := range o.tokens {
+		if len(toks) != 1 || o.caches[s].pool != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func (o engineOps) SiLUMul(gate, up kernels.Tensor) kernels.Tensor {

@@ -1,5 +1,5 @@
-// emulate.cc runs attention_mma.cu's tensor-core kernels on the CPU, each
-// GPU thread an OS thread: __syncthreads is a barrier of the block's 128
+// emulate.cc runs attention kernels (attention.cu, attention_mma.cu) on the
+// CPU, each GPU thread an OS thread: __syncthreads is a barrier of the block's 128
 // threads, a warp's shuffles and mma.sync meet at a barrier of its 32, and
 // mma.sync assembles A and B from every lane's fragment registers as the
 // PTX ISA lays them out ("Matrix Fragments for mma.m16n8k16 with floating
@@ -9,14 +9,19 @@
 // lays fragments out as the ISA says is checked on a GPU
 // (TestMMAAttentionMatchesFloat32).
 //
-// Usage: emulate IN OUT. IN: int32 t, start, heads, kvheads, hd, then
+// Usage: emulate mma IN OUT. IN: int32 t, start, heads, kvheads, hd, then
 // float32 q, k, v, dout. OUT: float32 out, lse, dq, dk, dv.
+// emulate decode IN OUT (cache_append and attention_batch). IN: int32 n,
+// heads, kvheads, hd, maxT, pos[n], then float32 q, k, v (n rows each) and
+// the caches kc, vc ([n][maxT] rows). OUT: float32 out, kc, vc.
 #include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,12 +56,22 @@ static std::barrier<>* block_;
 static void __syncthreads() { block_->arrive_and_wait(); }
 static void __trap() { abort(); }
 
-static float __shfl_xor_sync(unsigned, float v, int o) {
+static float shfl_from(float v, int src) {
     warp_->xch[lane_] = v;
     warp_->bar.arrive_and_wait();
-    float r = warp_->xch[lane_ ^ o];
+    float r = warp_->xch[src & 31];
     warp_->bar.arrive_and_wait();
     return r;
+}
+static float __shfl_xor_sync(unsigned, float v, int o) { return shfl_from(v, lane_ ^ o); }
+static float __shfl_sync(unsigned, float v, int src) { return shfl_from(v, src); }
+
+static std::mutex atomics_;
+static float atomicAdd(float* p, float v) {
+    std::lock_guard<std::mutex> g(atomics_);
+    float old = *p;
+    *p = old + v;
+    return old;
 }
 
 static float bf(unsigned h) {
@@ -97,9 +112,11 @@ static void mma16816_emulated(float c[4], const unsigned a[4], unsigned b0, unsi
 }
 
 #include "common.cuh"
+#include "attention.cu"
 #include "attention_mma.cu"
 
 alignas(16) unsigned short shb[1 << 16];
+alignas(16) float sh[1 << 15];
 
 // launch runs kernel over grid (gx, gy) with 128 threads a block, one
 // block at a time.
@@ -128,19 +145,19 @@ static void launch(int gx, int gy, F kernel) {
         }
 }
 
-int main(int argc, char** argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: emulate IN OUT\n");
-        return 2;
-    }
-    FILE* in = fopen(argv[1], "rb");
+// readall fills each of xs from f.
+static bool readall(FILE* f, std::initializer_list<std::vector<float>*> xs) {
+    for (auto* x : xs)
+        if (fread(x->data(), 4, x->size(), f) != x->size()) return false;
+    return true;
+}
+
+static int mma(FILE* in, FILE* o) {
     int dims[5];
-    if (!in || fread(dims, 4, 5, in) != 5) return 3;
+    if (fread(dims, 4, 5, in) != 5) return 3;
     int t = dims[0], start = dims[1], heads = dims[2], kvheads = dims[3], hd = dims[4], nk = start + t;
     std::vector<float> q(t * heads * hd), k(nk * kvheads * hd), v(k.size()), dout(q.size());
-    for (auto* x : {&q, &k, &v, &dout})
-        if (fread(x->data(), 4, x->size(), in) != x->size()) return 3;
-    fclose(in);
+    if (!readall(in, {&q, &k, &v, &dout})) return 3;
     std::vector<float> out(q.size()), lse(t * heads), D(t * heads), dq(q.size()), dk(k.size()), dv(k.size());
     int qb = (t + MMA_BQ - 1) / MMA_BQ;
     launch(qb, heads, [&] { attention_mma(out.data(), nullptr, q.data(), k.data(), v.data(), t, start, heads, kvheads, hd, 0); });
@@ -154,7 +171,39 @@ int main(int argc, char** argv) {
     launch((nk + MMA_BK - 1) / MMA_BK, kvheads, [&] {
         attention_mma_dkv(dk.data(), dv.data(), q.data(), k.data(), v.data(), dout.data(), lse.data(), D.data(), t, start, heads, kvheads, hd);
     });
-    FILE* o = fopen(argv[2], "wb");
     for (auto* x : {&out, &lse, &dq, &dk, &dv}) fwrite(x->data(), 4, x->size(), o);
-    return fclose(o) == 0 ? 0 : 4;
+    return 0;
+}
+
+static int decode(FILE* in, FILE* o) {
+    int dims[5];
+    if (fread(dims, 4, 5, in) != 5) return 3;
+    int n = dims[0], heads = dims[1], kvheads = dims[2], hd = dims[3], maxT = dims[4], kw = kvheads * hd;
+    std::vector<int> pos(n);
+    if (fread(pos.data(), 4, n, in) != (size_t)n) return 3;
+    std::vector<float> q(n * heads * hd), k(n * kw), v(k.size()), kc(n * maxT * kw), vc(kc.size()), out(q.size());
+    if (!readall(in, {&q, &k, &v, &kc, &vc})) return 3;
+    std::vector<unsigned long long> kcs(n), vcs(n);
+    for (int r = 0; r < n; r++) {
+        kcs[r] = (unsigned long long)(kc.data() + (long)r * maxT * kw);
+        vcs[r] = (unsigned long long)(vc.data() + (long)r * maxT * kw);
+    }
+    launch(n, 1, [&] { cache_append(kcs.data(), vcs.data(), k.data(), v.data(), pos.data(), kw); });
+    launch(n * heads, 1, [&] { attention_batch(out.data(), q.data(), kcs.data(), vcs.data(), pos.data(), heads, kvheads, hd); });
+    for (auto* x : {&out, &kc, &vc}) fwrite(x->data(), 4, x->size(), o);
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: emulate mma|decode IN OUT\n");
+        return 2;
+    }
+    FILE* in = fopen(argv[2], "rb");
+    FILE* o = fopen(argv[3], "wb");
+    if (!in || !o) return 3;
+    std::string mode = argv[1];
+    int rc = mode == "mma" ? mma(in, o) : mode == "decode" ? decode(in, o) : 2;
+    fclose(in);
+    return fclose(o) == 0 ? rc : 4;
 }
