@@ -198,10 +198,8 @@ func newDecodeCase(heads, kvh, hd, maxT int, pos []int, seed uint64) decodeCase 
 	return decodeCase{heads, kvh, hd, maxT, pos, rnd(r, n*heads*hd), rnd(r, n*kw), rnd(r, n*kw), rnd(r, n*maxT*kw), rnd(r, n*maxT*kw)}
 }
 
-// onCPU is the CPU backend's DecodeAttention (CopyRows and Attention per
-// sequence): out and the caches after it.
-func (c decodeCase) onCPU() (out, kc, vc []float32) {
-	be := cpu.New()
+// run is DecodeAttention on be: out and the caches after it.
+func (c decodeCase) run(be kernels.DecodeAttender) (out, kc, vc []float32) {
 	n, kw := len(c.pos), c.kvh*c.hd
 	kcs, vcs := make([]kernels.Tensor, n), make([]kernels.Tensor, n)
 	for r := range n {
@@ -230,7 +228,7 @@ func TestDecodeAttentionEmulated(t *testing.T) {
 	for i, dc := range decodeCases {
 		c := newDecodeCase(dc.heads, dc.kvh, dc.hd, dc.maxT, dc.pos, uint64(i))
 		f := emulate(t, bin, "decode", append([]int{len(c.pos), c.heads, c.kvh, c.hd, c.maxT}, c.pos...), c.q, c.k, c.v, c.kc, c.vc)
-		wo, wk, wv := c.onCPU()
+		wo, wk, wv := c.run(cpu.New()) // CopyRows and Attention per sequence
 		if len(f) != len(wo)+len(wk)+len(wv) {
 			t.Fatalf("case %d: %d values back, want %d", i, len(f), len(wo)+len(wk)+len(wv))
 		}
@@ -245,20 +243,9 @@ func TestDecodeAttentionOnGPU(t *testing.T) {
 	g := gpu(t)
 	for i, dc := range decodeCases {
 		c := newDecodeCase(dc.heads, dc.kvh, dc.hd, dc.maxT, dc.pos, uint64(i))
-		n, kw := len(c.pos), c.kvh*c.hd
-		kcs, vcs := make([]kernels.Tensor, n), make([]kernels.Tensor, n)
-		for r := range n {
-			kcs[r] = g.FromHost(c.kc[r*c.maxT*kw:(r+1)*c.maxT*kw], c.maxT, kw)
-			vcs[r] = g.FromHost(c.vc[r*c.maxT*kw:(r+1)*c.maxT*kw], c.maxT, kw)
-		}
-		o := g.Zeros(n, c.heads*c.hd)
-		g.DecodeAttention(o, g.FromHost(c.q, n, c.heads*c.hd), g.FromHost(c.k, n, kw), g.FromHost(c.v, n, kw), kcs, vcs, c.pos, c.heads, c.kvh, c.hd)
-		wo, wk, wv := c.onCPU()
-		close(t, "decode out", g.ToHost(o), wo, 1e-5)
-		var gk, gv []float32
-		for r := range n {
-			gk, gv = append(gk, g.ToHost(kcs[r])...), append(gv, g.ToHost(vcs[r])...)
-		}
+		gOut, gk, gv := c.run(g)
+		wo, wk, wv := c.run(cpu.New())
+		close(t, "decode out", gOut, wo, 1e-5)
 		close(t, "decode k cache", gk, wk, 0)
 		close(t, "decode v cache", gv, wv, 0)
 	}
