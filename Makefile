@@ -43,13 +43,15 @@ test-gpu: gpu-bundle
 # (testdata), as `go test` would. Copy the tree with .gpu/ there and run
 # `bash .gpu/run.sh` (what test-gpu runs here); `bash .gpu/paper.sh` is the
 # paper's GRPO step (7B and 4B shapes) beside PyTorch + PEFT, then with the
-# Q8_0 base (README, "The paper's models on one H100").
+# Q8_0 base (README, "The paper's models on one GPU"). The CLI is there too:
+# `make demo-gpu BIN=.gpu GO=true` runs the GPU recipe without Go.
 GPUPKGS := kernels/cuda model/qwen model/bert model/train
 # The scripts find NVRTC, cuBLAS and NCCL where CUDA or PyTorch put them.
 GPUENV := export LD_LIBRARY_PATH=$$(find /usr/local /opt /usr/lib \( -name "libnvrtc.so*" -o -name "libcublas.so*" -o -name "libnccl.so*" \) 2>/dev/null | xargs -r -n1 dirname | sort -u | tr "\n" :)$$LD_LIBRARY_PATH
 gpu-bundle:
 	mkdir -p .gpu
-	for p in $(GPUPKGS); do CGO_ENABLED=0 $(GO) test -c -o .gpu/$$(basename $$p).test ./$$p/ || exit 1; done
+	for p in $(GPUPKGS); do CGO_ENABLED=0 $(GO) test -c -ldflags="-s -w" -o .gpu/$$(basename $$p).test ./$$p/ || exit 1; done
+	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o .gpu/agemem-train ./cmd/agemem-train
 	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' '$(GPUENV)' \
 	  'run() { (cd "$$root/$$1" && "$$root/.gpu/$$(basename $$1).test" "$${@:2}"); }' \
 	  "run kernels/cuda -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
@@ -162,6 +164,7 @@ demo-full: base
 # 2.4 min; GRPO's rollouts are the slow part (70 s a step of 32).
 GPU := runs/gpu
 GPUCFG := --config configs/gpu.yaml
+GPURL ?= # e.g. --set rl.steps=10 to fit a short device lease
 demo-gpu: build
 	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
 	$(BIN)/agemem-train data synth --n 3000 --seed 1 --out $(GPU)/synth-3k.json
@@ -173,7 +176,7 @@ demo-gpu: build
 	$(BIN)/agemem-train init-model $(GPUCFG) --tokenizer $(GPU)/tok/tokenizer.json --dtype f32 --out $(GPU)/init
 	$(BIN)/agemem-train pretrain $(GPUCFG)
 	$(BIN)/agemem-train sft $(GPUCFG)
-	$(BIN)/agemem-train train $(GPUCFG)
+	$(BIN)/agemem-train train $(GPUCFG) $(GPURL)
 	$(BIN)/agemem-train eval $(GPUCFG)
 
 # The sentence encoder end to end: a synthetic paraphrase corpus, a random
