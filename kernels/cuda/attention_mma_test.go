@@ -1,13 +1,9 @@
 package cuda
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/agemem/agemem/kernels"
@@ -95,53 +91,6 @@ func TestMMAAttentionMatchesFloat32(t *testing.T) {
 	}
 }
 
-// emulator builds testdata/emulate.cc (the kernels' own source on the
-// CPU), or skips without a C++ compiler.
-func emulator(t *testing.T) string {
-	t.Helper()
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no C++ compiler (g++) to build the emulator")
-	}
-	bin := filepath.Join(t.TempDir(), "emulate")
-	if out, err := exec.Command(cxx, "-std=c++20", "-O1", "-pthread", "-I.", "-o", bin, "testdata/emulate.cc").CombinedOutput(); err != nil {
-		t.Fatalf("building the emulator: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// emulate runs the emulator in mode on int32 dims and float32 data and
-// returns the float32 values it writes.
-func emulate(t *testing.T, bin, mode string, dims []int, data ...[]float32) []float32 {
-	t.Helper()
-	dir := t.TempDir()
-	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
-	var buf []byte
-	for _, d := range dims {
-		buf = binary.LittleEndian.AppendUint32(buf, uint32(d))
-	}
-	for _, x := range data {
-		for _, f := range x {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(f))
-		}
-	}
-	if err := os.WriteFile(in, buf, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if msg, err := exec.Command(bin, mode, in, out).CombinedOutput(); err != nil {
-		t.Fatalf("emulator %s: %v\n%s", mode, err, msg)
-	}
-	raw, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := make([]float32, len(raw)/4)
-	for j := range f {
-		f[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
-	}
-	return f
-}
-
 // TestMMAAttentionEmulated runs the tensor-core kernels' own source on the
 // CPU (testdata/emulate.cc: threads as GPU threads, mma.sync from the PTX
 // ISA's fragment layouts), so that CI checks their tiling, masking, online
@@ -181,72 +130,5 @@ func TestMMAAttentionEmulated(t *testing.T) {
 		if worst > 0.05 {
 			t.Fatalf("%s: row log-sum-exps off by %.3g", shapeName(s), worst)
 		}
-	}
-}
-
-// decodeCase is a decode step of n sequences at positions pos over caches
-// of maxT rows, with its inputs.
-type decodeCase struct {
-	heads, kvh, hd, maxT int
-	pos                  []int
-	q, k, v, kc, vc      []float32
-}
-
-func newDecodeCase(heads, kvh, hd, maxT int, pos []int, seed uint64) decodeCase {
-	r := rand.New(rand.NewPCG(seed, 11))
-	n, kw := len(pos), kvh*hd
-	return decodeCase{heads, kvh, hd, maxT, pos, rnd(r, n*heads*hd), rnd(r, n*kw), rnd(r, n*kw), rnd(r, n*maxT*kw), rnd(r, n*maxT*kw)}
-}
-
-// run is DecodeAttention on be: out and the caches after it.
-func (c decodeCase) run(be kernels.DecodeAttender) (out, kc, vc []float32) {
-	n, kw := len(c.pos), c.kvh*c.hd
-	kcs, vcs := make([]kernels.Tensor, n), make([]kernels.Tensor, n)
-	for r := range n {
-		kcs[r] = be.FromHost(c.kc[r*c.maxT*kw:(r+1)*c.maxT*kw], c.maxT, kw)
-		vcs[r] = be.FromHost(c.vc[r*c.maxT*kw:(r+1)*c.maxT*kw], c.maxT, kw)
-	}
-	o := be.Zeros(n, c.heads*c.hd)
-	be.DecodeAttention(o, be.FromHost(c.q, n, c.heads*c.hd), be.FromHost(c.k, n, kw), be.FromHost(c.v, n, kw), kcs, vcs, c.pos, c.heads, c.kvh, c.hd)
-	for r := range n {
-		kc, vc = append(kc, be.ToHost(kcs[r])...), append(vc, be.ToHost(vcs[r])...)
-	}
-	return be.ToHost(o), kc, vc
-}
-
-var decodeCases = []struct {
-	heads, kvh, hd, maxT int
-	pos                  []int
-}{{4, 2, 64, 40, []int{0, 7, 39, 12}}, {3, 1, 33, 300, []int{299, 130}}, {2, 2, 128, 9, []int{5}}}
-
-// TestDecodeAttentionEmulated: cache_append and attention_batch (one
-// launch each for a decode step of every sequence) on the CPU emulator
-// against the CPU backend's sequence-by-sequence path: positions from the
-// first to the cache's last, GQA groups, head dims under and over a warp.
-func TestDecodeAttentionEmulated(t *testing.T) {
-	bin := emulator(t)
-	for i, dc := range decodeCases {
-		c := newDecodeCase(dc.heads, dc.kvh, dc.hd, dc.maxT, dc.pos, uint64(i))
-		f := emulate(t, bin, "decode", append([]int{len(c.pos), c.heads, c.kvh, c.hd, c.maxT}, c.pos...), c.q, c.k, c.v, c.kc, c.vc)
-		wo, wk, wv := c.run(cpu.New()) // CopyRows and Attention per sequence
-		if len(f) != len(wo)+len(wk)+len(wv) {
-			t.Fatalf("case %d: %d values back, want %d", i, len(f), len(wo)+len(wk)+len(wv))
-		}
-		close(t, "decode out", f[:len(wo)], wo, 1e-5)
-		close(t, "decode k cache", f[len(wo):len(wo)+len(wk)], wk, 0)
-		close(t, "decode v cache", f[len(wo)+len(wk):], wv, 0)
-	}
-}
-
-// TestDecodeAttentionOnGPU: the same on the GPU.
-func TestDecodeAttentionOnGPU(t *testing.T) {
-	g := gpu(t)
-	for i, dc := range decodeCases {
-		c := newDecodeCase(dc.heads, dc.kvh, dc.hd, dc.maxT, dc.pos, uint64(i))
-		gOut, gk, gv := c.run(g)
-		wo, wk, wv := c.run(cpu.New())
-		close(t, "decode out", gOut, wo, 1e-5)
-		close(t, "decode k cache", gk, wk, 0)
-		close(t, "decode v cache", gv, wv, 0)
 	}
 }

@@ -11,6 +11,10 @@
 //
 // Usage: emulate mma IN OUT. IN: int32 t, start, heads, kvheads, hd, then
 // float32 q, k, v, dout. OUT: float32 out, lse, dq, dk, dv.
+// emulate rows IN OUT (the attention kernel: a block per query row and
+// head). IN: int32 t, start, heads, kvheads, hd, maxT, valid[maxT] (1, 0;
+// all -1: no mask), span[2t] (all -1: causal), then float32 q, kc, vc.
+// OUT: float32 out.
 // emulate decode IN OUT (cache_append and attention_batch). IN: int32 n,
 // heads, kvheads, hd, maxT, pos[n], then float32 q, k, v (n rows each) and
 // the caches kc, vc ([n][maxT] rows). OUT: float32 out, kc, vc.
@@ -194,16 +198,31 @@ static int decode(FILE* in, FILE* o) {
     return 0;
 }
 
+static int rows(FILE* in, FILE* o) {
+    int dims[6];
+    if (fread(dims, 4, 6, in) != 6) return 3;
+    int t = dims[0], start = dims[1], heads = dims[2], kvheads = dims[3], hd = dims[4], maxT = dims[5];
+    std::vector<int> valid(maxT), span(2 * t);
+    if (fread(valid.data(), 4, maxT, in) != (size_t)maxT || fread(span.data(), 4, 2 * t, in) != (size_t)(2 * t)) return 3;
+    std::vector<float> q(t * heads * hd), kc(maxT * kvheads * hd), vc(kc.size()), out(q.size());
+    if (!readall(in, {&q, &kc, &vc})) return 3;
+    const int* vp = valid[0] < 0 ? nullptr : valid.data();
+    const int* sp = span[0] < 0 ? nullptr : span.data();
+    launch(t * heads, 1, [&] { attention(out.data(), q.data(), kc.data(), vc.data(), vp, sp, start, heads, kvheads, hd); });
+    fwrite(out.data(), 4, out.size(), o);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: emulate mma|decode IN OUT\n");
+        fprintf(stderr, "usage: emulate mma|decode|rows IN OUT\n");
         return 2;
     }
     FILE* in = fopen(argv[2], "rb");
     FILE* o = fopen(argv[3], "wb");
     if (!in || !o) return 3;
     std::string mode = argv[1];
-    int rc = mode == "mma" ? mma(in, o) : mode == "decode" ? decode(in, o) : 2;
+    int rc = mode == "mma" ? mma(in, o) : mode == "decode" ? decode(in, o) : mode == "rows" ? rows(in, o) : 2;
     fclose(in);
     return fclose(o) == 0 ? rc : 4;
 }
