@@ -36,38 +36,19 @@ test: deps
 # (libcuda.so.1) is found. LD_LIBRARY_PATH must reach libnvrtc and libcublas
 # (CUDA 11-13; a PyTorch install's nvidia/*/lib folders work).
 test-gpu: gpu-bundle
-	bash .gpu/run.sh
+	bash scripts/gpu.sh tests
 
 # gpu-bundle builds them for a GPU machine without Go too: static test
-# binaries in .gpu/ and .gpu/run.sh, which runs each in its package's folder
-# (testdata), as `go test` would. Copy the tree with .gpu/ there and run
-# `bash .gpu/run.sh` (what test-gpu runs here); `bash .gpu/paper.sh` is the
-# paper's GRPO step (7B and 4B shapes) beside PyTorch + PEFT, then with the
-# Q8_0 base (README, "The paper's models on one GPU"). The CLI is there too:
-# `make demo-gpu BIN=.gpu GO=true` runs the GPU recipe without Go.
+# binaries and the CLI in .gpu/. Copy the tree with .gpu/ there and run
+# `scripts/gpu.sh tests` (what test-gpu runs here), `scripts/gpu.sh paper`
+# (the paper's GRPO step, 7B and 4B shapes, beside PyTorch + PEFT, then
+# with the Q8_0 base: README, "The paper's models on one GPU") or
+# `scripts/gpu.sh recipe` (make demo-gpu with the bundled CLI).
 GPUPKGS := kernels/cuda model/qwen model/bert model/train
-# The scripts find NVRTC, cuBLAS and NCCL where CUDA or PyTorch put them.
-GPUENV := export LD_LIBRARY_PATH=$$(find /usr/local /opt /usr/lib \( -name "libnvrtc.so*" -o -name "libcublas.so*" -o -name "libnccl.so*" \) 2>/dev/null | xargs -r -n1 dirname | sort -u | tr "\n" :)$$LD_LIBRARY_PATH
 gpu-bundle:
 	mkdir -p .gpu
 	for p in $(GPUPKGS); do CGO_ENABLED=0 $(GO) test -c -ldflags="-s -w" -o .gpu/$$(basename $$p).test ./$$p/ || exit 1; done
 	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o .gpu/agemem-train ./cmd/agemem-train
-	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' '$(GPUENV)' \
-	  'run() { (cd "$$root/$$1" && "$$root/.gpu/$$(basename $$1).test" "$${@:2}"); }' \
-	  "run kernels/cuda -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
-	  "run model/qwen -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
-	  "run model/bert -test.count=1 -test.v -test.run 'CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA'" \
-	  "run model/train -test.count=1 -test.v -test.run 'CUDA|GPU'" \
-	  "run model/qwen -test.run '^$$' -test.bench CUDA -test.benchtime 3x" \
-	  "run model/train -test.run '^$$' -test.bench CUDATrain -test.benchtime 3x" \
-	  "run kernels/cuda -test.run '^$$' -test.bench 'GPU|TopK' -test.benchtime 20x" \
-	  "run model/bert -test.run '^$$' -test.bench 'Encoder/cuda' -test.benchtime 5x" > .gpu/run.sh
-	printf '%s\n' '#!/bin/bash' 'set -x; root=$$(cd "$$(dirname "$$0")/.." && pwd)' '$(GPUENV)' \
-	  'run() { (cd "$$root/$$1" && "$$root/.gpu/$$(basename $$1).test" "$${@:2}"); }' \
-	  "AGEMEM_CUDA_PROFILE=1 run model/train -test.run '^$$' -test.bench CUDAPaperStep -test.benchtime 1x" \
-	  'for s in qwen2.5-7b-shape qwen3-4b-shape; do (cd "$$root/model/train" && python3 testdata/peft_anchor.py $$s); done' \
-	  "AGEMEM_PAPER_BASE=q8_0 run model/train -test.run '^$$' -test.bench CUDAPaperStep -test.benchtime 1x" > .gpu/paper.sh
-	chmod +x .gpu/run.sh .gpu/paper.sh
 
 # Fuzzing: the HTTP handlers (chat, memory API, MCP), the JSONL import and the
 # write-ahead-log checker; `make test` runs their seed corpora.
