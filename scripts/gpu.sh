@@ -34,7 +34,7 @@ run() {
 }
 
 tests() {
-	local pat='CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA|Profile|Decode'
+	local pat='CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA|Profile|Decode|Paged'
 	run kernels/cuda -test.count=1 -test.v -test.run "$pat"
 	run model/qwen -test.count=1 -test.v -test.run "$pat"
 	run model/bert -test.count=1 -test.v -test.run "$pat"

@@ -14,11 +14,12 @@ __device__ float warp_sum(float v) {
 }
 
 // attend_row: one query row's attention (one head) over keys jlo..jhi-1 of
-// kc, vc (rows kvheads*hd wide, this head's kv head kvh), valid (nullable)
-// masking cache positions; qr unscaled, o its output row. The block's
+// kc, vc (rows kvheads*hd wide, this head's kv head kvh), position j's in
+// row rows[j] (a paged cache's block table; nullable: row j), valid
+// (nullable) masking positions; qr unscaled, o its output row. The block's
 // warps split the keys. Dynamic shared memory: (nwarps * (hd + 2)) floats.
-__device__ void attend_row(float* o, const float* qr, const float* kc, const float* vc, const int* valid,
-                           int jlo, int jhi, int kvheads, int kvh, int hd) {
+__device__ void attend_row(float* o, const float* qr, const float* kc, const float* vc, const int* rows,
+                           const int* valid, int jlo, int jhi, int kvheads, int kvh, int hd) {
     extern __shared__ float sh[];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int per = (hd + 31) / 32;
@@ -32,8 +33,9 @@ __device__ void attend_row(float* o, const float* qr, const float* kc, const flo
     float m = NEG_INF, l = 0.f;
     for (int j = jlo + warp; j < jhi; j += nw) {
         if (valid && !valid[j]) continue;
-        const float* kr = kc + ((long)j * kvheads + kvh) * hd;
-        const float* vr = vc + ((long)j * kvheads + kvh) * hd;
+        long row = rows ? rows[j] : j;
+        const float* kr = kc + (row * kvheads + kvh) * hd;
+        const float* vr = vc + (row * kvheads + kvh) * hd;
         float s = 0.f;
         for (int r = 0; r < per; r++) {
             int d = lane + 32 * r;
@@ -85,7 +87,17 @@ extern "C" __global__ void attention(float* out, const float* q, const float* kc
     // sequences): keys span[2i]..span[2i+1]-1, the query's own sequence.
     int jlo = 0, jhi = start + i + 1;
     if (span) { jlo = span[2 * i]; jhi = span[2 * i + 1]; }
-    attend_row(out + o, q + o, kc, vc, valid, jlo, jhi, kvheads, h / (heads / kvheads), hd);
+    attend_row(out + o, q + o, kc, vc, 0, valid, jlo, jhi, kvheads, h / (heads / kvheads), hd);
+}
+
+// attention_paged: attention (causal, no mask) over a paged cache,
+// position j's key and value in row rows[j] of kpool and vpool: read where
+// they lie, without gathering them first. One block per (token, head).
+extern "C" __global__ void attention_paged(float* out, const float* q, const float* kpool, const float* vpool,
+                                           const int* rows, int start, int heads, int kvheads, int hd) {
+    int i = blockIdx.x / heads, h = blockIdx.x % heads;
+    long o = ((long)i * heads + h) * hd;
+    attend_row(out + o, q + o, kpool, vpool, rows, 0, 0, start + i + 1, kvheads, h / (heads / kvheads), hd);
 }
 
 // cache_append: a decode step of several sequences writes its keys and
@@ -110,7 +122,7 @@ extern "C" __global__ void attention_batch(float* out, const float* q, const uns
                                            const unsigned long long* vcs, const int* pos, int heads, int kvheads, int hd) {
     int r = blockIdx.x / heads, h = blockIdx.x % heads;
     long o = ((long)r * heads + h) * hd;
-    attend_row(out + o, q + o, (const float*)kcs[r], (const float*)vcs[r], 0, 0, pos[r] + 1, kvheads,
+    attend_row(out + o, q + o, (const float*)kcs[r], (const float*)vcs[r], 0, 0, 0, pos[r] + 1, kvheads,
                h / (heads / kvheads), hd);
 }
 

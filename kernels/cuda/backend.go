@@ -422,6 +422,29 @@ func (b *Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, 
 	runtime.KeepAlive(vt)
 }
 
+// PagedAttention implements kernels.PagedAttender. A few queries (a
+// decode step) read the pool where it lies (attention_paged); a prompt's
+// many gather their rows first and take the tiled (or tensor-core)
+// kernels, whose tiles want contiguous keys.
+func (b *Backend) PagedAttention(out, q, kpool, vpool kernels.Tensor, rows []int, start, heads, kvHeads, hd int) {
+	t := dev(q).Len() / (heads * hd)
+	if t == 0 {
+		return
+	}
+	if t >= tiledMinRows && hd <= tiledMaxHeadDim {
+		w := kvHeads * hd
+		kc, vc := b.Zeros(len(rows), w), b.Zeros(len(rows), w)
+		b.Embedding(kc, kpool, rows)
+		b.Embedding(vc, vpool, rows)
+		b.Attention(out, q, kc, vc, nil, start, heads, kvHeads, hd)
+		return
+	}
+	rt := b.ints(rows)
+	b.launch("attention_paged", t*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), ptr(kpool), ptr(vpool), rt.ptr,
+		int32(start), int32(heads), int32(kvHeads), int32(hd))
+	runtime.KeepAlive(rt)
+}
+
 // DecodeAttention implements kernels.DecodeAttender: the step's keys and
 // values appended and its attention run in two launches for all the
 // sequences, the caches' addresses in a small table.

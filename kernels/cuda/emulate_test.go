@@ -178,3 +178,61 @@ func TestRowAttentionEmulated(t *testing.T) {
 		close(t, tc.name, got, c.ToHost(out), 1e-5)
 	}
 }
+
+// pagedCase is a paged cache's attention: positions 0..start+t-1 in rows
+// of a pool of poolRows, scattered as a block table scatters them.
+type pagedCase struct {
+	t, start, heads, kvh, hd, poolRows int
+	rows                               []int
+	q, kp, vp                          []float32
+}
+
+func newPagedCase(t, start, heads, kvh, hd, blockSize int, seed uint64) pagedCase {
+	r := rand.New(rand.NewPCG(seed, 13))
+	n := start + t
+	blocks := (n + blockSize - 1) / blockSize
+	pool := 2*blocks + 1
+	order := r.Perm(pool)[:blocks] // the blocks a sequence holds, anywhere in the pool
+	rows := make([]int, n)
+	for j := range rows {
+		rows[j] = order[j/blockSize]*blockSize + j%blockSize
+	}
+	kw := kvh * hd
+	return pagedCase{t, start, heads, kvh, hd, pool * blockSize, rows, rnd(r, t*heads*hd), rnd(r, pool*blockSize*kw), rnd(r, pool*blockSize*kw)}
+}
+
+// run is PagedAttention on be.
+func (c pagedCase) run(be kernels.PagedAttender) []float32 {
+	kw := c.kvh * c.hd
+	out := be.Zeros(c.t, c.heads*c.hd)
+	be.PagedAttention(out, be.FromHost(c.q, c.t, c.heads*c.hd), be.FromHost(c.kp, c.poolRows, kw), be.FromHost(c.vp, c.poolRows, kw), c.rows, c.start, c.heads, c.kvh, c.hd)
+	return be.ToHost(out)
+}
+
+// pagedCases: decode steps (1 and 3 queries) over scattered blocks, and
+// a prompt long enough for the gathered, tiled path.
+var pagedCases = []struct{ t, start, heads, kvh, hd, bs int }{{1, 40, 4, 2, 64, 16}, {3, 70, 3, 1, 48, 8}, {20, 5, 2, 2, 32, 4}}
+
+// TestPagedAttentionEmulated: attention_paged (a block table read where
+// the blocks lie) on the CPU emulator against the CPU backend's
+// PagedAttention.
+func TestPagedAttentionEmulated(t *testing.T) {
+	bin := emulator(t)
+	for i, pc := range pagedCases {
+		if pc.t >= tiledMinRows {
+			continue // gathered, then the tiled kernels: TestPagedAttentionOnGPU
+		}
+		c := newPagedCase(pc.t, pc.start, pc.heads, pc.kvh, pc.hd, pc.bs, uint64(i))
+		got := emulate(t, bin, "paged", append([]int{c.t, c.start, c.heads, c.kvh, c.hd, c.poolRows}, c.rows...), c.q, c.kp, c.vp)
+		close(t, "paged attention", got, c.run(cpu.New()), 1e-5)
+	}
+}
+
+// TestPagedAttentionOnGPU: the same on the GPU, the gathered path too.
+func TestPagedAttentionOnGPU(t *testing.T) {
+	g := gpu(t)
+	for i, pc := range pagedCases {
+		c := newPagedCase(pc.t, pc.start, pc.heads, pc.kvh, pc.hd, pc.bs, uint64(i))
+		close(t, "paged attention", c.run(g), c.run(cpu.New()), 1e-5)
+	}
+}

@@ -8,7 +8,11 @@ import (
 	"github.com/agemem/agemem/kernels"
 )
 
-var _ kernels.TrainBackend = (*Backend)(nil)
+var (
+	_ kernels.TrainBackend   = (*Backend)(nil)
+	_ kernels.PagedAttender  = (*Backend)(nil)
+	_ kernels.DecodeAttender = (*Backend)(nil)
+)
 
 // Attention launches: four warps a (token, head), each with its partial
 // softmax state in shared memory for the final merge.

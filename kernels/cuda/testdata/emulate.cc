@@ -15,6 +15,9 @@
 // head). IN: int32 t, start, heads, kvheads, hd, maxT, valid[maxT] (1, 0;
 // all -1: no mask), span[2t] (all -1: causal), then float32 q, kc, vc.
 // OUT: float32 out.
+// emulate paged IN OUT (attention_paged). IN: int32 t, start, heads,
+// kvheads, hd, poolRows, rows[start+t], then float32 q, kpool, vpool.
+// OUT: float32 out.
 // emulate decode IN OUT (cache_append and attention_batch). IN: int32 n,
 // heads, kvheads, hd, maxT, pos[n], then float32 q, k, v (n rows each) and
 // the caches kc, vc ([n][maxT] rows). OUT: float32 out, kc, vc.
@@ -213,16 +216,29 @@ static int rows(FILE* in, FILE* o) {
     return 0;
 }
 
+static int paged(FILE* in, FILE* o) {
+    int dims[6];
+    if (fread(dims, 4, 6, in) != 6) return 3;
+    int t = dims[0], start = dims[1], heads = dims[2], kvheads = dims[3], hd = dims[4], poolRows = dims[5];
+    std::vector<int> rowsOf(start + t);
+    if (fread(rowsOf.data(), 4, rowsOf.size(), in) != rowsOf.size()) return 3;
+    std::vector<float> q(t * heads * hd), kp(poolRows * kvheads * hd), vp(kp.size()), out(q.size());
+    if (!readall(in, {&q, &kp, &vp})) return 3;
+    launch(t * heads, 1, [&] { attention_paged(out.data(), q.data(), kp.data(), vp.data(), rowsOf.data(), start, heads, kvheads, hd); });
+    fwrite(out.data(), 4, out.size(), o);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: emulate mma|decode|rows IN OUT\n");
+        fprintf(stderr, "usage: emulate mma|decode|rows|paged IN OUT\n");
         return 2;
     }
     FILE* in = fopen(argv[2], "rb");
     FILE* o = fopen(argv[3], "wb");
     if (!in || !o) return 3;
     std::string mode = argv[1];
-    int rc = mode == "mma" ? mma(in, o) : mode == "decode" ? decode(in, o) : mode == "rows" ? rows(in, o) : 2;
+    int rc = mode == "mma" ? mma(in, o) : mode == "decode" ? decode(in, o) : mode == "rows" ? rows(in, o) : mode == "paged" ? paged(in, o) : 2;
     fclose(in);
     return fclose(o) == 0 ? rc : 4;
 }
