@@ -187,13 +187,16 @@ type PagedAttender interface {
 
 // DecodeAttender is a Backend that runs a decode step's attention for a
 // batch of sequences in one call: row r of q, k and v is sequence r's new
-// token, at position pos[r]; its key and value go to row pos[r] of its
-// caches kc[r], vc[r] ([maxT, kvHeads·hd]), then it attends causally
-// over positions 0..pos[r]. The same as CopyRows and Attention per
-// sequence, which on a GPU is three launches a sequence and layer.
+// token, at position pos[r]. Its key and value are written to its cache
+// and it attends causally over positions 0..pos[r]: with rows[r] nil the
+// cache is kc[r], vc[r] ([maxT, kvHeads·hd], position j in row j); else
+// kc[r], vc[r] are a block pool and position j lies in its row rows[r][j]
+// (a paged cache's block table, at least pos[r]+1 long). The same as
+// CopyRows and Attention (or PagedAttention) per sequence, which on a GPU
+// is three launches a sequence and layer.
 type DecodeAttender interface {
 	Backend
-	DecodeAttention(out, q, k, v Tensor, kc, vc []Tensor, pos []int, heads, kvHeads, hd int)
+	DecodeAttention(out, q, k, v Tensor, kc, vc []Tensor, rows [][]int, pos []int, heads, kvHeads, hd int)
 }
 
 // PolicyGradienter is a TrainBackend that runs a policy-gradient loss

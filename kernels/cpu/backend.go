@@ -145,11 +145,18 @@ func (*Backend) Attention(out, q, kc, vc kernels.Tensor, valid []bool, start, he
 }
 
 // DecodeAttention implements kernels.DecodeAttender, sequence by sequence.
-func (b *Backend) DecodeAttention(out, q, k, v kernels.Tensor, kc, vc []kernels.Tensor, pos []int, heads, kvHeads, hd int) {
+func (b *Backend) DecodeAttention(out, q, k, v kernels.Tensor, kc, vc []kernels.Tensor, rows [][]int, pos []int, heads, kvHeads, hd int) {
 	for r, p := range pos {
-		b.CopyRows(kc[r], p, k, r, 1)
-		b.CopyRows(vc[r], p, v, r, 1)
-		b.Attention(b.Rows(out, r, r+1), b.Rows(q, r, r+1), kc[r], vc[r], nil, p, heads, kvHeads, hd)
+		o, qr := b.Rows(out, r, r+1), b.Rows(q, r, r+1)
+		if rows[r] == nil {
+			b.CopyRows(kc[r], p, k, r, 1)
+			b.CopyRows(vc[r], p, v, r, 1)
+			b.Attention(o, qr, kc[r], vc[r], nil, p, heads, kvHeads, hd)
+			continue
+		}
+		b.CopyRows(kc[r], rows[r][p], k, r, 1)
+		b.CopyRows(vc[r], rows[r][p], v, r, 1)
+		b.PagedAttention(o, qr, kc[r], vc[r], rows[r][:p+1], p, heads, kvHeads, hd)
 	}
 }
 

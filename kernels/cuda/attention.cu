@@ -101,13 +101,13 @@ extern "C" __global__ void attention_paged(float* out, const float* q, const flo
 }
 
 // cache_append: a decode step of several sequences writes its keys and
-// values: row r of k and v ([rows, width]) goes to row pos[r] of the caches
-// kcs[r], vcs[r] (device addresses). One block a row.
+// values: row r of k and v ([rows, width]) goes to row dst[r] of the caches
+// (or pools) kcs[r], vcs[r] (device addresses). One block a row.
 extern "C" __global__ void cache_append(const unsigned long long* kcs, const unsigned long long* vcs, const float* k,
-                                        const float* v, const int* pos, int width) {
+                                        const float* v, const int* dst, int width) {
     int r = blockIdx.x;
-    float* kd = (float*)kcs[r] + (long)pos[r] * width;
-    float* vd = (float*)vcs[r] + (long)pos[r] * width;
+    float* kd = (float*)kcs[r] + (long)dst[r] * width;
+    float* vd = (float*)vcs[r] + (long)dst[r] * width;
     for (int d = threadIdx.x; d < width; d += blockDim.x) {
         kd[d] = k[(long)r * width + d];
         vd[d] = v[(long)r * width + d];
@@ -116,14 +116,16 @@ extern "C" __global__ void cache_append(const unsigned long long* kcs, const uns
 
 // attention_batch: that step's attention in one launch, where a launch
 // per sequence left the GPU idle between them: row r of q (sequence r, at
-// position pos[r]) attends causally over keys 0..pos[r] of its caches.
-// One block per (row, head).
+// position pos[r]) attends causally over positions 0..pos[r] of its
+// caches, position j in row j, or for a paged cache (off[r] >= 0) in row
+// rows[off[r] + j] of its pool. One block per (row, head).
 extern "C" __global__ void attention_batch(float* out, const float* q, const unsigned long long* kcs,
-                                           const unsigned long long* vcs, const int* pos, int heads, int kvheads, int hd) {
+                                           const unsigned long long* vcs, const int* rows, const int* off,
+                                           const int* pos, int heads, int kvheads, int hd) {
     int r = blockIdx.x / heads, h = blockIdx.x % heads;
     long o = ((long)r * heads + h) * hd;
-    attend_row(out + o, q + o, (const float*)kcs[r], (const float*)vcs[r], 0, 0, 0, pos[r] + 1, kvheads,
-               h / (heads / kvheads), hd);
+    attend_row(out + o, q + o, (const float*)kcs[r], (const float*)vcs[r], off[r] < 0 ? 0 : rows + off[r], 0, 0,
+               pos[r] + 1, kvheads, h / (heads / kvheads), hd);
 }
 
 // attention_backward: gradients of attention (no mask) given dout and the

@@ -447,8 +447,8 @@ func (b *Backend) PagedAttention(out, q, kpool, vpool kernels.Tensor, rows []int
 
 // DecodeAttention implements kernels.DecodeAttender: the step's keys and
 // values appended and its attention run in two launches for all the
-// sequences, the caches' addresses in a small table.
-func (b *Backend) DecodeAttention(out, q, k, v kernels.Tensor, kc, vc []kernels.Tensor, pos []int, heads, kvHeads, hd int) {
+// sequences, the caches' addresses and paged block tables in small tables.
+func (b *Backend) DecodeAttention(out, q, k, v kernels.Tensor, kc, vc []kernels.Tensor, rows [][]int, pos []int, heads, kvHeads, hd int) {
 	n := len(pos)
 	if n == 0 {
 		return
@@ -457,15 +457,33 @@ func (b *Backend) DecodeAttention(out, q, k, v kernels.Tensor, kc, vc []kernels.
 	for r := range n {
 		addr[r], addr[n+r] = ptr(kc[r]), ptr(vc[r])
 	}
-	at, pt := b.u64s(addr), b.ints(pos)
+	dst, off, flat := decodeTables(rows, pos)
+	at, dt, ot, pt, ft := b.u64s(addr), b.ints(dst), b.ints(off), b.ints(pos), b.ints(flat)
 	vcs := at.ptr + uint64(8*n)
-	b.launch("cache_append", n, 128, 0, at.ptr, vcs, ptr(k), ptr(v), pt.ptr, int32(kvHeads*hd))
-	b.launch("attention_batch", n*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), at.ptr, vcs, pt.ptr,
+	b.launch("cache_append", n, 128, 0, at.ptr, vcs, ptr(k), ptr(v), dt.ptr, int32(kvHeads*hd))
+	b.launch("attention_batch", n*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), at.ptr, vcs, ft.ptr, ot.ptr, pt.ptr,
 		int32(heads), int32(kvHeads), int32(hd))
 	runtime.KeepAlive(kc)
 	runtime.KeepAlive(vc)
-	runtime.KeepAlive(at)
-	runtime.KeepAlive(pt)
+	for _, t := range []*Tensor{at, dt, ot, pt, ft} {
+		runtime.KeepAlive(t)
+	}
+}
+
+// decodeTables are attention_batch's and cache_append's tables for a
+// decode step: each row's destination row in its cache or pool, and the
+// block tables of the paged ones end to end (off[r] where row r's starts,
+// -1 for a contiguous cache).
+func decodeTables(rows [][]int, pos []int) (dst, off, flat []int) {
+	dst, off = make([]int, len(pos)), make([]int, len(pos))
+	for r, p := range pos {
+		dst[r], off[r] = p, -1
+		if rows[r] != nil {
+			dst[r], off[r] = rows[r][p], len(flat)
+			flat = append(flat, rows[r][:p+1]...)
+		}
+	}
+	return dst, off, flat
 }
 
 // SiLUMul implements kernels.Backend.

@@ -65,17 +65,25 @@ func emulate(t *testing.T, bin, mode string, dims []int, data ...[]float32) []fl
 }
 
 // decodeCase is a decode step of n sequences at positions pos over caches
-// of maxT rows, with its inputs.
+// of maxT rows, with its inputs; a paged sequence's positions lie in its
+// buffer in the order rows[r] gives (a block table of blocks of one).
 type decodeCase struct {
 	heads, kvh, hd, maxT int
 	pos                  []int
+	rows                 [][]int
 	q, k, v, kc, vc      []float32
 }
 
-func newDecodeCase(heads, kvh, hd, maxT int, pos []int, seed uint64) decodeCase {
+func newDecodeCase(heads, kvh, hd, maxT int, pos []int, paged []bool, seed uint64) decodeCase {
 	r := rand.New(rand.NewPCG(seed, 11))
 	n, kw := len(pos), kvh*hd
-	return decodeCase{heads, kvh, hd, maxT, pos, rnd(r, n*heads*hd), rnd(r, n*kw), rnd(r, n*kw), rnd(r, n*maxT*kw), rnd(r, n*maxT*kw)}
+	rows := make([][]int, n)
+	for i := range n {
+		if paged[i] {
+			rows[i] = r.Perm(maxT)
+		}
+	}
+	return decodeCase{heads, kvh, hd, maxT, pos, rows, rnd(r, n*heads*hd), rnd(r, n*kw), rnd(r, n*kw), rnd(r, n*maxT*kw), rnd(r, n*maxT*kw)}
 }
 
 // run is DecodeAttention on be: out and the caches after it.
@@ -87,7 +95,7 @@ func (c decodeCase) run(be kernels.DecodeAttender) (out, kc, vc []float32) {
 		vcs[r] = be.FromHost(c.vc[r*c.maxT*kw:(r+1)*c.maxT*kw], c.maxT, kw)
 	}
 	o := be.Zeros(n, c.heads*c.hd)
-	be.DecodeAttention(o, be.FromHost(c.q, n, c.heads*c.hd), be.FromHost(c.k, n, kw), be.FromHost(c.v, n, kw), kcs, vcs, c.pos, c.heads, c.kvh, c.hd)
+	be.DecodeAttention(o, be.FromHost(c.q, n, c.heads*c.hd), be.FromHost(c.k, n, kw), be.FromHost(c.v, n, kw), kcs, vcs, c.rows, c.pos, c.heads, c.kvh, c.hd)
 	for r := range n {
 		kc, vc = append(kc, be.ToHost(kcs[r])...), append(vc, be.ToHost(vcs[r])...)
 	}
@@ -97,18 +105,23 @@ func (c decodeCase) run(be kernels.DecodeAttender) (out, kc, vc []float32) {
 var decodeCases = []struct {
 	heads, kvh, hd, maxT int
 	pos                  []int
-}{{4, 2, 64, 40, []int{0, 7, 39, 12}}, {3, 1, 33, 300, []int{299, 130}}, {2, 2, 128, 9, []int{5}}}
+	paged                []bool
+}{{4, 2, 64, 40, []int{0, 7, 39, 12}, []bool{false, true, false, true}}, {3, 1, 33, 300, []int{299, 130}, []bool{true, false}}, {2, 2, 128, 9, []int{5}, []bool{false}}}
 
 // TestDecodeAttentionEmulated: cache_append and attention_batch (one
-// launch each for a decode step of every sequence) on the CPU emulator
-// against the CPU backend's sequence-by-sequence path: positions from the
-// first to the cache's last, GQA groups, head dims under and over a warp.
+// launch each for a decode step of every sequence, contiguous and paged
+// caches mixed) on the CPU emulator against the CPU backend's
+// sequence-by-sequence path: positions from the first to the cache's
+// last, GQA groups, head dims under and over a warp.
 func TestDecodeAttentionEmulated(t *testing.T) {
 	bin := emulator(t)
 	for i, dc := range decodeCases {
-		c := newDecodeCase(dc.heads, dc.kvh, dc.hd, dc.maxT, dc.pos, uint64(i))
-		f := emulate(t, bin, "decode", append([]int{len(c.pos), c.heads, c.kvh, c.hd, c.maxT}, c.pos...), c.q, c.k, c.v, c.kc, c.vc)
-		wo, wk, wv := c.run(cpu.New()) // CopyRows and Attention per sequence
+		c := newDecodeCase(dc.heads, dc.kvh, dc.hd, dc.maxT, dc.pos, dc.paged, uint64(i))
+		dst, off, flat := decodeTables(c.rows, c.pos)
+		dims := append([]int{len(c.pos), c.heads, c.kvh, c.hd, c.maxT}, c.pos...)
+		dims = append(append(append(append(dims, dst...), off...), len(flat)), flat...)
+		f := emulate(t, bin, "decode", dims, c.q, c.k, c.v, c.kc, c.vc)
+		wo, wk, wv := c.run(cpu.New()) // CopyRows and Attention (or PagedAttention) per sequence
 		if len(f) != len(wo)+len(wk)+len(wv) {
 			t.Fatalf("case %d: %d values back, want %d", i, len(f), len(wo)+len(wk)+len(wv))
 		}
@@ -122,60 +135,12 @@ func TestDecodeAttentionEmulated(t *testing.T) {
 func TestDecodeAttentionOnGPU(t *testing.T) {
 	g := gpu(t)
 	for i, dc := range decodeCases {
-		c := newDecodeCase(dc.heads, dc.kvh, dc.hd, dc.maxT, dc.pos, uint64(i))
+		c := newDecodeCase(dc.heads, dc.kvh, dc.hd, dc.maxT, dc.pos, dc.paged, uint64(i))
 		gOut, gk, gv := c.run(g)
 		wo, wk, wv := c.run(cpu.New())
 		close(t, "decode out", gOut, wo, 1e-5)
 		close(t, "decode k cache", gk, wk, 0)
 		close(t, "decode v cache", gv, wv, 0)
-	}
-}
-
-// TestRowAttentionEmulated: the attention kernel (a block per query row
-// and head, what decoding and the encoders run) on the CPU emulator
-// against the CPU backend: a masked cache (valid), packed bidirectional
-// segments (span, SegmentAttention's) and a causal prefill after a prefix.
-func TestRowAttentionEmulated(t *testing.T) {
-	bin := emulator(t)
-	r := rand.New(rand.NewPCG(5, 5))
-	c := cpu.New()
-	for _, tc := range []struct {
-		name                           string
-		t, start, heads, kvh, hd, maxT int
-		valid                          []bool
-		bounds                         []int
-	}{
-		{"valid mask", 5, 3, 4, 2, 40, 12, []bool{true, false, true, true, false, true, true, false, true, true, true, true}, nil},
-		{"segments", 9, 0, 3, 3, 24, 9, nil, []int{0, 4, 5, 9}},
-		{"causal prefix", 6, 50, 2, 1, 96, 64, nil, nil},
-	} {
-		q, kc, vc := rnd(r, tc.t*tc.heads*tc.hd), rnd(r, tc.maxT*tc.kvh*tc.hd), rnd(r, tc.maxT*tc.kvh*tc.hd)
-		dims := []int{tc.t, tc.start, tc.heads, tc.kvh, tc.hd, tc.maxT}
-		valid, span := make([]int, tc.maxT), make([]int, 2*tc.t)
-		for i := range valid {
-			valid[i] = -1
-			if tc.valid != nil && tc.valid[i] {
-				valid[i] = 1
-			} else if tc.valid != nil {
-				valid[i] = 0
-			}
-		}
-		for i := range span {
-			span[i] = -1
-		}
-		for s := 0; tc.bounds != nil && s+1 < len(tc.bounds); s++ {
-			for i := tc.bounds[s]; i < tc.bounds[s+1]; i++ {
-				span[2*i], span[2*i+1] = tc.bounds[s], tc.bounds[s+1]
-			}
-		}
-		got := emulate(t, bin, "rows", append(append(dims, valid...), span...), q, kc, vc)
-		out := c.Zeros(tc.t, tc.heads*tc.hd)
-		if tc.bounds != nil {
-			c.SegmentAttention(out, c.FromHost(q, tc.t, tc.heads*tc.hd), c.FromHost(kc, tc.maxT, tc.kvh*tc.hd), c.FromHost(vc, tc.maxT, tc.kvh*tc.hd), tc.bounds, tc.heads, tc.hd)
-		} else {
-			c.Attention(out, c.FromHost(q, tc.t, tc.heads*tc.hd), c.FromHost(kc, tc.maxT, tc.kvh*tc.hd), c.FromHost(vc, tc.maxT, tc.kvh*tc.hd), tc.valid, tc.start, tc.heads, tc.kvh, tc.hd)
-		}
-		close(t, tc.name, got, c.ToHost(out), 1e-5)
 	}
 }
 

@@ -392,11 +392,17 @@ func (o engineOps) Attention(li int, q, k, v kernels.Tensor) kernels.Tensor {
 	be, m := o.m.B, o.m
 	out := be.Zeros(q.Shape()...)
 	if da, ok := be.(kernels.DecodeAttender); ok && o.decodeStep() {
-		kc, vc, pos := make([]kernels.Tensor, len(o.caches)), make([]kernels.Tensor, len(o.caches)), make([]int, len(o.caches))
+		n := len(o.caches)
+		kc, vc, rows, pos := make([]kernels.Tensor, n), make([]kernels.Tensor, n), make([][]int, n), make([]int, n)
 		for s, c := range o.caches {
-			kc[s], vc[s], pos[s] = c.K[li], c.V[li], c.Len
+			pos[s] = c.Len
+			if c.pool != nil {
+				kc[s], vc[s], rows[s] = c.pool.K[li], c.pool.V[li], o.rows[s]
+			} else {
+				kc[s], vc[s] = c.K[li], c.V[li]
+			}
 		}
-		da.DecodeAttention(out, q, k, v, kc, vc, pos, m.Heads, m.KVHeads, m.HeadDim)
+		da.DecodeAttention(out, q, k, v, kc, vc, rows, pos, m.Heads, m.KVHeads, m.HeadDim)
 		return out
 	}
 	row := 0
@@ -422,11 +428,11 @@ func (o engineOps) Attention(li int, q, k, v kernels.Tensor) kernels.Tensor {
 	return out
 }
 
-// decodeStep: every sequence adds one token to a contiguous cache, what
-// a DecodeAttender runs in one call.
+// decodeStep: every sequence adds one token, what a DecodeAttender runs
+// in one call.
 func (o engineOps) decodeStep() bool {
-	for s, toks := range o.tokens {
-		if len(toks) != 1 || o.caches[s].pool != nil {
+	for _, toks := range o.tokens {
+		if len(toks) != 1 {
 			return false
 		}
 	}

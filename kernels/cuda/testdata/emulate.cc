@@ -19,8 +19,10 @@
 // kvheads, hd, poolRows, rows[start+t], then float32 q, kpool, vpool.
 // OUT: float32 out.
 // emulate decode IN OUT (cache_append and attention_batch). IN: int32 n,
-// heads, kvheads, hd, maxT, pos[n], then float32 q, k, v (n rows each) and
-// the caches kc, vc ([n][maxT] rows). OUT: float32 out, kc, vc.
+// heads, kvheads, hd, maxT, pos[n], dst[n], off[n], L, rows[L] (the
+// kernels' tables), then float32 q, k, v (n rows each) and the caches kc,
+// vc ([n][maxT] rows; a paged one's rows in its own order). OUT: float32
+// out, kc, vc.
 #include <barrier>
 #include <cmath>
 #include <cstdio>
@@ -186,8 +188,13 @@ static int decode(FILE* in, FILE* o) {
     int dims[5];
     if (fread(dims, 4, 5, in) != 5) return 3;
     int n = dims[0], heads = dims[1], kvheads = dims[2], hd = dims[3], maxT = dims[4], kw = kvheads * hd;
-    std::vector<int> pos(n);
-    if (fread(pos.data(), 4, n, in) != (size_t)n) return 3;
+    std::vector<int> pos(n), dst(n), off(n);
+    int L;
+    if (fread(pos.data(), 4, n, in) != (size_t)n || fread(dst.data(), 4, n, in) != (size_t)n ||
+        fread(off.data(), 4, n, in) != (size_t)n || fread(&L, 4, 1, in) != 1)
+        return 3;
+    std::vector<int> rowsFlat(L + 1);
+    if (L > 0 && fread(rowsFlat.data(), 4, L, in) != (size_t)L) return 3;
     std::vector<float> q(n * heads * hd), k(n * kw), v(k.size()), kc(n * maxT * kw), vc(kc.size()), out(q.size());
     if (!readall(in, {&q, &k, &v, &kc, &vc})) return 3;
     std::vector<unsigned long long> kcs(n), vcs(n);
@@ -195,8 +202,10 @@ static int decode(FILE* in, FILE* o) {
         kcs[r] = (unsigned long long)(kc.data() + (long)r * maxT * kw);
         vcs[r] = (unsigned long long)(vc.data() + (long)r * maxT * kw);
     }
-    launch(n, 1, [&] { cache_append(kcs.data(), vcs.data(), k.data(), v.data(), pos.data(), kw); });
-    launch(n * heads, 1, [&] { attention_batch(out.data(), q.data(), kcs.data(), vcs.data(), pos.data(), heads, kvheads, hd); });
+    launch(n, 1, [&] { cache_append(kcs.data(), vcs.data(), k.data(), v.data(), dst.data(), kw); });
+    launch(n * heads, 1, [&] {
+        attention_batch(out.data(), q.data(), kcs.data(), vcs.data(), rowsFlat.data(), off.data(), pos.data(), heads, kvheads, hd);
+    });
     for (auto* x : {&out, &kc, &vc}) fwrite(x->data(), 4, x->size(), o);
     return 0;
 }
