@@ -23,6 +23,9 @@ func emulator(t *testing.T) string {
 	t.Helper()
 	cxx, err := exec.LookPath("g++")
 	if err != nil {
+		if os.Getenv("AGEMEM_REQUIRE_CXX") != "" {
+			t.Fatal("a C++ compiler is required here (AGEMEM_REQUIRE_CXX) but g++ is not on the PATH")
+		}
 		t.Skip("no C++ compiler (g++) to build the emulator")
 	}
 	bin := filepath.Join(t.TempDir(), "emulate")
