@@ -131,6 +131,9 @@ type TrainBackend interface {
 	// says (y may be x).
 	Dropout(y, x Tensor, p float64, seed uint64)
 
+	// MatMulAdd: y += s·x·wᵀ (MatMul's shapes, no bias): a LoRA branch
+	// added into its base projection's output without a temporary.
+	MatMulAdd(y, x, w Tensor, s float32)
 	// MatMulBackward of MatMul(y, x, w, bias): dx += dy·w, dw += dyᵀ·x,
 	// db += Σ_rows dy.
 	MatMulBackward(dx, dw, db, dy, x, w Tensor)
@@ -173,6 +176,20 @@ type TrainBackend interface {
 	// m, v, the gradient first scaled so the global norm sqrt(sumSq[0])
 	// is at most s.MaxNorm (sumSq nil or MaxNorm 0: no clipping).
 	AdamW(w, g, m, v, sumSq Tensor, s AdamWStep)
+}
+
+// LSEAttender is a TrainBackend whose training attention can keep the
+// rows' log-sum-exps for its backward, which then skips computing them
+// again: on the CUDA backend's tensor-core kernels a recomputing step runs
+// two attention forwards a layer instead of three.
+type LSEAttender interface {
+	// AttentionLSE is Attention(out, q, k, v, nil, start, ...) that also
+	// writes lse [t, heads], the natural log-sum-exp of each query row's
+	// scaled scores; false: the backend does not keep it here (out is
+	// written, lse is not).
+	AttentionLSE(out, lse, q, k, v Tensor, start, heads, kvHeads, hd int) bool
+	// AttentionBackwardLSE is AttentionBackward given AttentionLSE's lse.
+	AttentionBackwardLSE(dq, dk, dv, dout, out, lse, q, k, v Tensor, start, heads, kvHeads, hd int)
 }
 
 // PagedAttender is a Backend whose attention reads a paged KV cache where

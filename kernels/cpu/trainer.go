@@ -21,6 +21,13 @@ func (*Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	}
 }
 
+// MatMulAdd implements kernels.TrainBackend.
+func (b *Backend) MatMulAdd(y, x, w kernels.Tensor, s float32) {
+	t := b.Zeros(y.Shape()...)
+	b.MatMul(t, x, w, nil)
+	b.AddScaled(y, t, s)
+}
+
 // NarrowBF16 implements kernels.TrainBackend.
 func (b *Backend) NarrowBF16(x kernels.Tensor) kernels.Tensor {
 	xd := data(x)

@@ -2,12 +2,18 @@
 // mma.sync.m16n8k16 with bf16 operands and f32 accumulation, as
 // FlashAttention-2 runs it. Used in BF16 mode on sm_80 and later for head
 // dimensions that are multiples of 16 up to 128; the float32 kernels serve
-// everything else. A warp owns 16 rows of each product; a product's f32
-// accumulator fragments are reused in registers as the next product's
-// operand (scores -> probabilities -> P.V); K, V, Q and dout tiles are
-// staged in shared memory as bf16. The backward keeps the three passes
-// without atomics (row log-sum-exps, dq by query blocks, dk and dv by key
-// blocks), so a training step stays deterministic.
+// everything else. q, k, v and dout arrive as bf16 copies (the GEMMs'
+// operand rounding), so a tile is staged by 16-byte asynchronous copies
+// (cp.async) into one of two shared buffers while the warps work on the
+// other, and fragments leave shared memory by ldmatrix (.trans where a
+// product reads a tile down its columns). A warp owns 16 rows of each
+// product; a product's f32 accumulator fragments are reused in registers
+// as the next product's operand (scores -> probabilities -> P.V). Scores
+// are kept in log2 units (exp2). The backward keeps the three passes
+// without atomics (row log-sum-exps, unless the forward kept them; dq by
+// query blocks; dk and dv by key blocks), so a training step stays
+// deterministic. Query blocks run longest first, so that causal attention's
+// unequal blocks do not leave a tail.
 //
 // Fragment layouts of m16n8k16 (PTX ISA), g = lane/4, c = lane%4, each
 // register two bf16 with the lower column (or row) in the low half:
@@ -15,13 +21,18 @@
 //            a[2] (row g, cols 2c+8, 2c+9), a[3] (row g+8, same cols)
 //   B 16x8:  b0 (rows 2c, 2c+1, col g), b1 (rows 2c+8, 2c+9, col g)
 //   C 16x8:  c[0], c[1] (row g, cols 2c, 2c+1), c[2], c[3] (row g+8)
+// ldmatrix.x4: lane l gives the address of row l%8 of matrix l/8; register
+// i receives matrix i's (row g, cols 2c, 2c+1), with .trans its (rows 2c,
+// 2c+1, col g).
 
 #define MMA_MAXK 8   // k-steps of 16 over head_dim: hd <= 128
 #define MMA_MAXN 16  // n-tiles of 8 over head_dim
 #define MMA_BQ 64    // query rows a block (4 warps of 16): forward and dq
 #define MMA_BK 64    // keys a tile in the forward; keys a block in dk/dv
 #define MMA_BKQ 32   // keys a tile in the dq pass
-#define MMA_QT 16    // queries a tile in the dk/dv pass
+#define MMA_QT 32    // queries a tile in the dk/dv pass
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
 
 extern __shared__ __align__(16) unsigned short shb[];
 
@@ -42,12 +53,80 @@ __device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsign
 #endif
 }
 
-// ld32: s[o] and s[o+1] (one row, two columns) as one register.
-__device__ __forceinline__ unsigned ld32(const unsigned short* s, int o) { return *(const unsigned*)(s + o); }
+#if !defined(AGEMEM_EMULATE)
+// shared_addr: p's address in the shared window, as ldmatrix and cp.async take it.
+__device__ __forceinline__ unsigned shared_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\n" : "=r"(a) : "l"(p));
+    return a;
+}
+#endif
 
-// ld_col2: s[o] and s[o+stride] (two rows, one column) as one register.
-__device__ __forceinline__ unsigned ld_col2(const unsigned short* s, int o, int stride) {
-    return (unsigned)s[o] | ((unsigned)s[o + stride] << 16);
+// ldsm: four 8x8 bf16 matrices from shared memory by ldmatrix (T: .trans).
+template <bool T>
+__device__ __forceinline__ void ldsm(unsigned r[4], const unsigned short* p) {
+#if defined(AGEMEM_EMULATE)
+    ldsm_emulated(r, p, T);
+#elif __CUDA_ARCH__ >= 800
+    if (T)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_addr(p)));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(shared_addr(p)));
+#else
+    __trap();
+#endif
+}
+
+// The lane's row and column offsets of ldsm for the three ways the kernels
+// read a tile: two n-tiles of B at one k-step from rows that are the
+// product's columns (b_rows: K for Q.K^T), two n-tiles of B from rows that
+// are its k dimension (bt_rows, with .trans: V for P.V), and an A fragment
+// (a_rows: K for K.Q^T).
+__device__ __forceinline__ int b_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
+__device__ __forceinline__ int b_col(int lane) { return ((lane >> 3) & 1) << 3; }
+__device__ __forceinline__ int bt_row(int lane) { return (lane & 7) + (((lane >> 3) & 1) << 3); }
+__device__ __forceinline__ int bt_col(int lane) { return (lane >> 4) << 3; }
+#define a_row bt_row
+#define a_col bt_col
+
+// cp16: 16 bytes from global to shared memory, asynchronously (zeros when
+// !ok; src stays a valid address then).
+__device__ __forceinline__ void cp16(unsigned short* dst, const unsigned short* src, bool ok) {
+#if defined(AGEMEM_EMULATE)
+    if (ok) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+#elif __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
+#else
+    __trap();
+#endif
+}
+
+__device__ __forceinline__ void cp_commit() {
+#if !defined(AGEMEM_EMULATE) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+// cp_wait<N>: this thread's copies but the N most recent groups have landed
+// (the emulator copies at once).
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+#if !defined(AGEMEM_EMULATE) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// stage: rows r0..r0+n-1 of x (bf16, ld apart, hd wide) into s [n][sp] by
+// asynchronous 16-byte copies; rows at or past lim are zeros.
+__device__ __forceinline__ void stage(unsigned short* s, int sp, const unsigned short* x, long ld, int r0, int n, int lim, int hd) {
+    int cpr = hd >> 3;
+    for (int e = threadIdx.x; e < n * cpr; e += blockDim.x) {
+        int r = e / cpr, d = (e - r * cpr) << 3, i = r0 + r;
+        cp16(s + r * sp + d, x + (long)min(i, lim - 1) * ld + d, i < lim);
+    }
 }
 
 // a_from_c: the A fragment of a 16-column k-step made of two C fragments
@@ -59,42 +138,23 @@ __device__ __forceinline__ void a_from_c(unsigned a[4], const float lo[4], const
     a[3] = pack2(hi[2], hi[3]);
 }
 
-// frag_a: the A fragment of rows r0..r0+15, columns k0..k0+15 of s.
-__device__ __forceinline__ void frag_a(unsigned a[4], const unsigned short* s, int sp, int r0, int k0) {
-    int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const unsigned short* p = s + (r0 + g) * sp + k0 + 2 * c;
-    a[0] = ld32(p, 0);
-    a[1] = ld32(p, 8 * sp);
-    a[2] = ld32(p, 8);
-    a[3] = ld32(p, 8 * sp + 8);
-}
-
-// load_a: the A fragments (k-steps over hd) of rows r0..r0+15 of x, rows
-// ld floats apart, times mul; rows at or past lim are zeros.
-__device__ __forceinline__ void load_a(unsigned a[MMA_MAXK][4], const float* x, long ld, int r0, int lim, int hd, float mul) {
+// load_a: the A fragments (k-steps over hd) of rows r0..r0+15 of x (bf16,
+// rows ld apart) from global memory; rows at or past lim are zeros.
+__device__ __forceinline__ void load_a(unsigned a[MMA_MAXK][4], const unsigned short* x, long ld, int r0, int lim, int hd) {
     int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
-    for (int kx = 0; kx < MMA_MAXK; kx++) {
+    for (int kx = 0; kx < MMA_MAXK; kx++)
 #pragma unroll
         for (int f = 0; f < 4; f++) {
             int r = r0 + g + 8 * (f & 1), d = kx * 16 + 2 * c + 8 * (f >> 1);
-            float2 v = make_float2(0.f, 0.f);
-            if (kx * 16 < hd && r < lim) v = *(const float2*)(x + r * ld + d);
-            a[kx][f] = pack2(v.x * mul, v.y * mul);
+            a[kx][f] = kx * 16 < hd && r < lim ? *(const unsigned*)(x + r * ld + d) : 0u;
         }
-    }
 }
 
-// stage_rows: rows r0..r0+n-1 of x (ld floats apart, hd wide) times mul
-// into s [n][sp] as bf16; rows at or past lim are zeros.
-__device__ void stage_rows(unsigned short* s, int sp, const float* x, long ld, int r0, int n, int lim, int hd, float mul) {
-    int half = hd >> 1;
-    for (int e = threadIdx.x; e < n * half; e += blockDim.x) {
-        int r = e / half, d = 2 * (e - r * half), i = r0 + r;
-        float2 v = make_float2(0.f, 0.f);
-        if (i < lim) v = *(const float2*)(x + i * ld + d);
-        *(unsigned*)(s + r * sp + d) = pack2(v.x * mul, v.y * mul);
-    }
+// zero: n accumulator fragments (n a constant: they stay in registers).
+__device__ __forceinline__ void zero(float (*c)[4], int n) {
+#pragma unroll
+    for (int i = 0; i < n; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
 }
 
 __device__ __forceinline__ float quad_max(float v) {
@@ -107,89 +167,113 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffff, v, 2);
 }
 
-// attention_mma: causal GQA for queries start..start+t-1, as
-// attention_tiled (the same arguments; lse_only: the row log-sum-exps
-// alone). Grid (ceil(t/MMA_BQ), heads), 128 threads. Dynamic shared
-// memory: 2*MMA_BK*(hd+8) bf16.
-extern "C" __global__ void attention_mma(float* out, float* lse, const float* q, const float* k, const float* v,
-                                         int t, int start, int heads, int kvheads, int hd, int lse_only) {
+// attention_mma: causal GQA for queries start..start+t-1 (q [t][heads*hd],
+// k and v [start+t][kvheads*hd], bf16). out (f32) gets the values unless
+// lse_only; lse, when not null, the rows' natural log-sum-exps of the
+// scaled scores. Grid (ceil(t/MMA_BQ), heads), 128 threads. Dynamic shared
+// memory: 4*MMA_BK*(hd+8) bf16 (K and V, two buffers each).
+extern "C" __global__ void attention_mma(float* out, float* lse, const unsigned short* q, const unsigned short* k,
+                                         const unsigned short* v, int t, int start, int heads, int kvheads, int hd,
+                                         int lse_only) {
     int h = blockIdx.y, kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    int sp = hd + 8, nks = hd / 16, nds = hd / 8;
-    unsigned short* ks = shb;             // [MMA_BK][sp]
-    unsigned short* vs = ks + MMA_BK * sp; // [MMA_BK][sp]
-    int i0 = blockIdx.x * MMA_BQ, iw = i0 + warp * 16;
+    int sp = hd + 8, nks = hd / 16, nds = hd / 8, tile = MMA_BK * sp, nk = start + t;
+    int i0 = (gridDim.x - 1 - blockIdx.x) * MMA_BQ, iw = i0 + warp * 16;
     long qld = (long)heads * hd, kld = (long)kvheads * hd;
-    float scale = rsqrtf((float)hd);
+    const unsigned short *kb = k + kvh * hd, *vb = v + kvh * hd;
+    float sl2 = rsqrtf((float)hd) * LOG2E;
     unsigned qa[MMA_MAXK][4];
-    load_a(qa, q + h * hd, qld, iw, t, hd, scale);
+    load_a(qa, q + h * hd, qld, iw, t, hd);
     float o[MMA_MAXN][4];
-#pragma unroll
-    for (int n = 0; n < MMA_MAXN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    zero(o, MMA_MAXN);
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-    int last = start + min(i0 + MMA_BQ, t) - 1;  // the block's last key
-    int wlast = start + min(iw + 16, t) - 1;     // the warp's
-    for (int j0 = 0; j0 <= last; j0 += MMA_BK) {
-        __syncthreads(); // the previous tile is consumed
-        stage_rows(ks, sp, k + kvh * hd, kld, j0, MMA_BK, start + t, hd, 1.f);
-        if (!lse_only) stage_rows(vs, sp, v + kvh * hd, kld, j0, MMA_BK, start + t, hd, 1.f);
-        __syncthreads();
-        if (iw >= t || j0 > wlast) continue; // uniform per warp
-        float s[8][4];
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    int last = start + min(i0 + MMA_BQ, t) - 1; // the block's last key
+    int wlast = start + min(iw + 16, t) - 1;    // the warp's
+    int ntiles = last / MMA_BK + 1;
+    // Tile jt's K at shb + 2*(jt%2)*tile, its V right after.
+    stage(shb, sp, kb, kld, 0, MMA_BK, nk, hd);
+    if (!lse_only) stage(shb + tile, sp, vb, kld, 0, MMA_BK, nk, hd);
+    cp_commit();
+    for (int jt = 0; jt < ntiles; jt++) {
+        int j0 = jt * MMA_BK;
+        const unsigned short* ks = shb + 2 * (jt & 1) * tile;
+        const unsigned short* vs = ks + tile;
+        if (jt + 1 < ntiles) {
+            unsigned short* kn = shb + 2 * ((jt + 1) & 1) * tile;
+            stage(kn, sp, kb, kld, j0 + MMA_BK, MMA_BK, nk, hd);
+            if (!lse_only) stage(kn + tile, sp, vb, kld, j0 + MMA_BK, MMA_BK, nk, hd);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads(); // tile jt has landed for every thread
+        if (iw < t && j0 <= wlast) { // uniform per warp
+            float s[8][4];
+            zero(s, 8);
 #pragma unroll
             for (int kx = 0; kx < MMA_MAXK; kx++) {
                 if (kx >= nks) break;
-                const unsigned short* kr = ks + (nt * 8 + g) * sp + kx * 16 + 2 * c;
-                mma16816(s[nt], qa[kx], ld32(kr, 0), ld32(kr, 8));
+#pragma unroll
+                for (int nt = 0; nt < 8; nt += 2) {
+                    unsigned b[4];
+                    ldsm<false>(b, ks + (nt * 8 + b_row(lane)) * sp + kx * 16 + b_col(lane));
+                    mma16816(s[nt], qa[kx], b[0], b[1]);
+                    mma16816(s[nt + 1], qa[kx], b[2], b[3]);
+                }
+            }
+            // Only a tile reaching past the warp's first row needs the mask.
+            bool diag = j0 + MMA_BK - 1 > start + iw;
+            float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[nt][e] * sl2;
+                    if (diag && j0 + nt * 8 + 2 * c + (e & 1) > start + iw + g + 8 * (e >> 1)) x = NEG_INF;
+                    s[nt][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+            float cr[2], mb[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float mn = fmaxf(m[r], quad_max(mx[r]));
+                mb[r] = mn == NEG_INF ? 0.f : mn; // a row with no key yet: keep zeros
+                cr[r] = exp2f(m[r] - mb[r]);
+                m[r] = mn;
+                l[r] *= cr[r];
+            }
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[nt][e] = exp2f(s[nt][e] - mb[e >> 1]);
+                    l[e >> 1] += s[nt][e];
+                }
+            if (!lse_only) {
+#pragma unroll
+                for (int n = 0; n < MMA_MAXN; n++) {
+                    o[n][0] *= cr[0];
+                    o[n][1] *= cr[0];
+                    o[n][2] *= cr[1];
+                    o[n][3] *= cr[1];
+                }
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    unsigned pa[4];
+                    a_from_c(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                    for (int n = 0; n < MMA_MAXN; n += 2) {
+                        if (n >= nds) break;
+                        unsigned b[4];
+                        ldsm<true>(b, vs + (kk * 16 + bt_row(lane)) * sp + n * 8 + bt_col(lane));
+                        mma16816(o[n], pa, b[0], b[1]);
+                        mma16816(o[n + 1], pa, b[2], b[3]);
+                    }
+                }
             }
         }
-        float mx[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int j = j0 + nt * 8 + 2 * c + (e & 1), i = iw + g + 8 * (e >> 1);
-                if (i >= t || j > start + i) s[nt][e] = NEG_INF;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-            }
-        float cr[2], mb[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mn = fmaxf(m[r], quad_max(mx[r]));
-            mb[r] = mn == NEG_INF ? 0.f : mn; // a row with no key yet: keep zeros
-            cr[r] = expf(m[r] - mb[r]);
-            m[r] = mn;
-            l[r] *= cr[r];
-        }
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[nt][e] = expf(s[nt][e] - mb[e >> 1]);
-                l[e >> 1] += s[nt][e];
-            }
-        if (lse_only) continue;
-#pragma unroll
-        for (int n = 0; n < MMA_MAXN; n++) {
-            o[n][0] *= cr[0];
-            o[n][1] *= cr[0];
-            o[n][2] *= cr[1];
-            o[n][3] *= cr[1];
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            unsigned pa[4];
-            a_from_c(pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int n = 0; n < MMA_MAXN; n++) {
-                if (n >= nds) break;
-                int o0 = (kk * 16 + 2 * c) * sp + n * 8 + g;
-                mma16816(o[n], pa, ld_col2(vs, o0, sp), ld_col2(vs, o0 + 8 * sp, sp));
-            }
-        }
+        __syncthreads(); // tile jt's buffers are free for tile jt+2
     }
     if (iw >= t) return;
 #pragma unroll
@@ -197,7 +281,7 @@ extern "C" __global__ void attention_mma(float* out, float* lse, const float* q,
         float L = quad_sum(l[r]);
         int i = iw + g + 8 * r;
         if (i >= t) continue;
-        if (lse && c == 0) lse[(long)i * heads + h] = m[r] + logf(L);
+        if (lse && c == 0) lse[(long)i * heads + h] = m[r] * LN2 + logf(L);
         if (lse_only) continue;
         float inv = 1.f / L;
         float* orow = out + i * qld + h * hd + 2 * c;
@@ -208,71 +292,94 @@ extern "C" __global__ void attention_mma(float* out, float* lse, const float* q,
 }
 
 // attention_mma_dq: dq += scale sum_j ds_ij k_j with ds = p (dout.v_j - D),
-// p = exp(scale q.k_j - lse), as attention_bwd_dq. Grid (ceil(t/MMA_BQ),
-// heads), 128 threads. Dynamic shared memory: 2*MMA_BKQ*(hd+8) bf16.
-extern "C" __global__ void attention_mma_dq(float* dq, const float* q, const float* k, const float* v,
-                                            const float* dout, const float* lse, const float* D,
-                                            int t, int start, int heads, int kvheads, int hd) {
+// p = exp(scale q.k_j - lse), as attention_bwd_dq (q, k, v, dout bf16).
+// Grid (ceil(t/MMA_BQ), heads), 128 threads. Dynamic shared memory:
+// 4*MMA_BKQ*(hd+8) bf16.
+extern "C" __global__ void attention_mma_dq(float* dq, const unsigned short* q, const unsigned short* k,
+                                            const unsigned short* v, const unsigned short* dout, const float* lse,
+                                            const float* D, int t, int start, int heads, int kvheads, int hd) {
     int h = blockIdx.y, kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    int sp = hd + 8, nks = hd / 16, nds = hd / 8;
-    unsigned short* ks = shb;              // [MMA_BKQ][sp]
-    unsigned short* vs = ks + MMA_BKQ * sp; // [MMA_BKQ][sp]
-    int i0 = blockIdx.x * MMA_BQ, iw = i0 + warp * 16;
+    int sp = hd + 8, nks = hd / 16, nds = hd / 8, tile = MMA_BKQ * sp, nk = start + t;
+    int i0 = (gridDim.x - 1 - blockIdx.x) * MMA_BQ, iw = i0 + warp * 16;
     long qld = (long)heads * hd, kld = (long)kvheads * hd;
-    float scale = rsqrtf((float)hd);
+    const unsigned short *kb = k + kvh * hd, *vb = v + kvh * hd;
+    float scale = rsqrtf((float)hd), sl2 = scale * LOG2E;
     unsigned qa[MMA_MAXK][4], ga[MMA_MAXK][4];
-    load_a(qa, q + h * hd, qld, iw, t, hd, scale);
-    load_a(ga, dout + h * hd, qld, iw, t, hd, 1.f);
-    float L[2], Dr[2];
+    load_a(qa, q + h * hd, qld, iw, t, hd);
+    load_a(ga, dout + h * hd, qld, iw, t, hd);
+    float L2[2], Dr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int i = iw + g + 8 * r;
-        L[r] = i < t ? lse[(long)i * heads + h] : 0.f;
+        L2[r] = i < t ? lse[(long)i * heads + h] * LOG2E : 0.f;
         Dr[r] = i < t ? D[(long)i * heads + h] : 0.f;
     }
     float acc[MMA_MAXN][4];
-#pragma unroll
-    for (int n = 0; n < MMA_MAXN; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    zero(acc, MMA_MAXN);
     int last = start + min(i0 + MMA_BQ, t) - 1, wlast = start + min(iw + 16, t) - 1;
-    for (int j0 = 0; j0 <= last; j0 += MMA_BKQ) {
+    int ntiles = last / MMA_BKQ + 1;
+    stage(shb, sp, kb, kld, 0, MMA_BKQ, nk, hd);
+    stage(shb + tile, sp, vb, kld, 0, MMA_BKQ, nk, hd);
+    cp_commit();
+    for (int jt = 0; jt < ntiles; jt++) {
+        int j0 = jt * MMA_BKQ;
+        const unsigned short* ks = shb + 2 * (jt & 1) * tile;
+        const unsigned short* vs = ks + tile;
+        if (jt + 1 < ntiles) {
+            unsigned short* kn = shb + 2 * ((jt + 1) & 1) * tile;
+            stage(kn, sp, kb, kld, j0 + MMA_BKQ, MMA_BKQ, nk, hd);
+            stage(kn + tile, sp, vb, kld, j0 + MMA_BKQ, MMA_BKQ, nk, hd);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
         __syncthreads();
-        stage_rows(ks, sp, k + kvh * hd, kld, j0, MMA_BKQ, start + t, hd, 1.f);
-        stage_rows(vs, sp, v + kvh * hd, kld, j0, MMA_BKQ, start + t, hd, 1.f);
-        __syncthreads();
-        if (iw >= t || j0 > wlast) continue;
-        float s[4][4], dp[4][4];
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-            dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+        if (iw < t && j0 <= wlast) {
+            float s[4][4], dp[4][4];
+            zero(s, 4);
+            zero(dp, 4);
 #pragma unroll
             for (int kx = 0; kx < MMA_MAXK; kx++) {
                 if (kx >= nks) break;
-                int o0 = (nt * 8 + g) * sp + kx * 16 + 2 * c;
-                mma16816(s[nt], qa[kx], ld32(ks, o0), ld32(ks, o0 + 8));
-                mma16816(dp[nt], ga[kx], ld32(vs, o0), ld32(vs, o0 + 8));
+#pragma unroll
+                for (int nt = 0; nt < 4; nt += 2) {
+                    int o0 = (nt * 8 + b_row(lane)) * sp + kx * 16 + b_col(lane);
+                    unsigned b[4];
+                    ldsm<false>(b, ks + o0);
+                    mma16816(s[nt], qa[kx], b[0], b[1]);
+                    mma16816(s[nt + 1], qa[kx], b[2], b[3]);
+                    ldsm<false>(b, vs + o0);
+                    mma16816(dp[nt], ga[kx], b[0], b[1]);
+                    mma16816(dp[nt + 1], ga[kx], b[2], b[3]);
+                }
+            }
+            bool diag = j0 + MMA_BKQ - 1 > start + iw;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1;
+                    bool masked = diag && j0 + nt * 8 + 2 * c + (e & 1) > start + iw + g + 8 * r;
+                    float p = masked ? 0.f : exp2f(s[nt][e] * sl2 - L2[r]);
+                    s[nt][e] = p * (dp[nt][e] - Dr[r]); // ds
+                }
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                unsigned da[4];
+                a_from_c(da, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < MMA_MAXN; n += 2) {
+                    if (n >= nds) break;
+                    unsigned b[4];
+                    ldsm<true>(b, ks + (kk * 16 + bt_row(lane)) * sp + n * 8 + bt_col(lane));
+                    mma16816(acc[n], da, b[0], b[1]);
+                    mma16816(acc[n + 1], da, b[2], b[3]);
+                }
             }
         }
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int j = j0 + nt * 8 + 2 * c + (e & 1), i = iw + g + 8 * (e >> 1), r = e >> 1;
-                float p = i < t && j <= start + i ? expf(s[nt][e] - L[r]) : 0.f;
-                s[nt][e] = p * (dp[nt][e] - Dr[r]); // ds
-            }
-#pragma unroll
-        for (int kk = 0; kk < 2; kk++) {
-            unsigned da[4];
-            a_from_c(da, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int n = 0; n < MMA_MAXN; n++) {
-                if (n >= nds) break;
-                int o0 = (kk * 16 + 2 * c) * sp + n * 8 + g;
-                mma16816(acc[n], da, ld_col2(ks, o0, sp), ld_col2(ks, o0 + 8 * sp, sp));
-            }
-        }
+        __syncthreads();
     }
     if (iw >= t) return;
 #pragma unroll
@@ -289,87 +396,120 @@ extern "C" __global__ void attention_mma_dq(float* dq, const float* q, const flo
     }
 }
 
+// stage_q: query tile i0.. of head h for attention_mma_dkv: q and dout rows
+// into qs and gs by asynchronous copies, the rows' lse (log2 units) and D
+// into ls and Ds.
+__device__ __forceinline__ void stage_q(unsigned short* qs, unsigned short* gs, float* ls, float* Ds,
+                                        const unsigned short* q, const unsigned short* dout, const float* lse,
+                                        const float* D, int h, int i0, int t, int heads, int hd) {
+    long qld = (long)heads * hd;
+    int sp = hd + 8;
+    stage(qs, sp, q + h * hd, qld, i0, MMA_QT, t, hd);
+    stage(gs, sp, dout + h * hd, qld, i0, MMA_QT, t, hd);
+    if (threadIdx.x < MMA_QT) {
+        int i = i0 + threadIdx.x;
+        ls[threadIdx.x] = i < t ? lse[(long)i * heads + h] * LOG2E : 0.f;
+        Ds[threadIdx.x] = i < t ? D[(long)i * heads + h] : 0.f;
+    }
+}
+
 // attention_mma_dkv: for the keys of a block and kv head kvh, over the
 // heads of its group and the queries that see them: dv += p dout_i,
-// dk += scale ds q_i, as attention_bwd_dkv. Grid (ceil((start+t)/MMA_BK),
-// kvheads), 128 threads (16 keys a warp). Dynamic shared memory:
-// (2*MMA_BK + 2*MMA_QT)*(hd+8) bf16 and 2*MMA_QT floats.
-extern "C" __global__ void attention_mma_dkv(float* dk, float* dv, const float* q, const float* k, const float* v,
-                                             const float* dout, const float* lse, const float* D,
-                                             int t, int start, int heads, int kvheads, int hd) {
+// dk += scale ds q_i, as attention_bwd_dkv (q, k, v, dout bf16). Grid
+// (ceil((start+t)/MMA_BK), kvheads), 128 threads (16 keys a warp). Dynamic
+// shared memory: (2*MMA_BK + 4*MMA_QT)*(hd+8) bf16 (K, V, and two buffers
+// of q and dout tiles) and 4*MMA_QT floats.
+extern "C" __global__ void attention_mma_dkv(float* dk, float* dv, const unsigned short* q, const unsigned short* k,
+                                             const unsigned short* v, const unsigned short* dout, const float* lse,
+                                             const float* D, int t, int start, int heads, int kvheads, int hd) {
     int kvh = blockIdx.y, group = heads / kvheads;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int sp = hd + 8, nks = hd / 16, nds = hd / 8, nk = start + t;
     int jb = blockIdx.x * MMA_BK, jw = jb + warp * 16;
-    long qld = (long)heads * hd, kld = (long)kvheads * hd;
-    float scale = rsqrtf((float)hd);
+    long kld = (long)kvheads * hd;
+    float scale = rsqrtf((float)hd), sl2 = scale * LOG2E;
     unsigned short* ks = shb;              // [MMA_BK][sp]
-    unsigned short* vs = ks + MMA_BK * sp;  // [MMA_BK][sp]
-    unsigned short* qs = vs + MMA_BK * sp;  // [MMA_QT][sp], pre-scaled
-    unsigned short* gs = qs + MMA_QT * sp;  // [MMA_QT][sp] dout
-    float* ls = (float*)(gs + MMA_QT * sp); // [MMA_QT] lse
-    float* Ds = ls + MMA_QT;                // [MMA_QT] D
-    stage_rows(ks, sp, k + kvh * hd, kld, jb, MMA_BK, nk, hd, 1.f);
-    stage_rows(vs, sp, v + kvh * hd, kld, jb, MMA_BK, nk, hd, 1.f);
+    unsigned short* vs = ks + MMA_BK * sp; // [MMA_BK][sp]
+    unsigned short* qt = vs + MMA_BK * sp; // buffer b: q [MMA_QT][sp] at qt + 2*b*MMA_QT*sp, dout after it
+    float* lt = (float*)(qt + 4 * MMA_QT * sp); // buffer b: lse at lt + 2*b*MMA_QT, D after it
+    stage(ks, sp, k + kvh * hd, kld, jb, MMA_BK, nk, hd);
+    stage(vs, sp, v + kvh * hd, kld, jb, MMA_BK, nk, hd);
     float dka[MMA_MAXN][4], dva[MMA_MAXN][4];
-#pragma unroll
-    for (int n = 0; n < MMA_MAXN; n++) {
-        dka[n][0] = dka[n][1] = dka[n][2] = dka[n][3] = 0.f;
-        dva[n][0] = dva[n][1] = dva[n][2] = dva[n][3] = 0.f;
-    }
+    zero(dka, MMA_MAXN);
+    zero(dva, MMA_MAXN);
     int ilo = max(0, jb - start); // the first query any of the block's keys is seen by
-    for (int gi = 0; gi < group; gi++) {
-        int h = kvh * group + gi;
-        for (int i0 = ilo; i0 < t; i0 += MMA_QT) {
-            __syncthreads();
-            stage_rows(qs, sp, q + h * hd, qld, i0, MMA_QT, t, hd, scale);
-            stage_rows(gs, sp, dout + h * hd, qld, i0, MMA_QT, t, hd, 1.f);
-            if (threadIdx.x < MMA_QT) {
-                int i = i0 + threadIdx.x;
-                ls[threadIdx.x] = i < t ? lse[(long)i * heads + h] : 0.f;
-                Ds[threadIdx.x] = i < t ? D[(long)i * heads + h] : 0.f;
-            }
-            __syncthreads();
-            if (jw >= nk || jw > start + min(i0 + MMA_QT, t) - 1) continue; // no query of the tile sees the warp's keys
-            float st[2][4], dpt[2][4];
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++) {
-                st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.f;
-                dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.f;
-            }
+    int nq = (t - ilo + MMA_QT - 1) / MMA_QT, ntot = group * nq;
+    stage_q(qt, qt + MMA_QT * sp, lt, lt + MMA_QT, q, dout, lse, D, kvh * group, ilo, t, heads, hd);
+    cp_commit();
+    for (int it = 0; it < ntot; it++) {
+        int gi = it / nq, i0 = ilo + (it - gi * nq) * MMA_QT, b = it & 1;
+        const unsigned short* qs = qt + 2 * b * MMA_QT * sp;
+        const unsigned short* gs = qs + MMA_QT * sp;
+        const float* ls = lt + 2 * b * MMA_QT;
+        const float* Ds = ls + MMA_QT;
+        if (it + 1 < ntot) {
+            int gn = (it + 1) / nq, in = ilo + (it + 1 - gn * nq) * MMA_QT, bn = b ^ 1;
+            unsigned short* qn = qt + 2 * bn * MMA_QT * sp;
+            stage_q(qn, qn + MMA_QT * sp, lt + 2 * bn * MMA_QT, lt + 2 * bn * MMA_QT + MMA_QT, q, dout, lse, D,
+                    kvh * group + gn, in, t, heads, hd);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (jw < nk && jw <= start + min(i0 + MMA_QT, t) - 1) { // some query of the tile sees the warp's keys
+            float st[4][4], dpt[4][4];
+            zero(st, 4);
+            zero(dpt, 4);
 #pragma unroll
             for (int kx = 0; kx < MMA_MAXK; kx++) {
                 if (kx >= nks) break;
                 unsigned ka[4], va[4];
-                frag_a(ka, ks, sp, warp * 16, kx * 16);
-                frag_a(va, vs, sp, warp * 16, kx * 16);
+                int ao = (warp * 16 + a_row(lane)) * sp + kx * 16 + a_col(lane);
+                ldsm<false>(ka, ks + ao);
+                ldsm<false>(va, vs + ao);
 #pragma unroll
-                for (int nt = 0; nt < 2; nt++) {
-                    int o0 = (nt * 8 + g) * sp + kx * 16 + 2 * c;
-                    mma16816(st[nt], ka, ld32(qs, o0), ld32(qs, o0 + 8));
-                    mma16816(dpt[nt], va, ld32(gs, o0), ld32(gs, o0 + 8));
+                for (int nt = 0; nt < 4; nt += 2) {
+                    int o0 = (nt * 8 + b_row(lane)) * sp + kx * 16 + b_col(lane);
+                    unsigned bb[4];
+                    ldsm<false>(bb, qs + o0);
+                    mma16816(st[nt], ka, bb[0], bb[1]);
+                    mma16816(st[nt + 1], ka, bb[2], bb[3]);
+                    ldsm<false>(bb, gs + o0);
+                    mma16816(dpt[nt], va, bb[0], bb[1]);
+                    mma16816(dpt[nt + 1], va, bb[2], bb[3]);
                 }
             }
 #pragma unroll
-            for (int nt = 0; nt < 2; nt++)
+            for (int nt = 0; nt < 4; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int j = jw + g + 8 * (e >> 1), il = nt * 8 + 2 * c + (e & 1), i = i0 + il;
-                    float p = i < t && j < nk && j <= start + i ? expf(st[nt][e] - ls[il]) : 0.f;
+                    float p = i < t && j <= start + i ? exp2f(st[nt][e] * sl2 - ls[il]) : 0.f;
                     dpt[nt][e] = p * (dpt[nt][e] - Ds[il]); // ds
                     st[nt][e] = p;
                 }
-            unsigned pa[4], da[4];
-            a_from_c(pa, st[0], st[1]);
-            a_from_c(da, dpt[0], dpt[1]);
 #pragma unroll
-            for (int n = 0; n < MMA_MAXN; n++) {
-                if (n >= nds) break;
-                int o0 = 2 * c * sp + n * 8 + g;
-                mma16816(dva[n], pa, ld_col2(gs, o0, sp), ld_col2(gs, o0 + 8 * sp, sp));
-                mma16816(dka[n], da, ld_col2(qs, o0, sp), ld_col2(qs, o0 + 8 * sp, sp));
+            for (int kk = 0; kk < 2; kk++) {
+                unsigned pa[4], da[4];
+                a_from_c(pa, st[2 * kk], st[2 * kk + 1]);
+                a_from_c(da, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < MMA_MAXN; n += 2) {
+                    if (n >= nds) break;
+                    int o0 = (kk * 16 + bt_row(lane)) * sp + n * 8 + bt_col(lane);
+                    unsigned bb[4];
+                    ldsm<true>(bb, gs + o0);
+                    mma16816(dva[n], pa, bb[0], bb[1]);
+                    mma16816(dva[n + 1], pa, bb[2], bb[3]);
+                    ldsm<true>(bb, qs + o0);
+                    mma16816(dka[n], da, bb[0], bb[1]);
+                    mma16816(dka[n + 1], da, bb[2], bb[3]);
+                }
             }
         }
+        __syncthreads(); // buffer b is free for tile it+2
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -381,7 +521,7 @@ extern "C" __global__ void attention_mma_dkv(float* dk, float* dv, const float* 
         for (int n = 0; n < MMA_MAXN; n++)
             if (n < nds) {
                 float2 a = *(float2*)(kr + n * 8), b = *(float2*)(vr + n * 8);
-                *(float2*)(kr + n * 8) = make_float2(a.x + dka[n][2 * r], a.y + dka[n][2 * r + 1]);
+                *(float2*)(kr + n * 8) = make_float2(a.x + scale * dka[n][2 * r], a.y + scale * dka[n][2 * r + 1]);
                 *(float2*)(vr + n * 8) = make_float2(b.x + dva[n][2 * r], b.y + dva[n][2 * r + 1]);
             }
     }

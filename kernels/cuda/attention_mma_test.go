@@ -16,8 +16,9 @@ type mmaShape struct{ t, start, heads, kvh, hd int }
 
 // mmaShapes cover partial query blocks and key tiles, a prefix (start),
 // groups of 1, 2 and 3 heads, every head_dim the kernels take in k-steps
-// of 16 up to 128, and fewer queries than a warp's 16 rows.
-var mmaShapes = []mmaShape{{70, 0, 4, 2, 128}, {50, 29, 3, 1, 64}, {17, 0, 2, 2, 16}, {9, 60, 2, 1, 48}}
+// of 16 up to 128, fewer queries than a warp's 16 rows, and enough key
+// and query tiles that both staging buffers are reused.
+var mmaShapes = []mmaShape{{70, 0, 4, 2, 128}, {50, 29, 3, 1, 64}, {17, 0, 2, 2, 16}, {9, 60, 2, 1, 48}, {150, 40, 6, 2, 32}}
 
 // mmaInputs draws q, k, v and dout for s.
 func mmaInputs(s mmaShape, seed uint64) (q, k, v, dout []float32) {
@@ -87,8 +88,37 @@ func TestMMAAttentionMatchesFloat32(t *testing.T) {
 			t.Fatalf("head_dim %d does not take the tensor-core kernels", s.hd)
 		}
 		q, k, v, dout := mmaInputs(s, uint64(i))
-		checkMMA(t, s, q, k, v, dout, attentionOn(g, s, q, k, v, dout))
+		got := attentionOn(g, s, q, k, v, dout)
+		checkMMA(t, s, q, k, v, dout, got)
+		// The training path that keeps the forward's log-sum-exps for the
+		// backward: the same kernels on the same lse, so the same bits
+		// (below tiledMinRows queries Attention takes the row kernel).
+		keep := attentionLSEOn(t, g, s, q, k, v, dout)
+		if s.t < tiledMinRows {
+			checkMMA(t, s, q, k, v, dout, keep)
+			continue
+		}
+		for j, name := range []string{"out", "dq", "dk", "dv"} {
+			for e := range got[j] {
+				if keep[j][e] != got[j][e] {
+					t.Fatalf("%s %s: AttentionLSE's path gives %g at %d, AttentionBackward's %g", name, shapeName(s), keep[j][e], e, got[j][e])
+				}
+			}
+		}
 	}
+}
+
+// attentionLSEOn is attentionOn through kernels.LSEAttender.
+func attentionLSEOn(t *testing.T, g *Backend, s mmaShape, q, k, v, dout []float32) [4][]float32 {
+	nk := s.start + s.t
+	qt, kt, vt := g.FromHost(q, s.t, s.heads*s.hd), g.FromHost(k, nk, s.kvh*s.hd), g.FromHost(v, nk, s.kvh*s.hd)
+	out, lse := g.Zeros(s.t, s.heads*s.hd), g.Zeros(s.t, s.heads)
+	if !g.AttentionLSE(out, lse, qt, kt, vt, s.start, s.heads, s.kvh, s.hd) {
+		t.Fatalf("%s: the tensor-core kernels did not keep the lse", shapeName(s))
+	}
+	dq, dk, dv := g.Zeros(s.t, s.heads*s.hd), g.Zeros(nk, s.kvh*s.hd), g.Zeros(nk, s.kvh*s.hd)
+	g.AttentionBackwardLSE(dq, dk, dv, g.FromHost(dout, s.t, s.heads*s.hd), out, lse, qt, kt, vt, s.start, s.heads, s.kvh, s.hd)
+	return [4][]float32{g.ToHost(out), g.ToHost(dq), g.ToHost(dk), g.ToHost(dv)}
 }
 
 // TestMMAAttentionEmulated runs the tensor-core kernels' own source on the

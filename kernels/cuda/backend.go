@@ -101,6 +101,19 @@ func New(dev int) (*Backend, error) {
 		}
 		b.fns[k] = f
 	}
+	// The tensor-core attention kernels stage two buffers of tiles: more
+	// dynamic shared memory than the default 48 KiB, which sm_80 and later
+	// grant a kernel that asks (up to the block's opt-in limit).
+	if b.sm >= 80 {
+		var optin int32
+		cu.DeviceGetAttribute(&optin, 97, b.dev) // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+		for _, k := range []string{"attention_mma", "attention_mma_dq", "attention_mma_dkv"} {
+			// 8: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+			if err := cu.FuncSetAttribute(b.fns[k], 8, optin).err("cuFuncSetAttribute " + k); err != nil {
+				return nil, err
+			}
+		}
+	}
 	// A blocking stream (flags 0): ordered with anything on the legacy
 	// default stream, where synchronous copies run.
 	if err := cu.StreamCreate(&b.stream, 0).err("cuStreamCreate"); err != nil {
@@ -321,24 +334,35 @@ func (b *Backend) Embedding(out, table kernels.Tensor, ids []int) {
 // column-major terms that is yᵀ = w · xᵀ, i.e. C(n×m) = Aᵀ(n×k) B(k×m)
 // with A = w stored k×n.
 func (b *Backend) MatMul(y, x, w, bias kernels.Tensor) {
+	b.matmul(y, x, w, 1, 0)
+	if bias != nil {
+		n := dev(w).Dims[0]
+		b.launch("bias_add", blocks(y.Len(), 256), 256, 0, ptr(y), ptr(bias), int64(y.Len()), int32(n))
+	}
+}
+
+// MatMulAdd implements kernels.TrainBackend: MatMul's GEMM with alpha s
+// and beta 1.
+func (b *Backend) MatMulAdd(y, x, w kernels.Tensor, s float32) {
+	b.matmul(y, x, w, s, 1)
+}
+
+// matmul: y = alpha·x·wᵀ + beta·y.
+func (b *Backend) matmul(y, x, w kernels.Tensor, alpha, beta float32) {
 	defer b.enter()()
 	wt := dev(w)
 	n, k := wt.Dims[0], wt.Dims[1]
 	m := dev(x).Len() / k
-	alpha, beta := float32(1), float32(0)
 	if wt.bf16 || b.BF16 {
 		// Round the activations (and an f32 weight: training's autocast) to
 		// bf16, then a tensor-core GEMM with f32 accumulation and output.
 		wp, wk := b.asBF16(w)
 		xp, xk := b.asBF16(x)
-		b.gemmBF16(1, 0, n, m, k, wp, k, xp, k, 0, ptr(y), n)
+		b.gemmBF16(1, 0, n, m, k, alpha, wp, k, xp, k, beta, ptr(y), n)
 		runtime.KeepAlive(wk)
 		runtime.KeepAlive(xk)
 	} else if st := b.sgemm(1, 0, int32(n), int32(m), int32(k), &alpha, wt.ptr, int32(k), ptr(x), int32(k), &beta, ptr(y), int32(n)); st != 0 {
 		panic(fmt.Sprintf("cublasSgemm: status %d", st))
-	}
-	if bias != nil {
-		b.launch("bias_add", blocks(m*n, 256), 256, 0, ptr(y), ptr(bias), int64(m*n), int32(n))
 	}
 }
 
@@ -371,8 +395,7 @@ func (b *Backend) sgemm(ta, tb, m, n, k int32, alpha *float32, a uint64, lda int
 // (CUDA_R_16BF = 14, CUDA_R_32F = 0, CUBLAS_COMPUTE_32F = 68,
 // CUBLAS_GEMM_DEFAULT = -1): C = A·B + beta·C, column-major, op codes as
 // cuBLAS's (0 N, 1 T).
-func (b *Backend) gemmBF16(ta, tb int32, m, n, k int, a uint64, lda int, bm uint64, ldb int, beta float32, c uint64, ldc int) {
-	alpha := float32(1)
+func (b *Backend) gemmBF16(ta, tb int32, m, n, k int, alpha float32, a uint64, lda int, bm uint64, ldb int, beta float32, c uint64, ldc int) {
 	defer b.mark("cublasGemmEx (bf16)")()
 	if st := libs.blas.GemmEx(b.blas, ta, tb, int32(m), int32(n), int32(k), unsafe.Pointer(&alpha), a, 14, int32(lda), bm, 14, int32(ldb),
 		unsafe.Pointer(&beta), c, 0, int32(ldc), 68, -1); st != 0 {

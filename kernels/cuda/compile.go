@@ -60,13 +60,35 @@ func Compile(arch string) ([]byte, error) {
 }
 
 func compileSource(arch string) ([]byte, error) {
+	ptx, _, err := nvrtcCompile("compute_"+arch, false)
+	return ptx, err
+}
+
+// Assemble compiles the kernels to machine code for sm_arch (NVRTC runs
+// ptxas, which checks the inline PTX that compiling to PTX only copies)
+// and returns ptxas's report of each kernel's registers and spills. It
+// needs only libnvrtc, not a GPU.
+func Assemble(arch string) (report string, err error) {
+	if err := loadNVRTC(); err != nil {
+		return "", err
+	}
+	_, log, err := nvrtcCompile("sm_"+arch, true)
+	return log, err
+}
+
+// nvrtcCompile compiles source for target (compute_XX: PTX; sm_XX with
+// cubin: machine code, ptxas verbose) and returns it with the log.
+func nvrtcCompile(target string, cubin bool) ([]byte, string, error) {
 	nv := &libs.nvrtc
 	var prog uintptr
 	if r := nv.CreateProgram(&prog, cstr(source), cstr("agemem.cu"), 0, nil, nil); r != 0 {
-		return nil, fmt.Errorf("nvrtcCreateProgram: %d", r)
+		return nil, "", fmt.Errorf("nvrtcCreateProgram: %d", r)
 	}
 	defer nv.DestroyProgram(&prog)
-	opts := []*byte{cstr("--gpu-architecture=compute_" + arch), cstr("--std=c++14")}
+	opts := []*byte{cstr("--gpu-architecture=" + target), cstr("--std=c++14")}
+	if cubin {
+		opts = append(opts, cstr("--ptxas-options=-v"))
+	}
 	r := nv.CompileProgram(prog, int32(len(opts)), &opts[0])
 	var logSize uint64
 	nv.GetProgramLogSize(prog, &logSize)
@@ -77,13 +99,17 @@ func compileSource(arch string) ([]byte, error) {
 		log = string(buf[:logSize-1])
 	}
 	if r != 0 {
-		return nil, fmt.Errorf("NVRTC could not compile the kernels for compute_%s:\n%s", arch, log)
+		return nil, log, fmt.Errorf("NVRTC could not compile the kernels for %s:\n%s", target, log)
 	}
 	var n uint64
-	nv.GetPTXSize(prog, &n)
-	ptx := make([]byte, n)
-	nv.GetPTX(prog, &ptx[0])
-	return ptx, nil
+	get, getSize := nv.GetPTX, nv.GetPTXSize
+	if cubin {
+		get, getSize = nv.GetCUBIN, nv.GetCUBINSize
+	}
+	getSize(prog, &n)
+	out := make([]byte, n)
+	get(prog, &out[0])
+	return out, log, nil
 }
 
 func (b *Backend) compile() ([]byte, error) {

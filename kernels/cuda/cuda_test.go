@@ -36,6 +36,36 @@ func TestKernelsCompile(t *testing.T) {
 	}
 }
 
+// TestKernelsAssemble: ptxas (through NVRTC) turns every kernel into
+// sm_80 and sm_90 machine code, which checks the inline PTX (mma.sync,
+// ldmatrix, cp.async) that compiling to PTX copies unread, and the
+// tensor-core attention kernels keep their fragments in registers: a
+// spill would put every mma's operands through local memory.
+func TestKernelsAssemble(t *testing.T) {
+	for _, arch := range []string{"80", "90"} {
+		report, err := Assemble(arch)
+		if err != nil && libs.nvrtc.CompileProgram == nil {
+			if os.Getenv("AGEMEM_REQUIRE_NVRTC") != "" {
+				t.Fatalf("NVRTC is required here (AGEMEM_REQUIRE_NVRTC) but: %v", err)
+			}
+			t.Skipf("NVRTC not found, kernels not assembled: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"attention_mma", "attention_mma_dq", "attention_mma_dkv"} {
+			m := regexp.MustCompile(`Function properties for ` + k + `\n[^\n]*?(\d+) bytes spill stores[^\n]*\n[^\n]*Used (\d+) registers`).FindStringSubmatch(report)
+			if m == nil {
+				t.Fatalf("sm_%s: no ptxas report of %s's registers in:\n%s", arch, k, report)
+			}
+			if m[1] != "0" {
+				t.Errorf("sm_%s: %s spills %s bytes of registers", arch, k, m[1])
+			}
+			t.Logf("sm_%s %s: %s registers, no spills", arch, k, m[2])
+		}
+	}
+}
+
 // TestEveryLaunchIsAKernel: the kernels are found in the source rather than
 // listed by hand, so every name the Go side launches must be one the
 // source defines (and each defined once), and the PTX must define each.

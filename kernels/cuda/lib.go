@@ -47,6 +47,7 @@ type driver struct {
 	ModuleLoadData         func(mod *uintptr, image unsafe.Pointer) cuResult
 	ModuleGetFunction      func(fn *uintptr, mod uintptr, name *byte) cuResult
 	LaunchKernel           func(fn uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params *unsafe.Pointer, extra *unsafe.Pointer) cuResult
+	FuncSetAttribute       func(fn uintptr, attr int32, v int32) cuResult
 	GetErrorString         func(r cuResult, s **byte) cuResult
 	MemGetInfo             func(free, total *uint64) cuResult
 }
@@ -56,6 +57,8 @@ type nvrtcLib struct {
 	CompileProgram    func(prog uintptr, nopt int32, opts **byte) int32
 	GetPTXSize        func(prog uintptr, n *uint64) int32
 	GetPTX            func(prog uintptr, ptx *byte) int32
+	GetCUBINSize      func(prog uintptr, n *uint64) int32
+	GetCUBIN          func(prog uintptr, cubin *byte) int32
 	GetProgramLogSize func(prog uintptr, n *uint64) int32
 	GetProgramLog     func(prog uintptr, log *byte) int32
 	DestroyProgram    func(prog *uintptr) int32

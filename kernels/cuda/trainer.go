@@ -81,12 +81,12 @@ func (b *Backend) MatMulBackward(dx, dw, db, dy, x, w kernels.Tensor) {
 		dyp, dyk := b.asBF16(dy)
 		if dx != nil {
 			wp, wk := b.asBF16(w)
-			b.gemmBF16(0, 0, k, m, n, wp, k, dyp, n, 1, ptr(dx), k)
+			b.gemmBF16(0, 0, k, m, n, 1, wp, k, dyp, n, 1, ptr(dx), k)
 			runtime.KeepAlive(wk)
 		}
 		if dw != nil {
 			xp, xk := b.asBF16(x)
-			b.gemmBF16(0, 1, k, n, m, xp, k, dyp, n, 1, ptr(dw), k)
+			b.gemmBF16(0, 1, k, n, m, 1, xp, k, dyp, n, 1, ptr(dw), k)
 			runtime.KeepAlive(xk)
 		}
 		runtime.KeepAlive(dyk)
@@ -172,20 +172,48 @@ func (b *Backend) mmaAttention(hd int) bool {
 
 // The tensor-core kernels' blocks (attention_mma.cu's MMA_*): 64 queries
 // (four warps of 16) in the forward and dq passes, key tiles of 64 and 32,
-// and for dk/dv blocks of 64 keys over query tiles of 16.
+// and for dk/dv blocks of 64 keys over query tiles of 32.
 const (
-	mmaQueries, mmaKeys, mmaDQKeys, mmaQTile = 64, 64, 32, 16
+	mmaQueries, mmaKeys, mmaDQKeys, mmaQTile = 64, 64, 32, 32
 )
 
-// attentionMMA runs attention_mma; lse, when not nil, receives the rows'
-// log-sum-exps and the values are skipped.
+// mmaShared is the dynamic shared memory of the tensor-core kernels for
+// head dimension hd: two buffers of bf16 tiles with rows of hd+8 (the
+// padding keeps ldmatrix's eight rows on distinct banks); dk/dv holds its
+// block's K and V once and two buffers of q, dout and their rows' lse and D.
+func mmaShared(hd int) (fwd, dq, dkv int) {
+	row := 2 * (hd + 8)
+	return 4 * mmaKeys * row, 4 * mmaDQKeys * row, (2*mmaKeys+4*mmaQTile)*row + 4*4*mmaQTile
+}
+
+// attentionMMA runs attention_mma on bf16 copies of q, k and v (the
+// rounding a bf16 GEMM gives its operands): out, when not nil, gets the
+// values; lse, when not nil, the rows' log-sum-exps.
 func (b *Backend) attentionMMA(out, lse, q, k, v kernels.Tensor, t, start, heads, kvHeads, hd int) {
 	lseOnly := int32(0)
-	if lse != nil {
+	if out == nil {
 		lseOnly = 1
 	}
-	b.launch2("attention_mma", [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, 2*2*mmaKeys*(hd+8),
-		ptr(out), ptr(lse), ptr(q), ptr(k), ptr(v), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd), lseOnly)
+	qb, qc := b.asBF16(q)
+	kb, kc := b.asBF16(k)
+	vb, vc := b.asBF16(v)
+	fwd, _, _ := mmaShared(hd)
+	b.launch2("attention_mma", [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, fwd,
+		ptr(out), ptr(lse), qb, kb, vb, int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd), lseOnly)
+	runtime.KeepAlive(qc)
+	runtime.KeepAlive(kc)
+	runtime.KeepAlive(vc)
+}
+
+// AttentionLSE implements kernels.LSEAttender: on the tensor-core kernels
+// the forward writes the log-sum-exps beside the values.
+func (b *Backend) AttentionLSE(out, lse, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) bool {
+	if !b.mmaAttention(hd) {
+		b.Attention(out, q, k, v, nil, start, heads, kvHeads, hd)
+		return false
+	}
+	b.attentionMMA(out, lse, q, k, v, dev(q).Len()/(heads*hd), start, heads, kvHeads, hd)
+	return true
 }
 
 // AttentionBackward implements kernels.TrainBackend (flash-style: the scores
@@ -193,16 +221,34 @@ func (b *Backend) attentionMMA(out, lse, q, k, v kernels.Tensor, t, start, heads
 // passes without atomics: the rows' log-sum-exps, dq by query blocks, dk
 // and dv by key blocks (on tensor cores where mmaAttention says).
 func (b *Backend) AttentionBackward(dq, dk, dv, dout, out, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
+	b.AttentionBackwardLSE(dq, dk, dv, dout, out, nil, q, k, v, start, heads, kvHeads, hd)
+}
+
+// AttentionBackwardLSE implements kernels.LSEAttender: AttentionBackward
+// with the forward's log-sum-exps (nil: computed here).
+func (b *Backend) AttentionBackwardLSE(dq, dk, dv, dout, out, lse, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
 	t := q.Len() / (heads * hd)
 	if b.mmaAttention(hd) {
-		lse, d := b.Zeros(t, heads), b.Zeros(t, heads)
-		b.attentionMMA(nil, lse, q, k, v, t, start, heads, kvHeads, hd)
+		if lse == nil {
+			lse = b.Zeros(t, heads)
+			b.attentionMMA(nil, lse, q, k, v, t, start, heads, kvHeads, hd)
+		}
+		d := b.Zeros(t, heads)
 		b.launch("attention_rowdot", blocks(t*heads, 8), 256, 0, ptr(d), ptr(dout), ptr(out), int32(t*heads), int32(hd))
-		b.launch2("attention_mma_dq", [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, 2*2*mmaDQKeys*(hd+8),
-			ptr(dq), ptr(q), ptr(k), ptr(v), ptr(dout), ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
-		b.launch2("attention_mma_dkv", [2]int{(start + t + mmaKeys - 1) / mmaKeys, kvHeads}, 128, 2*(2*mmaKeys+2*mmaQTile)*(hd+8)+4*2*mmaQTile,
-			ptr(dk), ptr(dv), ptr(q), ptr(k), ptr(v), ptr(dout), ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
+		qb, qc := b.asBF16(q)
+		kb, kc := b.asBF16(k)
+		vb, vc := b.asBF16(v)
+		gb, gc := b.asBF16(dout)
+		_, dqs, dkvs := mmaShared(hd)
+		b.launch2("attention_mma_dq", [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, dqs,
+			ptr(dq), qb, kb, vb, gb, ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
+		b.launch2("attention_mma_dkv", [2]int{(start + t + mmaKeys - 1) / mmaKeys, kvHeads}, 128, dkvs,
+			ptr(dk), ptr(dv), qb, kb, vb, gb, ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
+		runtime.KeepAlive([]*Tensor{qc, kc, vc, gc})
 		return
+	}
+	if lse != nil {
+		panic("cuda backend: AttentionBackwardLSE with an lse the forward did not keep")
 	}
 	if hd <= tiledMaxHeadDim {
 		lse, d := b.Zeros(t, heads), b.Zeros(t, heads)

@@ -287,6 +287,7 @@ type devLinAct struct {
 // recomputing step keeps; the GEMMs round their inputs to bf16 anyway).
 type devLayerAct struct {
 	x, xs, xn1, qPre, kPre, q, k, v, att, xMid, xn2 kernels.Tensor
+	lse                                             kernels.Tensor // [tokens, heads], where the backend keeps it (kernels.LSEAttender)
 	lin                                             struct{ q, k, v, o devLinAct }
 	mlp                                             mlpAct
 }
@@ -415,9 +416,7 @@ func (d *Replica) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *de
 	}
 	be.MatMul(y, x, p.W.W, bias)
 	if xa := d.linearIn(p, x, o, act); xa != nil {
-		lo := be.Zeros(y.Shape()...)
-		be.MatMul(lo, xa, p.LB.W, nil)
-		be.AddScaled(y, lo, float32(p.Scale))
+		be.MatMulAdd(y, xa, p.LB.W, float32(p.Scale))
 	}
 	return y
 }
@@ -455,10 +454,14 @@ func (d *Replica) linearBackward(p *devLinear, dx, dy kernels.Tensor, o TrainOpt
 	if p.A == nil || o.NoAdapter {
 		return
 	}
-	dys := be.Zeros(dy.Shape()...)
-	be.AddScaled(dys, dy, float32(p.Scale))
+	// The adapter sees scale·dy: B's gradient and dxa are taken from dy
+	// and scaled where they are small (r wide), not dy where it is large.
+	s := float32(p.Scale)
+	gb, dxu := be.Zeros(p.LB.G.Shape()...), be.Zeros(act.xa.Shape()...)
+	be.MatMulBackward(dxu, gb, nil, dy, act.xa, p.LB.W)
+	be.AddScaled(p.LB.G, gb, s)
 	dxa := be.Zeros(act.xa.Shape()...)
-	be.MatMulBackward(dxa, p.LB.G, nil, dys, act.xa, p.LB.W)
+	be.AddScaled(dxa, dxu, s)
 	if !act.dropped {
 		be.MatMulBackward(dx, p.A.G, nil, dxa, act.in, p.A.W)
 		return
@@ -592,8 +595,23 @@ func (d *Replica) attnForward(li int, x kernels.Tensor, b Batch, o TrainOptions,
 	be.Rope(k, b.Pos, d.KVHeads, d.HeadDim, d.RopeTheta)
 	a.q, a.k = q, k
 	a.att = be.Zeros(n, d.Heads*d.HeadDim)
+	// A backend that keeps the rows' log-sum-exps hands them to the
+	// backward, which then need not run the forward's scores again.
+	lb, keep := be.(kernels.LSEAttender)
+	a.lse = nil
+	if keep {
+		a.lse = be.Zeros(n, d.Heads)
+	}
 	for _, s := range b.Segs {
-		be.Attention(be.Rows(a.att, s.Lo, s.Hi), be.Rows(q, s.Lo, s.Hi), d.segmentKV(k, s), d.segmentKV(a.v, s), nil, s.Prefix, d.Heads, d.KVHeads, d.HeadDim)
+		out, qs, ks, vs := be.Rows(a.att, s.Lo, s.Hi), be.Rows(q, s.Lo, s.Hi), d.segmentKV(k, s), d.segmentKV(a.v, s)
+		if keep {
+			keep = lb.AttentionLSE(out, be.Rows(a.lse, s.Lo, s.Hi), qs, ks, vs, s.Prefix, d.Heads, d.KVHeads, d.HeadDim)
+			continue
+		}
+		be.Attention(out, qs, ks, vs, nil, s.Prefix, d.Heads, d.KVHeads, d.HeadDim)
+	}
+	if !keep {
+		a.lse = nil
 	}
 	a.xMid = d.linear(&at.O, a.att, o, &a.lin.o)
 	be.Add(a.xMid, x)
@@ -664,14 +682,20 @@ func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 			n := s.Hi - s.Lo
 			kk, vv := d.segmentKV(a.k, s), d.segmentKV(a.v, s)
 			out := be.Rows(a.att, s.Lo, s.Hi)
+			attBack := func(dq, dk, dv kernels.Tensor) {
+				if a.lse != nil {
+					be.(kernels.LSEAttender).AttentionBackwardLSE(dq, dk, dv, be.Rows(datt, s.Lo, s.Hi), out, be.Rows(a.lse, s.Lo, s.Hi),
+						be.Rows(a.q, s.Lo, s.Hi), kk, vv, s.Prefix, d.Heads, d.KVHeads, d.HeadDim)
+					return
+				}
+				be.AttentionBackward(dq, dk, dv, be.Rows(datt, s.Lo, s.Hi), out, be.Rows(a.q, s.Lo, s.Hi), kk, vv, s.Prefix, d.Heads, d.KVHeads, d.HeadDim)
+			}
 			if s.Prefix == 0 {
-				be.AttentionBackward(be.Rows(dq, s.Lo, s.Hi), be.Rows(dk, s.Lo, s.Hi), be.Rows(dv, s.Lo, s.Hi),
-					be.Rows(datt, s.Lo, s.Hi), out, be.Rows(a.q, s.Lo, s.Hi), kk, vv, 0, d.Heads, d.KVHeads, d.HeadDim)
+				attBack(be.Rows(dq, s.Lo, s.Hi), be.Rows(dk, s.Lo, s.Hi), be.Rows(dv, s.Lo, s.Hi))
 				continue
 			}
 			dkk, dvv := be.Zeros(kk.Shape()...), be.Zeros(vv.Shape()...)
-			be.AttentionBackward(be.Rows(dq, s.Lo, s.Hi), dkk, dvv, be.Rows(datt, s.Lo, s.Hi), out,
-				be.Rows(a.q, s.Lo, s.Hi), kk, vv, s.Prefix, d.Heads, d.KVHeads, d.HeadDim)
+			attBack(be.Rows(dq, s.Lo, s.Hi), dkk, dvv)
 			p := s.Prefix
 			be.AddScaled(be.Rows(dk, 0, p), be.Rows(dkk, 0, p), 1)
 			be.AddScaled(be.Rows(dv, 0, p), be.Rows(dvv, 0, p), 1)

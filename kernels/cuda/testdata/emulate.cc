@@ -36,7 +36,7 @@
 
 struct uint3_ { unsigned x = 0, y = 0, z = 0; };
 static thread_local uint3_ threadIdx, blockIdx;
-static uint3_ blockDim;
+static uint3_ blockDim, gridDim;
 
 #define __device__
 #define __global__
@@ -57,6 +57,7 @@ struct Warp {
     std::barrier<> bar{32};
     float xch[32];
     unsigned A[32][4], B[32][2];
+    const unsigned short* P[32];
 };
 static thread_local Warp* warp_;
 static thread_local int lane_;
@@ -120,6 +121,23 @@ static void mma16816_emulated(float c[4], const unsigned a[4], unsigned b0, unsi
     }
 }
 
+// ldsm_emulated: ldmatrix.x4 (trans: .trans). Lane l gives the address of
+// row l%8 of matrix l/8; register i receives matrix i's (row g, cols 2c,
+// 2c+1), or with trans its (rows 2c, 2c+1, col g), as the PTX ISA's
+// "Warp-level matrix load instruction: ldmatrix" lays them out.
+static void ldsm_emulated(unsigned r[4], const unsigned short* p, bool trans) {
+    Warp* w = warp_;
+    w->P[lane_] = p;
+    w->bar.arrive_and_wait();
+    int g = lane_ >> 2, c = lane_ & 3;
+    for (int i = 0; i < 4; i++) {
+        const unsigned short* lo = trans ? w->P[i * 8 + 2 * c] + g : w->P[i * 8 + g] + 2 * c;
+        const unsigned short* hi = trans ? w->P[i * 8 + 2 * c + 1] + g : lo + 1;
+        r[i] = (unsigned)*lo | ((unsigned)*hi << 16);
+    }
+    w->bar.arrive_and_wait();
+}
+
 #include "common.cuh"
 #include "attention.cu"
 #include "attention_mma.cu"
@@ -132,6 +150,8 @@ alignas(16) float sh[1 << 15];
 template <typename F>
 static void launch(int gx, int gy, F kernel) {
     blockDim.x = 128;
+    gridDim.x = gx;
+    gridDim.y = gy;
     for (int by = 0; by < gy; by++)
         for (int bx = 0; bx < gx; bx++) {
             std::barrier<> block(128);
@@ -161,24 +181,38 @@ static bool readall(FILE* f, std::initializer_list<std::vector<float>*> xs) {
     return true;
 }
 
+// narrow: x as bf16 (the kernels' inputs in BF16 mode, from narrow_bf16).
+static std::vector<unsigned short> narrow(const std::vector<float>& x) {
+    std::vector<unsigned short> b(x.size());
+    for (size_t i = 0; i < x.size(); i++) b[i] = to_bf16(x[i]);
+    return b;
+}
+
 static int mma(FILE* in, FILE* o) {
     int dims[5];
     if (fread(dims, 4, 5, in) != 5) return 3;
     int t = dims[0], start = dims[1], heads = dims[2], kvheads = dims[3], hd = dims[4], nk = start + t;
     std::vector<float> q(t * heads * hd), k(nk * kvheads * hd), v(k.size()), dout(q.size());
     if (!readall(in, {&q, &k, &v, &dout})) return 3;
-    std::vector<float> out(q.size()), lse(t * heads), D(t * heads), dq(q.size()), dk(k.size()), dv(k.size());
-    int qb = (t + MMA_BQ - 1) / MMA_BQ;
-    launch(qb, heads, [&] { attention_mma(out.data(), nullptr, q.data(), k.data(), v.data(), t, start, heads, kvheads, hd, 0); });
-    launch(qb, heads, [&] { attention_mma(nullptr, lse.data(), q.data(), k.data(), v.data(), t, start, heads, kvheads, hd, 1); });
+    std::vector<float> out(q.size()), lse(t * heads), lse2(t * heads), D(t * heads), dq(q.size()), dk(k.size()), dv(k.size());
+    auto qb = narrow(q), kb = narrow(k), vb = narrow(v), gb = narrow(dout);
+    int nqb = (t + MMA_BQ - 1) / MMA_BQ;
+    // The training forward keeps the lse beside the values; the backward
+    // without it runs the lse pass alone, which must agree to the bit.
+    launch(nqb, heads, [&] { attention_mma(out.data(), lse.data(), qb.data(), kb.data(), vb.data(), t, start, heads, kvheads, hd, 0); });
+    launch(nqb, heads, [&] { attention_mma(nullptr, lse2.data(), qb.data(), kb.data(), vb.data(), t, start, heads, kvheads, hd, 1); });
+    if (memcmp(lse.data(), lse2.data(), 4 * lse.size()) != 0) {
+        fprintf(stderr, "the lse pass differs from the forward's lse\n");
+        return 5;
+    }
     for (int r = 0; r < t * heads; r++) { // attention_rowdot
         double a = 0;
         for (int d = 0; d < hd; d++) a += (double)dout[r * hd + d] * out[r * hd + d];
         D[r] = (float)a;
     }
-    launch(qb, heads, [&] { attention_mma_dq(dq.data(), q.data(), k.data(), v.data(), dout.data(), lse.data(), D.data(), t, start, heads, kvheads, hd); });
+    launch(nqb, heads, [&] { attention_mma_dq(dq.data(), qb.data(), kb.data(), vb.data(), gb.data(), lse.data(), D.data(), t, start, heads, kvheads, hd); });
     launch((nk + MMA_BK - 1) / MMA_BK, kvheads, [&] {
-        attention_mma_dkv(dk.data(), dv.data(), q.data(), k.data(), v.data(), dout.data(), lse.data(), D.data(), t, start, heads, kvheads, hd);
+        attention_mma_dkv(dk.data(), dv.data(), qb.data(), kb.data(), vb.data(), gb.data(), lse.data(), D.data(), t, start, heads, kvheads, hd);
     });
     for (auto* x : {&out, &lse, &dq, &dk, &dv}) fwrite(x->data(), 4, x->size(), o);
     return 0;
