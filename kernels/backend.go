@@ -32,6 +32,10 @@ type Backend interface {
 
 	// Zeros allocates a zeroed tensor.
 	Zeros(shape ...int) Tensor
+	// Empty allocates a tensor for an op to overwrite whole (MatMul's y,
+	// an RMSNorm's output): its contents are unspecified until then, which
+	// spares a device the memset.
+	Empty(shape ...int) Tensor
 	// FromHost copies host data into a new tensor.
 	FromHost(data []float32, shape ...int) Tensor
 	// ToHost copies a tensor out.

@@ -59,6 +59,9 @@ func (*Backend) Zeros(shape ...int) kernels.Tensor {
 	return t
 }
 
+// Empty implements kernels.Backend: Go's memory comes zeroed anyway.
+func (b *Backend) Empty(shape ...int) kernels.Tensor { return b.Zeros(shape...) }
+
 // FromHost implements kernels.Backend.
 func (*Backend) FromHost(d []float32, shape ...int) kernels.Tensor {
 	t := &Tensor{Dims: shape}

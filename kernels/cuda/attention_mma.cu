@@ -119,13 +119,35 @@ __device__ __forceinline__ void cp_wait() {
 #endif
 }
 
-// stage: rows r0..r0+n-1 of x (bf16, ld apart, hd wide) into s [n][sp] by
+// Stager is a thread's share of staging a tile of rows hd wide by 16-byte
+// copies: chunk e = threadIdx.x + k*blockDim.x of a tile is row e/(hd/8),
+// chunk e%(hd/8) of it, stepped without dividing again.
+struct Stager {
+    int r, c, dr, dc, cpr;
+};
+
+__device__ __forceinline__ Stager stager(int hd) {
+    Stager s;
+    s.cpr = hd >> 3;
+    s.r = threadIdx.x / s.cpr;
+    s.c = threadIdx.x - s.r * s.cpr;
+    s.dr = blockDim.x / s.cpr;
+    s.dc = blockDim.x - s.dr * s.cpr;
+    return s;
+}
+
+// stage: rows r0..r0+n-1 of x (bf16, ld apart) into s [n][sp] by
 // asynchronous 16-byte copies; rows at or past lim are zeros.
-__device__ __forceinline__ void stage(unsigned short* s, int sp, const unsigned short* x, long ld, int r0, int n, int lim, int hd) {
-    int cpr = hd >> 3;
-    for (int e = threadIdx.x; e < n * cpr; e += blockDim.x) {
-        int r = e / cpr, d = (e - r * cpr) << 3, i = r0 + r;
-        cp16(s + r * sp + d, x + (long)min(i, lim - 1) * ld + d, i < lim);
+__device__ __forceinline__ void stage(const Stager& st, unsigned short* s, int sp, const unsigned short* x, long ld, int r0, int n, int lim) {
+    for (int r = st.r, c = st.c; r < n;) {
+        int i = r0 + r;
+        cp16(s + r * sp + (c << 3), x + (long)min(i, lim - 1) * ld + (c << 3), i < lim);
+        r += st.dr;
+        c += st.dc;
+        if (c >= st.cpr) {
+            c -= st.cpr;
+            r++;
+        }
     }
 }
 
@@ -171,8 +193,9 @@ __device__ __forceinline__ float quad_sum(float v) {
 // k and v [start+t][kvheads*hd], bf16). out (f32) gets the values unless
 // lse_only; lse, when not null, the rows' natural log-sum-exps of the
 // scaled scores. Grid (ceil(t/MMA_BQ), heads), 128 threads. Dynamic shared
-// memory: 4*MMA_BK*(hd+8) bf16 (K and V, two buffers each).
-extern "C" __global__ void attention_mma(float* out, float* lse, const unsigned short* q, const unsigned short* k,
+// memory: 4*MMA_BK*(hd+8) bf16 (K and V, two buffers each). Three blocks
+// an SM (at most 170 registers a thread) hide one another's latency.
+extern "C" __global__ void __launch_bounds__(128, 3) attention_mma(float* out, float* lse, const unsigned short* q, const unsigned short* k,
                                          const unsigned short* v, int t, int start, int heads, int kvheads, int hd,
                                          int lse_only) {
     int h = blockIdx.y, kvh = h / (heads / kvheads);
@@ -182,6 +205,7 @@ extern "C" __global__ void attention_mma(float* out, float* lse, const unsigned 
     long qld = (long)heads * hd, kld = (long)kvheads * hd;
     const unsigned short *kb = k + kvh * hd, *vb = v + kvh * hd;
     float sl2 = rsqrtf((float)hd) * LOG2E;
+    Stager st = stager(hd);
     unsigned qa[MMA_MAXK][4];
     load_a(qa, q + h * hd, qld, iw, t, hd);
     float o[MMA_MAXN][4];
@@ -191,8 +215,8 @@ extern "C" __global__ void attention_mma(float* out, float* lse, const unsigned 
     int wlast = start + min(iw + 16, t) - 1;    // the warp's
     int ntiles = last / MMA_BK + 1;
     // Tile jt's K at shb + 2*(jt%2)*tile, its V right after.
-    stage(shb, sp, kb, kld, 0, MMA_BK, nk, hd);
-    if (!lse_only) stage(shb + tile, sp, vb, kld, 0, MMA_BK, nk, hd);
+    stage(st, shb, sp, kb, kld, 0, MMA_BK, nk);
+    if (!lse_only) stage(st, shb + tile, sp, vb, kld, 0, MMA_BK, nk);
     cp_commit();
     for (int jt = 0; jt < ntiles; jt++) {
         int j0 = jt * MMA_BK;
@@ -200,8 +224,8 @@ extern "C" __global__ void attention_mma(float* out, float* lse, const unsigned 
         const unsigned short* vs = ks + tile;
         if (jt + 1 < ntiles) {
             unsigned short* kn = shb + 2 * ((jt + 1) & 1) * tile;
-            stage(kn, sp, kb, kld, j0 + MMA_BK, MMA_BK, nk, hd);
-            if (!lse_only) stage(kn + tile, sp, vb, kld, j0 + MMA_BK, MMA_BK, nk, hd);
+            stage(st, kn, sp, kb, kld, j0 + MMA_BK, MMA_BK, nk);
+            if (!lse_only) stage(st, kn + tile, sp, vb, kld, j0 + MMA_BK, MMA_BK, nk);
             cp_commit();
             cp_wait<1>();
         } else {
@@ -305,6 +329,7 @@ extern "C" __global__ void attention_mma_dq(float* dq, const unsigned short* q, 
     long qld = (long)heads * hd, kld = (long)kvheads * hd;
     const unsigned short *kb = k + kvh * hd, *vb = v + kvh * hd;
     float scale = rsqrtf((float)hd), sl2 = scale * LOG2E;
+    Stager st = stager(hd);
     unsigned qa[MMA_MAXK][4], ga[MMA_MAXK][4];
     load_a(qa, q + h * hd, qld, iw, t, hd);
     load_a(ga, dout + h * hd, qld, iw, t, hd);
@@ -319,8 +344,8 @@ extern "C" __global__ void attention_mma_dq(float* dq, const unsigned short* q, 
     zero(acc, MMA_MAXN);
     int last = start + min(i0 + MMA_BQ, t) - 1, wlast = start + min(iw + 16, t) - 1;
     int ntiles = last / MMA_BKQ + 1;
-    stage(shb, sp, kb, kld, 0, MMA_BKQ, nk, hd);
-    stage(shb + tile, sp, vb, kld, 0, MMA_BKQ, nk, hd);
+    stage(st, shb, sp, kb, kld, 0, MMA_BKQ, nk);
+    stage(st, shb + tile, sp, vb, kld, 0, MMA_BKQ, nk);
     cp_commit();
     for (int jt = 0; jt < ntiles; jt++) {
         int j0 = jt * MMA_BKQ;
@@ -328,8 +353,8 @@ extern "C" __global__ void attention_mma_dq(float* dq, const unsigned short* q, 
         const unsigned short* vs = ks + tile;
         if (jt + 1 < ntiles) {
             unsigned short* kn = shb + 2 * ((jt + 1) & 1) * tile;
-            stage(kn, sp, kb, kld, j0 + MMA_BKQ, MMA_BKQ, nk, hd);
-            stage(kn + tile, sp, vb, kld, j0 + MMA_BKQ, MMA_BKQ, nk, hd);
+            stage(st, kn, sp, kb, kld, j0 + MMA_BKQ, MMA_BKQ, nk);
+            stage(st, kn + tile, sp, vb, kld, j0 + MMA_BKQ, MMA_BKQ, nk);
             cp_commit();
             cp_wait<1>();
         } else {
@@ -399,13 +424,13 @@ extern "C" __global__ void attention_mma_dq(float* dq, const unsigned short* q, 
 // stage_q: query tile i0.. of head h for attention_mma_dkv: q and dout rows
 // into qs and gs by asynchronous copies, the rows' lse (log2 units) and D
 // into ls and Ds.
-__device__ __forceinline__ void stage_q(unsigned short* qs, unsigned short* gs, float* ls, float* Ds,
+__device__ __forceinline__ void stage_q(const Stager& st, unsigned short* qs, unsigned short* gs, float* ls, float* Ds,
                                         const unsigned short* q, const unsigned short* dout, const float* lse,
                                         const float* D, int h, int i0, int t, int heads, int hd) {
     long qld = (long)heads * hd;
     int sp = hd + 8;
-    stage(qs, sp, q + h * hd, qld, i0, MMA_QT, t, hd);
-    stage(gs, sp, dout + h * hd, qld, i0, MMA_QT, t, hd);
+    stage(st, qs, sp, q + h * hd, qld, i0, MMA_QT, t);
+    stage(st, gs, sp, dout + h * hd, qld, i0, MMA_QT, t);
     if (threadIdx.x < MMA_QT) {
         int i = i0 + threadIdx.x;
         ls[threadIdx.x] = i < t ? lse[(long)i * heads + h] * LOG2E : 0.f;
@@ -428,18 +453,19 @@ extern "C" __global__ void attention_mma_dkv(float* dk, float* dv, const unsigne
     int jb = blockIdx.x * MMA_BK, jw = jb + warp * 16;
     long kld = (long)kvheads * hd;
     float scale = rsqrtf((float)hd), sl2 = scale * LOG2E;
+    Stager st = stager(hd);
     unsigned short* ks = shb;              // [MMA_BK][sp]
     unsigned short* vs = ks + MMA_BK * sp; // [MMA_BK][sp]
     unsigned short* qt = vs + MMA_BK * sp; // buffer b: q [MMA_QT][sp] at qt + 2*b*MMA_QT*sp, dout after it
     float* lt = (float*)(qt + 4 * MMA_QT * sp); // buffer b: lse at lt + 2*b*MMA_QT, D after it
-    stage(ks, sp, k + kvh * hd, kld, jb, MMA_BK, nk, hd);
-    stage(vs, sp, v + kvh * hd, kld, jb, MMA_BK, nk, hd);
+    stage(st, ks, sp, k + kvh * hd, kld, jb, MMA_BK, nk);
+    stage(st, vs, sp, v + kvh * hd, kld, jb, MMA_BK, nk);
     float dka[MMA_MAXN][4], dva[MMA_MAXN][4];
     zero(dka, MMA_MAXN);
     zero(dva, MMA_MAXN);
     int ilo = max(0, jb - start); // the first query any of the block's keys is seen by
     int nq = (t - ilo + MMA_QT - 1) / MMA_QT, ntot = group * nq;
-    stage_q(qt, qt + MMA_QT * sp, lt, lt + MMA_QT, q, dout, lse, D, kvh * group, ilo, t, heads, hd);
+    stage_q(st, qt, qt + MMA_QT * sp, lt, lt + MMA_QT, q, dout, lse, D, kvh * group, ilo, t, heads, hd);
     cp_commit();
     for (int it = 0; it < ntot; it++) {
         int gi = it / nq, i0 = ilo + (it - gi * nq) * MMA_QT, b = it & 1;
@@ -450,7 +476,7 @@ extern "C" __global__ void attention_mma_dkv(float* dk, float* dv, const unsigne
         if (it + 1 < ntot) {
             int gn = (it + 1) / nq, in = ilo + (it + 1 - gn * nq) * MMA_QT, bn = b ^ 1;
             unsigned short* qn = qt + 2 * bn * MMA_QT * sp;
-            stage_q(qn, qn + MMA_QT * sp, lt + 2 * bn * MMA_QT, lt + 2 * bn * MMA_QT + MMA_QT, q, dout, lse, D,
+            stage_q(st, qn, qn + MMA_QT * sp, lt + 2 * bn * MMA_QT, lt + 2 * bn * MMA_QT + MMA_QT, q, dout, lse, D,
                     kvh * group + gn, in, t, heads, hd);
             cp_commit();
             cp_wait<1>();

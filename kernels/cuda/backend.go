@@ -260,6 +260,10 @@ func (b *Backend) launch2(k string, grid [2]int, block, shared int, args ...any)
 
 func blocks(n, per int) int { return (n + per - 1) / per }
 
+// blocks4: blocks of 256 threads for the kernels that take four elements a
+// thread (elementwise.cu: add_scaled, dropout, narrow_bf16).
+func blocks4(n int) int { return blocks((n+3)/4, 256) }
+
 // Upload implements kernels.Backend. In BF16 mode weights stay (or become)
 // bfloat16 on the device, and Q8_0 weights stay Q8_0 (8.5 bits a value,
 // widened to bf16 for each GEMM); otherwise they are widened to float32.
@@ -280,7 +284,7 @@ func (b *Backend) Upload(w kernels.Weight) kernels.Tensor {
 			b.upload(t.ptr, unsafe.Pointer(&w.BF16[0]), uint64(2*n))
 		} else {
 			f := b.FromHost(w.F32, n)
-			b.launch("narrow_bf16", blocks(n, 256), 256, 0, t.ptr, ptr(f), int64(n))
+			b.launch("narrow_bf16", blocks4(n), 256, 0, t.ptr, ptr(f), int64(n))
 			runtime.KeepAlive(f)
 		}
 		return t
@@ -381,7 +385,7 @@ func (b *Backend) asBF16(t kernels.Tensor) (uint64, *Tensor) {
 		runtime.KeepAlive(ct)
 		return c.ptr, c
 	}
-	b.launch("narrow_bf16", blocks(n, 256), 256, 0, c.ptr, ct.ptr, int64(n))
+	b.launch("narrow_bf16", blocks4(n), 256, 0, c.ptr, ct.ptr, int64(n))
 	return c.ptr, c
 }
 

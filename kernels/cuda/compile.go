@@ -39,7 +39,7 @@ var source = func() string {
 	return b.String()
 }()
 
-var kernelDecl = regexp.MustCompile(`extern "C" __global__ void (\w+)\(`)
+var kernelDecl = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)
 
 // kernelNames lists the kernels a source defines, as launch names them.
 func kernelNames(src string) []string {

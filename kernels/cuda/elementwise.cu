@@ -26,23 +26,53 @@ extern "C" __global__ void add(float* y, const float* x, long n) {
     if (i < n) y[i] += x[i];
 }
 
+// The kernels over the big activations (add_scaled, dropout, narrow_bf16)
+// take four consecutive elements a thread, launched over ceil(n/4)
+// threads: 16-byte loads and stores where the pointers allow (the same for
+// the whole launch), else one element at a time.
+#define ALIGNED(p, a) ((((unsigned long long)(p)) & ((a) - 1)) == 0)
+
 // add_scaled: y += s x.
 extern "C" __global__ void add_scaled(float* y, const float* x, float s, long n) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n) y[i] += s * x[i];
+    long i = 4 * (blockIdx.x * (long)blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    if (i + 4 <= n && ALIGNED(y, 16) && ALIGNED(x, 16)) {
+        float4 a = *(float4*)(y + i), b = *(const float4*)(x + i);
+        a.x += s * b.x;
+        a.y += s * b.y;
+        a.z += s * b.z;
+        a.w += s * b.w;
+        *(float4*)(y + i) = a;
+        return;
+    }
+    for (long j = i; j < i + 4 && j < n; j++) y[j] += s * x[j];
 }
 
-// dropout: y = x * scale where DropoutBits(seed, i) >= thr, else 0
-// (kernels/dropout.go: splitmix64 of the element's counter).
-extern "C" __global__ void dropout(float* y, const float* x, long n, unsigned long long seed,
-                                   unsigned long long thr, float scale) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i >= n) return;
+// keep: element i survives dropout (kernels/dropout.go's DropoutBits:
+// splitmix64 of the element's counter, at least thr).
+__device__ __forceinline__ bool keep(unsigned long long seed, long i, unsigned long long thr) {
     unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     z ^= z >> 31;
-    y[i] = z >= thr ? x[i] * scale : 0.f;
+    return z >= thr;
+}
+
+// dropout: y = x * scale where element i is kept, else 0 (y may be x).
+extern "C" __global__ void dropout(float* y, const float* x, long n, unsigned long long seed,
+                                   unsigned long long thr, float scale) {
+    long i = 4 * (blockIdx.x * (long)blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    if (i + 4 <= n && ALIGNED(y, 16) && ALIGNED(x, 16)) {
+        float4 v = *(const float4*)(x + i);
+        v.x = keep(seed, i, thr) ? v.x * scale : 0.f;
+        v.y = keep(seed, i + 1, thr) ? v.y * scale : 0.f;
+        v.z = keep(seed, i + 2, thr) ? v.z * scale : 0.f;
+        v.w = keep(seed, i + 3, thr) ? v.w * scale : 0.f;
+        *(float4*)(y + i) = v;
+        return;
+    }
+    for (long j = i; j < i + 4 && j < n; j++) y[j] = keep(seed, j, thr) ? x[j] * scale : 0.f;
 }
 
 // bias_add: y[r, c] += b[c] for rows of n.
@@ -81,10 +111,19 @@ extern "C" __global__ void widen_bf16(float* out, const unsigned short* in, long
     if (i < n) out[i] = __int_as_float(((unsigned int)in[i]) << 16);
 }
 
-// narrow_bf16: out[i] = bf16(in[i]).
+// narrow_bf16: out[i] = bf16(in[i]), four elements a thread as add_scaled.
 extern "C" __global__ void narrow_bf16(unsigned short* out, const float* in, long n) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n) out[i] = to_bf16(in[i]);
+    long i = 4 * (blockIdx.x * (long)blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    if (i + 4 <= n && ALIGNED(in, 16) && ALIGNED(out, 8)) {
+        float4 v = *(const float4*)(in + i);
+        uint2 o;
+        o.x = (unsigned)to_bf16(v.x) | ((unsigned)to_bf16(v.y) << 16);
+        o.y = (unsigned)to_bf16(v.z) | ((unsigned)to_bf16(v.w) << 16);
+        *(uint2*)(out + i) = o;
+        return;
+    }
+    for (long j = i; j < i + 4 && j < n; j++) out[j] = to_bf16(in[j]);
 }
 
 // dequant_q8_bf16: out[i] = bf16(d[i/32]·q[i]), a Q8_0 matrix (GGUF's

@@ -159,6 +159,13 @@ func (b *Backend) Zeros(shape ...int) kernels.Tensor {
 	return t
 }
 
+// Empty implements kernels.Backend: the allocator's block as it is.
+func (b *Backend) Empty(shape ...int) kernels.Tensor {
+	defer b.enter()()
+	t := &Tensor{Dims: shape}
+	return b.alloc(t.Len(), shape)
+}
+
 func (b *Backend) zero(p, n uint64) {
 	must(libs.cu.MemsetD8Async(p, 0, n, b.stream).err("cuMemsetD8Async"))
 }

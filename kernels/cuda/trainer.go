@@ -34,7 +34,7 @@ func (b *Backend) Zero(t kernels.Tensor) {
 // AddScaled implements kernels.TrainBackend.
 func (b *Backend) AddScaled(y, x kernels.Tensor, s float32) {
 	n := y.Len()
-	b.launch("add_scaled", blocks(n, 256), 256, 0, ptr(y), ptr(x), s, int64(n))
+	b.launch("add_scaled", blocks4(n), 256, 0, ptr(y), ptr(x), s, int64(n))
 }
 
 // NarrowBF16 implements kernels.TrainBackend: the kernel that rounds
@@ -45,7 +45,7 @@ func (b *Backend) NarrowBF16(x kernels.Tensor) kernels.Tensor {
 	n, rows := xt.Len(), xt.Dims[0]
 	t := b.alloc((n+1)/2, []int{rows, n / max(rows, 1)})
 	t.bf16 = true
-	b.launch("narrow_bf16", blocks(n, 256), 256, 0, t.ptr, xt.ptr, int64(n))
+	b.launch("narrow_bf16", blocks4(n), 256, 0, t.ptr, xt.ptr, int64(n))
 	return t
 }
 
@@ -56,13 +56,13 @@ func (b *Backend) NarrowBF16Into(dst, x kernels.Tensor) {
 	if !d.bf16 || d.Len() != n {
 		panic(fmt.Sprintf("cuda backend: NarrowBF16Into a tensor that is not a bf16 tensor of %d values", n))
 	}
-	b.launch("narrow_bf16", blocks(n, 256), 256, 0, d.ptr, ptr(x), int64(n))
+	b.launch("narrow_bf16", blocks4(n), 256, 0, d.ptr, ptr(x), int64(n))
 }
 
 // Dropout implements kernels.TrainBackend.
 func (b *Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 	n := y.Len()
-	b.launch("dropout", blocks(n, 256), 256, 0, ptr(y), ptr(x), int64(n), seed, kernels.DropoutThreshold(p), float32(1/(1-p)))
+	b.launch("dropout", blocks4(n), 256, 0, ptr(y), ptr(x), int64(n), seed, kernels.DropoutThreshold(p), float32(1/(1-p)))
 }
 
 // MatMulBackward implements kernels.TrainBackend with two cuBLAS GEMMs that

@@ -56,6 +56,7 @@ func (m *meter) track(t kernels.Tensor) kernels.Tensor {
 }
 
 func (m *meter) Zeros(shape ...int) kernels.Tensor { return m.track(m.Backend.Zeros(shape...)) }
+func (m *meter) Empty(shape ...int) kernels.Tensor { return m.track(m.Backend.Empty(shape...)) }
 func (m *meter) FromHost(d []float32, shape ...int) kernels.Tensor {
 	return m.track(m.Backend.FromHost(d, shape...))
 }

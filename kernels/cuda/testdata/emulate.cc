@@ -18,6 +18,10 @@
 // emulate paged IN OUT (attention_paged). IN: int32 t, start, heads,
 // kvheads, hd, poolRows, rows[start+t], then float32 q, kpool, vpool.
 // OUT: float32 out.
+// emulate elementwise IN OUT (add_scaled, dropout, narrow_bf16). IN:
+// int32 n, off, then float32 x, y [off+n] (the kernels get x+off, y+off:
+// off 1 misaligns them). OUT: float32 y + 0.5 x, dropout(x) with p 0.25
+// and seed 12345, and bf16(x) widened, each n long.
 // emulate decode IN OUT (cache_append and attention_batch). IN: int32 n,
 // heads, kvheads, hd, maxT, pos[n], dst[n], off[n], L, rows[L] (the
 // kernels' tables), then float32 q, k, v (n rows each) and the caches kc,
@@ -41,11 +45,14 @@ static uint3_ blockDim, gridDim;
 #define __device__
 #define __global__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 #define AGEMEM_EMULATE 1
 
 struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+struct uint2 { unsigned x, y; };
 static inline float2 make_float2(float x, float y) { return {x, y}; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
@@ -141,6 +148,7 @@ static void ldsm_emulated(unsigned r[4], const unsigned short* p, bool trans) {
 #include "common.cuh"
 #include "attention.cu"
 #include "attention_mma.cu"
+#include "elementwise.cu"
 
 alignas(16) unsigned short shb[1 << 16];
 alignas(16) float sh[1 << 15];
@@ -218,6 +226,26 @@ static int mma(FILE* in, FILE* o) {
     return 0;
 }
 
+static int elementwise(FILE* in, FILE* o) {
+    int dims[2];
+    if (fread(dims, 4, 2, in) != 2) return 3;
+    int n = dims[0], off = dims[1];
+    std::vector<float> x(off + n), y(off + n), d(off + n);
+    if (!readall(in, {&x, &y})) return 3;
+    std::vector<unsigned short> b(off + n);
+    int g = (n + 3) / 4, nb = (g + 127) / 128;
+    launch(nb, 1, [&] { add_scaled(y.data() + off, x.data() + off, 0.5f, n); });
+    unsigned long long thr = (unsigned long long)(0.25 * 18446744073709551616.0);
+    launch(nb, 1, [&] { dropout(d.data() + off, x.data() + off, n, 12345, thr, 1 / 0.75f); });
+    launch(nb, 1, [&] { narrow_bf16(b.data() + off, x.data() + off, n); });
+    std::vector<float> w(n);
+    for (int i = 0; i < n; i++) w[i] = bf(b[off + i]);
+    fwrite(y.data() + off, 4, n, o);
+    fwrite(d.data() + off, 4, n, o);
+    fwrite(w.data(), 4, n, o);
+    return 0;
+}
+
 static int decode(FILE* in, FILE* o) {
     int dims[5];
     if (fread(dims, 4, 5, in) != 5) return 3;
@@ -274,14 +302,14 @@ static int paged(FILE* in, FILE* o) {
 
 int main(int argc, char** argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: emulate mma|decode|rows|paged IN OUT\n");
+        fprintf(stderr, "usage: emulate mma|elementwise|decode|rows|paged IN OUT\n");
         return 2;
     }
     FILE* in = fopen(argv[2], "rb");
     FILE* o = fopen(argv[3], "wb");
     if (!in || !o) return 3;
     std::string mode = argv[1];
-    int rc = mode == "mma" ? mma(in, o) : mode == "decode" ? decode(in, o) : mode == "rows" ? rows(in, o) : mode == "paged" ? paged(in, o) : 2;
+    int rc = mode == "mma" ? mma(in, o) : mode == "elementwise" ? elementwise(in, o) : mode == "decode" ? decode(in, o) : mode == "rows" ? rows(in, o) : mode == "paged" ? paged(in, o) : 2;
     fclose(in);
     return fclose(o) == 0 ? rc : 4;
 }
