@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/agemem/agemem/kernels"
@@ -35,10 +37,15 @@ type Backend struct {
 	// reuse instead of going back to the driver (cuMemAlloc and cuMemFree
 	// synchronise and cost tens of microseconds). Device memory is only
 	// known to be free once Go collects the tensor that owned it, so after
-	// gcEvery bytes of new allocations a collection is forced.
+	// gcEvery bytes of new allocations a collection is started, in the
+	// background: a forced runtime.GC stopped the goroutine that queues
+	// kernels for a millisecond and more, long enough for the GPU to run
+	// dry.
 	cache       map[uint64][]uint64
 	cachedBytes uint64
 	sinceGC     uint64
+	collecting  atomic.Bool
+	stats       AllocStats
 	liveBytes   uint64
 	peakBytes   uint64    // the most liveBytes+cachedBytes has been
 	peakLive    uint64    // the most liveBytes has been
@@ -158,7 +165,10 @@ func (b *Backend) bind() {
 	for _, a := range free {
 		b.liveBytes -= a.size
 		if b.cachedBytes+a.size > maxCachedBytes {
+			t0 := time.Now()
 			libs.cu.MemFree(a.ptr)
+			b.stats.DriverFrees++
+			b.stats.DriverTime += time.Since(t0)
 			continue
 		}
 		b.cache[a.size] = append(b.cache[a.size], a.ptr)
@@ -191,6 +201,22 @@ func (b *Backend) PeakLiveBytes() uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.peakLive
+}
+
+// AllocStats counts what the caching allocator asked of the driver and the
+// collector since the backend started: collections started, cuMemAlloc and
+// cuMemFree calls (each can make the host wait for the GPU) and the host
+// time spent in them.
+type AllocStats struct {
+	Collections, DriverAllocs, DriverFrees int
+	DriverTime                             time.Duration
+}
+
+// AllocStats returns the allocator's counts so far.
+func (b *Backend) AllocStats() AllocStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
 }
 
 // ResetPeak starts PeakBytes and PeakLiveBytes again from what is held now.

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"github.com/agemem/agemem/kernels"
@@ -100,10 +101,16 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 		b.sinceGC = 0
 	}
 	b.mu.Unlock()
-	if collect {
-		// Let Go find the tensors nobody holds, then take their blocks.
-		runtime.GC()
-		b.bind()
+	if collect && b.collecting.CompareAndSwap(false, true) {
+		// Let Go find the tensors nobody holds; their finalizers queue
+		// the blocks, which the next bind() takes into the cache.
+		b.mu.Lock()
+		b.stats.Collections++
+		b.mu.Unlock()
+		go func() {
+			runtime.GC()
+			b.collecting.Store(false)
+		}()
 	}
 	b.mu.Lock()
 	p, got := b.takeCached(size)
@@ -115,6 +122,7 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 	b.peakLive = max(b.peakLive, b.liveBytes)
 	b.mu.Unlock()
 	if p == 0 {
+		t0 := time.Now()
 		r := libs.cu.MemAlloc(&p, size)
 		if r != 0 {
 			// Out of memory: collect the tensors nobody holds (up to
@@ -126,6 +134,10 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 			r = libs.cu.MemAlloc(&p, size)
 		}
 		must(r.err(fmt.Sprintf("cuMemAlloc %d bytes", size)))
+		b.mu.Lock()
+		b.stats.DriverAllocs++
+		b.stats.DriverTime += time.Since(t0)
+		b.mu.Unlock()
 	}
 	a := &alloc{p, size}
 	runtime.SetFinalizer(a, func(a *alloc) {
@@ -140,9 +152,12 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 func (b *Backend) releaseCache() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	t0 := time.Now()
+	defer func() { b.stats.DriverTime += time.Since(t0) }()
 	for size, list := range b.cache {
 		for _, p := range list {
 			libs.cu.MemFree(p)
+			b.stats.DriverFrees++
 		}
 		delete(b.cache, size)
 	}

@@ -179,6 +179,7 @@ func BenchmarkCUDAPaperStep(b *testing.B) {
 				b.Logf("%s: one rollout's forward and backward, device time by kernel:\n%s", shape, sb.String())
 			}
 			var elapsed time.Duration
+			s0 := g.AllocStats()
 			for b.Loop() {
 				t0 := time.Now()
 				for i := range k {
@@ -199,6 +200,9 @@ func BenchmarkCUDAPaperStep(b *testing.B) {
 				g.Sync()
 				elapsed += time.Since(t0)
 			}
+			s1 := g.AllocStats()
+			b.Logf("%s: the allocator over %d step(s): %d collections started, %d cuMemAlloc and %d cuMemFree calls, %s in the driver",
+				shape, b.N, s1.Collections-s0.Collections, s1.DriverAllocs-s0.DriverAllocs, s1.DriverFrees-s0.DriverFrees, (s1.DriverTime - s0.DriverTime).Round(time.Millisecond))
 			free, total := g.MemInfo()
 			tps := float64(k*(ctx+resp)*b.N) / elapsed.Seconds()
 			b.ReportMetric(tps, "update_tok/s")
