@@ -3,7 +3,9 @@ package cuda
 import (
 	_ "embed"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,7 @@ type Backend struct {
 	cachedBytes uint64
 	sinceGC     uint64
 	collecting  atomic.Bool
+	limit       uint64 // SetMemoryLimit's bound on liveBytes+cachedBytes (0: none)
 	stats       AllocStats
 	liveBytes   uint64
 	peakBytes   uint64    // the most liveBytes+cachedBytes has been
@@ -78,6 +81,13 @@ func New(dev int) (*Backend, error) {
 		return nil, fmt.Errorf("%w: device %d of %d", ErrNoDevice, dev, n)
 	}
 	b := &Backend{fns: map[string]uintptr{}, cache: map[uint64][]uint64{}, ordinal: int32(dev)}
+	if v := os.Getenv("AGEMEM_CUDA_MEMORY_GIB"); v != "" {
+		g, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(g > 0) {
+			return nil, fmt.Errorf("AGEMEM_CUDA_MEMORY_GIB=%q: want a positive number of GiB", v)
+		}
+		b.limit = uint64(g * (1 << 30))
+	}
 	if err := cu.DeviceGet(&b.dev, int32(dev)).err("cuDeviceGet"); err != nil {
 		return nil, err
 	}
@@ -164,7 +174,7 @@ func (b *Backend) bind() {
 	defer b.mu.Unlock()
 	for _, a := range free {
 		b.liveBytes -= a.size
-		if b.cachedBytes+a.size > maxCachedBytes {
+		if b.limit == 0 && b.cachedBytes+a.size > maxCachedBytes {
 			t0 := time.Now()
 			libs.cu.MemFree(a.ptr)
 			b.stats.DriverFrees++
@@ -204,12 +214,13 @@ func (b *Backend) PeakLiveBytes() uint64 {
 }
 
 // AllocStats counts what the caching allocator asked of the driver and the
-// collector since the backend started: collections started, cuMemAlloc and
-// cuMemFree calls (each can make the host wait for the GPU) and the host
-// time spent in them.
+// collector since the backend started: collections started in the
+// background, reclaims at the memory limit (each a collection waited for),
+// cuMemAlloc and cuMemFree calls (each can make the host wait for the GPU)
+// and the host time spent in them.
 type AllocStats struct {
-	Collections, DriverAllocs, DriverFrees int
-	DriverTime                             time.Duration
+	Collections, Reclaims, DriverAllocs, DriverFrees int
+	DriverTime                                       time.Duration
 }
 
 // AllocStats returns the allocator's counts so far.

@@ -39,7 +39,7 @@ const (
 
 // Allocator limits.
 const (
-	maxCachedBytes = 4 << 30   // beyond this, freed blocks go back to the driver
+	maxCachedBytes = 4 << 30   // without a memory limit, freed blocks beyond this go back to the driver
 	gcEvery        = 512 << 20 // bytes allocated between forced collections
 )
 
@@ -114,6 +114,15 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 	}
 	b.mu.Lock()
 	p, got := b.takeCached(size)
+	over := p == 0 && b.limit > 0 && b.liveBytes+b.cachedBytes+size > b.limit
+	b.mu.Unlock()
+	if over {
+		b.reclaim(size)
+	}
+	b.mu.Lock()
+	if over {
+		p, got = b.takeCached(size)
+	}
 	if p != 0 {
 		size = got
 	}
@@ -146,6 +155,60 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 		b.freeMu.Unlock()
 	})
 	return &Tensor{ptr: p, Dims: shape, base: a}
+}
+
+// reclaim makes room under the memory limit for a request of size that
+// the cache cannot serve: it collects, waits (a few milliseconds at most)
+// for the finalizers to hand back the blocks of tensors nobody holds, then
+// gives cached blocks back to the driver, largest first, until the live
+// tensors, the cache and the request fit. The limit is soft: when the live
+// tensors alone exceed it, the request is allocated anyway.
+func (b *Backend) reclaim(size uint64) {
+	b.mu.Lock()
+	b.stats.Reclaims++
+	b.mu.Unlock()
+	fits := func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.liveBytes+b.cachedBytes+size <= b.limit
+	}
+	runtime.GC()
+	for range 20 {
+		b.bind()
+		if fits() {
+			return
+		}
+		time.Sleep(250 * time.Microsecond) // the finalizer goroutine is still queuing blocks
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t0 := time.Now()
+	for b.liveBytes+b.cachedBytes+size > b.limit && b.cachedBytes > 0 {
+		var big uint64
+		for s, list := range b.cache {
+			if len(list) > 0 && s > big {
+				big = s
+			}
+		}
+		list := b.cache[big]
+		libs.cu.MemFree(list[len(list)-1])
+		b.cache[big] = list[:len(list)-1]
+		b.cachedBytes -= big
+		b.stats.DriverFrees++
+	}
+	b.stats.DriverTime += time.Since(t0)
+}
+
+// SetMemoryLimit bounds the device memory the backend holds, live tensors
+// and cache together, at n bytes (0: no bound but the device's own), as a
+// card of n bytes would: past it, an allocation first waits for the
+// collector and returns cached blocks to the driver (reclaim). Under a
+// limit the cache is not capped otherwise. $AGEMEM_CUDA_MEMORY_GIB sets
+// it when the backend opens.
+func (b *Backend) SetMemoryLimit(n uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.limit = n
 }
 
 // releaseCache gives every cached block back to the driver.

@@ -519,11 +519,11 @@ func (d *Replica) layerForward(li int, x kernels.Tensor, b Batch, o TrainOptions
 
 // MLPChunkFloats bounds, under recomputation, the floats of each MLP
 // intermediate (gate, up, their product and gradients) a step holds at
-// once: 2²⁵, 128 MiB each, where a 10,240-token rollout through
-// Qwen2.5-7B's 18,944-wide MLP would be 0.72 GiB each. Each chunk is some
-// 85 kernel launches a layer, so halving the chunks (from 2²⁴) took a
-// seventh of the launches out of the paper's step for 0.5 GiB more.
-const MLPChunkFloats = 1 << 25
+// once: 2²⁴, 64 MiB each, where a 10,240-token rollout through Qwen2.5-7B's
+// 18,944-wide MLP would be 0.72 GiB each. (2²⁵ halves the chunks, some 85
+// kernel launches each a layer, but costs the 4B's full fine-tuning under
+// ZeRO-2 its fit in 24 GiB.)
+const MLPChunkFloats = 1 << 24
 
 // mlpChunk is the rows of n the MLP runs at a time: all of them unless
 // recomputing.
