@@ -503,3 +503,65 @@ func checkReplicaEngine(t *testing.T, be kernels.TrainBackend, tol float64) {
 		}
 	}
 }
+
+// lseCPU is the CPU backend as a kernels.LSEAttender: its forward writes
+// each row's log-sum-exp beside the values, and its backward checks that
+// the lse it is handed is that of the rows it is asked about, as the CUDA
+// tensor-core kernels would silently use whatever they are given.
+type lseCPU struct {
+	*cpu.Backend
+	t            *testing.T
+	kept, handed int
+}
+
+// lseOf: each query row's natural log-sum-exp of its scaled causal scores.
+func (b *lseCPU) lseOf(q, k kernels.Tensor, start, heads, kvHeads, hd int) []float32 {
+	qh, kh := b.ToHost(q), b.ToHost(k)
+	t := len(qh) / (heads * hd)
+	out := make([]float32, t*heads)
+	for i := range t {
+		for h := range heads {
+			kv := h / (heads / kvHeads)
+			m, s := math.Inf(-1), 0.0
+			sc := make([]float64, start+i+1)
+			for j := range sc {
+				for d := range hd {
+					sc[j] += float64(qh[(i*heads+h)*hd+d]) * float64(kh[(j*kvHeads+kv)*hd+d])
+				}
+				sc[j] /= math.Sqrt(float64(hd))
+				m = math.Max(m, sc[j])
+			}
+			for _, v := range sc {
+				s += math.Exp(v - m)
+			}
+			out[i*heads+h] = float32(m + math.Log(s))
+		}
+	}
+	return out
+}
+
+func (b *lseCPU) AttentionLSE(out, lse, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) bool {
+	b.Attention(out, q, k, v, nil, start, heads, kvHeads, hd)
+	b.Zero(lse)
+	b.AddScaled(lse, b.FromHost(b.lseOf(q, k, start, heads, kvHeads, hd), lse.Len()), 1)
+	b.kept++
+	return true
+}
+
+func (b *lseCPU) AttentionBackwardLSE(dq, dk, dv, dout, out, lse, q, k, v kernels.Tensor, start, heads, kvHeads, hd int) {
+	relClose(b.t, "the lse handed to the backward", b.ToHost(lse), b.lseOf(q, k, start, heads, kvHeads, hd), 1e-6)
+	b.handed++
+	b.AttentionBackward(dq, dk, dv, dout, out, q, k, v, start, heads, kvHeads, hd)
+}
+
+// TestReplicaKeepsTheLSE: on a backend that keeps attention's log-sum-exps
+// (kernels.LSEAttender), the replica hands each segment's rows of them to
+// its backward, whole and recomputing, packed sequences with a shared
+// prefix included, and still gives the tape's values and gradients.
+func TestReplicaKeepsTheLSE(t *testing.T) {
+	be := &lseCPU{Backend: cpu.New(), t: t}
+	checkReplica(t, be, 1e-5)
+	if be.kept == 0 || be.handed == 0 {
+		t.Fatalf("the replica kept %d lse tensors and handed %d to the backward", be.kept, be.handed)
+	}
+}
