@@ -151,6 +151,29 @@ __device__ __forceinline__ void stage(const Stager& st, unsigned short* s, int s
     }
 }
 
+// stage_kv: K and V (unless !with_v) rows jt*rows.. of a tile into buffer
+// jt%2 at shb (K, then V tile = rows*sp values on); a group of copies.
+__device__ __forceinline__ void stage_kv(const Stager& st, int jt, int rows, int sp, const unsigned short* kb,
+                                         const unsigned short* vb, long kld, int nk, bool with_v) {
+    unsigned short* ks = shb + 2 * (jt & 1) * rows * sp;
+    stage(st, ks, sp, kb, kld, jt * rows, rows, nk);
+    if (with_v) stage(st, ks + rows * sp, sp, vb, kld, jt * rows, rows, nk);
+    cp_commit();
+}
+
+// next_kv: waits until tile jt has landed for every thread of the block,
+// having started tile jt+1's copies into the other buffer.
+__device__ __forceinline__ void next_kv(const Stager& st, int jt, int ntiles, int rows, int sp, const unsigned short* kb,
+                                        const unsigned short* vb, long kld, int nk, bool with_v) {
+    if (jt + 1 < ntiles) {
+        stage_kv(st, jt + 1, rows, sp, kb, vb, kld, nk, with_v);
+        cp_wait<1>();
+    } else {
+        cp_wait<0>();
+    }
+    __syncthreads();
+}
+
 // a_from_c: the A fragment of a 16-column k-step made of two C fragments
 // (n-tiles lo and hi): a product's output becomes the next one's operand.
 __device__ __forceinline__ void a_from_c(unsigned a[4], const float lo[4], const float hi[4]) {
@@ -215,23 +238,12 @@ extern "C" __global__ void __launch_bounds__(128, 3) attention_mma(float* out, f
     int wlast = start + min(iw + 16, t) - 1;    // the warp's
     int ntiles = last / MMA_BK + 1;
     // Tile jt's K at shb + 2*(jt%2)*tile, its V right after.
-    stage(st, shb, sp, kb, kld, 0, MMA_BK, nk);
-    if (!lse_only) stage(st, shb + tile, sp, vb, kld, 0, MMA_BK, nk);
-    cp_commit();
+    stage_kv(st, 0, MMA_BK, sp, kb, vb, kld, nk, !lse_only);
     for (int jt = 0; jt < ntiles; jt++) {
         int j0 = jt * MMA_BK;
         const unsigned short* ks = shb + 2 * (jt & 1) * tile;
         const unsigned short* vs = ks + tile;
-        if (jt + 1 < ntiles) {
-            unsigned short* kn = shb + 2 * ((jt + 1) & 1) * tile;
-            stage(st, kn, sp, kb, kld, j0 + MMA_BK, MMA_BK, nk);
-            if (!lse_only) stage(st, kn + tile, sp, vb, kld, j0 + MMA_BK, MMA_BK, nk);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads(); // tile jt has landed for every thread
+        next_kv(st, jt, ntiles, MMA_BK, sp, kb, vb, kld, nk, !lse_only);
         if (iw < t && j0 <= wlast) { // uniform per warp
             float s[8][4];
             zero(s, 8);
@@ -344,23 +356,12 @@ extern "C" __global__ void attention_mma_dq(float* dq, const unsigned short* q, 
     zero(acc, MMA_MAXN);
     int last = start + min(i0 + MMA_BQ, t) - 1, wlast = start + min(iw + 16, t) - 1;
     int ntiles = last / MMA_BKQ + 1;
-    stage(st, shb, sp, kb, kld, 0, MMA_BKQ, nk);
-    stage(st, shb + tile, sp, vb, kld, 0, MMA_BKQ, nk);
-    cp_commit();
+    stage_kv(st, 0, MMA_BKQ, sp, kb, vb, kld, nk, true);
     for (int jt = 0; jt < ntiles; jt++) {
         int j0 = jt * MMA_BKQ;
         const unsigned short* ks = shb + 2 * (jt & 1) * tile;
         const unsigned short* vs = ks + tile;
-        if (jt + 1 < ntiles) {
-            unsigned short* kn = shb + 2 * ((jt + 1) & 1) * tile;
-            stage(st, kn, sp, kb, kld, j0 + MMA_BKQ, MMA_BKQ, nk);
-            stage(st, kn + tile, sp, vb, kld, j0 + MMA_BKQ, MMA_BKQ, nk);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
+        next_kv(st, jt, ntiles, MMA_BKQ, sp, kb, vb, kld, nk, true);
         if (iw < t && j0 <= wlast) {
             float s[4][4], dp[4][4];
             zero(s, 4);

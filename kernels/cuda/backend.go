@@ -43,16 +43,17 @@ type Backend struct {
 	// background: a forced runtime.GC stopped the goroutine that queues
 	// kernels for a millisecond and more, long enough for the GPU to run
 	// dry.
-	cache       map[uint64][]uint64
-	cachedBytes uint64
-	sinceGC     uint64
-	collecting  atomic.Bool
-	limit       uint64 // SetMemoryLimit's bound on liveBytes+cachedBytes (0: none)
-	stats       AllocStats
-	liveBytes   uint64
-	peakBytes   uint64    // the most liveBytes+cachedBytes has been
-	peakLive    uint64    // the most liveBytes has been
-	prof        *profiler // nil unless StartProfile
+	cache        map[uint64][]uint64
+	cachedBytes  uint64
+	sinceGC      uint64
+	collecting   atomic.Bool
+	limit        uint64 // SetMemoryLimit's bound on liveBytes+cachedBytes (0: none)
+	sinceReclaim uint64 // bytes allocated since the last reclaim
+	stats        AllocStats
+	liveBytes    uint64
+	peakBytes    uint64    // the most liveBytes+cachedBytes has been
+	peakLive     uint64    // the most liveBytes has been
+	prof         *profiler // nil unless StartProfile
 
 	// Every kernel, GEMM, copy and memset of this backend is queued on
 	// stream, in order, so the host only waits where it reads results.

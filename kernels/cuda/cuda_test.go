@@ -16,20 +16,27 @@ import (
 	"github.com/agemem/agemem/kernels/cpu"
 )
 
+// needNVRTC fails on err, or skips where NVRTC could not be loaded (unless
+// $AGEMEM_REQUIRE_NVRTC, as CI sets).
+func needNVRTC(t *testing.T, err error) {
+	t.Helper()
+	if err != nil && libs.nvrtc.CompileProgram == nil {
+		if os.Getenv("AGEMEM_REQUIRE_NVRTC") != "" {
+			t.Fatalf("NVRTC is required here (AGEMEM_REQUIRE_NVRTC) but: %v", err)
+		}
+		t.Skipf("NVRTC not found, kernels not compiled: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestKernelsCompile compiles every kernel with NVRTC for sm_80 and sm_90.
 // It needs only libnvrtc, not a GPU.
 func TestKernelsCompile(t *testing.T) {
 	for _, arch := range []string{"80", "90"} {
 		ptx, err := Compile(arch)
-		if err != nil && libs.nvrtc.CompileProgram == nil {
-			if os.Getenv("AGEMEM_REQUIRE_NVRTC") != "" {
-				t.Fatalf("NVRTC is required here (AGEMEM_REQUIRE_NVRTC) but: %v", err)
-			}
-			t.Skipf("NVRTC not found, kernels not compiled: %v", err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		needNVRTC(t, err)
 		if len(ptx) < 1000 {
 			t.Fatalf("sm_%s: PTX of %d bytes", arch, len(ptx))
 		}
@@ -44,15 +51,7 @@ func TestKernelsCompile(t *testing.T) {
 func TestKernelsAssemble(t *testing.T) {
 	for _, arch := range []string{"80", "90"} {
 		report, err := Assemble(arch)
-		if err != nil && libs.nvrtc.CompileProgram == nil {
-			if os.Getenv("AGEMEM_REQUIRE_NVRTC") != "" {
-				t.Fatalf("NVRTC is required here (AGEMEM_REQUIRE_NVRTC) but: %v", err)
-			}
-			t.Skipf("NVRTC not found, kernels not assembled: %v", err)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		needNVRTC(t, err)
 		for _, k := range []string{"attention_mma", "attention_mma_dq", "attention_mma_dkv"} {
 			m := regexp.MustCompile(`Function properties for ` + k + `\n[^\n]*?(\d+) bytes spill stores[^\n]*\n[^\n]*Used (\d+) registers`).FindStringSubmatch(report)
 			if m == nil {

@@ -41,6 +41,7 @@ const (
 const (
 	maxCachedBytes = 4 << 30   // without a memory limit, freed blocks beyond this go back to the driver
 	gcEvery        = 512 << 20 // bytes allocated between forced collections
+	reclaimEvery   = 128 << 20 // at least this many bytes allocated between reclaims at the memory limit
 )
 
 // sizeClass rounds a request up. Small ones (up to 1 MiB) go to a power of
@@ -114,7 +115,13 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 	}
 	b.mu.Lock()
 	p, got := b.takeCached(size)
-	over := p == 0 && b.limit > 0 && b.liveBytes+b.cachedBytes+size > b.limit
+	b.sinceReclaim += size
+	// Past the limit, reclaim; but when live tensors alone stay over it,
+	// not at every allocation: once per reclaimEvery bytes allocated.
+	over := p == 0 && b.limit > 0 && b.liveBytes+b.cachedBytes+size > b.limit && b.sinceReclaim >= reclaimEvery
+	if over {
+		b.sinceReclaim = 0
+	}
 	b.mu.Unlock()
 	if over {
 		b.reclaim(size)
