@@ -144,8 +144,7 @@ func (b *Backend) alloc(n int, shape []int) *Tensor {
 			// Out of memory: collect the tensors nobody holds (up to
 			// gcEvery of them wait for the collector), return every
 			// cached block and try once more.
-			runtime.GC()
-			b.bind()
+			b.collect(func() bool { return false })
 			b.releaseCache()
 			r = libs.cu.MemAlloc(&p, size)
 		}
@@ -179,13 +178,8 @@ func (b *Backend) reclaim(size uint64) {
 		defer b.mu.Unlock()
 		return b.liveBytes+b.cachedBytes+size <= b.limit
 	}
-	runtime.GC()
-	for range 20 {
-		b.bind()
-		if fits() {
-			return
-		}
-		time.Sleep(250 * time.Microsecond) // the finalizer goroutine is still queuing blocks
+	if b.collect(fits) {
+		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -206,6 +200,28 @@ func (b *Backend) reclaim(size uint64) {
 	b.stats.DriverTime += time.Since(t0)
 }
 
+// collect runs a collection and takes the blocks its tensors' finalizers
+// hand back into the cache: they arrive after runtime.GC returns (the
+// finalizer goroutine queues them), so it polls, for 5 ms at most, until
+// done says so or a poll finds none. It reports done's last answer.
+func (b *Backend) collect(done func() bool) bool {
+	runtime.GC()
+	for i := range 20 {
+		b.freeMu.Lock()
+		pending := len(b.free)
+		b.freeMu.Unlock()
+		b.bind()
+		if done() {
+			return true
+		}
+		if i > 0 && pending == 0 {
+			return false
+		}
+		time.Sleep(250 * time.Microsecond)
+	}
+	return done()
+}
+
 // SetMemoryLimit bounds the device memory the backend holds, live tensors
 // and cache together, at n bytes (0: no bound but the device's own), as a
 // card of n bytes would: past it, an allocation first waits for the
@@ -216,6 +232,15 @@ func (b *Backend) SetMemoryLimit(n uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.limit = n
+}
+
+// EmptyCache collects the tensors nobody holds and gives every cached
+// block back to the driver, as torch.cuda.empty_cache: what another
+// process, or a benchmark's next case, then finds free.
+func (b *Backend) EmptyCache() {
+	defer b.enter()()
+	b.collect(func() bool { return false })
+	b.releaseCache()
 }
 
 // releaseCache gives every cached block back to the driver.
