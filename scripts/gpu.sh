@@ -8,7 +8,8 @@
 #                           warm-up rollout's device time by kernel) beside
 #                           PyTorch + PEFT (peft_anchor.py), then over a Q8_0
 #                           base; decode beside the bandwidth bound and generate
-#   scripts/gpu.sh recipe   the GPU recipe (make demo-gpu with .gpu/agemem-train)
+#   scripts/gpu.sh recipe   the GPU recipe (make demo-gpu with .gpu/agemem-train);
+#                           recipe base, then recipe rl: its halves
 #
 # Each test binary runs in its package's folder (testdata) under a time
 # limit ($GPU_LIMIT seconds each, default 300; killed with a goroutine dump),
@@ -52,15 +53,19 @@ paper() {
 	AGEMEM_PAPER_BASE=q8_0 run model/train -test.run '^$' -test.bench CUDAPaperStep -test.benchtime 1x -test.v
 }
 
+# recipe [base|rl]: make demo-gpu, or one of its halves (base-gpu: data to
+# SFT; rl-gpu: GRPO and eval, on the runs/gpu the first left).
 recipe() {
-	(cd "$root" && make demo-gpu BIN=.gpu GO=true GPURL="${GPURL:-}")
+	local target=demo-gpu
+	case ${1:-} in base | rl) target=$1-gpu ;; esac
+	(cd "$root" && make $target BIN=.gpu GO=true GPURL="${GPURL:-}")
 	cp "$root"/runs/gpu/eval.json "$root"/runs/gpu/eval.png "$out"/ 2>/dev/null
 }
 
 case ${1:-} in
-tests | paper | recipe) "$1" 2>&1 | tee "$out/$1.log" ;;
+tests | paper | recipe) "$@" 2>&1 | tee "$out/$1${2:+-$2}.log" ;;
 *)
-	echo "usage: scripts/gpu.sh tests|paper|recipe" >&2
+	echo "usage: scripts/gpu.sh tests|paper|recipe [base|rl]" >&2
 	exit 2
 	;;
 esac
