@@ -95,8 +95,7 @@ __device__ __forceinline__ int bt_col(int lane) { return (lane >> 4) << 3; }
 // !ok; src stays a valid address then).
 __device__ __forceinline__ void cp16(unsigned short* dst, const unsigned short* src, bool ok) {
 #if defined(AGEMEM_EMULATE)
-    if (ok) memcpy(dst, src, 16);
-    else memset(dst, 0, 16);
+    cp16_emulated(dst, src, ok); // lands at the cp_wait that covers it
 #elif __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_addr(dst)), "l"(src), "r"(ok ? 16 : 0));
 #else
@@ -105,16 +104,19 @@ __device__ __forceinline__ void cp16(unsigned short* dst, const unsigned short* 
 }
 
 __device__ __forceinline__ void cp_commit() {
-#if !defined(AGEMEM_EMULATE) && __CUDA_ARCH__ >= 800
+#if defined(AGEMEM_EMULATE)
+    cp_commit_emulated();
+#elif __CUDA_ARCH__ >= 800
     asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
 
-// cp_wait<N>: this thread's copies but the N most recent groups have landed
-// (the emulator copies at once).
+// cp_wait<N>: this thread's copies but the N most recent groups have landed.
 template <int N>
 __device__ __forceinline__ void cp_wait() {
-#if !defined(AGEMEM_EMULATE) && __CUDA_ARCH__ >= 800
+#if defined(AGEMEM_EMULATE)
+    cp_wait_emulated(N);
+#elif __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }

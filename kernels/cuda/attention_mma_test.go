@@ -122,9 +122,10 @@ func attentionLSEOn(t *testing.T, g *Backend, s mmaShape, q, k, v, dout []float3
 }
 
 // TestMMAAttentionEmulated runs the tensor-core kernels' own source on the
-// CPU (testdata/emulate.cc: threads as GPU threads, mma.sync from the PTX
-// ISA's fragment layouts), so that CI checks their tiling, masking, online
-// softmax and fragment reuse without a GPU.
+// CPU (testdata/emulate.cc: threads as GPU threads, mma.sync and ldmatrix
+// from the PTX ISA's fragment layouts, cp.async landing late and early),
+// so that CI checks their tiling, masking, online softmax, fragment reuse
+// and double-buffered staging without a GPU.
 func TestMMAAttentionEmulated(t *testing.T) {
 	bin := emulator(t)
 	for i, s := range mmaShapes {
@@ -136,6 +137,16 @@ func TestMMAAttentionEmulated(t *testing.T) {
 		}
 		got := [4][]float32{f[:nq], f[nq+nl : 2*nq+nl], f[2*nq+nl : 2*nq+nl+nkv], f[2*nq+nl+nkv:]}
 		checkMMA(t, s, q, k, v, dout, got)
+		// The emulator lands cp.async copies as late as the ISA allows
+		// (a tile read before its wait and barrier reads stale data); with
+		// them landing at once instead (a buffer refilled while a warp
+		// still reads it is overwritten early), the same bits.
+		early := emulate(t, bin, "mma-early", []int{s.t, s.start, s.heads, s.kvh, s.hd}, q, k, v, dout)
+		for j := range f {
+			if early[j] != f[j] {
+				t.Fatalf("%s: value %d is %g with copies landing at once, %g landing at their wait", shapeName(s), j, early[j], f[j])
+			}
+		}
 		// The lse pass: each row's log-sum-exp of its scaled scores.
 		lse := f[nq : nq+nl]
 		worst := 0.0

@@ -9,7 +9,8 @@
 // lays fragments out as the ISA says is checked on a GPU
 // (TestMMAAttentionMatchesFloat32).
 //
-// Usage: emulate mma IN OUT. IN: int32 t, start, heads, kvheads, hd, then
+// Usage: emulate mma IN OUT (mma-early: cp.async landing at once, as below).
+// IN: int32 t, start, heads, kvheads, hd, then
 // float32 q, k, v, dout. OUT: float32 out, lse, dq, dk, dv.
 // emulate rows IN OUT (the attention kernel: a block per query row and
 // head). IN: int32 t, start, heads, kvheads, hd, maxT, valid[maxT] (1, 0;
@@ -143,6 +144,40 @@ static void ldsm_emulated(unsigned r[4], const unsigned short* p, bool trans) {
         r[i] = (unsigned)*lo | ((unsigned)*hi << 16);
     }
     w->bar.arrive_and_wait();
+}
+
+// cp.async lands as late as the PTX ISA lets it (mode mma): a thread's
+// copies are held until a cp.async.wait_group covers their commit group,
+// so a kernel that reads a tile before waiting for it (or before the
+// barrier after every thread's wait) reads the tile before, and fails its
+// test. Mode mma-early lands each copy as it is issued, so a kernel that
+// refills a buffer some warp is still reading (a barrier missing before
+// the refill) fails instead.
+static bool cp_early_;
+struct PendingCopy {
+    unsigned short* dst;
+    const unsigned short* src;
+    bool ok;
+};
+static thread_local std::vector<PendingCopy> cp_open_;
+static thread_local std::vector<std::vector<PendingCopy>> cp_groups_;
+static void cp_land(const PendingCopy& c) {
+    if (c.ok) memcpy(c.dst, c.src, 16);
+    else memset(c.dst, 0, 16);
+}
+static void cp16_emulated(unsigned short* dst, const unsigned short* src, bool ok) {
+    if (cp_early_) cp_land({dst, src, ok});
+    else cp_open_.push_back({dst, src, ok});
+}
+static void cp_commit_emulated() {
+    cp_groups_.push_back(std::move(cp_open_));
+    cp_open_.clear();
+}
+static void cp_wait_emulated(int n) {
+    while ((int)cp_groups_.size() > n) {
+        for (auto& c : cp_groups_.front()) cp_land(c);
+        cp_groups_.erase(cp_groups_.begin());
+    }
 }
 
 #include "common.cuh"
@@ -302,13 +337,17 @@ static int paged(FILE* in, FILE* o) {
 
 int main(int argc, char** argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: emulate mma|elementwise|decode|rows|paged IN OUT\n");
+        fprintf(stderr, "usage: emulate mma|mma-early|elementwise|decode|rows|paged IN OUT\n");
         return 2;
     }
     FILE* in = fopen(argv[2], "rb");
     FILE* o = fopen(argv[3], "wb");
     if (!in || !o) return 3;
     std::string mode = argv[1];
+    if (mode == "mma-early") {
+        cp_early_ = true;
+        mode = "mma";
+    }
     int rc = mode == "mma" ? mma(in, o) : mode == "elementwise" ? elementwise(in, o) : mode == "decode" ? decode(in, o) : mode == "rows" ? rows(in, o) : mode == "paged" ? paged(in, o) : 2;
     fclose(in);
     return fclose(o) == 0 ? rc : 4;
