@@ -59,21 +59,30 @@ func (t Tensor) Len() int {
 // Float32 converts the tensor to a new float32 slice.
 func (t Tensor) Float32() []float32 {
 	out := make([]float32, t.Len())
+	t.Float32Into(out, 0)
+	return out
+}
+
+// Float32Into converts elements lo, lo+1, ... into dst (len(dst) of them),
+// so that a large tensor converts in parallel pieces.
+func (t Tensor) Float32Into(dst []float32, lo int) {
 	switch t.DType {
 	case F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+		b := t.Data[4*lo : 4*(lo+len(dst))]
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 	case F16:
-		for i := range out {
-			out[i] = half.F16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
+		b := t.Data[2*lo : 2*(lo+len(dst))]
+		for i := range dst {
+			dst[i] = half.F16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
 		}
 	case BF16:
-		for i := range out {
-			out[i] = half.BF16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
+		b := t.Data[2*lo : 2*(lo+len(dst))]
+		for i := range dst {
+			dst[i] = half.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
 		}
 	}
-	return out
 }
 
 type headerEntry struct {

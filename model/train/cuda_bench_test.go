@@ -112,7 +112,7 @@ func BenchmarkCUDAPaperStep(b *testing.B) {
 				b.Fatalf("no preset %q", shape)
 			}
 			t0 := time.Now()
-			w, err := NewWeights[float32](cfg, qwen.RandomBF16(cfg, 1))
+			w, err := newWeights[float32](cfg, qwen.RandomBF16(cfg, 1), false)
 			if err != nil {
 				b.Fatal(err)
 			}

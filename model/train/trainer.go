@@ -43,7 +43,7 @@ func Open(dir string, l lora.Options, seed uint64) (*Model, error) {
 		return nil, err
 	}
 	defer st.Close()
-	w, err := NewWeights[float32](cfg, st)
+	w, err := newWeights[float32](cfg, st, !l.Enabled) // under LoRA the base is frozen: no gradient buffers
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}

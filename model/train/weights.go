@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/model/lora"
@@ -48,10 +50,24 @@ func convert[T tape.Float](src []float32) []T {
 // in-memory tensors) into T, all trainable: full fine-tuning. bf16 and f16
 // checkpoints get float32 master weights.
 func NewWeights[T tape.Float](cfg qwen.Config, src qwen.TensorSource) (*Weights[T], error) {
+	return newWeights[T](cfg, src, true)
+}
+
+// newWeights is NewWeights with every parameter trainable or, for an
+// adapter to be attached (AttachLoRA freezes the base anyway), none: then
+// no gradient buffer as large as the model is allocated and touched. The
+// values are converted in parallel pieces: a 7B checkpoint is 7.6 billion
+// of them, each on a page the process touches for the first time.
+func newWeights[T tape.Float](cfg qwen.Config, src qwen.TensorSource, trainable bool) (*Weights[T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	w := &Weights[T]{}
+	type job struct {
+		t safetensors.Tensor
+		v *tape.Var[T]
+	}
+	var jobs []job
 	d, err := qwen.Bind(cfg, func(p qwen.Param, dst **tape.Var[T]) error {
 		t, ok := src.Tensor(p.Name)
 		if !ok {
@@ -64,12 +80,36 @@ func NewWeights[T tape.Float](cfg qwen.Config, src qwen.TensorSource) (*Weights[
 		if len(p.Shape) == 2 {
 			rows, cols = p.Shape[0], p.Shape[1]
 		}
-		*dst = tape.Param(convert[T](t.Float32()), rows, cols, true)
+		*dst = &tape.Var[T]{Rows: rows, Cols: cols, Requires: trainable}
 		w.Named = append(w.Named, NamedVar[T]{p.Name, p.Shape, *dst})
+		jobs = append(jobs, job{t, *dst})
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	const piece = 1 << 22
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	vals := make([][]float32, len(jobs))
+	for i, j := range jobs {
+		n := j.t.Len()
+		vals[i] = make([]float32, n)
+		for lo := 0; lo < n; lo += piece {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(dst []float32, lo int) {
+				defer func() { <-sem; wg.Done() }()
+				j.t.Float32Into(dst, lo)
+			}(vals[i][lo:min(lo+piece, n)], lo)
+		}
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		j.v.Val = convert[T](vals[i])
+		if trainable {
+			j.v.Grad = make([]T, len(j.v.Val))
+		}
 	}
 	w.Decoder = d
 	return w, nil

@@ -3,6 +3,7 @@ package train
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/agemem/agemem/kernels/cpu"
@@ -225,5 +226,39 @@ func TestNoAdapterIsTheBase(t *testing.T) {
 	}
 	if !moved {
 		t.Fatal("the adapter changed nothing; the test cannot tell")
+	}
+}
+
+// TestNewWeightsInPieces: the parallel conversion gives every tensor's
+// values (an embedding of 4.5M values, converted in two pieces, included),
+// in float32 and float64; frozen weights (the base an adapter is attached
+// to) get no gradient buffers, trainable ones do.
+func TestNewWeightsInPieces(t *testing.T) {
+	cfg := micro("qwen2", false)
+	cfg.VocabSize, cfg.HiddenSize, cfg.HeadDim = 70001, 64, 32
+	src := qwen.RandomBF16(cfg, 5)
+	for _, trainable := range []bool{true, false} {
+		w32, err := newWeights[float32](cfg, src, trainable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w64, err := newWeights[float64](cfg, src, trainable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, nv := range w32.Named {
+			want := src[nv.Name].Float32()
+			if !slices.Equal(nv.V.Val, want) {
+				t.Fatalf("%s: float32 values differ from the tensor's", nv.Name)
+			}
+			for k, v := range w64.Named[i].V.Val {
+				if v != float64(want[k]) {
+					t.Fatalf("%s: float64 value %d is %g, want %g", nv.Name, k, v, want[k])
+				}
+			}
+			if (nv.V.Grad != nil) != trainable || nv.V.Requires != trainable {
+				t.Fatalf("%s: trainable %v but gradient buffer %v, requires %v", nv.Name, trainable, nv.V.Grad != nil, nv.V.Requires)
+			}
+		}
 	}
 }
