@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 
+	"github.com/agemem/agemem/internal/par"
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/half"
 	"github.com/agemem/agemem/model/lora"
@@ -227,9 +228,11 @@ func newReplica(be kernels.TrainBackend, w *Weights[float32], base Base, host ho
 			p.W = be.Upload(q)
 		case frozen && base != BaseF32:
 			bits := make([]uint16, len(v.Val))
-			for i, x := range v.Val {
-				bits[i] = half.F32ToBF16(x)
-			}
+			par.For(len(bits), 1<<22, func(lo, hi int) {
+				for i, x := range v.Val[lo:hi] {
+					bits[lo+i] = half.F32ToBF16(x)
+				}
+			})
 			p.W = be.Upload(kernels.Weight{Rows: v.Rows, Cols: v.Cols, BF16: bits})
 		default:
 			p.W = be.FromHost(v.Val, v.Rows, v.Cols)

@@ -4,11 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
+	"github.com/agemem/agemem/internal/par"
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
@@ -88,23 +87,21 @@ func newWeights[T tape.Float](cfg qwen.Config, src qwen.TensorSource, trainable 
 	if err != nil {
 		return nil, err
 	}
-	const piece = 1 << 22
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	// Every tensor's pieces of 4M values at once: small tensors (norms,
+	// biases) do not wait on one another.
+	type piece struct{ job, lo, hi int }
+	var pieces []piece
 	vals := make([][]float32, len(jobs))
 	for i, j := range jobs {
-		n := j.t.Len()
-		vals[i] = make([]float32, n)
-		for lo := 0; lo < n; lo += piece {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func(dst []float32, lo int) {
-				defer func() { <-sem; wg.Done() }()
-				j.t.Float32Into(dst, lo)
-			}(vals[i][lo:min(lo+piece, n)], lo)
+		vals[i] = make([]float32, j.t.Len())
+		for lo := 0; lo < len(vals[i]); lo += 1 << 22 {
+			pieces = append(pieces, piece{i, lo, min(lo+1<<22, len(vals[i]))})
 		}
 	}
-	wg.Wait()
+	par.For(len(pieces), 1, func(k, _ int) {
+		p := pieces[k]
+		jobs[p.job].t.Float32Into(vals[p.job][p.lo:p.hi], p.lo)
+	})
 	for i, j := range jobs {
 		j.v.Val = convert[T](vals[i])
 		if trainable {
