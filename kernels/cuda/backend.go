@@ -3,6 +3,7 @@ package cuda
 import (
 	_ "embed"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -82,13 +83,11 @@ func New(dev int) (*Backend, error) {
 		return nil, fmt.Errorf("%w: device %d of %d", ErrNoDevice, dev, n)
 	}
 	b := &Backend{fns: map[string]uintptr{}, cache: map[uint64][]uint64{}, ordinal: int32(dev)}
-	if v := os.Getenv("AGEMEM_CUDA_MEMORY_GIB"); v != "" {
-		g, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(g > 0) {
-			return nil, fmt.Errorf("AGEMEM_CUDA_MEMORY_GIB=%q: want a positive number of GiB", v)
-		}
-		b.limit = uint64(g * (1 << 30))
+	limit, err := memoryLimit(os.Getenv("AGEMEM_CUDA_MEMORY_GIB"))
+	if err != nil {
+		return nil, err
 	}
+	b.limit = limit
 	if err := cu.DeviceGet(&b.dev, int32(dev)).err("cuDeviceGet"); err != nil {
 		return nil, err
 	}
@@ -212,6 +211,19 @@ func (b *Backend) PeakLiveBytes() uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.peakLive
+}
+
+// memoryLimit parses $AGEMEM_CUDA_MEMORY_GIB: "" is no limit, else a
+// positive number of GiB (fractions allowed).
+func memoryLimit(v string) (uint64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	g, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(g > 0) || math.IsInf(g, 0) {
+		return 0, fmt.Errorf("AGEMEM_CUDA_MEMORY_GIB=%q: want a positive number of GiB, e.g. 24", v)
+	}
+	return uint64(g * (1 << 30)), nil
 }
 
 // AllocStats counts what the caching allocator asked of the driver and the

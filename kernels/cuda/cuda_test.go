@@ -530,3 +530,19 @@ func TestProfileTimesKernels(t *testing.T) {
 		t.Fatal("a second StopProfile did not fail")
 	}
 }
+
+// TestMemoryLimitSetting: $AGEMEM_CUDA_MEMORY_GIB is a positive number of
+// GiB or unset; anything else is an error that names the variable.
+func TestMemoryLimitSetting(t *testing.T) {
+	for v, want := range map[string]uint64{"": 0, "24": 24 << 30, "0.5": 1 << 29, "1e1": 10 << 30} {
+		got, err := memoryLimit(v)
+		if err != nil || got != want {
+			t.Errorf("%q: %d, %v; want %d", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"0", "-3", "24GiB", "NaN", "inf", " 24"} {
+		if _, err := memoryLimit(v); err == nil || !strings.Contains(err.Error(), "AGEMEM_CUDA_MEMORY_GIB") {
+			t.Errorf("%q: error %v, want one naming AGEMEM_CUDA_MEMORY_GIB", v, err)
+		}
+	}
+}
