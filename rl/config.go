@@ -48,8 +48,16 @@ type Config struct {
 	// rollouts beyond it wait, and one the pool runs short for is
 	// recomputed (0: no bound, contiguous caches, every live rollout
 	// decodes together).
-	KVBudget int    `yaml:"kv_budget"`
-	Out      string `yaml:"out"`
+	KVBudget int `yaml:"kv_budget"`
+	// FilterGroups is DAPO's dynamic sampling: a task's group joins the
+	// update only when this part of the reward (r_task, say; "reward" for
+	// the total) differs between its rollouts; "" keeps every group.
+	// MaxRounds bounds the rollout rounds a step plays to gather
+	// BatchTasks such groups (1: the groups that do not vary are dropped
+	// and the step learns from fewer).
+	FilterGroups string `yaml:"filter_groups"`
+	MaxRounds    int    `yaml:"max_rounds"`
+	Out          string `yaml:"out"`
 }
 
 // DefaultConfig is the paper's K 8, β 0.1 and the common PPO clip 0.2.
@@ -57,7 +65,7 @@ func DefaultConfig() Config {
 	return Config{Init: "models/tiny", K: 8, BatchTasks: 2, Steps: 6,
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1},
 		Clip:           0.2, Beta: 0.1, Eps: 1e-6, ScaleRewards: "group", Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
-		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, Out: "runs/tiny/rl"}
+		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, MaxRounds: 1, Out: "runs/tiny/rl"}
 }
 
 // Validate checks every key.
@@ -67,6 +75,7 @@ func (c Config) Validate() error {
 	e.AtLeast("batch_tasks", c.BatchTasks, 1)
 	e.AtLeast("steps", c.Steps, 1)
 	e.AtLeast("kv_budget", c.KVBudget, 0)
+	e.AtLeast("max_rounds", c.MaxRounds, 1)
 	if err := c.ScheduleConfig.Validate(); err != nil {
 		e = append(e, err.(valid.Errors)...)
 	}

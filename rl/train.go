@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/agemem/agemem/kernels"
@@ -142,7 +144,6 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 	loop.Step = func(ctx context.Context, n int) (map[string]any, string, error) {
 		t0 := time.Now()
 		step := n - 1
-		tasks := tasksFor(o.Env.Len(), step, rc.BatchTasks, o.Seed)
 		// Rollouts with the current weights.
 		learner.SyncHost()
 		var pols []memtools.BatchPolicy
@@ -157,7 +158,7 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 				// Each rollout's calls resend its growing context: keep
 				// one cache per rollout for this step's weights (within
 				// the KV budget, when there is one).
-				keep := len(tasks) * rc.K * m.MaxPositions
+				keep := rc.BatchTasks * rc.K * m.MaxPositions
 				if rc.KVBudget > 0 {
 					keep = min(keep, rc.KVBudget)
 				}
@@ -165,14 +166,17 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			}
 			pols = append(pols, pol)
 		}
-		rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step),
-			EpisodeSeed: func(i int) uint64 { return uint64(step*100000 + i) }, Done: rolloutProgress(o.Log, o.TTY, n, t0)})
-		if err != nil {
-			return nil, "", err
+		st := StepStats{Step: n, Parts: map[string]float64{}}
+		var pl played
+		for round := 0; round < rc.MaxRounds && pl.kept < rc.BatchTasks; round++ {
+			if err := playRound(ctx, o, pols, step, round, n, t0, perRollout, &pl, &st); err != nil {
+				return nil, "", err
+			}
 		}
-		st := StepStats{Step: n, Parts: map[string]float64{}, RolloutSeconds: time.Since(t0).Seconds()}
-		for _, e := range exps {
-			st.RolloutTokens += len(e.PromptIDs) + len(e.ResponseIDs)
+		st.RolloutSeconds = time.Since(t0).Seconds()
+		st.Reward /= float64(pl.rollouts)
+		for k := range st.Parts {
+			st.Parts[k] /= float64(pl.rollouts)
 		}
 		st.ComputedTokens = st.RolloutTokens
 		for _, p := range pols {
@@ -183,32 +187,11 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			kv := g.KV()
 			st.KVPeak, st.Recomputed = max(st.KVPeak, kv.Peak*decode.KVBlock), st.Recomputed+kv.Preempted
 		}
-		rewards := make([]float64, len(rs))
-		for i, r := range rs {
-			sc, err := o.Reward.Score(ctx, r.Result)
-			if err != nil {
-				return nil, "", err
-			}
-			rewards[i] = sc.Total
-			rec := map[string]any{"step": n, "group": r.Group, "rollout": i % rc.K}
-			for k, v := range sc.Info {
-				rec[k] = v
-			}
-			if r.Err != nil {
-				rec["error"] = r.Err.Error()
-			}
-			if err := perRollout.Log(rec); err != nil {
-				return nil, "", err
-			}
-			st.Reward += sc.Total / float64(len(rs))
-			for k, v := range sc.Parts {
-				st.Parts[k] += v / float64(len(rs))
-			}
-		}
-		adv, err := grpo.GroupAdvantages(rewards, rc.K, rc.Eps, rc.ScaleRewards)
+		adv, err := grpo.GroupAdvantages(pl.rewards, rc.K, rc.Eps, rc.ScaleRewards)
 		if err != nil {
 			return nil, "", err
 		}
+		exps := pl.exps
 		trajOf := make([]int, len(exps))
 		for i, e := range exps {
 			trajOf[i] = e.Rollout
@@ -227,6 +210,9 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		for k, v := range st.Parts {
 			rec[k] = v
 		}
+		if rc.FilterGroups != "" {
+			rec["groups_played"], rec["groups_kept"] = pl.played, pl.kept
+		}
 		return rec, fmt.Sprintf("reward %.3f kl %.4f", st.Reward, st.KL), nil
 	}
 	metrics, err := loop.Run(ctx, tr.Step)
@@ -243,6 +229,112 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		return res, err
 	}
 	return res, metrics.Close()
+}
+
+// played is what a step's rollout rounds leave for its update: the kept
+// groups' rewards (task-major, K a group) and their calls, whose Rollout
+// indexes rewards.
+type played struct {
+	rewards      []float64
+	exps         []rollout.Experience
+	played, kept int // groups
+	rollouts     int // every rollout played, kept or not
+}
+
+// playRound plays K rollouts of rl.batch_tasks tasks, scores and logs them,
+// and keeps the groups rl.filter_groups lets through, up to rl.batch_tasks
+// in all. Round 0 draws the tasks and seeds a run without filtering always
+// drew, so turning the filter on changes nothing else.
+func playRound[R any](ctx context.Context, o Options[R], pols []memtools.BatchPolicy, step, round, n int, t0 time.Time,
+	perRollout *train.Metrics, pl *played, st *StepStats) error {
+	rc := o.Config
+	tasks := tasksFor(o.Env.Len(), step*rc.MaxRounds+round, rc.BatchTasks, o.Seed)
+	rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step) ^ uint64(round)<<56,
+		EpisodeSeed: func(i int) uint64 { return uint64(step*100000+i) ^ uint64(round)<<40 }, Done: rolloutProgress(o.Log, o.TTY, n, t0)})
+	if err != nil {
+		return err
+	}
+	for _, e := range exps {
+		st.RolloutTokens += len(e.PromptIDs) + len(e.ResponseIDs)
+	}
+	rewards := make([]float64, len(rs))
+	metric := make([]float64, len(rs))
+	scores := make([]rollout.Score, len(rs))
+	for i, r := range rs {
+		if scores[i], err = o.Reward.Score(ctx, r.Result); err != nil {
+			return err
+		}
+		rewards[i] = scores[i].Total
+		if metric[i], err = filterMetric(rc.FilterGroups, scores[i]); err != nil {
+			return err
+		}
+	}
+	varied, err := grpo.Varied(metric, rc.K)
+	if err != nil {
+		return err
+	}
+	newIndex := map[int]int{}
+	kept := make([]bool, len(tasks))
+	for g, v := range varied {
+		if rc.FilterGroups != "" && !v || pl.kept == rc.BatchTasks {
+			continue
+		}
+		kept[g] = true
+		for i := g * rc.K; i < (g+1)*rc.K; i++ {
+			newIndex[i] = len(pl.rewards)
+			pl.rewards = append(pl.rewards, rewards[i])
+		}
+		pl.kept++
+	}
+	for i, r := range rs {
+		sc := scores[i]
+		rec := map[string]any{"step": n, "group": r.Group, "rollout": i % rc.K}
+		if rc.FilterGroups != "" {
+			rec["round"], rec["kept"] = round, kept[r.Group]
+		}
+		for k, v := range sc.Info {
+			rec[k] = v
+		}
+		if r.Err != nil {
+			rec["error"] = r.Err.Error()
+		}
+		if err := perRollout.Log(rec); err != nil {
+			return err
+		}
+		st.Reward += sc.Total
+		for k, v := range sc.Parts {
+			st.Parts[k] += v
+		}
+	}
+	pl.rollouts += len(rs)
+	pl.played += len(tasks)
+	for _, e := range exps {
+		if j, ok := newIndex[e.Rollout]; ok {
+			e.Rollout = j
+			pl.exps = append(pl.exps, e)
+		}
+	}
+	return nil
+}
+
+// filterMetric is the value rl.filter_groups compares within a group.
+func filterMetric(name string, sc rollout.Score) (float64, error) {
+	switch name {
+	case "":
+		return 0, nil
+	case "reward":
+		return sc.Total, nil
+	}
+	v, ok := sc.Parts[name]
+	if !ok {
+		parts := make([]string, 0, len(sc.Parts))
+		for k := range sc.Parts {
+			parts = append(parts, k)
+		}
+		sort.Strings(parts)
+		return 0, fmt.Errorf("rl.filter_groups: the reward has no part %q (it has reward, %s)", name, strings.Join(parts, ", "))
+	}
+	return v, nil
 }
 
 // rolloutProgress reports a step's rollouts as they end, which at paper

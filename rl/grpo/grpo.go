@@ -82,6 +82,27 @@ func meanStd(r []float64) (mean, std float64) {
 	return mean, math.Sqrt(ss / float64(len(r)-1))
 }
 
+// Varied reports, for each group of groupSize consecutive trajectories,
+// whether metric differs within it (DAPO's dynamic sampling keeps only
+// those groups: where every rollout of a task scored the same on what the
+// run cares about, its advantages are the other parts' noise stretched to
+// ±1 by Eq. 5, or zeros). Values within 1e-9 count as equal.
+func Varied(metric []float64, groupSize int) ([]bool, error) {
+	if groupSize < 1 || len(metric)%groupSize != 0 {
+		return nil, fmt.Errorf("grpo: %d values do not split into groups of %d", len(metric), groupSize)
+	}
+	out := make([]bool, len(metric)/groupSize)
+	for g := range out {
+		r := metric[g*groupSize : (g+1)*groupSize]
+		lo, hi := r[0], r[0]
+		for _, v := range r {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
+		out[g] = hi-lo > 1e-9
+	}
+	return out, nil
+}
+
 // Broadcast gives every step the advantage of its trajectory:
 // A_t = A_T for all t of τ (step-wise GRPO's long-range credit).
 // trajectoryOf[e] is the trajectory of experience e.

@@ -63,6 +63,24 @@ func TestGroupAdvantagesByHand(t *testing.T) {
 	}
 }
 
+func TestVariedByHand(t *testing.T) {
+	// Groups of 3: all right, one wrong, all wrong, a 1e-12 wobble, one
+	// partial answer.
+	got, err := Varied([]float64{1, 1, 1, 1, 0, 1, 0, 0, 0, 0.5, 0.5 + 1e-12, 0.5, 0, 0.5, 0}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{false, true, false, false, true}
+	for g := range want {
+		if got[g] != want[g] {
+			t.Fatalf("group %d varied = %v, want %v (all: %v)", g, got[g], want[g], got)
+		}
+	}
+	if _, err := Varied([]float64{1, 2, 3}, 2); err == nil || !strings.Contains(err.Error(), "groups of 2") {
+		t.Fatalf("ragged groups: %v", err)
+	}
+}
+
 func TestBroadcast(t *testing.T) {
 	got := Broadcast([]float64{0.5, -0.25}, []int{0, 0, 1, 0, 1})
 	want := []float64{0.5, 0.5, -0.25, 0.5, -0.25}
