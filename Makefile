@@ -44,7 +44,7 @@ test-gpu: gpu-bundle
 # (the paper's GRPO step, 7B and 4B shapes, beside PyTorch + PEFT, then
 # with the Q8_0 base: README, "The paper's models on one GPU") or
 # `scripts/gpu.sh recipe` (make demo-gpu with the bundled CLI).
-GPUPKGS := kernels/cuda model/qwen model/bert model/train
+GPUPKGS := kernels/cuda model/qwen model/bert model/train model/simcse
 gpu-bundle:
 	mkdir -p .gpu
 	for p in $(GPUPKGS); do CGO_ENABLED=0 $(GO) test -c -ldflags="-s -w" -o .gpu/$$(basename $$p).test ./$$p/ || exit 1; done

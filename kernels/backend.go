@@ -182,6 +182,39 @@ type TrainBackend interface {
 	AdamW(w, g, m, v, sumSq Tensor, s AdamWStep)
 }
 
+// EncoderTrainer is a TrainBackend that also trains bidirectional encoders
+// (BERT, RoBERTa: SimCSE): the backward of each encoder op, and the
+// encoder's attention with dropout on its probabilities. Backward ops
+// accumulate into their gradients, as TrainBackend's do.
+type EncoderTrainer interface {
+	TrainBackend
+	// LayerNormBackward of LayerNorm(y, x, w, b, eps): dx, dw, db (the
+	// statistics recomputed from x).
+	LayerNormBackward(dx, dw, db, dy, x, w Tensor, eps float32)
+	// GELUBackward of GELU(y, x, tanh): dx += dy·GELU'(x).
+	GELUBackward(dx, dy, x Tensor, tanh bool)
+	// TanhBackward of Tanh(y, x), from its output: dx += dy·(1 − y²).
+	TanhBackward(dx, dy, y Tensor)
+	// SegmentMeanBackward of SegmentMean(out, x, bounds): each row r of
+	// segment s gets dx[r] += dy[s]/n_s.
+	SegmentMeanBackward(dx, dy Tensor, bounds []int)
+	// SegmentAttentionDropout is SegmentAttention with dropout p on the
+	// attention probabilities (BERT's attention_probs_dropout_prob): the
+	// probability of query row i, head h, key row j is kept when
+	// DropoutBits(seed, (i·heads + h)·t + j) passes DropoutThreshold(p) and
+	// is scaled by 1/(1−p). p = 0 is SegmentAttention.
+	SegmentAttentionDropout(out, q, k, v Tensor, bounds []int, heads, hd int, p float64, seed uint64)
+	// SegmentAttentionBackward of SegmentAttentionDropout with the same
+	// p and seed: dq, dk, dv (the probabilities recomputed).
+	SegmentAttentionBackward(dq, dk, dv, dout, q, k, v Tensor, bounds []int, heads, hd int, p float64, seed uint64)
+}
+
+// AttentionDropoutCounter is the counter of EncoderTrainer's attention
+// dropout mask for query row i, head h and key row j of t rows.
+func AttentionDropoutCounter(i, h, j, heads, t int) uint64 {
+	return (uint64(i)*uint64(heads)+uint64(h))*uint64(t) + uint64(j)
+}
+
 // LSEAttender is a TrainBackend whose training attention can keep the
 // rows' log-sum-exps for its backward, which then skips computing them
 // again: on the CUDA backend's tensor-core kernels a recomputing step runs

@@ -8,6 +8,8 @@
 #                           warm-up rollout's device time by kernel) beside
 #                           PyTorch + PEFT (peft_anchor.py), then over a Q8_0
 #                           base; decode beside the bandwidth bound and generate
+#   scripts/gpu.sh simcse   SimCSE's training step (BERT-base shape) on the
+#                           GPU beside PyTorch + transformers (simcse_anchor.py)
 #   scripts/gpu.sh recipe   the GPU recipe (make demo-gpu with .gpu/agemem-train);
 #                           recipe base, then recipe rl: its halves
 #
@@ -53,6 +55,11 @@ paper() {
 	AGEMEM_PAPER_BASE=q8_0 run model/train -test.run '^$' -test.bench CUDAPaperStep -test.benchtime 1x -test.v
 }
 
+simcse() {
+	run model/simcse -test.run '^$' -test.bench 'SimCSEStep/cuda' -test.benchtime 10x
+	(cd "$root/model/simcse" && timeout "$limit" python3 testdata/simcse_anchor.py 10)
+}
+
 # recipe [base|rl]: make demo-gpu, or one of its halves (base-gpu: data to
 # SFT; rl-gpu: GRPO and eval, on the runs/gpu the first left).
 recipe() {
@@ -63,9 +70,9 @@ recipe() {
 }
 
 case ${1:-} in
-tests | paper | recipe) "$@" 2>&1 | tee "$out/$1${2:+-$2}.log" ;;
+tests | paper | simcse | recipe) "$@" 2>&1 | tee "$out/$1${2:+-$2}.log" ;;
 *)
-	echo "usage: scripts/gpu.sh tests|paper|recipe [base|rl]" >&2
+	echo "usage: scripts/gpu.sh tests|paper|simcse|recipe [base|rl]" >&2
 	exit 2
 	;;
 esac

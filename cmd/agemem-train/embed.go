@@ -13,6 +13,7 @@ import (
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/simcse"
@@ -258,7 +259,17 @@ reads it), checkpoint-N/, metrics.jsonl, loss.png and eval.png.`,
 			if err != nil {
 				return err
 			}
-			res, err := simcse.Train(cmd.Context(), sc.Init, data, simcse.Options{
+			var dev kernels.EncoderTrainer
+			if sc.Device != "cpu" {
+				be, err := device.Open(sc.Device, cmd.ErrOrStderr())
+				if err != nil {
+					return fmt.Errorf("simcse.device: %w", err)
+				}
+				if et, ok := be.(kernels.EncoderTrainer); ok && be.Name() != "cpu" {
+					dev = et // a GPU; on the CPU the tape trains
+				}
+			}
+			res, err := simcse.Train(cmd.Context(), sc.Init, data, simcse.Options{Device: dev,
 				Steps: sc.Steps, Batch: sc.Batch, LR: sc.LR, Warmup: sc.WarmupSteps, Temperature: sc.Temperature,
 				Dropout: sc.Dropout, AttnDropout: sc.AttnDropout, Pooling: sc.Pooling, Seed: uint64(cfg.Seed), Optim: cfg.Optim, SaveEvery: sc.SaveEvery,
 				EvalEvery: sc.EvalEvery, Out: sc.Out, Resume: resume, Config: cfg.YAML(), Log: cmd.ErrOrStderr(),

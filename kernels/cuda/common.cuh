@@ -44,3 +44,13 @@ __device__ unsigned short to_bf16(float x) {
     u += 0x7fff + ((u >> 16) & 1);
     return (unsigned short)(u >> 16);
 }
+
+// keep: element i survives dropout (kernels/dropout.go's DropoutBits:
+// splitmix64 of the element's counter, at least thr).
+__device__ __forceinline__ bool keep(unsigned long long seed, long i, unsigned long long thr) {
+    unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return z >= thr;
+}

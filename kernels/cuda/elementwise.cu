@@ -48,16 +48,6 @@ extern "C" __global__ void add_scaled(float* y, const float* x, float s, long n)
     for (long j = i; j < i + 4 && j < n; j++) y[j] += s * x[j];
 }
 
-// keep: element i survives dropout (kernels/dropout.go's DropoutBits:
-// splitmix64 of the element's counter, at least thr).
-__device__ __forceinline__ bool keep(unsigned long long seed, long i, unsigned long long thr) {
-    unsigned long long z = seed + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return z >= thr;
-}
-
 // dropout: y = x * scale where element i is kept, else 0 (y may be x).
 extern "C" __global__ void dropout(float* y, const float* x, long n, unsigned long long seed,
                                    unsigned long long thr, float scale) {

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"fmt"
 	"runtime"
 
 	"github.com/agemem/agemem/kernels"
@@ -35,15 +34,7 @@ func (b *Backend) Tanh(y, x kernels.Tensor) {
 // each query's key range [lo, hi) given (its sequence) instead of causal.
 func (b *Backend) SegmentAttention(out, q, k, v kernels.Tensor, bounds []int, heads, hd int) {
 	t := dev(q).Len() / (heads * hd)
-	if bounds[len(bounds)-1] != t {
-		panic(fmt.Sprintf("cuda segment attention: bounds end at %d, q has %d rows", bounds[len(bounds)-1], t))
-	}
-	span := make([]int, 0, 2*t)
-	for s := range len(bounds) - 1 {
-		for range bounds[s+1] - bounds[s] {
-			span = append(span, bounds[s], bounds[s+1])
-		}
-	}
+	span, _ := segmentSpans(bounds, t)
 	st := b.ints(span)
 	b.launch("attention", t*heads, attnThreads, attnShared(hd), ptr(out), ptr(q), ptr(k), ptr(v), uint64(0), st.ptr, int32(0), int32(heads), int32(heads), int32(hd))
 	runtime.KeepAlive(st)

@@ -6,7 +6,10 @@ import (
 	"math"
 	"testing"
 
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/cuda"
+	"github.com/agemem/agemem/model/optim"
 )
 
 // TestEncoderOnGPU: the encoder's batches on the GPU give the CPU's
@@ -56,6 +59,73 @@ func TestEncoderOnGPU(t *testing.T) {
 			t.Logf("%s %s: GPU vs CPU max abs difference %.2e", typ, pool, worst)
 			if worst > 2e-5 {
 				t.Errorf("%s %s: GPU embeddings differ from the CPU's by %.2e", typ, pool, worst)
+			}
+		}
+	}
+}
+
+// TestTrainerOnGPU: the encoder's training step on the GPU (bert.Trainer
+// over the CUDA backend's encoder kernels) gives the CPU backend's pooled
+// vectors and gradients, with hidden and attention dropout on (both
+// backends draw the masks from the same counters), and the same AdamW
+// step.
+func TestTrainerOnGPU(t *testing.T) {
+	g, err := cuda.New(0)
+	if errors.Is(err, cuda.ErrNoDevice) {
+		t.Skipf("GPU test skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tinyCfg
+	cfg.Layers = 3
+	dir := tinyBERT(t, cfg)
+	tok, _ := LoadWordPiece(dir)
+	batch := [][]int{tok.Encode("marla was born in oslo", 0), tok.Encode("the capital of norway", 0), tok.Encode("oslo", 0), tok.Encode("a river", 0)}
+	for _, pool := range []string{PoolMean, PoolCLSMLP} {
+		var pooled [2][]float32
+		var grads [2]map[string][]float32
+		var after [2]*Weights[float32]
+		for i, be := range []kernels.EncoderTrainer{cpu.New(), g} {
+			w, err := Load[float32](dir, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := NewTrainer(be, w, func(string) bool { return true })
+			p, pass, err := tr.Forward(batch, pool, 0.1, 0.1, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dp := make([]float32, len(p))
+			for j := range dp {
+				dp[j] = float32(j%5) - 2
+			}
+			if err := pass.Backward(dp); err != nil {
+				t.Fatal(err)
+			}
+			pooled[i], grads[i] = p, tr.Gradients()
+			tr.Step(optim.DefaultConfig().AdamW(), 1, 1e-3, 1)
+			tr.Download(nil, 1)
+			after[i] = w
+		}
+		worst := func(a, b []float32) float64 {
+			m := 0.0
+			for j := range a {
+				m = math.Max(m, math.Abs(float64(a[j]-b[j]))/math.Max(1, math.Abs(float64(a[j]))))
+			}
+			return m
+		}
+		if d := worst(pooled[0], pooled[1]); d > 1e-4 {
+			t.Errorf("%s: pooled vectors differ by %.2e", pool, d)
+		}
+		for name, gc := range grads[0] {
+			if d := worst(gc, grads[1][name]); d > 1e-3 {
+				t.Errorf("%s: %s gradient differs by %.2e", pool, name, d)
+			}
+		}
+		for j, n := range after[0].Named {
+			if d := worst(n.V.Val, after[1].Named[j].V.Val); d > 1e-5 {
+				t.Errorf("%s: %s after the step differs by %.2e", pool, n.Name, d)
 			}
 		}
 	}

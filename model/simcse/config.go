@@ -1,6 +1,12 @@
 package simcse
 
-import "github.com/agemem/agemem/internal/valid"
+import (
+	"regexp"
+
+	"github.com/agemem/agemem/internal/valid"
+)
+
+var cudaOrdinal = regexp.MustCompile(`^cuda:[0-9]+$`)
 
 // Config is contrastive training of a sentence encoder (config section
 // "simcse").
@@ -34,6 +40,10 @@ type Config struct {
 	STS     string `yaml:"sts"`
 	Tasks   string `yaml:"tasks"`
 	RecallK int    `yaml:"recall_k"`
+	// Device is where the steps run: auto (a GPU when one is found, else
+	// the CPU's autodiff tape), cpu (the tape), cuda or cuda:N (the
+	// encoder's forward and backward on that GPU: bert.Trainer).
+	Device string `yaml:"device"`
 	// Out receives checkpoints, metrics.jsonl, loss.png, eval.png and
 	// encoder/.
 	Out string `yaml:"out"`
@@ -43,7 +53,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Init: "runs/tiny/encoder", Data: "data/simcse/corpus.txt", Mode: "unsup", Steps: 1000, Batch: 64, LR: 5e-4,
 		WarmupSteps: 20, Temperature: 0.05, Dropout: 0.1, AttnDropout: 0.1, Pooling: "mean", SaveEvery: 500, EvalEvery: 200,
-		STS: "data/simcse/sts-dev.tsv", Tasks: "data/simcse/tasks-eval.json", RecallK: 3, Out: "runs/tiny/simcse"}
+		STS: "data/simcse/sts-dev.tsv", Tasks: "data/simcse/tasks-eval.json", RecallK: 3, Device: "auto", Out: "runs/tiny/simcse"}
 }
 
 // Validate checks every key.
@@ -61,5 +71,8 @@ func (sc Config) Validate() error {
 	e.AtLeast("save_every", sc.SaveEvery, 0)
 	e.AtLeast("eval_every", sc.EvalEvery, 0)
 	e.AtLeast("recall_k", sc.RecallK, 1)
+	if d := sc.Device; d != "auto" && d != "cpu" && d != "cuda" && !cudaOrdinal.MatchString(d) {
+		e.Add("device", "%q is not auto, cpu, cuda or cuda:N", d)
+	}
 	return e.Err()
 }

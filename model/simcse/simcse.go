@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/checkpoint"
 	"github.com/agemem/agemem/model/lora"
@@ -40,9 +41,13 @@ type Options struct {
 	AttnDropout float64 // dropout on attention probabilities (0.1)
 	// Pooling trains through cls_mlp (SimCSE's MLP head over [CLS]) or
 	// cls or mean.
-	Pooling   string
-	Seed      uint64
-	Optim     optim.Config
+	Pooling string
+	Seed    uint64
+	Optim   optim.Config
+	// Device, if set, runs each step there (bert.Trainer: the weights,
+	// gradients and AdamW moments stay on it, a GPU); nil runs the CPU's
+	// autodiff tape.
+	Device    kernels.EncoderTrainer
 	SaveEvery int
 	EvalEvery int
 	// Eval, if set, scores the encoder being trained (metrics and the
@@ -104,6 +109,18 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 		}
 		step = st.Step
 	}
+	var dev *bert.Trainer
+	if o.Device != nil {
+		dev = bert.NewTrainer(o.Device, w, decays)
+		dev.LoadMoments(opt)
+	}
+	// download brings the device's weights (and, with opt, moments) to the
+	// host before anything reads them there.
+	download := func(opt *optim.AdamW) {
+		if dev != nil {
+			dev.Download(opt, step)
+		}
+	}
 	sched := optim.Schedule{Warmup: o.Warmup, Total: o.Steps}
 	enc := &bert.Encoder{W: w, Tok: tok, Pooling: evalPool}
 	maxLen := w.MaxTokens()
@@ -113,11 +130,15 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 	pos := (step * o.Batch) % len(data)
 	loop := train.Loop{Steps: o.Steps, EvalEvery: o.EvalEvery, SaveEvery: o.SaveEvery, EvalFirst: true,
 		Out: o.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY,
-		Save: func(dir string) error { return save(w, opt, step, o, dir) },
+		Save: func(dir string) error {
+			download(opt)
+			return save(w, opt, step, o, dir)
+		},
 		Charts: []train.Chart{{File: "loss.png", Title: "SimCSE: InfoNCE loss", YLabel: "loss (nats per example)", Series: []string{"loss"}},
 			{File: "eval.png", Title: "SimCSE: held-out evaluation", YLabel: "Spearman ρ / recall", Prefix: "eval_"}}}
 	if o.Eval != nil {
 		loop.Eval = func(ctx context.Context, n int) (map[string]any, error) {
+			download(nil)
 			enc.Reload() // the weights moved since the last evaluation
 			m, err := o.Eval(ctx, enc)
 			if err != nil {
@@ -142,25 +163,33 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 			batch = append(batch, data[order[pos]])
 			pos++
 		}
-		loss, err := trainStep(w, batch, encode, o, uint64(step)+o.Seed<<20)
-		if err != nil {
-			return nil, "", err
-		}
-		var params []optim.Param
-		for _, nv := range w.Named {
-			if nv.V.Grad != nil {
-				params = append(params, optim.Param{Name: nv.Name, W: nv.V.Val, G: nv.V.Grad, Decay: optim.DecayFor(nv.Name) && !strings.Contains(nv.Name, "LayerNorm")})
-			}
-		}
-		norm := optim.GlobalNorm(params)
-		if o.Optim.ClipNorm > 0 {
-			optim.ClipGlobalNorm(params, o.Optim.ClipNorm)
-		}
 		lr := sched.LR(o.LR, step)
-		if err := opt.Step(params, lr); err != nil {
-			return nil, "", err
+		var loss, norm float64
+		if dev != nil {
+			if loss, err = deviceStep(dev, batch, encode, o, uint64(step)+o.Seed<<20); err != nil {
+				return nil, "", err
+			}
+			norm = dev.Step(opt.Config, step+1, lr, o.Optim.ClipNorm)
+			opt.StepN = step + 1
+		} else {
+			if loss, err = trainStep(w, batch, encode, o, uint64(step)+o.Seed<<20); err != nil {
+				return nil, "", err
+			}
+			var params []optim.Param
+			for _, nv := range w.Named {
+				if nv.V.Grad != nil {
+					params = append(params, optim.Param{Name: nv.Name, W: nv.V.Val, G: nv.V.Grad, Decay: decays(nv.Name)})
+				}
+			}
+			norm = optim.GlobalNorm(params)
+			if o.Optim.ClipNorm > 0 {
+				optim.ClipGlobalNorm(params, o.Optim.ClipNorm)
+			}
+			if err := opt.Step(params, lr); err != nil {
+				return nil, "", err
+			}
+			optim.ZeroGrad(params)
 		}
-		optim.ZeroGrad(params)
 		step++
 		if res.Steps == 0 {
 			res.FirstLoss = loss
@@ -175,6 +204,7 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 		return res, err
 	}
 	defer metrics.Close()
+	download(nil)
 	res.Encoder = filepath.Join(o.Out, "encoder")
 	if err := w.Save(res.Encoder); err != nil {
 		return res, err
@@ -185,8 +215,13 @@ func Train(ctx context.Context, initDir string, data []Example, o Options) (Resu
 	return res, metrics.Close()
 }
 
-func trainStep(w *bert.Weights[float32], batch []Example, encode func(string) []int, o Options, seed uint64) (float64, error) {
-	b := len(batch)
+// decays says which parameters AdamW's weight decay applies to: matrices,
+// not biases or LayerNorms.
+func decays(name string) bool { return optim.DecayFor(name) && !strings.Contains(name, "LayerNorm") }
+
+// batchSeqs is a batch's sequences: the anchors, then their positives, then
+// (supervised) their hard negatives.
+func batchSeqs(batch []Example, encode func(string) []int) ([][]int, error) {
 	var seqs [][]int
 	for _, e := range batch {
 		seqs = append(seqs, encode(e.Anchor))
@@ -197,11 +232,20 @@ func trainStep(w *bert.Weights[float32], batch []Example, encode func(string) []
 	hard := batch[0].Negative != ""
 	for _, e := range batch {
 		if (e.Negative != "") != hard {
-			return 0, fmt.Errorf("simcse: a batch mixes examples with and without hard negatives")
+			return nil, fmt.Errorf("simcse: a batch mixes examples with and without hard negatives")
 		}
 		if hard {
 			seqs = append(seqs, encode(e.Negative))
 		}
+	}
+	return seqs, nil
+}
+
+func trainStep(w *bert.Weights[float32], batch []Example, encode func(string) []int, o Options, seed uint64) (float64, error) {
+	b := len(batch)
+	seqs, err := batchSeqs(batch, encode)
+	if err != nil {
+		return 0, err
 	}
 	tp := tape.New[float32]()
 	defer tp.Release()
@@ -239,6 +283,94 @@ func trainStep(w *bert.Weights[float32], batch []Example, encode func(string) []
 		return loss, fmt.Errorf("simcse: the loss is %g; lower the learning rate", loss)
 	}
 	return loss, nil
+}
+
+// deviceStep is trainStep on a bert.Trainer: the encoder's forward and
+// backward on its device, the InfoNCE loss over the pooled vectors here
+// (a few kilobytes each way).
+func deviceStep(tr *bert.Trainer, batch []Example, encode func(string) []int, o Options, seed uint64) (float64, error) {
+	seqs, err := batchSeqs(batch, encode)
+	if err != nil {
+		return 0, err
+	}
+	pooled, pass, err := tr.Forward(seqs, o.Pooling, o.Dropout, o.AttnDropout, seed)
+	if err != nil {
+		return 0, err
+	}
+	loss, dPooled := InfoNCE(pooled, len(seqs), len(batch), o.Temperature)
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return loss, fmt.Errorf("simcse: the loss is %g; lower the learning rate", loss)
+	}
+	return loss, pass.Backward(dPooled)
+}
+
+// InfoNCE is SimCSE's loss over n pooled vectors (rows of p, not yet
+// normalised) of which the first b are anchors and the rest candidates,
+// anchor i's positive being candidate i: the mean over anchors of
+// −log softmax_j(cos(z_i, z_{b+j})/τ)[i], and its gradient with respect to
+// p (through the L2 normalisation, ‖p‖ floored at 1e-12 as the tape's).
+func InfoNCE(p []float32, n, b int, tau float64) (float64, []float32) {
+	h := len(p) / n
+	z := make([][]float64, n)
+	norms := make([]float64, n)
+	for i := range z {
+		row := p[i*h : (i+1)*h]
+		var s float64
+		for _, v := range row {
+			s += float64(v) * float64(v)
+		}
+		norms[i] = math.Max(math.Sqrt(s), 1e-12)
+		z[i] = make([]float64, h)
+		for j, v := range row {
+			z[i][j] = float64(v) / norms[i]
+		}
+	}
+	dz := make([][]float64, n)
+	for i := range dz {
+		dz[i] = make([]float64, h)
+	}
+	m := n - b
+	var loss float64
+	logits := make([]float64, m)
+	for i := range b {
+		mx := math.Inf(-1)
+		for j := range m {
+			var d float64
+			for e := range h {
+				d += z[i][e] * z[b+j][e]
+			}
+			logits[j] = d / tau
+			mx = math.Max(mx, logits[j])
+		}
+		var sum float64
+		for j := range m {
+			logits[j] = math.Exp(logits[j] - mx)
+			sum += logits[j]
+		}
+		loss -= math.Log(logits[i] / sum)
+		for j := range m {
+			g := logits[j] / sum // softmax − onehot, over b anchors and τ
+			if j == i {
+				g--
+			}
+			g /= float64(b) * tau
+			for e := range h {
+				dz[i][e] += g * z[b+j][e]
+				dz[b+j][e] += g * z[i][e]
+			}
+		}
+	}
+	dp := make([]float32, len(p))
+	for i := range n {
+		var dot float64
+		for e := range h {
+			dot += z[i][e] * dz[i][e]
+		}
+		for e := range h {
+			dp[i*h+e] = float32((dz[i][e] - z[i][e]*dot) / norms[i])
+		}
+	}
+	return loss / float64(b), dp
 }
 
 func save(w *bert.Weights[float32], opt *optim.AdamW, step int, o Options, dir string) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/optim"
 )
@@ -92,8 +93,15 @@ func tinyEncoder(t *testing.T, corpus []string) string {
 
 // Unsupervised SimCSE on the synthetic paraphrase corpus moves held-out
 // STS Spearman up, well above the untrained encoder; a resumed run
-// continues from its checkpoint.
+// continues from its checkpoint. On the tape and on a device (the CPU
+// backend standing in for a GPU: bert.Trainer, attention dropout drawn
+// there).
 func TestUnsupervisedSimCSELearns(t *testing.T) {
+	t.Run("tape", func(t *testing.T) { unsupervisedLearns(t, false) })
+	t.Run("device", func(t *testing.T) { unsupervisedLearns(t, true) })
+}
+
+func unsupervisedLearns(t *testing.T, device bool) {
 	corpus := NewGenerator(1).Corpus(3000)
 	dir := tinyEncoder(t, corpus)
 	sts := NewGenerator(7).STS(300)
@@ -120,13 +128,16 @@ func TestUnsupervisedSimCSELearns(t *testing.T) {
 			s, err := STS(ctx, e, sts)
 			return map[string]float64{"spearman": s}, err
 		}}
+	if device {
+		o.Device = cpu.New()
+	}
 	res, err := Train(context.Background(), dir, data, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	after := score(res.Encoder)
 	hashing, _ := STS(context.Background(), embed.NewHashing(384, []int{3, 4}), sts)
-	t.Logf("STS Spearman %.3f -> %.3f (hashing %.3f), loss %.3f -> %.3f", before, after, hashing, res.FirstLoss, res.LastLoss)
+	t.Logf("STS Spearman %.3f -> %.6f (hashing %.3f), loss %.6f -> %.6f", before, after, hashing, res.FirstLoss, res.LastLoss)
 	if after < before+0.05 || after < hashing+0.1 || res.LastLoss >= res.FirstLoss {
 		t.Errorf("Spearman %.3f -> %.3f (hashing %.3f), loss %.3f -> %.3f: SimCSE did not learn", before, after, hashing, res.FirstLoss, res.LastLoss)
 	}

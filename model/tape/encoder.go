@@ -61,9 +61,9 @@ func (t *Tape[T]) LayerNorm(x, w, b *Var[T], eps float64) *Var[T] {
 // the tanh approximation (gelu_new, gelu_pytorch_tanh).
 func (t *Tape[T]) GELU(x *Var[T], tanh bool) *Var[T] {
 	y := t.out(x.Rows, x.Cols, x.Requires)
-	f, df := cpu.GELUExact, geluExactGrad
+	f, df := cpu.GELUExact, cpu.GELUExactGrad
 	if tanh {
-		f, df = cpu.GELUTanh, geluTanhGrad
+		f, df = cpu.GELUTanh, cpu.GELUTanhGrad
 	}
 	for i, v := range x.Val {
 		y.Val[i] = T(f(float64(v)))
@@ -78,16 +78,6 @@ func (t *Tape[T]) GELU(x *Var[T], tanh bool) *Var[T] {
 		}
 	})
 	return y
-}
-
-func geluExactGrad(x float64) float64 {
-	return 0.5*(1+math.Erf(x/math.Sqrt2)) + x*math.Exp(-x*x/2)/math.Sqrt(2*math.Pi)
-}
-
-func geluTanhGrad(x float64) float64 {
-	u := cpu.GELUC * (x + 0.044715*x*x*x)
-	th := math.Tanh(u)
-	return 0.5*(1+th) + 0.5*x*(1-th*th)*cpu.GELUC*(1+3*0.044715*x*x)
 }
 
 // Tanh is the elementwise hyperbolic tangent (BERT's pooler).

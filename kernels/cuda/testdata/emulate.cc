@@ -23,6 +23,12 @@
 // int32 n, off, then float32 x, y [off+n] (the kernels get x+off, y+off:
 // off 1 misaligns them). OUT: float32 y + 0.5 x, dropout(x) with p 0.25
 // and seed 12345, and bf16(x) widened, each n long.
+// emulate encoder IN OUT (encoder_train.cu). IN: int32 t, heads, hd,
+// nseg, bounds[nseg+1], then float32 q, k, v, dout, x, dy [t][heads*hd],
+// w [heads*hd], dpool [nseg][heads*hd]. OUT: float32 out, dq, dk, dv of
+// the segment attention with dropout 0.3 (seed 99), then dx, dw, db of
+// layernorm_backward (x, w, dy, eps 1e-5), dx of gelu_backward (erf,
+// then tanh) and of tanh_backward (y = x), and segment_mean_backward's dx.
 // emulate decode IN OUT (cache_append and attention_batch). IN: int32 n,
 // heads, kvheads, hd, maxT, pos[n], dst[n], off[n], L, rows[L] (the
 // kernels' tables), then float32 q, k, v (n rows each) and the caches kc,
@@ -184,6 +190,8 @@ static void cp_wait_emulated(int n) {
 #include "attention.cu"
 #include "attention_mma.cu"
 #include "elementwise.cu"
+#include "embedding.cu"
+#include "encoder_train.cu"
 
 alignas(16) unsigned short shb[1 << 16];
 alignas(16) float sh[1 << 15];
@@ -281,6 +289,38 @@ static int elementwise(FILE* in, FILE* o) {
     return 0;
 }
 
+static int encoder(FILE* in, FILE* o) {
+    int dims[4];
+    if (fread(dims, 4, 4, in) != 4) return 3;
+    int t = dims[0], heads = dims[1], hd = dims[2], nseg = dims[3], d = heads * hd;
+    std::vector<int> bounds(nseg + 1), span(2 * t);
+    if (fread(bounds.data(), 4, nseg + 1, in) != (size_t)(nseg + 1)) return 3;
+    int longest = 0;
+    for (int s = 0; s < nseg; s++) {
+        longest = std::max(longest, bounds[s + 1] - bounds[s]);
+        for (int i = bounds[s]; i < bounds[s + 1]; i++) span[2 * i] = bounds[s], span[2 * i + 1] = bounds[s + 1];
+    }
+    std::vector<float> q(t * d), k(q.size()), v(q.size()), dout(q.size()), x(q.size()), dy(q.size()), w(d), dpool(nseg * d);
+    if (!readall(in, {&q, &k, &v, &dout, &x, &dy, &w, &dpool})) return 3;
+    std::vector<float> out(q.size()), dq(q.size()), dk(q.size()), dv(q.size()), dx(q.size()), dw(d), db(d), ge(q.size()),
+        gt(q.size()), th(q.size()), dm(q.size());
+    unsigned long long thr = (unsigned long long)(0.3 * 18446744073709551616.0);
+    float inv = 1 / 0.7f;
+    launch(t * heads, 1, [&] { segment_attention_drop(out.data(), q.data(), k.data(), v.data(), span.data(), heads, hd, t, longest, 99, thr, inv); });
+    launch(t * heads, 1, [&] {
+        segment_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), span.data(), heads, hd, t,
+                                   longest, 99, thr, inv);
+    });
+    launch(t, 1, [&] { layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), d, 1e-5f); });
+    int nb = (t * d + 127) / 128;
+    launch(nb, 1, [&] { gelu_backward(ge.data(), dy.data(), x.data(), t * d, 0); });
+    launch(nb, 1, [&] { gelu_backward(gt.data(), dy.data(), x.data(), t * d, 1); });
+    launch(nb, 1, [&] { tanh_backward(th.data(), dy.data(), x.data(), t * d); });
+    launch(nseg, 1, [&] { segment_mean_backward(dm.data(), dpool.data(), bounds.data(), d); });
+    for (auto* r : {&out, &dq, &dk, &dv, &dx, &dw, &db, &ge, &gt, &th, &dm}) fwrite(r->data(), 4, r->size(), o);
+    return 0;
+}
+
 static int decode(FILE* in, FILE* o) {
     int dims[5];
     if (fread(dims, 4, 5, in) != 5) return 3;
@@ -337,7 +377,7 @@ static int paged(FILE* in, FILE* o) {
 
 int main(int argc, char** argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: emulate mma|mma-early|elementwise|decode|rows|paged IN OUT\n");
+        fprintf(stderr, "usage: emulate mma|mma-early|elementwise|encoder|decode|rows|paged IN OUT\n");
         return 2;
     }
     FILE* in = fopen(argv[2], "rb");
@@ -348,7 +388,7 @@ int main(int argc, char** argv) {
         cp_early_ = true;
         mode = "mma";
     }
-    int rc = mode == "mma" ? mma(in, o) : mode == "elementwise" ? elementwise(in, o) : mode == "decode" ? decode(in, o) : mode == "rows" ? rows(in, o) : mode == "paged" ? paged(in, o) : 2;
+    int rc = mode == "mma" ? mma(in, o) : mode == "elementwise" ? elementwise(in, o) : mode == "encoder" ? encoder(in, o) : mode == "decode" ? decode(in, o) : mode == "rows" ? rows(in, o) : mode == "paged" ? paged(in, o) : 2;
     fclose(in);
     return fclose(o) == 0 ? rc : 4;
 }
