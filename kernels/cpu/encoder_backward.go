@@ -236,21 +236,11 @@ func segmentHeads(qd, kd, vd []float32, bounds []int, heads, hd int, p float64, 
 // softmaxScores sets probs to softmax(scale·q·k_j) over key rows
 // j0 … j0+len(probs)−1, head h.
 func softmaxScores(probs, qi, kd []float32, j0, heads, h, hd int, scale float32) {
-	m := float32(math.Inf(-1))
 	for jj := range probs {
 		r := j0 + jj
 		probs[jj] = vec.Dot(qi, kd[(r*heads+h)*hd:(r*heads+h+1)*hd]) * scale
-		m = max(m, probs[jj])
 	}
-	var sum float32
-	for jj, sc := range probs {
-		e := float32(math.Exp(float64(sc - m)))
-		probs[jj] = e
-		sum += e
-	}
-	for jj := range probs {
-		probs[jj] /= sum
-	}
+	Softmax(probs)
 }
 
 // growTo returns s resized to n, reallocated only when it must grow.
