@@ -78,6 +78,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench TrainStep -benchtime 3x ./model/train/
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
 	$(GO) test -run '^$$' -bench Encoder -benchtime 3x ./model/bert/
+	$(GO) test -run '^$$' -bench SimCSEStep -benchtime 3x ./model/simcse/
 	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/
 	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession' -benchtime 1x -timeout 10m ./serve/
 

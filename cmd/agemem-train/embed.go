@@ -13,7 +13,6 @@ import (
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/simcse"
@@ -259,15 +258,9 @@ reads it), checkpoint-N/, metrics.jsonl, loss.png and eval.png.`,
 			if err != nil {
 				return err
 			}
-			var dev kernels.EncoderTrainer
-			if sc.Device != "cpu" {
-				be, err := device.Open(sc.Device, cmd.ErrOrStderr())
-				if err != nil {
-					return fmt.Errorf("simcse.device: %w", err)
-				}
-				if et, ok := be.(kernels.EncoderTrainer); ok && be.Name() != "cpu" {
-					dev = et // a GPU; on the CPU the tape trains
-				}
+			dev, err := device.OpenEncoderTrainer(sc.Device, sc.Dtype == "bf16", cmd.ErrOrStderr())
+			if err != nil {
+				return fmt.Errorf("simcse.device: %w", err)
 			}
 			res, err := simcse.Train(cmd.Context(), sc.Init, data, simcse.Options{Device: dev,
 				Steps: sc.Steps, Batch: sc.Batch, LR: sc.LR, Warmup: sc.WarmupSteps, Temperature: sc.Temperature,

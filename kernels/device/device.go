@@ -101,6 +101,26 @@ func OpenTrainers(specs []string, bf16 bool, log io.Writer) ([]kernels.TrainBack
 	return bes, reduce, nil
 }
 
+// OpenEncoderTrainer opens spec (simcse.device) for training an encoder:
+// a GPU, its matmuls on tensor cores with bf16 inputs when bf16, or nil
+// where spec is cpu or auto finds no GPU (the caller trains on the CPU's
+// autodiff tape).
+func OpenEncoderTrainer(spec string, bf16 bool, log io.Writer) (kernels.EncoderTrainer, error) {
+	if spec == "cpu" {
+		return nil, nil
+	}
+	be, err := Open(spec, log)
+	if err != nil {
+		return nil, err
+	}
+	g, ok := be.(*cuda.Backend)
+	if !ok {
+		return nil, nil
+	}
+	g.BF16 = bf16
+	return g, nil
+}
+
 // Memory describes a device's memory use for the logs: live tensors, the
 // allocator's cache and the device's free memory (empty on the CPU).
 func Memory(be kernels.Backend) string {

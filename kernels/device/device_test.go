@@ -34,6 +34,25 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// An encoder trains on the tape (nil) on the CPU, on a GPU where one is
+// named or found.
+func TestOpenEncoderTrainer(t *testing.T) {
+	if et, err := OpenEncoderTrainer("cpu", true, nil); err != nil || et != nil {
+		t.Fatalf("cpu: %v, %v", et, err)
+	}
+	et, err := OpenEncoderTrainer("auto", true, nil)
+	if _, gpuErr := cuda.New(0); gpuErr != nil {
+		if err != nil || et != nil {
+			t.Fatalf("auto without a GPU: %v, %v", et, err)
+		}
+	} else if err != nil || et == nil || !et.(*cuda.Backend).BF16 {
+		t.Fatalf("auto with a GPU: %v, %v", et, err)
+	}
+	if _, err := OpenEncoderTrainer("cuda:x", false, nil); err == nil {
+		t.Fatal("cuda:x must be refused")
+	}
+}
+
 func TestOpenTrainers(t *testing.T) {
 	bes, reduce, err := OpenTrainers([]string{"cpu", "cpu"}, false, nil)
 	if err != nil || len(bes) != 2 || reduce.Name() != "host memory" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/optim"
@@ -16,7 +17,8 @@ import (
 // BenchmarkSimCSEStep times one unsupervised SimCSE step (64 sentences,
 // each encoded twice under dropout 0.1 and attention dropout 0.1, 32
 // tokens, mean pooling, InfoNCE, backward, AdamW) on the device path
-// (bert.Trainer): the BERT-base shape on a GPU, beside
+// (bert.Trainer): the BERT-base shape on a GPU (f32, and bf16 matmuls as
+// simcse.dtype bf16 runs them), beside
 // testdata/simcse_anchor.py (PyTorch + transformers, the same step) that
 // scripts/gpu.sh simcse runs next; the tiny demo shape on the CPU
 // backend too, beside the tape (what a run without a GPU trains on).
@@ -24,15 +26,15 @@ func BenchmarkSimCSEStep(b *testing.B) {
 	b.Run("tape/tiny-demo-shape", func(b *testing.B) {
 		benchStep(b, nil, bert.Config{ModelType: "bert", HiddenSize: 128, Layers: 2, Heads: 4, Intermediate: 512, MaxPositions: 128})
 	})
-	for _, dev := range []string{"cpu", "cuda"} {
+	for _, dev := range []string{"cpu", "cuda", "cuda-bf16"} {
 		b.Run(dev, func(b *testing.B) {
-			be, err := device.Open(dev, nil)
-			if err != nil {
-				b.Skipf("no %s device: %v", dev, err)
-			}
-			et, ok := be.(kernels.EncoderTrainer)
-			if !ok {
-				b.Skipf("%s does not train encoders", dev)
+			var be kernels.EncoderTrainer = cpu.New()
+			if dev != "cpu" {
+				et, err := device.OpenEncoderTrainer("cuda", dev == "cuda-bf16", nil)
+				if err != nil {
+					b.Skipf("no GPU: %v", err)
+				}
+				be = et
 			}
 			for _, c := range []struct {
 				name string
@@ -44,7 +46,7 @@ func BenchmarkSimCSEStep(b *testing.B) {
 				if dev == "cpu" && c.cfg.HiddenSize > 128 {
 					continue // seconds a step on two cores
 				}
-				b.Run(c.name, func(b *testing.B) { benchStep(b, et, c.cfg) })
+				b.Run(c.name, func(b *testing.B) { benchStep(b, be, c.cfg) })
 			}
 		})
 	}

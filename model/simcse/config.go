@@ -44,6 +44,10 @@ type Config struct {
 	// the CPU's autodiff tape), cpu (the tape), cuda or cuda:N (the
 	// encoder's forward and backward on that GPU: bert.Trainer).
 	Device string `yaml:"device"`
+	// Dtype is the GPU's matmuls: f32, or bf16 (tensor cores, bf16
+	// inputs, f32 accumulation; the weights, gradients and AdamW stay f32:
+	// PyTorch's autocast).
+	Dtype string `yaml:"dtype"`
 	// Out receives checkpoints, metrics.jsonl, loss.png, eval.png and
 	// encoder/.
 	Out string `yaml:"out"`
@@ -53,7 +57,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Init: "runs/tiny/encoder", Data: "data/simcse/corpus.txt", Mode: "unsup", Steps: 1000, Batch: 64, LR: 5e-4,
 		WarmupSteps: 20, Temperature: 0.05, Dropout: 0.1, AttnDropout: 0.1, Pooling: "mean", SaveEvery: 500, EvalEvery: 200,
-		STS: "data/simcse/sts-dev.tsv", Tasks: "data/simcse/tasks-eval.json", RecallK: 3, Device: "auto", Out: "runs/tiny/simcse"}
+		STS: "data/simcse/sts-dev.tsv", Tasks: "data/simcse/tasks-eval.json", RecallK: 3, Device: "auto", Dtype: "f32", Out: "runs/tiny/simcse"}
 }
 
 // Validate checks every key.
@@ -71,6 +75,7 @@ func (sc Config) Validate() error {
 	e.AtLeast("save_every", sc.SaveEvery, 0)
 	e.AtLeast("eval_every", sc.EvalEvery, 0)
 	e.AtLeast("recall_k", sc.RecallK, 1)
+	e.OneOf("dtype", sc.Dtype, "f32", "bf16")
 	if d := sc.Device; d != "auto" && d != "cpu" && d != "cuda" && !cudaOrdinal.MatchString(d) {
 		e.Add("device", "%q is not auto, cpu, cuda or cuda:N", d)
 	}

@@ -3,8 +3,8 @@ as Gao et al.'s code runs it (transformers' BertModel in training mode,
 hidden and attention dropout 0.1, each of 64 sentences encoded twice in
 one batch, mean pooling here as in the Go benchmark, cosine similarity over
 temperature 0.05, cross-entropy, AdamW) on the BERT-base shape with random
-weights, float32, 64 sentences of 32 tokens: the same work as
-`BenchmarkSimCSEStep/cuda/bert-base-shape`.
+weights, float32 (and under bf16 autocast), 64 sentences of 32 tokens: the
+same work as `BenchmarkSimCSEStep/cuda/bert-base-shape` (and cuda-bf16).
 
 Usage: python3 simcse_anchor.py [STEPS]   (prints ms/step and sentences/s)
 """
@@ -20,7 +20,7 @@ torch.manual_seed(0)
 dev = "cuda"
 cfg = BertConfig(vocab_size=30005, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                  max_position_embeddings=512, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
-for attn in ("eager", "sdpa"):
+for attn, amp in (("eager", False), ("sdpa", False), ("sdpa", True)):
     try:
         cfg._attn_implementation = attn
         model = BertModel(cfg, add_pooling_layer=False).to(dev).train()
@@ -33,7 +33,8 @@ for attn in ("eager", "sdpa"):
     mask = torch.ones_like(ids)
 
     def step():
-        h = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            h = model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
         z = F.normalize((h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True), dim=-1)
         logits = z[:n] @ z[n:].T / 0.05
         loss = F.cross_entropy(logits, torch.arange(n, device=dev))
@@ -50,4 +51,5 @@ for attn in ("eager", "sdpa"):
         step()
     torch.cuda.synchronize()
     sec = (time.perf_counter() - t0) / steps
-    print(f"pytorch simcse bert-base-shape ({attn} attention, torch {torch.__version__}): {sec * 1e3:.1f} ms/step, {n / sec:.0f} sentences/s")
+    kind = "bf16 autocast" if amp else "f32"
+    print(f"pytorch simcse bert-base-shape ({attn} attention, {kind}, torch {torch.__version__}): {sec * 1e3:.1f} ms/step, {n / sec:.0f} sentences/s")
