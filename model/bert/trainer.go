@@ -46,15 +46,16 @@ func NewTrainer(be kernels.EncoderTrainer, w *Weights[float32], decay func(name 
 		t.params = append(t.params, p)
 		t.by[n.Name] = p
 	}
-	t.m = t.model()
+	t.m = t.layout(func(p *trainParam) kernels.Tensor { return p.val })
 	return t
 }
 
-// model is the deviceModel over the trainer's parameter tensors (the
-// forward reads them; AdamW updates them in place).
-func (t *Trainer) model() *deviceModel {
+// layout is a deviceModel over one tensor of each parameter: the values
+// (what the forward reads and AdamW updates in place) or the gradients
+// (where the backward adds).
+func (t *Trainer) layout(of func(*trainParam) kernels.Tensor) *deviceModel {
 	c := t.w.Config
-	v := func(name string) kernels.Tensor { return t.by[name].val }
+	v := func(name string) kernels.Tensor { return of(t.by[name]) }
 	lin := func(p string) deviceLinear { return deviceLinear{v(p + ".weight"), v(p + ".bias")} }
 	m := &deviceModel{be: t.be, cfg: c, word: v("embeddings.word_embeddings.weight"), pos: v("embeddings.position_embeddings.weight"),
 		typ: v("embeddings.token_type_embeddings.weight"), embLNW: v("embeddings.LayerNorm.weight"), embLNB: v("embeddings.LayerNorm.bias")}
@@ -71,19 +72,6 @@ func (t *Trainer) model() *deviceModel {
 		m.pooler = &pl
 	}
 	return m
-}
-
-// grads is the gradient tensors laid out as model's parameters.
-func (t *Trainer) grads() *deviceModel {
-	saved := make(map[string]kernels.Tensor, len(t.params))
-	for _, p := range t.params {
-		saved[p.name], p.val = p.val, p.grad
-	}
-	g := t.model()
-	for _, p := range t.params {
-		p.val = saved[p.name]
-	}
-	return g
 }
 
 // layerActs are what a layer's backward reads.
@@ -201,7 +189,7 @@ func (ps *Pass) attnSeed(l int) uint64 {
 // gradient of the pooled vectors Forward returned ([batch·hidden]).
 func (ps *Pass) Backward(dPooled []float32) error {
 	be, c, m, t := ps.t.be, ps.t.w.Config, ps.t.m, ps.t
-	g := t.grads()
+	g := t.layout(func(p *trainParam) kernels.Tensor { return p.grad })
 	b, h, hd := len(ps.cls), c.HiddenSize, c.HiddenSize/c.Heads
 	if len(dPooled) != b*h {
 		return fmt.Errorf("bert trainer: %d pooled gradients for %d vectors of %d", len(dPooled), b, h)
