@@ -12,10 +12,9 @@ import (
 	"github.com/agemem/agemem/model/optim"
 )
 
-// TestEncoderOnGPU: the encoder's batches on the GPU give the CPU's
-// embeddings, for BERT and RoBERTa position ids, both GELUs and every
-// pooling, with sequences packed several to a batch.
-func TestEncoderOnGPU(t *testing.T) {
+// gpu is the first GPU, or a skip where there is none.
+func gpu(t *testing.T) *cuda.Backend {
+	t.Helper()
 	g, err := cuda.New(0)
 	if errors.Is(err, cuda.ErrNoDevice) {
 		t.Skipf("GPU test skipped: %v", err)
@@ -23,6 +22,14 @@ func TestEncoderOnGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g
+}
+
+// TestEncoderOnGPU: the encoder's batches on the GPU give the CPU's
+// embeddings, for BERT and RoBERTa position ids, both GELUs and every
+// pooling, with sequences packed several to a batch.
+func TestEncoderOnGPU(t *testing.T) {
+	g := gpu(t)
 	texts := []string{"Marla Quenby was born in Oslo in 1971.", "the capital of norway", "Oslo!", "a river flows through the city of oslo, marla", "x"}
 	for _, typ := range []string{"bert", "roberta"} {
 		cfg := tinyCfg
@@ -70,13 +77,7 @@ func TestEncoderOnGPU(t *testing.T) {
 // backends draw the masks from the same counters), and the same AdamW
 // step.
 func TestTrainerOnGPU(t *testing.T) {
-	g, err := cuda.New(0)
-	if errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("GPU test skipped: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := gpu(t)
 	cfg := tinyCfg
 	cfg.Layers = 3
 	dir := tinyBERT(t, cfg)
