@@ -38,7 +38,19 @@ func TestSchedulerMatchesGenerateAlone(t *testing.T) {
 		want[i] = g[0]
 	}
 	var maxBatch atomic.Int64
+	// The first step waits until every later request is on its way in and
+	// then a little longer, so requests join steps already under way however
+	// fast this machine decodes (a tiny model's steps take microseconds:
+	// without the wait a loaded machine could finish each request before
+	// the next arrived, and nothing would be batched).
+	var arrived sync.WaitGroup
+	arrived.Add(len(prompts) - 1)
+	var firstStep sync.Once
 	sc := NewScheduler(m, nil, SchedulerOptions{MaxBatch: 4, PrefillChunk: 5, OnStep: func(seqs, _ int) {
+		firstStep.Do(func() {
+			arrived.Wait()
+			time.Sleep(20 * time.Millisecond)
+		})
 		if int64(seqs) > maxBatch.Load() {
 			maxBatch.Store(int64(seqs))
 		}
@@ -53,6 +65,9 @@ func TestSchedulerMatchesGenerateAlone(t *testing.T) {
 	for i, p := range prompts {
 		wg.Go(func() {
 			time.Sleep(time.Duration(i) * 2 * time.Millisecond) // staggered arrivals
+			if i > 0 {
+				arrived.Done()
+			}
 			g, err := sc.Generate(context.Background(), p, samplings[i], func(id int) { streamed[i] = append(streamed[i], id) })
 			if err != nil {
 				t.Error(err)
