@@ -101,6 +101,19 @@ func TestSynthRoundTripsThroughTheLoader(t *testing.T) {
 	if types["bridge"] == 0 || types["comparison"] == 0 {
 		t.Fatalf("types: %v", types)
 	}
+	// A record's Task is the task the loader reads from its file.
+	for i, rec := range NewSynth(7).Generate(60) {
+		tk, err := rec.Task()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(tk) != fmt.Sprint(tasks[i]) {
+			t.Fatalf("record %d: Task() %+v, the loader %+v", i, tk, tasks[i])
+		}
+	}
+	if _, err := (HotpotRecord{ID: "x", Question: "q?", SupportingFacts: [][]any{{"missing", 0}}}).Task(); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("a supporting fact outside the context: %v", err)
+	}
 }
 
 func TestSynthLargeFilesFinish(t *testing.T) {

@@ -209,3 +209,16 @@ type HotpotRecord struct {
 	Type            string  `json:"type"`
 	Level           string  `json:"level"`
 }
+
+// Task is rec as LoadHotpot reads it back from a file.
+func (rec HotpotRecord) Task() (Task, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return Task{}, err
+	}
+	var r hotpotRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Task{}, err
+	}
+	return r.task()
+}

@@ -76,6 +76,16 @@ type Config struct {
 	// random stream no `data synth` seed gives), so no name recurs often
 	// enough to be learned by heart and only copying predicts it.
 	Text string `yaml:"text"`
+	// QA is the share of text sequences that are a task's last step
+	// instead of a copy: its supporting facts among the first sentences of
+	// a third of its distractor paragraphs, one a line in random order, then "Question: " and the
+	// question, then "<answer>" and the answer, which is what is learned.
+	// Tasks come from Text: drawn fresh with "synth", else the file's
+	// (its last 5% held out). Copying alone leaves the tiny policy to
+	// answer "Are X and Y in the same country?" with a country and an
+	// "A or B?" question with a name spliced from both (README, "Demo
+	// results").
+	QA float64 `yaml:"qa"`
 	// The learning rate and its schedule: induction forms at 1e-3 and not
 	// at the 1e-2 SFT of a tiny model from scratch uses.
 	optim.ScheduleConfig `yaml:",inline"`
@@ -103,6 +113,10 @@ func (c Config) Validate() error {
 	e.AtLeast("gap_max", c.GapMax, c.GapMin)
 	e.AtLeast("distractors", c.Distractors, 0)
 	e.Ratio("cued", c.Cued)
+	e.Ratio("qa", c.QA)
+	if c.QA > 0 && c.Text == "" {
+		e.Add("qa", "%g needs pretrain.text (a task file, or synth)", c.QA)
+	}
 	e.OneOf("filler", c.Filler, "tokens", "bytes")
 	if err := c.ScheduleConfig.Validate(); err != nil {
 		e = append(e, err.(valid.Errors)...)
@@ -144,6 +158,7 @@ type Sequences struct {
 	tok       *tokenizer.Tokenizer
 	sentences []string
 	more      func() []string
+	task      func() env.Task // QA sequences' tasks (Config.QA)
 }
 
 // SourceCues announce what is to be copied, TargetCues ask for the copy:
@@ -279,6 +294,25 @@ func (s *Sequences) nextText() train.Sequence {
 			line(t, "", false)
 		}
 	}
+	if s.task != nil && r.Float64() < c.QA {
+		t := s.task()
+		lines := append([]string(nil), t.SupportingFacts...)
+		for _, d := range t.Distractors {
+			if r.IntN(3) == 0 { // a third of them, the first sentence of each
+				if first, _, cut := strings.Cut(d, ". "); cut {
+					d = first + "."
+				}
+				lines = append(lines, d)
+			}
+		}
+		r.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
+		for _, l := range lines {
+			line(l, "", false)
+		}
+		line("Question: "+t.Question, "", false)
+		line("<answer>"+t.Answer+"</answer>", "<answer>", true)
+		return seq
+	}
 	src := sentence()
 	if r.Float64() >= c.Cued {
 		line(src, "", false)
@@ -343,13 +377,23 @@ func Open(c Config, tok *tokenizer.Tokenizer, vocab int, seed uint64) (gen, held
 			g := env.NewSynthStream(seed, 0x70726574)
 			id := 0
 			more := func() []string { id++; return g.Next(id).Sentences() }
+			qa := env.NewSynthStream(seed, 0x71615f5f)
+			qid := 0
+			task := func() env.Task {
+				qid++
+				t, err := qa.Next(qid).Task()
+				if err != nil {
+					panic(err) // the generator writes valid records
+				}
+				return t
+			}
 			var pool []string
 			for len(pool) < 256 {
 				pool = append(pool, more()...)
 			}
 			s, err := NewTextSequences(c, pool, seed, tok)
 			if s != nil {
-				s.more = more
+				s.more, s.task = more, task
 			}
 			return s, err
 		}
@@ -372,7 +416,23 @@ func Open(c Config, tok *tokenizer.Tokenizer, vocab int, seed uint64) (gen, held
 	if held, err = NewTextSequences(c, lines[cut:], seed^0x686f6c64, tok); err != nil {
 		return nil, nil, fmt.Errorf("pretrain.text %s: %w", c.Text, err)
 	}
+	if c.QA > 0 {
+		tasks, err := env.LoadHotpot(c.Text)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pretrain.text: %w", err)
+		}
+		if len(tasks) < 2 {
+			return nil, nil, fmt.Errorf("pretrain.text %s: %d tasks; pretrain.qa needs at least 2 (one held out)", c.Text, len(tasks))
+		}
+		cut := len(tasks) - max(len(tasks)/20, 1)
+		gen.task, held.task = drawTask(gen.r, tasks[:cut]), drawTask(held.r, tasks[cut:])
+	}
 	return gen, held, nil
+}
+
+// drawTask draws one of tasks with r.
+func drawTask(r *rand.Rand, tasks []env.Task) func() env.Task {
+	return func() env.Task { return tasks[r.IntN(len(tasks))] }
 }
 
 // textLines are the distinct sentences of a task file's contexts and

@@ -11,11 +11,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
 )
 
 func TestSequencesRepeatTheSpan(t *testing.T) {
@@ -332,5 +334,113 @@ func TestSynthTextIsFresh(t *testing.T) {
 	c.Text = filepath.Join(t.TempDir(), "missing.json")
 	if _, _, err := Open(c, tok, tok.VocabSize(), 1); err == nil || !strings.Contains(err.Error(), "pretrain.text") {
 		t.Fatalf("missing task file: %v", err)
+	}
+}
+
+// TestQASequences: with pretrain.qa a sequence is a task's last step: its
+// supporting facts on lines of their own, the question, and the answer
+// after "<answer>", the answer's tokens (and the closing tag) the only
+// ones learned; synth tasks are fresh, a file's held-out tasks are not
+// trained on, and qa without a text is refused by name.
+func TestQASequences(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join(tinyInit(t, 420), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	c.QA = 1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "qa") {
+		t.Fatalf("qa without pretrain.text: %v", err)
+	}
+	c.QA = 1.5
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "qa") {
+		t.Fatalf("qa 1.5: %v", err)
+	}
+	var recs []env.HotpotRecord
+	g := env.NewSynth(9)
+	for i := range 40 {
+		recs = append(recs, g.Next(i))
+	}
+	file := filepath.Join(t.TempDir(), "tasks.json")
+	f, _ := os.Create(file)
+	if err := env.WriteHotpot(f, recs); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	tasks, err := env.LoadHotpot(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byQuestion := map[string]env.Task{}
+	for _, task := range tasks {
+		byQuestion[task.Question] = task
+	}
+	c.QA, c.Text = 1, file
+	gen, held, err := Open(c, tok, tok.VocabSize(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(q train.Sequence) env.Task {
+		t.Helper()
+		first := slices.Index(q.Loss, true)
+		if first < 0 || slices.Contains(q.Loss[first:], false) {
+			t.Fatalf("learned part not one run at the end: %v", q.Loss)
+		}
+		context, learned := tok.Decode(q.IDs[:first], false), tok.Decode(q.IDs[first:], false)
+		lines := strings.Split(strings.TrimSuffix(context, "<answer>"), "\n")
+		question, ok := strings.CutPrefix(lines[len(lines)-2], "Question: ")
+		task, known := byQuestion[question]
+		if !ok || !known || !strings.HasSuffix(context, "\n<answer>") {
+			t.Fatalf("no question line of a task before <answer>: %q", context)
+		}
+		if learned != task.Answer+"</answer>\n" {
+			t.Fatalf("learned %q, want the answer %q", learned, task.Answer)
+		}
+		for _, fact := range task.SupportingFacts {
+			if !slices.Contains(lines, fact) {
+				t.Fatalf("supporting fact %q not on a line of %q", fact, context)
+			}
+		}
+		return task
+	}
+	cut := len(tasks) - 2
+	trained := map[string]bool{}
+	for range 200 {
+		trained[check(gen.Next()).ID] = true
+	}
+	for range 50 {
+		if task := check(held.Next()); trained[task.ID] || slices.IndexFunc(tasks, func(x env.Task) bool { return x.ID == task.ID }) < cut {
+			t.Fatalf("held-out sequence asks %s, a trained task", task.ID)
+		}
+	}
+	if len(trained) < 30 {
+		t.Fatalf("%d of %d training tasks drawn in 200 sequences", len(trained), cut)
+	}
+	c.QA = 0.5 // half QA, half copies
+	gen, _, _ = Open(c, tok, tok.VocabSize(), 2)
+	qa := 0
+	for range 400 {
+		q := gen.Next()
+		if strings.HasSuffix(tok.Decode(q.IDs[:slices.Index(q.Loss, true)], false), "\n<answer>") {
+			qa++
+		}
+	}
+	if qa < 160 || qa > 240 {
+		t.Fatalf("%d of 400 sequences QA at qa 0.5", qa)
+	}
+	c.Text, c.QA = "synth", 1 // fresh tasks
+	gen, _, err = Open(c, tok, tok.VocabSize(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 100 {
+		q := gen.Next()
+		first := slices.Index(q.Loss, true)
+		lines := strings.Split(tok.Decode(q.IDs[:first], false), "\n")
+		seen[lines[len(lines)-2]] = true
+	}
+	if len(seen) < 95 {
+		t.Fatalf("%d distinct questions in 100 synth QA sequences", len(seen))
 	}
 }
