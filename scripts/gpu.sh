@@ -3,13 +3,15 @@
 # machine with or without Go (make test-gpu runs `tests` here):
 #
 #   scripts/gpu.sh tests    the GPU tests of kernels/cuda, model/qwen,
-#                           model/bert and model/train, then their benchmarks
+#                           model/bert, model/train and model/simcse, then
+#                           their benchmarks
 #   scripts/gpu.sh paper    the paper's GRPO step (7B and 4B shapes; its
 #                           warm-up rollout's device time by kernel) beside
 #                           PyTorch + PEFT (peft_anchor.py), then over a Q8_0
 #                           base; decode beside the bandwidth bound and generate
 #   scripts/gpu.sh simcse   SimCSE's training step (BERT-base shape) on the
-#                           GPU beside PyTorch + transformers (simcse_anchor.py)
+#                           GPU, its device time by kernel, beside PyTorch +
+#                           transformers (simcse_anchor.py)
 #   scripts/gpu.sh recipe   the GPU recipe (make demo-gpu with .gpu/agemem-train);
 #                           recipe base, then recipe rl: its halves
 #
@@ -42,6 +44,7 @@ tests() {
 	run model/qwen -test.count=1 -test.v -test.run "$pat"
 	run model/bert -test.count=1 -test.v -test.run "$pat"
 	run model/train -test.count=1 -test.v -test.run 'CUDA|GPU'
+	run model/simcse -test.count=1 -test.v -test.run 'GPU'
 	run model/qwen -test.run '^$' -test.bench CUDA -test.benchtime 3x
 	run model/train -test.run '^$' -test.bench CUDATrain -test.benchtime 3x
 	run kernels/cuda -test.run '^$' -test.bench 'GPU|TopK' -test.benchtime 20x
@@ -56,7 +59,7 @@ paper() {
 }
 
 simcse() {
-	run model/simcse -test.run '^$' -test.bench 'SimCSEStep/cuda' -test.benchtime 10x
+	AGEMEM_CUDA_PROFILE=1 run model/simcse -test.run '^$' -test.bench 'SimCSEStep/cuda' -test.benchtime 10x -test.v
 	(cd "$root/model/simcse" && timeout "$limit" python3 testdata/simcse_anchor.py 10)
 }
 

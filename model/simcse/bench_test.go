@@ -3,12 +3,15 @@ package simcse
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels/cuda"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/optim"
@@ -117,6 +120,21 @@ func benchStep(b *testing.B, be kernels.EncoderTrainer, cfg bert.Config) {
 		}
 	}
 	step(0) // upload, compile, warm the allocator
+	// With $AGEMEM_CUDA_PROFILE set, a second untimed step's device time
+	// by kernel is logged (per-launch events would slow the timed ones).
+	if g, ok := be.(*cuda.Backend); ok && os.Getenv("AGEMEM_CUDA_PROFILE") != "" {
+		if err := g.StartProfile(); err != nil {
+			b.Fatal(err)
+		}
+		step(1)
+		p, err := g.StopProfile()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sb strings.Builder
+		p.Write(&sb, 25)
+		b.Logf("one step's device time by kernel:\n%s", sb.String())
+	}
 	b.ResetTimer()
 	start, n := time.Now(), 1
 	for b.Loop() {
