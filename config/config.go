@@ -156,6 +156,10 @@ type Data struct {
 	Train string `yaml:"train"`
 	// Eval is a HotpotQA-format JSON file of held-out tasks.
 	Eval string `yaml:"eval"`
+	// Val is a task file GRPO validates on (rl.val_every, rl.keep_best):
+	// drawn apart from both train and eval, so choosing a checkpoint by
+	// it leaves the held-out table unbiased; "" for none.
+	Val string `yaml:"val"`
 }
 
 // Default returns the paper's defaults.
@@ -206,6 +210,9 @@ func (c Config) Validate() error {
 	e.Section("reward", c.Reward.Validate())
 	if c.Model.TrainDtype == "q8_0" && !c.LoRA.Enabled {
 		e.Add("model.train_dtype", "q8_0 holds a frozen base in 8 bits, and full fine-tuning trains every weight: set lora.enabled: true, or train_dtype: bf16")
+	}
+	if c.RL.KeepBest && c.Data.Val == "" {
+		e.Add("rl.keep_best", "needs validation tasks to choose by: set data.val (a task file drawn apart from data.train and data.eval)")
 	}
 	e.AtLeast("eval.tasks", c.Eval.Tasks, 0)
 	e.Section("serve", c.Serve.Validate())

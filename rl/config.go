@@ -57,7 +57,15 @@ type Config struct {
 	// and the step learns from fewer).
 	FilterGroups string `yaml:"filter_groups"`
 	MaxRounds    int    `yaml:"max_rounds"`
-	Out          string `yaml:"out"`
+	// Validation (with Options.Validate, which the CLI sets from
+	// data.val): the policy plays ValTasks validation tasks greedily
+	// before the first step, every ValEvery steps and after the last
+	// (0: only then); with KeepBest, out/policy is the trained step that
+	// scored best, not the last (Hugging Face's load_best_model_at_end).
+	ValEvery int    `yaml:"val_every"`
+	ValTasks int    `yaml:"val_tasks"`
+	KeepBest bool   `yaml:"keep_best"`
+	Out      string `yaml:"out"`
 }
 
 // DefaultConfig is the paper's K 8, β 0.1 and the common PPO clip 0.2.
@@ -65,7 +73,7 @@ func DefaultConfig() Config {
 	return Config{Init: "models/tiny", K: 8, BatchTasks: 2, Steps: 6,
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1},
 		Clip:           0.2, Beta: 0.1, Eps: 1e-6, ScaleRewards: "group", Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
-		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, MaxRounds: 1, Out: "runs/tiny/rl"}
+		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, MaxRounds: 1, ValEvery: 10, ValTasks: 200, Out: "runs/tiny/rl"}
 }
 
 // Validate checks every key.
@@ -94,5 +102,7 @@ func (c Config) Validate() error {
 		e.Add("top_p", "%g is outside (0, 1]", c.TopP)
 	}
 	e.AtLeast("save_every", c.SaveEvery, 0)
+	e.AtLeast("val_every", c.ValEvery, 0)
+	e.AtLeast("val_tasks", c.ValTasks, 1)
 	return e.Err()
 }

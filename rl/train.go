@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -52,10 +53,14 @@ type Options[R any] struct {
 	ResponseBudget int
 	Env            rollout.Env[R]
 	Reward         Reward[R]
-	YAML           string // the effective config, saved with checkpoints
-	Resume         string
-	Log            io.Writer
-	TTY            bool
+	// Validate scores a policy directory on held-out validation tasks (J
+	// and its standard error); nil: no validation (rl.val_every and
+	// rl.keep_best need it).
+	Validate func(ctx context.Context, policy string) (j, se float64, err error)
+	YAML     string // the effective config, saved with checkpoints
+	Resume   string
+	Log      io.Writer
+	TTY      bool
 }
 
 // StepStats are one step's figures (metrics.jsonl holds the same).
@@ -84,6 +89,8 @@ type StepStats struct {
 type Result struct {
 	Steps  []StepStats
 	Policy string
+	// Best is the validated step that scored best (Step 0: no validation).
+	Best Validated
 }
 
 // Train trains o.Config.Init with step-wise GRPO in o.Env.
@@ -215,6 +222,40 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		}
 		return rec, fmt.Sprintf("reward %.3f kl %.4f", st.Reward, st.KL), nil
 	}
+	var val *validation
+	if o.Validate != nil {
+		if val, err = newValidation(rc.Out, o.Resume != "", rc.KeepBest); err != nil {
+			return res, err
+		}
+		loop.EvalFirst, loop.EvalEvery = true, rc.ValEvery
+		loop.Eval = func(ctx context.Context, n int) (map[string]any, error) {
+			dir := rc.Init // before the first step: the starting policy
+			if n > 0 {
+				learner.SyncHost()
+				dir = filepath.Join(rc.Out, "val-policy")
+				if err := os.RemoveAll(dir); err != nil {
+					return nil, err
+				}
+				if err := p.Export(dir, o.Dtype); err != nil {
+					return nil, err
+				}
+			}
+			j, se, err := o.Validate(ctx, dir)
+			if err != nil {
+				return nil, fmt.Errorf("validation after step %d: %w", n, err)
+			}
+			fmt.Fprintf(o.Log, "validation after step %d: J %.3f ± %.3f\n", n, j, se)
+			if n > 0 {
+				if err := val.offer(n, j, se, dir, rc.KeepBest); err != nil {
+					return nil, err
+				}
+			}
+			return map[string]any{"val_j": j, "val_j_se": se}, nil
+		}
+		loop.Charts = append(loop.Charts, train.Chart{File: "validation.png", Title: "GRPO: J on the validation tasks (greedy)", YLabel: "J", Series: []string{"val_j"}})
+	} else if rc.KeepBest {
+		return res, fmt.Errorf("rl.keep_best needs validation tasks (data.val)")
+	}
 	metrics, err := loop.Run(ctx, tr.Step)
 	if err != nil {
 		return res, err
@@ -225,8 +266,17 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 	}
 	learner.SyncHost()
 	res.Policy = filepath.Join(rc.Out, "policy")
-	if err := p.Export(res.Policy, o.Dtype); err != nil {
+	if rc.KeepBest && val.best.Step > 0 {
+		if err := val.install(res.Policy); err != nil {
+			return res, err
+		}
+		fmt.Fprintf(o.Log, "policy: the weights after step %d (validation J %.3f ± %.3f), the best of the validated steps; the last step's are in checkpoint-%d\n",
+			val.best.Step, val.best.J, val.best.SE, rc.Steps)
+	} else if err := p.Export(res.Policy, o.Dtype); err != nil {
 		return res, err
+	}
+	if val != nil {
+		res.Best = val.best
 	}
 	return res, metrics.Close()
 }

@@ -528,3 +528,42 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 	check("4B full fine-tuning that fits", dryRun("qwen3-4b-instruct.yaml", q4, append(z2, "--set", "rl.prefix_cache=false")...),
 		"total (approximate)                                        23.56 GiB", "fits in 24 GiB per device")
 }
+
+// TestTrainValidates: `train` with data.val validates the policy before
+// the first step and after the others, says so in its log, and with
+// rl.keep_best installs the best step's weights as rl.out/policy; a
+// data.val that does not load is named.
+func TestTrainValidates(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth.json")
+	mustRun(t, "data", "synth", "--n", "12", "--seed", "9", "--out", data)
+	val := filepath.Join(dir, "val.json")
+	mustRun(t, "data", "synth", "--n", "3", "--seed", "5", "--out", val)
+	tok := filepath.Join(dir, "tok")
+	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "5", "--out", tok)
+	model := filepath.Join(dir, "m")
+	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model)
+	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), mustRead(t, filepath.Join(tok, "tokenizer_config.json")), 0o644)
+	sets := []string{"train", "--set", "rl.init=" + model, "--set", "model.path=" + model, "--set", "data.train=" + data,
+		"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "episode.stage1_max_turns=1", "--set", "episode.stage2_max_turns=1",
+		"--set", "rl.k=2", "--set", "rl.batch_tasks=1", "--set", "rl.steps=2", "--set", "rl.val_every=1", "--set", "rl.val_tasks=2",
+		"--set", "rl.keep_best=true", "--set", "rl.out=" + filepath.Join(dir, "rl")}
+	out, err := runCombined(t, append(sets, "--set", "data.val="+val)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"validation after step 0: J", "validation after step 2: J", "policy: the weights after step"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "rl", "policy", "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, append(sets, "--set", "data.val="+filepath.Join(dir, "none.json"))...); err == nil || !strings.Contains(err.Error(), "data.val") {
+		t.Errorf("a missing data.val: %v", err)
+	}
+	if _, err := run(t, sets...); err == nil || !strings.Contains(err.Error(), "rl.keep_best") {
+		t.Errorf("keep_best without data.val: %v", err)
+	}
+}

@@ -254,6 +254,22 @@ func runGRPO(ctx context.Context, cfg config.Config, resume string, log io.Write
 		return rl.Result{}, err
 	}
 	o.Resume, o.TTY = resume, isatty.IsTerminal(os.Stderr.Fd())
+	if cfg.Data.Val != "" {
+		tasks, err := env.LoadHotpot(cfg.Data.Val)
+		if err != nil {
+			return rl.Result{}, fmt.Errorf("data.val: %w", err)
+		}
+		tasks = tasks[:min(len(tasks), cfg.RL.ValTasks)]
+		// The policy plays them as eval plays a row: greedily, in the
+		// environment training plays, scored by the same judge.
+		o.Validate = func(ctx context.Context, policy string) (float64, float64, error) {
+			rows, err := eval.Run(ctx, eval.Options{Config: cfg, Tasks: tasks, Methods: []eval.Method{{Name: "validation", Dir: policy}}})
+			if err != nil {
+				return 0, 0, err
+			}
+			return rows[0].J.Mean, rows[0].J.SE, nil
+		}
+	}
 	return rl.Train(ctx, o)
 }
 
