@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -387,19 +388,27 @@ func TestCLISFTErrors(t *testing.T) {
 	}
 }
 
+// cliPolicy makes, through the CLI, n synthetic tasks (seed 9) in
+// dir/synth.json and a random tiny policy with a tokenizer learned on them
+// in dir/m.
+func cliPolicy(t *testing.T, dir string, n int) (data, model string) {
+	data = filepath.Join(dir, "synth.json")
+	mustRun(t, "data", "synth", "--n", strconv.Itoa(n), "--seed", "9", "--out", data)
+	tok := filepath.Join(dir, "tok")
+	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "5", "--out", tok)
+	model = filepath.Join(dir, "m")
+	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model)
+	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), mustRead(t, filepath.Join(tok, "tokenizer_config.json")), 0o644)
+	return data, model
+}
+
 // TestCLIEvalExtraMethods: eval plays any task file and adds a row per
 // --method NAME=DIR to the same table (the paper's ablations are trained
 // policies side by side), writing the JSON and chart; bad --method values
 // are named.
 func TestCLIEvalExtraMethods(t *testing.T) {
 	dir := t.TempDir()
-	data := filepath.Join(dir, "synth.json")
-	mustRun(t, "data", "synth", "--n", "20", "--seed", "9", "--out", data)
-	tok := filepath.Join(dir, "tok")
-	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "5", "--out", tok)
-	model := filepath.Join(dir, "m")
-	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model)
-	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), mustRead(t, filepath.Join(tok, "tokenizer_config.json")), 0o644)
+	data, model := cliPolicy(t, dir, 20)
 	sets := []string{"--set", "data.eval=" + data, "--set", "eval.tasks=2", "--set", "eval.out=" + filepath.Join(dir, "eval.json"),
 		"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "episode.stage1_max_turns=1", "--set", "episode.stage2_max_turns=1",
 		"--norl", model, "--trained", model}
@@ -535,15 +544,9 @@ func TestDryRunSaysWhetherItFits(t *testing.T) {
 // data.val that does not load is named.
 func TestTrainValidates(t *testing.T) {
 	dir := t.TempDir()
-	data := filepath.Join(dir, "synth.json")
-	mustRun(t, "data", "synth", "--n", "12", "--seed", "9", "--out", data)
+	data, model := cliPolicy(t, dir, 12)
 	val := filepath.Join(dir, "val.json")
 	mustRun(t, "data", "synth", "--n", "3", "--seed", "5", "--out", val)
-	tok := filepath.Join(dir, "tok")
-	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "5", "--out", tok)
-	model := filepath.Join(dir, "m")
-	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model)
-	os.WriteFile(filepath.Join(model, "tokenizer_config.json"), mustRead(t, filepath.Join(tok, "tokenizer_config.json")), 0o644)
 	sets := []string{"train", "--set", "rl.init=" + model, "--set", "model.path=" + model, "--set", "data.train=" + data,
 		"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "episode.stage1_max_turns=1", "--set", "episode.stage2_max_turns=1",
 		"--set", "rl.k=2", "--set", "rl.batch_tasks=1", "--set", "rl.steps=2", "--set", "rl.val_every=1", "--set", "rl.val_tasks=2",
