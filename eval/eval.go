@@ -70,6 +70,14 @@ type Row struct {
 	ContextFull float64 `json:"context_full"`
 	// ByType is J by question type (bridge, comparison).
 	ByType map[string]Stat `json:"j_by_type"`
+	// ByAnswer is J by the gold answer's form: "yes/no" or "span" (the
+	// split HotpotQA analyses report: a policy can gain on yes/no
+	// questions by its answers' form alone).
+	ByAnswer map[string]Stat `json:"j_by_answer"`
+	// SaysYes is the share of the yes/no questions answered "yes" (a
+	// policy that cannot compare says one of them always; 0 without
+	// such questions).
+	SaysYes float64 `json:"says_yes"`
 	// PerTask is each task's J, in task order (paired comparisons).
 	PerTask []float64 `json:"per_task_j"`
 	// Answers are the final answers, in task order ("" where the episode
@@ -181,11 +189,18 @@ func logOrDiscard(w io.Writer) io.Writer {
 	return w
 }
 
+// The gold answer's forms of Row.ByAnswer.
+const (
+	AnswerYesNo = "yes/no"
+	AnswerSpan  = "span"
+)
+
 func score(ctx context.Context, name string, outs []env.Outcome, judge reward.Judge, thr float64) (Row, error) {
-	row := Row{Policy: name, Tasks: len(outs), ToolCalls: map[string]float64{}, ByType: map[string]Stat{}}
+	row := Row{Policy: name, Tasks: len(outs), ToolCalls: map[string]float64{}, ByType: map[string]Stat{}, ByAnswer: map[string]Stat{}}
 	n := float64(len(outs))
 	var j, em, mq []float64
-	byType := map[string][]float64{}
+	byType, byAnswer := map[string][]float64{}, map[string][]float64{}
+	yes := 0
 	for _, o := range outs {
 		r, t := o.Result, o.Task
 		s := 0.0
@@ -204,6 +219,14 @@ func score(ctx context.Context, name string, outs []env.Outcome, judge reward.Ju
 			row.Answers = append(row.Answers, "")
 		}
 		byType[t.Type] = append(byType[t.Type], s)
+		form := AnswerSpan
+		if g := env.NormalizeAnswer(t.Answer); g == "yes" || g == "no" {
+			form = AnswerYesNo
+			if r.HasAnswer && env.NormalizeAnswer(r.Answer) == "yes" {
+				yes++
+			}
+		}
+		byAnswer[form] = append(byAnswer[form], s)
 		row.PromptTokens += float64(r.ContextTokens) / n
 		for k, v := range r.ToolCalls() {
 			row.ToolCalls[k] += float64(v) / n
@@ -216,6 +239,12 @@ func score(ctx context.Context, name string, outs []env.Outcome, judge reward.Ju
 	row.J, row.EM, row.MQ, row.PerTask = stat(j), stat(em), stat(mq), j
 	for k, v := range byType {
 		row.ByType[k] = stat(v)
+	}
+	for k, v := range byAnswer {
+		row.ByAnswer[k] = stat(v)
+	}
+	if n := len(byAnswer[AnswerYesNo]); n > 0 {
+		row.SaysYes = float64(yes) / float64(n)
 	}
 	return row, nil
 }

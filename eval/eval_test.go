@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/model/bert"
+	"github.com/agemem/agemem/rl/reward"
 )
 
 func tasks(t *testing.T, n int) []env.Task {
@@ -167,5 +169,40 @@ func TestMethodsPlayTheirToolSubset(t *testing.T) {
 	_, err = Run(context.Background(), Options{Config: config.Default(), Tasks: ts, Methods: []Method{{Name: "odd", Scripted: "oracle", Tools: "rag"}}})
 	if err == nil || !strings.Contains(err.Error(), "odd") || !strings.Contains(err.Error(), "subset") {
 		t.Fatalf("a bad subset: %v", err)
+	}
+}
+
+// TestJByAnswerForm: J splits by the gold answer's form, and says_yes is
+// the share of yes/no questions answered "yes" (HotpotQA-normalised),
+// worked by hand: yes/no questions answered "Yes." (gold yes: 1), "yes"
+// (gold no: 0) and nothing (gold no: 0) give J 1/3 and says_yes 2/3; span
+// questions answered "Paris" (gold paris: 1) and "Lyon" (gold Nice: 0)
+// give 1/2.
+func TestJByAnswerForm(t *testing.T) {
+	out := func(gold, pred string, answered bool) env.Outcome {
+		return env.Outcome{Task: env.Task{Question: "q", Answer: gold, Type: "comparison"},
+			Result: env.Result{HasAnswer: answered, Answer: pred}}
+	}
+	outs := []env.Outcome{out("yes", "Yes.", true), out("no", "yes", true), out("no", "", false),
+		out("paris", "Paris", true), out("Nice", "Lyon", true)}
+	row, err := score(context.Background(), "p", outs, reward.EMJudge{}, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yn, span := row.ByAnswer[AnswerYesNo], row.ByAnswer[AnswerSpan]
+	if math.Abs(yn.Mean-1.0/3) > 1e-12 || math.Abs(span.Mean-0.5) > 1e-12 || math.Abs(row.SaysYes-2.0/3) > 1e-12 {
+		t.Fatalf("J yes/no %v, J span %v, says yes %v; want 0.333, 0.5, 0.667", yn, span, row.SaysYes)
+	}
+	var b bytes.Buffer
+	Print(&b, []Row{row})
+	if !strings.Contains(b.String(), "J yes/no") || !strings.Contains(b.String(), "0.67") {
+		t.Errorf("the table lacks the yes/no columns:\n%s", b.String())
+	}
+	// A file without yes/no questions prints no such columns.
+	row, _ = score(context.Background(), "p", outs[3:], reward.EMJudge{}, 0.5)
+	b.Reset()
+	Print(&b, []Row{row})
+	if strings.Contains(b.String(), "yes/no") || row.SaysYes != 0 {
+		t.Errorf("span-only tasks: says yes %v, table:\n%s", row.SaysYes, b.String())
 	}
 }

@@ -12,7 +12,8 @@ import (
 )
 
 // Print writes the table: each figure with its standard error, J by
-// question type, context size and tool use per task.
+// question type, J on yes/no questions and the share answered "yes" (when
+// there are any), context size and tool use per task.
 func Print(w io.Writer, rows []Row) {
 	types := Types(rows)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -20,11 +21,22 @@ func Print(w io.Writer, rows []Row) {
 	for _, t := range types {
 		fmt.Fprintf(tw, "\tJ %s", t)
 	}
+	yesNo := false
+	for _, r := range rows {
+		_, ok := r.ByAnswer[AnswerYesNo]
+		yesNo = yesNo || ok
+	}
+	if yesNo {
+		fmt.Fprint(tw, "\tJ yes/no\tsays yes")
+	}
 	fmt.Fprintln(tw, "\tanswered\tavg prompt tokens\tadd\tupdate\tdelete\tretrieve\tsummary\tfilter\tformat errors\tcontext full")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s", r.Policy, r.Tasks, r.J, r.EM, r.MQ)
 		for _, t := range types {
 			fmt.Fprintf(tw, "\t%s", r.ByType[t])
+		}
+		if yesNo {
+			fmt.Fprintf(tw, "\t%s\t%.2f", r.ByAnswer[AnswerYesNo], r.SaysYes)
 		}
 		fmt.Fprintf(tw, "\t%.2f\t%.0f", r.Answered, r.PromptTokens)
 		for _, t := range []string{memtools.ToolAdd, memtools.ToolUpdate, memtools.ToolDelete, memtools.ToolRetrieve, memtools.ToolSummary, memtools.ToolFilter} {

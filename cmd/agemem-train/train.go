@@ -287,8 +287,9 @@ paper's Tables 2-4: the judge score J (reward.judge, the judge training
 used), exact match, memory quality MQ (how well the stored entries match
 the supporting facts: the F1 of facts covered and entries relevant, an
 entry matching a fact at token F1 >= reward.storage_f1), each with its
-standard error, J by question type, average prompt tokens at answer time
-and tool calls per task. Writes the table as JSON to eval.out and a bar
+standard error, J by question type, J on yes/no questions and the share of
+them answered "yes" (a policy that cannot compare says one answer always),
+average prompt tokens at answer time and tool calls per task. Writes the table as JSON to eval.out and a bar
 chart beside it. --method NAME=DIR adds a row for another policy, e.g. the
 paper's reward ablation (Table 4): a policy trained with only R_task
 (--set reward.w_context=0 --set reward.w_memory=0 and no penalties) beside
