@@ -566,6 +566,11 @@ func TestTrainValidates(t *testing.T) {
 	if _, err := run(t, append(sets, "--set", "data.val="+filepath.Join(dir, "none.json"))...); err == nil || !strings.Contains(err.Error(), "data.val") {
 		t.Errorf("a missing data.val: %v", err)
 	}
+	empty := filepath.Join(dir, "empty.json")
+	os.WriteFile(empty, []byte("[]"), 0o644)
+	if _, err := run(t, append(sets, "--set", "data.val="+empty)...); err == nil || !strings.Contains(err.Error(), "holds no tasks") {
+		t.Errorf("an empty data.val: %v", err)
+	}
 	if _, err := run(t, sets...); err == nil || !strings.Contains(err.Error(), "rl.keep_best") {
 		t.Errorf("keep_best without data.val: %v", err)
 	}

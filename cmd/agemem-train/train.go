@@ -259,6 +259,9 @@ func runGRPO(ctx context.Context, cfg config.Config, resume string, log io.Write
 		if err != nil {
 			return rl.Result{}, fmt.Errorf("data.val: %w", err)
 		}
+		if len(tasks) == 0 {
+			return rl.Result{}, fmt.Errorf("data.val: %s holds no tasks", cfg.Data.Val)
+		}
 		tasks = tasks[:min(len(tasks), cfg.RL.ValTasks)]
 		// The policy plays them as eval plays a row: greedily, in the
 		// environment training plays, scored by the same judge.
