@@ -24,11 +24,14 @@ type Observation struct {
 	FinalPrompt []stm.Message
 	Stored      []string // the entries Stage 1 added (Eq. 23)
 	Retrieved   []string // the memories Stage 3 retrieved (Eq. 25)
+	// FormatErrors counts the replies that broke the format
+	// (env.Result.FormatErrors).
+	FormatErrors int
 }
 
 // Observe walks an episode's steps in order.
 func Observe(r env.Result, tmax int) Observation {
-	o := Observation{Answered: r.HasAnswer, Answer: r.Answer, ContextTokens: r.ContextTokens}
+	o := Observation{Answered: r.HasAnswer, Answer: r.Answer, ContextTokens: r.ContextTokens, FormatErrors: r.FormatErrors()}
 	for stage, turns := range r.Stages {
 		for _, turn := range turns {
 			o.RoundsOver = o.RoundsOver || turn.Trace.StepLimitHit

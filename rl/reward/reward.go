@@ -38,6 +38,10 @@ type Weights struct {
 	NoAnswer float64 `yaml:"p_no_answer"`
 	Rounds   float64 `yaml:"p_rounds"`
 	Overflow float64 `yaml:"p_overflow"`
+	// Format is added once per reply that broke the format (a tool call
+	// that does not parse; the agent answered it with a format message):
+	// not in the paper (0), the format term of R1-style rewards.
+	Format float64 `yaml:"p_format"`
 	// TMax is T_max of Eq. 19 and 26, 8192.
 	TMax int `yaml:"t_max"`
 }
@@ -83,7 +87,7 @@ func (c Config) Validate() error {
 	for _, kv := range []struct {
 		key string
 		v   float64
-	}{{"p_no_answer", w.NoAnswer}, {"p_rounds", w.Rounds}, {"p_overflow", w.Overflow}} {
+	}{{"p_no_answer", w.NoAnswer}, {"p_rounds", w.Rounds}, {"p_overflow", w.Overflow}, {"p_format", w.Format}} {
 		if kv.v > 0 {
 			e.Add(kv.key, "%g is a penalty: zero or negative", kv.v)
 		}
@@ -183,9 +187,10 @@ func memoryReward(w Weights, o Observation, v Verdicts) (total, storage, mainten
 }
 
 // penalty is P_penalty, Eq. 26: P_rounds when a turn ran out of steps,
-// P_overflow when a prompt exceeded T_max.
+// P_overflow when a prompt exceeded T_max; and p_format per malformed
+// reply.
 func penalty(w Weights, o Observation) float64 {
-	p := 0.0
+	p := w.Format * float64(o.FormatErrors)
 	if o.RoundsOver {
 		p += w.Rounds
 	}

@@ -160,3 +160,25 @@ func TestLLMJudgesForStorageAndRelevance(t *testing.T) {
 		t.Fatal("an LLM reply without a verdict was accepted")
 	}
 }
+
+// TestFormatPenalty: p_format is added per reply that broke the format,
+// over every stage (two in Stage 2, one in Stage 3: 3 × −0.2), beside the
+// paper's penalties; at the paper's 0 such replies cost nothing.
+func TestFormatPenalty(t *testing.T) {
+	r := episode(nil, []memtools.Step{step(100, false)}, []memtools.Step{step(120, false)}, "1823", true, 120)
+	r.Stages[1][0].Trace.FormatErrors, r.Stages[2][0].Trace.FormatErrors = 2, 1
+	testkit.Near(t, "P_penalty at the paper's p_format", compute(t, r).Penalty, 0, 1e-12)
+	w := paper
+	w.Format = -0.2
+	b, err := Compute(context.Background(), w, task, r, Judges{Task: F1Judge{}, Storage: F1Storage{Threshold: 0.5},
+		Relevance: CosineRelevance{Embedder: embed.NewHashing(256, []int{3})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Near(t, "P_penalty with p_format -0.2", b.Penalty, -0.6, 1e-12)
+	c := DefaultConfig()
+	c.Format = 0.1
+	if err := c.Validate(); err == nil {
+		t.Error("a positive p_format was accepted")
+	}
+}
