@@ -220,6 +220,38 @@ func TestOracleErrorRates(t *testing.T) {
 	}
 }
 
+// TestOracleForgetsRelayedFacts: the blind spot skips facts a friend
+// relayed and only those, and every phrasing opens some task's first turn.
+func TestOracleForgetsRelayedFacts(t *testing.T) {
+	var buf bytes.Buffer
+	WriteHotpot(&buf, NewSynth(4).Generate(40))
+	firsts := map[string]bool{}
+	var relayed, storedRelayed, other, storedOther int
+	StreamHotpot(&buf, func(task Task) error {
+		ep := BuildEpisode(task, EpisodeConfig{Stages: DefaultStages()})
+		firsts[ep.Stage1[0][:12]] = true
+		r := runEpisode(t, NewOracle(task, 0, 0, 9).ForgettingRelayed(1), task)
+		for _, turn := range r.Stages[0] {
+			n := turn.Trace.ToolCalls()[memtools.ToolAdd]
+			if text, _ := SplitTurn(turn.User); Relayed(text) {
+				relayed, storedRelayed = relayed+1, storedRelayed+n
+			} else {
+				other, storedOther = other+1, storedOther+n
+			}
+		}
+		return nil
+	})
+	if len(firsts) != len(casual) {
+		t.Errorf("first turns open with %d phrasings, want all %d: %v", len(firsts), len(casual), firsts)
+	}
+	if relayed < 10 || storedRelayed != 0 {
+		t.Errorf("stored %d of %d relayed facts at ForgetRelayedRate 1, want none of some", storedRelayed, relayed)
+	}
+	if storedOther != other {
+		t.Errorf("stored %d of the %d other facts, want all (ForgetRate 0)", storedOther, other)
+	}
+}
+
 // TestEpisodeSystemPrompt: the configured system prompt opens the context
 // the policy sees in every stage, the paper's when none is set.
 func TestEpisodeSystemPrompt(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/agemem/agemem/internal/valid"
@@ -69,18 +70,31 @@ func NewEpisodeConfig(s Stages, a memtools.Agent, tools []string) EpisodeConfig 
 var casual = []string{
 	"By the way, %s",
 	"Something I read today: %s",
-	"A friend mentioned this: %s",
+	relayed + "%s",
 	"Here is a note from my reading: %s",
 }
 
+// relayed opens a Stage 1 turn that passes on what someone else said.
+const relayed = "A friend mentioned this: "
+
+// Relayed reports whether a Stage 1 turn passes on what someone else said
+// (an SFT teacher may trust those less: Scripted.ForgetRelayedRate).
+func Relayed(text string) bool { return strings.HasPrefix(text, relayed) }
+
 // BuildEpisode lays a task out as turns. When I_q has more pieces than
 // Stage 1 has turns, the pieces are shared out over the turns in order.
+// The turns take the casual phrasings in turn, from one the task's ID
+// picks, so that every phrasing opens some tasks' first turn (a two-fact
+// task would otherwise never see the last two).
 func BuildEpisode(t Task, cfg EpisodeConfig) Episode {
 	var ep Episode
 	turns := min(len(t.Context), max(cfg.Stage1MaxTurns, 1))
+	h := fnv.New32a()
+	h.Write([]byte(t.ID))
+	first := int(h.Sum32() % uint32(len(casual)))
 	for i := range turns {
 		lo, hi := i*len(t.Context)/turns, (i+1)*len(t.Context)/turns
-		ep.Stage1 = append(ep.Stage1, fmt.Sprintf(casual[i%len(casual)], strings.Join(t.Context[lo:hi], " ")))
+		ep.Stage1 = append(ep.Stage1, fmt.Sprintf(casual[(first+i)%len(casual)], strings.Join(t.Context[lo:hi], " ")))
 	}
 	for i, d := range t.Distractors {
 		if i >= cfg.Stage2MaxTurns {

@@ -27,6 +27,14 @@ type Scripted struct {
 	UseMemory bool
 	// ForgetRate is the chance of not storing a fact it is shown.
 	ForgetRate float64
+	// ForgetRelayedRate is the chance of not storing a fact the user only
+	// relayed ("A friend mentioned this: ...", Relayed), when above
+	// ForgetRate: a blind spot. SFT makes a greedy policy do what its
+	// teacher does most often, so a rate under one half anywhere vanishes
+	// from it and one over a half everywhere leaves it storing nothing; a
+	// blind spot over a half leaves it skipping those facts alone, while
+	// sampling still stores some of them: room RL can find.
+	ForgetRelayedRate float64
 	// KeepDistractorRate is the chance of not filtering a distractor.
 	KeepDistractorRate float64
 	// Tools are the tools it may call (tools.subset); nil: all six. Without
@@ -44,6 +52,12 @@ func (s *Scripted) Offering(tools []string) *Scripted {
 
 func (s *Scripted) may(tool string) bool {
 	return s.UseMemory && (s.Tools == nil || slices.Contains(s.Tools, tool))
+}
+
+// ForgettingRelayed sets ForgetRelayedRate, and returns s.
+func (s *Scripted) ForgettingRelayed(rate float64) *Scripted {
+	s.ForgetRelayedRate = rate
+	return s
 }
 
 // NewOracle returns the memory-using scripted policy for t.
@@ -89,8 +103,12 @@ func (s *Scripted) respond(msgs []stm.Message) string {
 		return s.answerQuery(msgs)
 	case s.may(memtools.ToolAdd) && s.factsIn(text) != nil:
 		var calls []toolCall
+		forget := s.ForgetRate
+		if Relayed(text) {
+			forget = max(forget, s.ForgetRelayedRate)
+		}
 		for _, f := range s.factsIn(text) {
-			if s.rng.Float64() < s.ForgetRate {
+			if s.rng.Float64() < forget {
 				continue
 			}
 			calls = append(calls, toolCall{memtools.ToolAdd, map[string]any{"content": f, "memory_type": "fact"}})

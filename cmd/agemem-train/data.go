@@ -65,7 +65,7 @@ the same file.`,
 
 func sftDataCmd(g *globals) *cobra.Command {
 	var data, out, policyName string
-	var forget, keep float64
+	var forget, forgetRelayed, keep float64
 	var n int
 	var perCall bool
 	var stages []int
@@ -91,8 +91,13 @@ make the oracle imperfect, so the tuned policy leaves RL room to improve.`,
 			if policyName != "oracle" {
 				return fmt.Errorf("--policy %q: only the oracle makes SFT data", policyName)
 			}
-			if forget < 0 || forget > 1 || keep < 0 || keep > 1 {
-				return fmt.Errorf("--forget-rate and --keep-distractor-rate must lie in [0, 1]")
+			for _, r := range []struct {
+				flag string
+				v    float64
+			}{{"--forget-rate", forget}, {"--forget-relayed-rate", forgetRelayed}, {"--keep-distractor-rate", keep}} {
+				if !(r.v >= 0 && r.v <= 1) {
+					return fmt.Errorf("%s %v: a chance, in [0, 1]", r.flag, r.v)
+				}
 			}
 			keepStage := map[int]bool{}
 			for _, s := range stages {
@@ -117,7 +122,7 @@ make the oracle imperfect, so the tuned policy leaves RL room to improve.`,
 				if n > 0 && tasks >= n {
 					return errStop
 				}
-				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)).Offering(cfg.Tools.Offered()), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
+				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)).ForgettingRelayed(forgetRelayed).Offering(cfg.Tools.Offered()), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
 				if err != nil {
 					return err
 				}
@@ -156,6 +161,7 @@ make the oracle imperfect, so the tuned policy leaves RL room to improve.`,
 	cmd.Flags().StringVar(&out, "out", "data/sft.jsonl", "output JSONL file")
 	cmd.Flags().StringVar(&policyName, "policy", "oracle", "the policy whose episodes are written (oracle)")
 	cmd.Flags().Float64Var(&forget, "forget-rate", 0, "chance the oracle does not store a fact it is shown")
+	cmd.Flags().Float64Var(&forgetRelayed, "forget-relayed-rate", 0, "chance the oracle does not store a fact the user relayed (\"A friend mentioned this: ...\"), when above --forget-rate: a blind spot SFT copies and RL can correct")
 	cmd.Flags().Float64Var(&keep, "keep-distractor-rate", 0, "chance the oracle does not filter a distractor")
 	cmd.Flags().IntVar(&n, "n", 0, "tasks to use (0: all)")
 	cmd.Flags().IntSliceVar(&stages, "stages", []int{1, 2, 3}, "the stages whose calls are written, e.g. 1 for Stage 1 alone: short conversations that each store what the user said (copy-dense data)")

@@ -295,11 +295,45 @@ func TestCLISFTData(t *testing.T) {
 	if only, _ := records("--stages", "1"); len(only) != 1 || only[1] != merged[1] {
 		t.Fatalf("--stages 1 wrote %v", only)
 	}
+	// The blind spot: no relayed fact stored, every other one stored.
+	blind := filepath.Join(dir, "blind.jsonl")
+	mustRun(t, "data", "sft", "--data", data, "--out", blind, "--stages", "1", "--forget-relayed-rate", "1")
+	raw, _ := os.ReadFile(blind)
+	var relayed, storedRelayed, other, storedOther int
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var r struct {
+			Messages []struct{ Role, Content string }
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range r.Messages[:len(r.Messages)-1] {
+			if m.Role != "user" {
+				continue
+			}
+			stored := strings.Contains(r.Messages[i+1].Content, "Add_memory")
+			if strings.HasPrefix(m.Content, "A friend mentioned this: ") {
+				relayed++
+				if stored {
+					storedRelayed++
+				}
+			} else if other++; stored {
+				storedOther++
+			}
+		}
+	}
+	if relayed == 0 || storedRelayed != 0 || storedOther != other {
+		t.Fatalf("--forget-relayed-rate 1: stored %d of %d relayed facts and %d of %d others", storedRelayed, relayed, storedOther, other)
+	}
 	if _, err := run(t, "data", "sft", "--data", data, "--out", filepath.Join(dir, "x.jsonl"), "--stages", "0"); err == nil || !strings.Contains(err.Error(), "--stages 0") {
 		t.Fatalf("stage 0: %v", err)
 	}
-	if _, err := run(t, "data", "sft", "--data", data, "--out", filepath.Join(dir, "x.jsonl"), "--forget-rate", "2"); err == nil {
-		t.Fatal("a rate above 1 must be refused")
+	for _, flag := range []string{"--forget-rate", "--forget-relayed-rate", "--keep-distractor-rate"} {
+		for _, v := range []string{"2", "-0.1", "NaN"} {
+			if _, err := run(t, "data", "sft", "--data", data, "--out", filepath.Join(dir, "x.jsonl"), flag, v); err == nil || !strings.Contains(err.Error(), flag) {
+				t.Fatalf("%s %s: %v, want an error naming the flag", flag, v, err)
+			}
+		}
 	}
 }
 
