@@ -86,7 +86,7 @@ bench: deps
 # GRPO (AgeMem) from the shipped tiny policy (models/tiny, AgeMem-noRL: what
 # `make base` trains), then the held-out table (No-Memory, AgeMem-noRL,
 # AgeMem) on EVAL_TASKS tasks of a seed training never saw. About 10
-# minutes on 2 cores (10.2 measured with today.s models/tiny; the VM's speed varies by a fifth), GRPO
+# minutes on 2 cores (10.2 measured 2026-11-26; the VM's speed varies by a fifth), GRPO
 # 8.5 of them. POLICY names another starting policy
 # (`make demo-full` passes the one `make base` just trained).
 POLICY ?= models/tiny
