@@ -80,7 +80,10 @@ new messages) share one record, every reply learned (weight 1) against its
 own context; where a Filter or Summary rewrote the context a new record
 starts, the replies it still holds weighted 0. The same gradient as one
 record per call (--per-call) in about half the tokens. Error rates
-make the oracle imperfect, so the tuned policy leaves RL room to improve.`,
+make the oracle imperfect, so the tuned policy leaves RL room to improve:
+a greedy policy does what its teacher did most often, so a random rate
+under one half vanishes from it, while a blind spot (--forget-relayed-rate
+1: facts the user only relayed are never stored) stays for RL to correct.`,
 		Example: "  agemem-train data sft --policy oracle --data data/synth.json --out data/sft.jsonl --forget-rate 0.1 --keep-distractor-rate 0.2",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
