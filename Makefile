@@ -85,9 +85,9 @@ bench: deps
 # The embedded default (configs/tiny.yaml; README, "Demo results"): step-wise
 # GRPO (AgeMem) from the shipped tiny policy (models/tiny, AgeMem-noRL: what
 # `make base` trains), then the held-out table (No-Memory, AgeMem-noRL,
-# AgeMem) on EVAL_TASKS tasks of a seed training never saw. About 10
-# minutes on 2 cores (10.2 measured 2026-11-26; the VM's speed varies by a fifth), GRPO
-# 8.5 of them. POLICY names another starting policy
+# AgeMem) on EVAL_TASKS tasks of a seed training never saw. About 7
+# minutes on 2 cores (6.9 measured 2026-11-26 from a clean clone; the VM's
+# speed varies by a fifth), GRPO 6 of them. POLICY names another starting policy
 # (`make demo-full` passes the one `make base` just trained).
 POLICY ?= models/tiny
 CFG := configs/tiny.yaml
