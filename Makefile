@@ -108,31 +108,38 @@ demo: build
 	$(BIN)/agemem-train train --config $(CFG) $(DEMOSET) $(DEMORL)
 	$(BIN)/agemem-train eval --config $(CFG) $(DEMOSET)
 
-# models/tiny from nothing, byte for byte (rerun 2026-11-26: the same four
-# files), about 45 minutes on 2 cores: synthetic tasks, a
-# tokenizer learned on them (the words pre-tokenizer), a tiny Qwen2 (3
-# layers, hidden 96; no QK-norm: induction forms about twice as fast as in
-# Qwen3) pretrained from random weights to copy (sentences of the training
-# tasks, half of them cued as a Stage-1 fact is; 4,500 steps, 33 minutes:
-# held-out copy loss 0.009, where 1,500 steps left 0.076 and a policy that
-# stored a fact exactly 0.85 of the time against 0.94), then SFT on oracle
-# episodes that keeps copying (two copy sequences a step) on answer-dense
-# data: every stage of the first 1,000 training tasks, merged per
-# conversation, plus Stage 3 alone (retrieve, then answer) of 3,000 (7-10
-# minutes). The policy lands in runs/tiny/sft/policy. SFT runs 600 steps:
-# at 300, three seeds gave AgeMem-noRL J 0.33-0.60; at 600, 0.60-0.64.
-# The teacher's mistakes leave RL room (README, "Demo results"): it forgets
+# models/tiny from nothing, byte for byte, about 51 minutes on 2 cores:
+# synthetic tasks, a tokenizer learned on them (the words pre-tokenizer), a
+# tiny Qwen2 (3 layers, hidden 96; no QK-norm: induction forms about twice
+# as fast as in Qwen3) pretrained from random weights to copy (sentences of
+# the training tasks, half of them cued as a Stage-1 fact is; 4,500 steps,
+# 33 minutes: held-out copy loss 0.009, where 1,500 steps left 0.076 and a
+# policy that stored a fact exactly 0.85 of the time against 0.94), then
+# SFT on oracle episodes that keeps copying (two copy sequences a step) on
+# answer-dense data: every stage of the first 1,000 training tasks, merged
+# per conversation, plus Stage 3 alone (retrieve, then answer) of 3,000
+# (12 minutes). The policy lands in runs/tiny/sft/policy.
+# The teacher reasons its comparisons out (--reason: "1922: Tabail
+# Trading Company. 1843: Gamair Trading Company. The earlier is 1843:
+# Gamair Trading Company."), in the order the memories came back: told
+# only that it could answer, the policy answered comparisons no better
+# than a coin; with the question's order it wrote the years but bound them
+# to the wrong names. SFT runs 1,200 steps: with reasoning, 600 left
+# AgeMem-noRL's comparisons at 0.414 (question order); 1,200 steps without
+# it gain 0.016 (README, "Demo results").
+# The teacher's mistakes leave RL room: it forgets
 # a tenth of the facts and keeps half the distractors, and never stores a
 # fact the user only relayed ("A friend mentioned this: ..."). A greedy
 # policy does what its teacher did most often, so the random mistakes
 # vanish from it (it stores 1.98 facts of a task's 2) and the blind spot
-# stays (1.49): GRPO has to learn to store them. The Stage-3 data keeps the
-# plain oracle, so that the answers are learned from both facts.
+# stays (1.49): GRPO has to learn to store them. The Stage-3 data's
+# teacher has no blind spot, so that the answers are learned from both
+# facts.
 DEMO_PRETRAIN ?= 4500
 COPYTEXT := --set pretrain.text=data/synth.json --set pretrain.cued=0.5 --set pretrain.sequences=32
-ORACLE := --forget-rate 0.1 --keep-distractor-rate 0.5
+ORACLE := --forget-rate 0.1 --keep-distractor-rate 0.5 --reason
 TEACHER := $(ORACLE) --forget-relayed-rate 1
-SFTRUN := --set sft.data=data/sft.jsonl $(COPYTEXT) --set sft.lr=3e-3 --set sft.copy_sequences=2 --set sft.steps=600
+SFTRUN := --set sft.data=data/sft.jsonl $(COPYTEXT) --set sft.lr=3e-3 --set sft.copy_sequences=2 --set sft.steps=1200
 base: base-data
 	$(MAKE) $(TINY)/pretrain/policy/model.safetensors
 	$(BIN)/agemem-train sft --config $(CFG) --set model.path=$(TINY)/pretrain/policy $(SFTRUN)
@@ -150,7 +157,8 @@ base-data: build
 # J 0.708 and 0.657 on the two held-out sets, against the earlier
 # models/tiny's 0.601 and 0.591, both measured before the teacher's blind
 # spot and Stage 1's rotating phrasings; with today's teacher +0.005 to
-# +0.034 over models/tiny on four sets), about 50 minutes on 2 cores:
+# +0.034 over models/tiny on four sets, before the teacher reasoned its
+# comparisons out), about 56 minutes on 2 cores:
 # base's data, tokenizer and model,
 # copy pretraining three times as long (4,500 steps: held-out copy loss
 # 0.005 against 0.17), 2,000 more steps in which half the sequences are a
@@ -181,6 +189,9 @@ demo-full: base
 # 41 s. The reasoning stage (pretrain.qa on fresh synthetic tasks, whose
 # cued copies are of fresh sentences too: the 26M model memorised the
 # training file's) was added after that run and has not yet run on a GPU.
+# Its teacher reasons comparisons out as base's does (ORACLE's --reason),
+# not yet run on a GPU either: with comparisons at a coin's 0.5 and bridge
+# questions at 0.95, J tops out near 0.73, under the recipe's 0.8.
 GPU := runs/gpu
 GPUCFG := --config configs/gpu.yaml
 GPU_QA_STEPS ?= 2000

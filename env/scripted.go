@@ -41,7 +41,16 @@ type Scripted struct {
 	// Add_memory it stores nothing, without Filter_context it keeps the
 	// distractors, without Retrieve_memory it answers from its context.
 	Tools []string
-	rng   *rand.Rand
+	// Reason makes it think a comparison out before answering it from
+	// facts it sees (Reasoning); otherwise its thought only says it can.
+	Reason bool
+	rng    *rand.Rand
+}
+
+// ReasoningAloud sets Reason, and returns s.
+func (s *Scripted) ReasoningAloud(on bool) *Scripted {
+	s.Reason = on
+	return s
 }
 
 // Offering limits the tools s calls to tools, and returns s.
@@ -161,28 +170,39 @@ func (s *Scripted) isQueryTurn(msgs []stm.Message) bool {
 
 func (s *Scripted) answerQuery(msgs []stm.Message) string {
 	if FactsVisible(msgs, s.Task.SupportingFacts) {
+		if r, ok := Reasoning(s.Task, contextText(msgs, nil)); ok && s.Reason {
+			return answer(r, s.Task.Answer)
+		}
 		return answer("The supporting facts are in my context, so I can answer.", s.Task.Answer)
 	}
 	return answer("I do not have the facts needed; I can only guess.", Guess(s.Task.Question))
 }
 
-// FactsVisible reports whether every fact appears, after HotpotQA
-// normalisation, in the messages (tool results included).
-func FactsVisible(msgs []stm.Message, facts []string) bool {
+// contextText is the messages' text, tool results unescaped (they are
+// JSON), each passed through norm when it is not nil.
+func contextText(msgs []stm.Message, norm func(string) string) string {
 	var all strings.Builder
 	for _, m := range msgs {
 		c := m.Content
 		if m.Role == stm.Tool {
-			// Tool results are JSON; undo its escaping.
 			var v any
 			if json.Unmarshal([]byte(c), &v) == nil {
 				c = fmt.Sprint(v)
 			}
 		}
-		all.WriteString(NormalizeAnswer(c))
+		if norm != nil {
+			c = norm(c)
+		}
+		all.WriteString(c)
 		all.WriteString(" | ")
 	}
-	text := all.String()
+	return all.String()
+}
+
+// FactsVisible reports whether every fact appears, after HotpotQA
+// normalisation, in the messages (tool results included).
+func FactsVisible(msgs []stm.Message, facts []string) bool {
+	text := contextText(msgs, NormalizeAnswer)
 	for _, f := range facts {
 		if !strings.Contains(text, NormalizeAnswer(f)) {
 			return false

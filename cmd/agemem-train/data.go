@@ -67,7 +67,7 @@ func sftDataCmd(g *globals) *cobra.Command {
 	var data, out, policyName string
 	var forget, forgetRelayed, keep float64
 	var n int
-	var perCall bool
+	var perCall, reason bool
 	var stages []int
 	cmd := &cobra.Command{
 		Use:   "sft",
@@ -83,7 +83,10 @@ record per call (--per-call) in about half the tokens. Error rates
 make the oracle imperfect, so the tuned policy leaves RL room to improve:
 a greedy policy does what its teacher did most often, so a random rate
 under one half vanishes from it, while a blind spot (--forget-relayed-rate
-1: facts the user only relayed are never stored) stays for RL to correct.`,
+1: facts the user only relayed are never stored) stays for RL to correct.
+--reason: before answering a comparison from facts it sees, the oracle
+thinks the comparison out (each option's year or country, in the order the
+memories came back, then the verdict; README, "Demo results").`,
 		Example: "  agemem-train data sft --policy oracle --data data/synth.json --out data/sft.jsonl --forget-rate 0.1 --keep-distractor-rate 0.2",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -125,7 +128,7 @@ under one half vanishes from it, while a blind spot (--forget-relayed-rate
 				if n > 0 && tasks >= n {
 					return errStop
 				}
-				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)).ForgettingRelayed(forgetRelayed).Offering(cfg.Tools.Offered()), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
+				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)).ForgettingRelayed(forgetRelayed).ReasoningAloud(reason).Offering(cfg.Tools.Offered()), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
 				if err != nil {
 					return err
 				}
@@ -167,6 +170,7 @@ under one half vanishes from it, while a blind spot (--forget-relayed-rate
 	cmd.Flags().Float64Var(&forgetRelayed, "forget-relayed-rate", 0, "chance the oracle does not store a fact the user relayed (\"A friend mentioned this: ...\"), when above --forget-rate: a blind spot SFT copies and RL can correct")
 	cmd.Flags().Float64Var(&keep, "keep-distractor-rate", 0, "chance the oracle does not filter a distractor")
 	cmd.Flags().IntVar(&n, "n", 0, "tasks to use (0: all)")
+	cmd.Flags().BoolVar(&reason, "reason", false, "the oracle reasons a comparison out in its thought before answering it (each option's year or country, then the verdict)")
 	cmd.Flags().IntSliceVar(&stages, "stages", []int{1, 2, 3}, "the stages whose calls are written, e.g. 1 for Stage 1 alone: short conversations that each store what the user said (copy-dense data)")
 	cmd.Flags().BoolVar(&perCall, "per-call", false, "one record per policy call, only its last message learned (more tokens, the same examples)")
 	return cmd

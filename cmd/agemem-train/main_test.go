@@ -325,6 +325,21 @@ func TestCLISFTData(t *testing.T) {
 	if relayed == 0 || storedRelayed != 0 || storedOther != other {
 		t.Fatalf("--forget-relayed-rate 1: stored %d of %d relayed facts and %d of %d others", storedRelayed, relayed, storedOther, other)
 	}
+	// --reason: the Stage-3 replies to comparisons think the comparison
+	// out; without it none does.
+	for _, reason := range []bool{false, true} {
+		out := filepath.Join(dir, "answers.jsonl")
+		args := []string{"data", "sft", "--data", data, "--out", out, "--stages", "3"}
+		if reason {
+			args = append(args, "--reason")
+		}
+		mustRun(t, args...)
+		raw, _ := os.ReadFile(out)
+		verdicts := strings.Count(string(raw), "The earlier is ") + strings.Count(string(raw), "countries.") + strings.Count(string(raw), "The same country.")
+		if reason != (verdicts > 0) {
+			t.Fatalf("--reason %v: %d reasoned replies", reason, verdicts)
+		}
+	}
 	if _, err := run(t, "data", "sft", "--data", data, "--out", filepath.Join(dir, "x.jsonl"), "--stages", "0"); err == nil || !strings.Contains(err.Error(), "--stages 0") {
 		t.Fatalf("stage 0: %v", err)
 	}
