@@ -86,8 +86,8 @@ bench: deps
 # GRPO (AgeMem) from the shipped tiny policy (models/tiny, AgeMem-noRL: what
 # `make base` trains), then the held-out table (No-Memory, AgeMem-noRL,
 # AgeMem) on EVAL_TASKS tasks of a seed training never saw. About 7
-# minutes on 2 cores (6.9 measured 2026-11-26 from a clean clone; the VM's
-# speed varies by a fifth), GRPO 6 of them. POLICY names another starting policy
+# minutes on 2 cores (6.4 measured 2026-11-26 from a clean clone; the VM's
+# speed varies by a fifth), GRPO 5.5 of them. POLICY names another starting policy
 # (`make demo-full` passes the one `make base` just trained).
 POLICY ?= models/tiny
 CFG := configs/tiny.yaml
@@ -99,7 +99,8 @@ TINY := runs/tiny
 # 0.1 runs could unlearn it: once every rollout of a group stores the fact
 # the advantages are zero and only KL's pull toward the SFT reference, whose
 # habit is the blind spot, is left (seeds 1-4, seed-2 set: +0.065 to +0.243
-# with KL, +0.192 to +0.239 without; README, "Demo results").
+# with KL, +0.192 to +0.239 without, on the previous models/tiny; README,
+# "Demo results").
 DEMORL := --set rl.temperature=0.7 --set rl.lr=2e-4 --set rl.steps=40 --set rl.batch_tasks=4 --set rl.beta=0
 DEMOSET := --set model.path=$(POLICY) --set rl.init=$(POLICY) --set eval.tasks=$(EVAL_TASKS)
 demo: build
