@@ -46,9 +46,9 @@ format the parser demands.`,
 			if text == "" {
 				return fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)
 			}
-			pattern, ok := map[string]string{"words": tokenizer.WordsPattern, "qwen": tokenizer.QwenPattern}[pretok]
+			pattern, ok := map[string]string{"words": tokenizer.WordsPattern, "names": tokenizer.NamesPattern, "qwen": tokenizer.QwenPattern}[pretok]
 			if !ok {
-				return fmt.Errorf("--pretokenizer %q: want words or qwen", pretok)
+				return fmt.Errorf("--pretokenizer %q: want words, names or qwen", pretok)
 			}
 			texts := []string{cfg.EpisodeConfig().SystemPrompt}
 			n := 0
@@ -108,7 +108,7 @@ format the parser demands.`,
 	train.Flags().IntVar(&vocab, "vocab-size", 4096, "vocabulary size, byte and added tokens included")
 	train.Flags().StringVar(&tmpl, "template", "qwen2.5", "chat template written to tokenizer_config.json: qwen2.5 or qwen3")
 	train.Flags().IntVar(&episodes, "episodes", 200, "oracle episodes to include in the corpus")
-	train.Flags().StringVar(&pretok, "pretokenizer", "words", "how text is cut before BPE: words (a word keeps its trailing space, so it is the same tokens after a space, a quote or a tag: what a small model copying names needs; digits one at a time, as Qwen cuts them) or qwen (Qwen's regex)")
+	train.Flags().StringVar(&pretok, "pretokenizer", "words", "how text is cut before BPE: words (a word keeps its trailing space, so it is the same tokens after a space, a quote or a tag: what a small model copying names needs; digits one at a time, as Qwen cuts them), names (as words, but a capitalised word keeps no trailing space, so a name is the same tokens before a space, a full stop or a tag too) or qwen (Qwen's regex)")
 	cmd.AddCommand(train)
 	return cmd
 }

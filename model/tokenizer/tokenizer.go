@@ -38,7 +38,7 @@ type Tokenizer struct {
 	addedFirst [256]bool
 	nfc        bool
 	// pre cuts text before BPE: Qwen's regex, GPT-2's (a lone ByteLevel
-	// pre-tokenizer: GPT-2, RoBERTa) or WordsPattern; prefixSpace adds
+	// pre-tokenizer: GPT-2, RoBERTa), WordsPattern or NamesPattern; prefixSpace adds
 	// the leading space ByteLevel's add_prefix_space asks for.
 	pre         func(string) []string
 	prefixSpace bool
@@ -107,10 +107,13 @@ func Parse(raw []byte) (*Tokenizer, error) {
 		switch {
 		case pre.Type == "ByteLevel":
 			t.pre, t.prefixSpace = PreTokenizeGPT2, pre.AddPrefixSpace
-		case pre.Type == "Sequence" && len(pre.Pretokenizers) > 0 && pre.Pretokenizers[0].Pattern.Regex == WordsPattern:
-			t.pre = PreTokenizeWords
-		case pre.Type == "Sequence" && len(pre.Pretokenizers) > 0 && pre.Pretokenizers[0].Pattern.Regex == WordsRunsPattern:
-			t.pre = preTokenizeWordsRuns
+		case pre.Type == "Sequence" && len(pre.Pretokenizers) > 0 && pre.Pretokenizers[0].Type == "Split":
+			// A regex cut by hand here or none: cutting with another
+			// pattern would give the model token ids it was not trained on.
+			regex := pre.Pretokenizers[0].Pattern.Regex
+			if t.pre = patterns[regex]; t.pre == nil {
+				return nil, fmt.Errorf("pre_tokenizer: Split regex %q is not one this tokenizer implements (Qwen's, WordsPattern, NamesPattern)", regex)
+			}
 		}
 	}
 	n := 0

@@ -23,7 +23,7 @@ type TrainOptions struct {
 	// Added are ordinary added tokens matched verbatim, e.g. "<think>".
 	Added []string
 	// Pattern is the pre-tokenizer: QwenPattern (the default),
-	// WordsPattern or WordsRunsPattern.
+	// WordsPattern, WordsRunsPattern or NamesPattern.
 	Pattern string
 }
 
@@ -44,16 +44,12 @@ func Train(texts []string, o TrainOptions) ([]byte, error) {
 		return nil, fmt.Errorf("vocab size %d is below the 256 byte tokens plus %d added tokens", o.VocabSize, len(added))
 	}
 	minFreq := max(o.MinFrequency, 2)
-	pre := PreTokenize
-	switch o.Pattern {
-	case "", QwenPattern:
+	if o.Pattern == "" {
 		o.Pattern = QwenPattern
-	case WordsPattern:
-		pre = PreTokenizeWords
-	case WordsRunsPattern:
-		pre = preTokenizeWordsRuns
-	default:
-		return nil, fmt.Errorf("pre-tokenizer pattern %q: want QwenPattern or WordsPattern", o.Pattern)
+	}
+	pre, ok := patterns[o.Pattern]
+	if !ok {
+		return nil, fmt.Errorf("pre-tokenizer pattern %q: want QwenPattern, WordsPattern or NamesPattern", o.Pattern)
 	}
 	// Word counts, with the added tokens cut out so no merge learns them.
 	counts := map[string]int{}

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,7 +75,7 @@ func TestTrainedTokenizerLoadsAndRoundTrips(t *testing.T) {
 // With WordsPattern a word is cut the same after a space, a quote or a
 // tag, which is what it is for.
 func TestTrainedTokenizerMatchesReference(t *testing.T) {
-	for _, pattern := range []string{QwenPattern, WordsPattern} {
+	for _, pattern := range []string{QwenPattern, WordsPattern, NamesPattern} {
 		checkTrainedAgainstReference(t, pattern)
 	}
 	raw, err := Train(trainingCorpus(), TrainOptions{VocabSize: 500, Special: ChatML, Added: AgeMemTags, Pattern: WordsPattern})
@@ -93,6 +94,62 @@ func TestTrainedTokenizerMatchesReference(t *testing.T) {
 	}
 	if _, err := Train(trainingCorpus(), TrainOptions{VocabSize: 500, Pattern: "\\w+"}); err == nil {
 		t.Fatal("an unknown pattern must be refused")
+	}
+}
+
+// Under NamesPattern a name is the same ids wherever it stands: after a
+// space, a quote, a tag or a colon and before a space, a full stop, a quote
+// or a tag. Under WordsPattern its last word differs before a space, which
+// is how a memory ("Pebrond Wemound is a composer") holds it.
+func TestNamesPatternCutsANameTheSameEverywhere(t *testing.T) {
+	texts := append(trainingCorpus(), "Pebrond Wemound is a composer born in 1980.", "Who was born first, Pebrond Wemound or Bozo Moquil?")
+	places := []string{"Pebrond Wemound is a composer born in 1980.", `{"content":"Pebrond Wemound"}`, "<answer>Pebrond Wemound</answer>",
+		"1980: Pebrond Wemound. The earlier is 1878: Bozo Moquil.", "Who was born first, Pebrond Wemound or Bozo Moquil?"}
+	for _, c := range []struct {
+		pattern string
+		same    bool
+	}{{NamesPattern, true}, {WordsPattern, false}} {
+		raw, err := Train(texts, TrainOptions{VocabSize: 500, Special: ChatML, Added: AgeMemTags, Pattern: c.pattern})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := tok.Encode("Pebrond Wemound")
+		var missing []string
+		for _, s := range places {
+			if !containsRun(tok.Encode(s), name) {
+				missing = append(missing, s)
+			}
+		}
+		if same := len(missing) == 0; same != c.same {
+			t.Errorf("pattern %q: the name's ids in every place %v, want %v (not in %q)", c.pattern, same, c.same, missing)
+		}
+	}
+	if got, want := PreTokenizeNames("Pebrond Wemound is a composer, born in 1980.\n<answer>Zoë Ölund</answer>"),
+		[]string{"Pebrond", " ", "Wemound", " ", "is ", "a ", "composer", ",", " ", "born ", "in ", "1", "9", "8", "0", ".", "\n", "<", "answer", ">", "Zoë", " ", "Ölund", "</", "answer", ">"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("PreTokenizeNames: %q, want %q", got, want)
+	}
+}
+
+// A tokenizer.json whose Split regex is none this package cuts is refused,
+// not cut with Qwen's regex: the ids would not be the ones its model knows.
+func TestLoadRefusesAnUnknownSplitRegex(t *testing.T) {
+	raw, err := Train(trainingCorpus(), TrainOptions{VocabSize: 300, Pattern: NamesPattern})
+	if err != nil {
+		t.Fatal(err)
+	}
+	llama3 := `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	q, _ := json.Marshal(NamesPattern)
+	l, _ := json.Marshal(llama3)
+	if !bytes.Contains(raw, q) {
+		t.Fatalf("the trained file does not hold NamesPattern %s", q)
+	}
+	_, err = Parse(bytes.Replace(raw, q, l, 1))
+	if err == nil || !strings.Contains(err.Error(), "Split regex") {
+		t.Fatalf("an unknown Split regex: got %v, want an error naming it", err)
 	}
 }
 
