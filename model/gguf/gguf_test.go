@@ -3,6 +3,7 @@ package gguf
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -382,6 +383,23 @@ func TestExportAdapterFallbackAndErrors(t *testing.T) {
 	}
 	if _, err := ExportQwen(t.TempDir(), io.Discard, o); err == nil || !strings.Contains(err.Error(), "config.json") {
 		t.Errorf("no config: %v", err)
+	}
+	// A tokenizer that cuts text with another regex than Qwen's: llama.cpp
+	// and Ollama would cut it with Qwen's.
+	words := t.TempDir()
+	if err := lora.CopyFiles(base, words, "config.json", "tokenizer_config.json", "model.safetensors"); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(base, "tokenizer.json"))
+	q, _ := json.Marshal(tokenizer.QwenPattern)
+	w, _ := json.Marshal(tokenizer.WordsPattern)
+	if !bytes.Contains(raw, q) {
+		t.Fatal("the Qwen tokenizer.json does not hold Qwen's regex as marshalled")
+	}
+	os.WriteFile(filepath.Join(words, "tokenizer.json"), bytes.Replace(raw, q, w, 1), 0o644)
+	if _, err := ExportQwen(words, io.Discard, o); err == nil || !strings.Contains(err.Error(), "would read token ids it was not trained on") ||
+		!strings.Contains(err.Error(), `\\p{L}+ ?`) {
+		t.Errorf("a words-pattern tokenizer: %v", err)
 	}
 	out := filepath.Join(t.TempDir(), "never.gguf")
 	if _, err := ExportQwenFile(bad, out, o); err == nil {

@@ -238,6 +238,17 @@ func readTokenizerConfig(dir string) (tokenizerConfig, error) {
 }
 
 func qwenMetadata(cfg qwen.Config, tok *tokenizer.Tokenizer, tc tokenizerConfig, nVocab int, o ExportOptions) ([]KV, error) {
+	// llama.cpp and Ollama cut a qwen2 or qwen3 model's text with Qwen's
+	// regex whatever the file says; a model trained on ids cut another way
+	// would read ids it never saw. Refused, as llama.cpp's converter
+	// refuses a pre-tokenizer it does not recognise.
+	if p := tok.Pattern(); p != tokenizer.QwenPattern {
+		what := fmt.Sprintf("the pre-tokenizer regex %q", p)
+		if p == "" {
+			what = "GPT-2's ByteLevel pre-tokenizer"
+		}
+		return nil, fmt.Errorf("tokenizer.json cuts text with %s, but llama.cpp and Ollama cut a %s model's text with Qwen's regex (tokenizer.ggml.pre qwen2), so the exported model would read token ids it was not trained on; export a model whose tokenizer uses Qwen's regex (agemem-train tokenizer train --pretokenizer qwen)", what, cfg.ModelType)
+	}
 	arch := cfg.ModelType
 	u := func(v int) uint32 { return uint32(v) }
 	kvs := []KV{

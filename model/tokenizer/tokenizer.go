@@ -42,6 +42,9 @@ type Tokenizer struct {
 	// the leading space ByteLevel's add_prefix_space asks for.
 	pre         func(string) []string
 	prefixSpace bool
+	// pattern is the Split regex pre cuts with ("" for GPT-2's lone
+	// ByteLevel), for writers of formats that name their pre-tokenizer.
+	pattern string
 
 	cacheMu sync.RWMutex
 	cache   map[string][]int
@@ -102,16 +105,16 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			} `json:"pattern"`
 		} `json:"pretokenizers"`
 	}
-	t.pre = PreTokenize
+	t.pre, t.pattern = PreTokenize, QwenPattern
 	if len(f.PreTokenizer) > 0 && json.Unmarshal(f.PreTokenizer, &pre) == nil {
 		switch {
 		case pre.Type == "ByteLevel":
-			t.pre, t.prefixSpace = PreTokenizeGPT2, pre.AddPrefixSpace
+			t.pre, t.prefixSpace, t.pattern = PreTokenizeGPT2, pre.AddPrefixSpace, ""
 		case pre.Type == "Sequence" && len(pre.Pretokenizers) > 0 && pre.Pretokenizers[0].Type == "Split":
 			// A regex cut by hand here or none: cutting with another
 			// pattern would give the model token ids it was not trained on.
 			regex := pre.Pretokenizers[0].Pattern.Regex
-			if t.pre = patterns[regex]; t.pre == nil {
+			if t.pre, t.pattern = patterns[regex], regex; t.pre == nil {
 				return nil, fmt.Errorf("pre_tokenizer: Split regex %q is not one this tokenizer implements (Qwen's, WordsPattern, NamesPattern)", regex)
 			}
 		}
@@ -174,6 +177,11 @@ func Parse(raw []byte) (*Tokenizer, error) {
 	}
 	return t, nil
 }
+
+// Pattern is the pre-tokenizer regex the tokenizer cuts text with
+// (QwenPattern, WordsPattern, ...), or "" for GPT-2's ByteLevel
+// pre-tokenizer.
+func (t *Tokenizer) Pattern() string { return t.pattern }
 
 // VocabSize is the number of ids, added tokens included.
 func (t *Tokenizer) VocabSize() int { return len(t.tokens) }
