@@ -255,13 +255,27 @@ func TestOllamaSeesTheNativePrompt(t *testing.T) {
 	data := filepath.Join(dir, "synth.json")
 	mustRun(t, "data", "synth", "--n", "4", "--seed", "3", "--out", data)
 	tok := filepath.Join(dir, "tok")
-	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "2", "--out", tok)
+	// Qwen's regex: export refuses the default words pre-tokenizer, which
+	// Ollama would not cut as the policy was trained.
+	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "2", "--pretokenizer", "qwen", "--out", tok)
 	model := filepath.Join(dir, "policy")
 	// init-model shows its progress, and takes the template that sits
 	// beside the tokenizer.
 	if out, err := runCombined(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model); err != nil ||
 		!strings.Contains(out, "100/100 percent of") || !strings.Contains(out, "parameters drawn") {
 		t.Fatalf("init-model: %v\n%s", err, out)
+	}
+	// The same policy with the names pre-tokenizer is refused, by name.
+	words := filepath.Join(dir, "tok-names")
+	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "2", "--pretokenizer", "names", "--out", words)
+	refused := filepath.Join(dir, "policy-names")
+	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(words, "tokenizer.json"), "--out", refused)
+	if _, err := run(t, "export", "--out", filepath.Join(dir, "x.gguf"), refused); err == nil || !strings.Contains(err.Error(), "Qwen's regex") ||
+		!strings.Contains(err.Error(), "tokenizer.json") {
+		t.Fatalf("export of a names-tokenizer policy: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.gguf")); !os.IsNotExist(err) {
+		t.Fatal("a refused export left a file")
 	}
 	if tm, err := chat.Detect(model, "qwen3"); err != nil || tm != chat.Qwen25 {
 		t.Fatalf("the policy's template: %v %v", tm, err)
