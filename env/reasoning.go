@@ -57,6 +57,19 @@ func Reasoning(t Task, seen string) (string, bool) {
 	return a + b + "The earlier is " + early + ": " + name + ".", true
 }
 
+// ReasonedAnswer is the reasoning teacher's reply to t's question when
+// its supporting facts are in seen: a comparison's Reasoning (or, for a
+// bridge question, that the facts are in its context) as the thought,
+// then the answer, in the policy's reply format.
+func ReasonedAnswer(t Task, seen string) string {
+	if r, ok := Reasoning(t, seen); ok {
+		return answer(r, t.Answer)
+	}
+	return answer(factsVisibleThought, t.Answer)
+}
+
+const factsVisibleThought = "The supporting facts are in my context, so I can answer."
+
 // swapped reports whether the fact about second comes before the fact
 // about first in seen (their last occurrences: the retrieval result is the
 // latest message). Restated in the order the memories were returned, each

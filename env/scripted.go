@@ -170,10 +170,10 @@ func (s *Scripted) isQueryTurn(msgs []stm.Message) bool {
 
 func (s *Scripted) answerQuery(msgs []stm.Message) string {
 	if FactsVisible(msgs, s.Task.SupportingFacts) {
-		if r, ok := Reasoning(s.Task, contextText(msgs, nil)); ok && s.Reason {
-			return answer(r, s.Task.Answer)
+		if s.Reason {
+			return ReasonedAnswer(s.Task, contextText(msgs, nil))
 		}
-		return answer("The supporting facts are in my context, so I can answer.", s.Task.Answer)
+		return answer(factsVisibleThought, s.Task.Answer)
 	}
 	return answer("I do not have the facts needed; I can only guess.", Guess(s.Task.Question))
 }

@@ -86,6 +86,11 @@ type Config struct {
 	// "A or B?" question with a name spliced from both (README, "Demo
 	// results").
 	QA float64 `yaml:"qa"`
+	// Reason ends a QA sequence as the reasoning teacher's reply does
+	// (env.ReasonedAnswer: "<think>" and a comparison's values and verdict,
+	// "</think>", then the answer), all of it learned, so the steps SFT's
+	// comparisons take are practised on fresh tasks, not on SFT's 2,000.
+	Reason bool `yaml:"reason"`
 	// The learning rate and its schedule: induction forms at 1e-3 and not
 	// at the 1e-2 SFT of a tiny model from scratch uses.
 	optim.ScheduleConfig `yaml:",inline"`
@@ -116,6 +121,9 @@ func (c Config) Validate() error {
 	e.Ratio("qa", c.QA)
 	if c.QA > 0 && c.Text == "" {
 		e.Add("qa", "%g needs pretrain.text (a task file, or synth)", c.QA)
+	}
+	if c.Reason && c.QA == 0 {
+		e.Add("reason", "needs pretrain.qa above 0 (it shapes the QA sequences' answers)")
 	}
 	e.OneOf("filler", c.Filler, "tokens", "bytes")
 	if err := c.ScheduleConfig.Validate(); err != nil {
@@ -310,7 +318,11 @@ func (s *Sequences) nextText() train.Sequence {
 			line(l, "", false)
 		}
 		line("Question: "+t.Question, "", false)
-		line("<answer>"+t.Answer+"</answer>", "<answer>", true)
+		if c.Reason {
+			line(env.ReasonedAnswer(t, strings.Join(lines, "\n")), "<think>", true)
+		} else {
+			line("<answer>"+t.Answer+"</answer>", "<answer>", true)
+		}
 		return seq
 	}
 	src := sentence()

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -442,5 +443,91 @@ func TestQASequences(t *testing.T) {
 	}
 	if len(seen) < 95 {
 		t.Fatalf("%d distinct questions in 100 synth QA sequences", len(seen))
+	}
+}
+
+// TestQAReasonSequences: with pretrain.reason a QA sequence ends as the
+// reasoning teacher's reply: "<think>" (in the context), then each option
+// of a comparison with the value its fact gives, in the order the facts
+// stand in the context, the verdict, "</think>" and the answer, all of it
+// learned; a bridge question's thought says the facts are there. reason
+// without qa is refused by name.
+func TestQAReasonSequences(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join(tinyInit(t, 421), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	c.Text, c.Reason = "synth", true
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "reason") {
+		t.Fatalf("reason without qa: %v", err)
+	}
+	c.QA = 1
+	gen, _, err := Open(c, tok, tok.VocabSize(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := regexp.MustCompile(`^(.+?) (?:is a town in (.+)|(?:is|was) (?:.* )?born in (\d{4})|(?:is|was) (?:.* )?founded in (\d{4}))\.$`)
+	kinds := map[string]int{}
+	for range 300 {
+		q := gen.Next()
+		first := slices.Index(q.Loss, true)
+		if first < 0 || slices.Contains(q.Loss[first:], false) {
+			t.Fatalf("learned part not one run at the end: %v", q.Loss)
+		}
+		context, learned := tok.Decode(q.IDs[:first], false), tok.Decode(q.IDs[first:], false)
+		if !strings.HasSuffix(context, "\n<think>") {
+			t.Fatalf("context does not end in <think>: %q", context)
+		}
+		lines := strings.Split(context, "\n")
+		question := strings.TrimPrefix(lines[len(lines)-2], "Question: ")
+		thought, ans, ok := strings.Cut(learned, "</think>\n<answer>")
+		if !ok || !strings.HasSuffix(ans, "</answer>\n") {
+			t.Fatalf("learned %q is not a thought and an answer", learned)
+		}
+		ans = strings.TrimSuffix(ans, "</answer>\n")
+		// Each fact's subject and value, in context order.
+		var names, values []string
+		for _, l := range lines {
+			if m := value.FindStringSubmatch(l); m != nil && strings.Contains(question, m[1]) {
+				names = append(names, m[1])
+				values = append(values, m[2]+m[3]+m[4])
+			}
+		}
+		if strings.Contains(question, " or ") || strings.HasPrefix(question, "Are ") {
+			if len(values) != 2 {
+				t.Fatalf("%q: facts on its options %q in %q", question, values, context)
+			}
+		}
+		switch {
+		case strings.HasPrefix(question, "Are "):
+			kinds["same"]++
+			verdict := "Different countries."
+			if values[0] == values[1] {
+				verdict = "The same country."
+			}
+			want := names[0] + ": " + values[0] + ". " + names[1] + ": " + values[1] + ". " + verdict
+			if thought != want || (ans == "yes") != (values[0] == values[1]) {
+				t.Fatalf("%q: learned %q, want the thought %q", question, learned, want)
+			}
+		case strings.Contains(question, " or "):
+			kinds["earlier"]++
+			early := 0
+			if values[1] < values[0] {
+				early = 1
+			}
+			want := values[0] + ": " + names[0] + ". " + values[1] + ": " + names[1] + ". The earlier is " + values[early] + ": " + names[early] + "."
+			if thought != want || ans != names[early] {
+				t.Fatalf("%q: learned %q, want the thought %q and %q", question, learned, want, names[early])
+			}
+		default:
+			kinds["bridge"]++
+			if thought != "The supporting facts are in my context, so I can answer." {
+				t.Fatalf("%q (bridge): thought %q", question, thought)
+			}
+		}
+	}
+	if kinds["same"] < 20 || kinds["earlier"] < 40 || kinds["bridge"] < 60 {
+		t.Fatalf("question kinds in 300 sequences: %v", kinds)
 	}
 }
