@@ -14,6 +14,11 @@
 #                           transformers (simcse_anchor.py)
 #   scripts/gpu.sh recipe   the GPU recipe (make demo-gpu with .gpu/agemem-train);
 #                           recipe base, then recipe rl: its halves
+#   scripts/gpu.sh sweep    the recipe's copy stage under a few learning
+#                           rates, warm-ups and texts, $GPU_SWEEP_STEPS steps
+#                           each (default 1000; about 75 s each on an H100):
+#                           which one starts the 26M policy copying
+#                           ($GPU_SWEEP_SET: more --set flags for every command)
 #
 # Each test binary runs in its package's folder (testdata) under a time
 # limit ($GPU_LIMIT seconds each, default 300; killed with a goroutine dump),
@@ -72,10 +77,33 @@ recipe() {
 	cp "$root"/runs/gpu/eval.json "$root"/runs/gpu/eval.png "$out"/ 2>/dev/null
 }
 
+# sweep: configs/gpu.yaml's copy pretraining from one random init under
+# each variant; the held-out copy loss of each is the line to read (the
+# CPU's 0.5M policy: 0.30 after 1,000 steps, 0.009 after 4,500; the 26M
+# policy at lr 1e-3 and 10 warm-up steps stalled at 1.0-1.3).
+sweep() {
+	local B=$root/.gpu/agemem-train C="--config configs/gpu.yaml ${GPU_SWEEP_SET:-}" steps=${GPU_SWEEP_STEPS:-1000} i=0
+	cd "$root" || return
+	$B data synth --n 1000 --seed 1 --out data/synth.json &&
+		$B tokenizer train $C --data data/synth.json --vocab-size 2048 --pretokenizer words --out runs/gpu/tok &&
+		$B init-model $C --tokenizer runs/gpu/tok/tokenizer.json --dtype f32 --out runs/gpu/init || return
+	for v in "--set pretrain.lr=1e-3" \
+		"--set pretrain.lr=3e-4 --set pretrain.warmup_steps=100" \
+		"--set pretrain.lr=1e-3 --set pretrain.warmup_steps=300" \
+		"--set pretrain.lr=3e-4 --set pretrain.warmup_steps=100 --set pretrain.text=synth"; do
+		i=$((i + 1))
+		echo "== sweep $i: $v"
+		# shellcheck disable=SC2086 # $v is several flags
+		$B pretrain $C --set pretrain.steps="$steps" --set pretrain.eval_every=250 $v --set pretrain.out=runs/gpu/sweep$i |
+			grep -E "held-out|step ($steps|250|500|750)/"
+		grep eval_loss runs/gpu/sweep$i/metrics.jsonl
+	done
+}
+
 case ${1:-} in
-tests | paper | simcse | recipe) "$@" 2>&1 | tee "$out/$1${2:+-$2}.log" ;;
+tests | paper | simcse | recipe | sweep) "$@" 2>&1 | tee "$out/$1${2:+-$2}.log" ;;
 *)
-	echo "usage: scripts/gpu.sh tests|paper|simcse|recipe [base|rl]" >&2
+	echo "usage: scripts/gpu.sh tests|paper|simcse|recipe [base|rl]|sweep" >&2
 	exit 2
 	;;
 esac
