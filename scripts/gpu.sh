@@ -80,7 +80,11 @@ recipe() {
 # sweep: configs/gpu.yaml's copy pretraining from one random init under
 # each variant; the held-out copy loss of each is the line to read (the
 # CPU's 0.5M policy: 0.30 after 1,000 steps, 0.009 after 4,500; the 26M
-# policy at lr 1e-3 and 10 warm-up steps stalled at 1.0-1.3).
+# policy at lr 1e-3 and 10 warm-up steps stalled at 1.0-1.3). Adam's
+# step moves a matrix's output in proportion to its width, so the
+# variants scale the lr down with the 512-wide model (muP's 1/width: the
+# 96-wide policy's 1e-3 is about 2e-4 at 512), and one also draws fresh
+# sentences, which a 26M model cannot learn by heart.
 sweep() {
 	local B=$root/.gpu/agemem-train C="--config configs/gpu.yaml ${GPU_SWEEP_SET:-}" steps=${GPU_SWEEP_STEPS:-1000} i=0
 	cd "$root" || return
@@ -89,7 +93,7 @@ sweep() {
 		$B init-model $C --tokenizer runs/gpu/tok/tokenizer.json --dtype f32 --out runs/gpu/init || return
 	for v in "--set pretrain.lr=1e-3" \
 		"--set pretrain.lr=3e-4 --set pretrain.warmup_steps=100" \
-		"--set pretrain.lr=1e-3 --set pretrain.warmup_steps=300" \
+		"--set pretrain.lr=1.5e-4 --set pretrain.warmup_steps=100" \
 		"--set pretrain.lr=3e-4 --set pretrain.warmup_steps=100 --set pretrain.text=synth"; do
 		i=$((i + 1))
 		echo "== sweep $i: $v"
