@@ -32,6 +32,26 @@ func LoadHotpot(path string) ([]Task, error) {
 	return out, err
 }
 
+// LoadScored reads a HotpotQA-format file of tasks that are played and
+// scored (training, validation, evaluation): it must hold a task, and every
+// task an answer. HotpotQA's test files carry none, and a policy scored
+// against empty answers would get a table of zeros instead of an error.
+func LoadScored(path string) ([]Task, error) {
+	tasks, err := LoadHotpot(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("%s holds no tasks", path)
+	}
+	for i, t := range tasks {
+		if strings.TrimSpace(t.Answer) == "" {
+			return nil, fmt.Errorf("%s: record %d (_id %q) has no answer to score against (HotpotQA's test files have none: use the dev or train file)", path, i, t.ID)
+		}
+	}
+	return tasks, nil
+}
+
 // StreamHotpotFile calls fn for each task of a HotpotQA-format file without
 // holding the file in memory (the 90k-question training file is 540 MB).
 // Errors name the file, the line and column and the record.

@@ -250,9 +250,9 @@ func Reward(ctx context.Context, cfg config.Config, h Helpers) (reward.AgeMem, e
 // evaluation builds them; the caller adds YAML, Resume, Log and TTY.
 func GRPO(ctx context.Context, cfg config.Config, log io.Writer) (rl.Options[env.Outcome], error) {
 	var o rl.Options[env.Outcome]
-	tasks, err := env.LoadHotpot(cfg.Data.Train)
+	tasks, err := env.LoadScored(cfg.Data.Train)
 	if err != nil {
-		return o, err
+		return o, fmt.Errorf("data.train: %w", err)
 	}
 	tok, err := tokenizer.Load(filepath.Join(cfg.RL.Init, "tokenizer.json"))
 	if err != nil {

@@ -161,6 +161,9 @@ openai.format).`,
 			if err != nil && !errors.Is(err, errStop) {
 				return err
 			}
+			if len(tasks) == 0 && taskID == "" {
+				return fmt.Errorf("%s holds no tasks", data)
+			}
 			if len(tasks) == 0 {
 				return fmt.Errorf("task %q is not in %s", taskID, data)
 			}

@@ -483,6 +483,21 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 			t.Errorf("--method %s: %v", c.method, err)
 		}
 	}
+	// A task file that cannot be scored (no tasks; HotpotQA's test split,
+	// without answers) is named, and the last table is kept.
+	before := mustRead(t, filepath.Join(dir, "eval.json"))
+	empty, unanswered := filepath.Join(dir, "empty.json"), filepath.Join(dir, "test.json")
+	os.WriteFile(empty, []byte("[]\n"), 0o644)
+	os.WriteFile(unanswered, []byte(`[{"_id":"q1","question":"Who?","supporting_facts":[],"context":[["A",["A is here."]]]}]`), 0o644)
+	for file, want := range map[string]string{empty: empty + " holds no tasks", unanswered: unanswered + `: record 0 (_id "q1") has no answer`} {
+		args := append(append([]string{"eval"}, sets...), "--set", "data.eval="+file)
+		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "data.eval: "+want) {
+			t.Errorf("data.eval=%s: %v", file, err)
+		}
+		if b := mustRead(t, filepath.Join(dir, "eval.json")); !bytes.Equal(b, before) {
+			t.Errorf("data.eval=%s rewrote eval.json", file)
+		}
+	}
 	// A missing policy is named before any row is played.
 	for _, flag := range []string{"--trained", "--norl"} {
 		args := append(append([]string{"eval"}, sets...), flag, dir)

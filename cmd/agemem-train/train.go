@@ -255,12 +255,9 @@ func runGRPO(ctx context.Context, cfg config.Config, resume string, log io.Write
 	}
 	o.Resume, o.TTY = resume, isatty.IsTerminal(os.Stderr.Fd())
 	if cfg.Data.Val != "" {
-		tasks, err := env.LoadHotpot(cfg.Data.Val)
+		tasks, err := env.LoadScored(cfg.Data.Val)
 		if err != nil {
 			return rl.Result{}, fmt.Errorf("data.val: %w", err)
-		}
-		if len(tasks) == 0 {
-			return rl.Result{}, fmt.Errorf("data.val: %s holds no tasks", cfg.Data.Val)
 		}
 		tasks = tasks[:min(len(tasks), cfg.RL.ValTasks)]
 		// The policy plays them as eval plays a row: greedily, in the
@@ -316,9 +313,9 @@ Figure 4: a policy trained with only the long-term memory tools.`,
 			if norl == "" {
 				norl = cfg.RL.Init
 			}
-			tasks, err := env.LoadHotpot(cfg.Data.Eval)
+			tasks, err := env.LoadScored(cfg.Data.Eval)
 			if err != nil {
-				return err
+				return fmt.Errorf("data.eval: %w", err)
 			}
 			if cfg.Eval.Tasks > 0 && len(tasks) > cfg.Eval.Tasks {
 				tasks = tasks[:cfg.Eval.Tasks]
