@@ -48,7 +48,7 @@ func TestLoadHotpotMalformed(t *testing.T) {
 	}{
 		{"not an array", `{"_id": "x"}`, "expected a JSON array"},
 		{"syntax error", "[\n{\"_id\": \"a\", \"question\": \"q\",\n \"answer\": oops}\n]", ":3:"},
-		{"wrong type", `[{"_id": "a", "question": 5}]`, "record 0"},
+		{"wrong type", `[{"_id": "a", "question": 5}]`, "record 0: question is a JSON number where a string belongs"},
 		{"missing id", `[{"question": "q", "answer": "a", "context": [], "supporting_facts": []}]`, `missing "_id"`},
 		{"bad context", `[{"_id": "a", "question": "q", "context": [["t", "not a list"]], "supporting_facts": []}]`, "context[0] must be"},
 		{"unknown title", `[{"_id": "a", "question": "q", "context": [], "supporting_facts": [["Nope", 0]]}]`, `title "Nope" is not in context`},

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // hotpotRecord is one question in HotpotQA's official JSON format.
@@ -104,6 +106,9 @@ func StreamHotpot(r io.Reader, fn func(Task) error) error {
 				off = se.Offset
 			case errors.As(err, &te):
 				off = te.Offset
+			}
+			if _, msg, ok := jsonerr.Type(err); ok {
+				return &PositionError{off, fmt.Sprintf("record %d: %s", i, msg)}
 			}
 			return &PositionError{off, fmt.Sprintf("record %d: %v", i, err)}
 		}

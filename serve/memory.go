@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/memtools/ltm"
 )
 
@@ -62,6 +63,9 @@ func bodyError(err error) *apiError {
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ := strconv.Unquote(f)
 		return errInvalid(name, "unknown_parameter", fmt.Sprintf("unknown parameter %s", f))
+	}
+	if field, msg, ok := jsonerr.Type(err); ok {
+		return errInvalid(field, "invalid_type", msg)
 	}
 	return errInvalid("", "invalid_json", "the body is not valid JSON for this endpoint: "+err.Error())
 }

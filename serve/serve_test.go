@@ -253,7 +253,9 @@ func TestBadRequestsGetJSONErrors(t *testing.T) {
 	}{
 		{"malformed JSON", aliceKey, `{"model": "agemem", "messages": [`, 400, "invalid_json"},
 		{"empty body", aliceKey, "", 400, "invalid_json"},
-		{"wrong type", aliceKey, `{"model": "agemem", "messages": "hi"}`, 400, "invalid_json"},
+		{"wrong type", aliceKey, `{"model": "agemem", "messages": "hi"}`, 400, "invalid_type"},
+		{"wrong type, nested", aliceKey, `{"model": "agemem", "messages": [{"role": 1, "content": "hi"}]}`, 400, "invalid_type"},
+		{"temperature a string", aliceKey, chatBody("", "hi", "temperature", "hot"), 400, "invalid_type"},
 		{"oversized body", aliceKey, big, 413, "body_too_large"},
 		{"unknown model", aliceKey, map[string]any{"model": "gpt-4o", "messages": []any{map[string]any{"role": "user", "content": "hi"}}}, 404, "model_not_found"},
 		{"no model", aliceKey, map[string]any{"messages": []any{map[string]any{"role": "user", "content": "hi"}}}, 400, "missing_model"},
@@ -291,6 +293,11 @@ func TestBadRequestsGetJSONErrors(t *testing.T) {
 		if got, _ := answer(t, ts, aliceKey, "", "ping"); got != "echo: ping" {
 			t.Fatalf("after %s: %q", tc.name, got)
 		}
+	}
+	// A value of the wrong type is named as OpenAI names it: param and kinds.
+	r0 := do(t, "POST", url, aliceKey, chatBody("", "hi", "temperature", "hot"))
+	if e := r0.json(t)["error"].(map[string]any); e["param"] != "temperature" || e["message"] != "temperature is a JSON string where a number belongs" {
+		t.Errorf("temperature \"hot\": %s", r0.Body)
 	}
 	// A 422 carries the trace: what the model wrote and why it failed.
 	r := do(t, "POST", url, aliceKey, chatBody("", "Break"))

@@ -7,12 +7,11 @@ package sft
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"reflect"
 	"strings"
 
+	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
@@ -82,14 +81,8 @@ func parse(raw []byte, tok *tokenizer.Tokenizer, tmpl chat.Template, lossOn stri
 		} `json:"messages"`
 	}
 	if err := json.Unmarshal(raw, &rec); err != nil {
-		// The decoder's own words name a Go type; say what the line is.
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field == "" {
-			return nil, fmt.Errorf(`not a chat record: want an object {"messages": [...]}, got a JSON %s`, te.Value)
-		}
-		if errors.As(err, &te) {
-			field := strings.ReplaceAll(te.Field, ".Message.", ".") // the embedded struct's name is not in the record
-			return nil, fmt.Errorf("not a chat record: %s is a JSON %s where %s belongs", field, te.Value, kindOf(te.Type))
+		if _, msg, ok := jsonerr.Type(err, "Message"); ok {
+			return nil, fmt.Errorf(`not a chat record ({"messages": [...]}): %s`, msg)
 		}
 		return nil, fmt.Errorf("not a chat record: %w", err)
 	}
@@ -271,23 +264,4 @@ func MarkCopies(ex []Example) {
 		}
 		ex[k].Copy = mark
 	}
-}
-
-// kindOf names a Go type as the JSON a record should hold there.
-func kindOf(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Pointer:
-		return kindOf(t.Elem())
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Int, reflect.Int64, reflect.Float64:
-		return "a number"
-	case reflect.Bool:
-		return "a boolean"
-	}
-	return t.String()
 }

@@ -199,9 +199,9 @@ func TestLoadNamesBadRecords(t *testing.T) {
 		{`{"messages": [{"role": "robot", "content": "hi"}]}`, `messages[0]: role "robot"`},
 		{`{"messages": [{"role": "user", "content": "hi"}]}`, "no assistant message"},
 		{`{"messages": [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]}`, "must end with the assistant message"},
-		{`{"messages": [{"role": "user", "content": [{"type": "text"}]}, {"role": "assistant", "content": "a"}]}`, "sft.jsonl:2: not a chat record: messages.content is a JSON array where a string belongs"},
-		{`[{"role": "user", "content": "hi"}]`, `sft.jsonl:2: not a chat record: want an object {"messages": [...]}, got a JSON array`},
-		{`{"messages": [{"role": "assistant", "content": "a", "weight": "1"}]}`, "messages.weight is a JSON string where a number belongs"},
+		{`{"messages": [{"role": "user", "content": [{"type": "text"}]}, {"role": "assistant", "content": "a"}]}`, "sft.jsonl:2: not a chat record ({\"messages\": [...]}): messages.content is a JSON array where a string belongs"},
+		{`[{"role": "user", "content": "hi"}]`, "the document is a JSON array where an object belongs"},
+		{`{"messages": [{"role": "assistant", "content": "a", "weight": "1"}]}`, "messages.weight is a JSON string where an integer belongs"},
 	} {
 		path := filepath.Join(t.TempDir(), "sft.jsonl")
 		good := `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}`
