@@ -27,7 +27,8 @@ func TestMemoryCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	id = strings.TrimSpace(id)
-	runCLI(t, "memory", "add", "Alice lives in Velden", "--namespace", "alice", "--set", db)
+	id2, _ := runCLI(t, "memory", "add", "Alice lives in Velden", "--namespace", "alice", "--set", db)
+	id2 = strings.TrimSpace(id2)
 	out, _ := runCLI(t, "memory", "search", "what is the cat called", "--top-k", "1", "--namespace", "alice", "--set", db)
 	if !strings.HasPrefix(out, id) || !strings.Contains(out, "Tabby") {
 		t.Fatalf("search: %s", out)
@@ -58,7 +59,7 @@ func TestMemoryCommands(t *testing.T) {
 	// A malformed import writes nothing.
 	bad := filepath.Join(dir, "bad.jsonl")
 	os.WriteFile(bad, []byte(`{"content":"ok"}`+"\n"+`{"content": 5}`+"\n"), 0o644)
-	if _, err := runCLI(t, "memory", "import", bad, "--namespace", "carol", "--set", db); err == nil || !strings.Contains(err.Error(), "bad.jsonl:2") {
+	if _, err := runCLI(t, "memory", "import", bad, "--namespace", "carol", "--set", db); err == nil || !strings.Contains(err.Error(), "bad.jsonl:2: content is a JSON number where a string belongs") {
 		t.Fatalf("bad import: %v", err)
 	}
 	if out, _ := runCLI(t, "memory", "list", "--namespace", "carol", "--set", db); out != "" {
@@ -72,5 +73,15 @@ func TestMemoryCommands(t *testing.T) {
 	}
 	if _, err := runCLI(t, "memory", "add", "x", "--metadata", "[1]", "--set", db); err == nil || !strings.Contains(err.Error(), "--metadata") {
 		t.Fatalf("bad metadata: %v", err)
+	}
+	// Blank content or query is refused, as the server's API refuses it,
+	// and nothing is stored.
+	for _, args := range [][]string{{"add", " "}, {"update", id2, ""}, {"search", "\t"}} {
+		if _, err := runCLI(t, append(append([]string{"memory"}, args...), "--namespace", "alice", "--set", db)...); err == nil || !strings.Contains(err.Error(), "the text is empty") {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
+	if out, _ := runCLI(t, "memory", "list", "--namespace", "alice", "--set", db); strings.Count(out, "mem_") != 1 || !strings.Contains(out, "Velden") {
+		t.Errorf("after the refusals:\n%s", out)
 	}
 }

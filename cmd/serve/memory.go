@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -59,7 +61,12 @@ func (s *session) embed(text string) ([]float32, error) {
 
 // prepare parses a --metadata flag and embeds text, the two inputs of every
 // write and search.
+// prepare checks text (a memory's content or a query: the server's API
+// refuses blank ones too) and metadata, and embeds text.
 func (s *session) prepare(metadata, text string) (map[string]any, []float32, error) {
+	if strings.TrimSpace(text) == "" {
+		return nil, nil, errors.New("the text is empty: a memory's content and a search's query must say something")
+	}
 	md, err := parseMetadata(metadata)
 	if err != nil {
 		return nil, nil, err

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // Record is one line of a JSONL export: an entry without its embedding,
@@ -61,6 +63,9 @@ func ReadJSONL(r io.Reader, name string) ([]Record, error) {
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec); err != nil {
+			if _, msg, ok := jsonerr.Type(err); ok {
+				return nil, fmt.Errorf("%s:%d: %s", name, n, msg)
+			}
 			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
 		}
 		if dec.More() {
