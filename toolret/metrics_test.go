@@ -90,4 +90,8 @@ func TestTRECFiles(t *testing.T) {
 	if _, err := ReadRun(run); err == nil || !strings.Contains(err.Error(), "run.txt:2: query q1 lists t1 twice") {
 		t.Errorf("duplicate: %v", err)
 	}
+	os.WriteFile(run, []byte("q1 Q0 t1 1 0.5 x\nq1 Q0 t2 2 nan x\n"), 0o644)
+	if _, err := ReadRun(run); err == nil || !strings.Contains(err.Error(), `run.txt:2: score "nan" cannot be ordered`) {
+		t.Errorf("NaN score: %v", err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -46,6 +47,9 @@ func ReadRun(path string) (map[string]Run, error) {
 		score, err := strconv.ParseFloat(f[4], 64)
 		if err != nil {
 			return fmt.Errorf("score %q is not a number", f[4])
+		}
+		if math.IsNaN(score) {
+			return fmt.Errorf("score %q cannot be ordered", f[4]) // every comparison with NaN is false
 		}
 		if out[f[0]] == nil {
 			out[f[0]] = Run{}
