@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // Turn is one utterance of a session.
@@ -147,7 +149,7 @@ func parseSample(m map[string]json.RawMessage) (Sample, error) {
 		var qa QA
 		b, _ := json.Marshal(q)
 		if err := json.Unmarshal(b, &qa); err != nil {
-			return s, fmt.Errorf("qa %d: %v", i, err)
+			return s, fmt.Errorf("qa %d: %v", i, jsonerr.Explain(err))
 		}
 		if _, ok := Categories[qa.Category]; !ok {
 			return s, fmt.Errorf("qa %d (%q): category %d is not 1-5", i, qa.Question, qa.Category)

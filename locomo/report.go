@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // Prediction is one line of a predictions file.
@@ -40,7 +42,7 @@ func ReadPredictions(path string) ([]Prediction, error) {
 		dec := json.NewDecoder(strings.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&p); err != nil {
-			return nil, fmt.Errorf("%s:%d: %v (want {\"sample_id\", \"qa_index\", \"prediction\", \"context\"?})", path, line, err)
+			return nil, fmt.Errorf("%s:%d: %v (want {\"sample_id\", \"qa_index\", \"prediction\", \"context\"?})", path, line, jsonerr.Explain(err))
 		}
 		if p.SampleID == "" {
 			return nil, fmt.Errorf("%s:%d: no sample_id", path, line)

@@ -179,10 +179,11 @@ func boolIndex(b bool) int {
 func TestLoadNamesBadInput(t *testing.T) {
 	for raw, want := range map[string]string{
 		`{}`: "not a JSON list",
-		`[{"sample_id": "s1", "conversation": {"speaker_a": "A"}}]`:                                                                                                                              `sample 0 (s1): the conversation needs "speaker_a" and "speaker_b"`,
-		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A"}]}}]`:                                                                           "session_1, turn 0: no dia_id",
-		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}, "qa": [{"question": "q", "category": 9}]}]`: "qa 0 (\"q\"): category 9",
-		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}, "qa": [{"question": "q", "category": 4}]}]`: "no answer",
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A"}}]`:                                                                                                                                `sample 0 (s1): the conversation needs "speaker_a" and "speaker_b"`,
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A"}]}}]`:                                                                             "session_1, turn 0: no dia_id",
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}, "qa": [{"question": "q", "category": 9}]}]`:   "qa 0 (\"q\"): category 9",
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}, "qa": [{"question": "q", "category": 4}]}]`:   "no answer",
+		`[{"sample_id": "s1", "conversation": {"speaker_a": "A", "speaker_b": "B", "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"}]}, "qa": [{"question": "q", "category": "4"}]}]`: "qa 0: category is a JSON string where an integer belongs",
 	} {
 		if _, err := Parse([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", raw, err, want)

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // collectionServer is one MCP server of a tool collection file, in the
@@ -301,7 +302,7 @@ func strictList(data []byte, v any) error {
 			line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
 			return fmt.Errorf("line %d: %w", line, err)
 		}
-		return err
+		return jsonerr.Explain(err)
 	}
 	return nil
 }

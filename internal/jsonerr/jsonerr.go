@@ -52,3 +52,12 @@ func kind(t reflect.Type) string {
 	}
 	return "a " + t.String()
 }
+
+// Explain is err in a user's words when it is a type error (Type's
+// message), otherwise err itself.
+func Explain(err error, embedded ...string) error {
+	if _, msg, ok := Type(err, embedded...); ok {
+		return errors.New(msg)
+	}
+	return err
+}

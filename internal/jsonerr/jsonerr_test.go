@@ -48,3 +48,16 @@ func TestTypeNamesFieldAndKinds(t *testing.T) {
 		t.Error("another error taken for a type error")
 	}
 }
+
+// TestExplain: a type error becomes Type's message; any other error passes
+// through unchanged.
+func TestExplain(t *testing.T) {
+	var d doc
+	if err := Explain(json.Unmarshal([]byte(`{"n": "2"}`), &d)); err == nil || err.Error() != "n is a JSON string where an integer belongs" {
+		t.Errorf("type error: %v", err)
+	}
+	other := errors.New("other")
+	if Explain(other) != other {
+		t.Error("another error changed")
+	}
+}
