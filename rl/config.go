@@ -79,7 +79,11 @@ func DefaultConfig() Config {
 // Validate checks every key.
 func (c Config) Validate() error {
 	var e valid.Errors
-	e.AtLeast("k", c.K, 1)
+	// GRPO's advantage is a rollout's reward against its group's: a group
+	// of one, or greedy rollouts (identical), would train on zeros.
+	if c.K < 2 {
+		e.Add("k", "%d is below the minimum 2: GRPO compares a task's rollouts with one another", c.K)
+	}
 	e.AtLeast("batch_tasks", c.BatchTasks, 1)
 	e.AtLeast("steps", c.Steps, 1)
 	e.AtLeast("kv_budget", c.KVBudget, 0)
@@ -97,7 +101,9 @@ func (c Config) Validate() error {
 	e.AtLeast("epochs", c.Epochs, 1)
 	e.AtLeast("minibatches", c.Minibatches, 1)
 	e.AtLeast("batch_tokens", c.BatchTokens, 16)
-	e.NotNegative("temperature", c.Temperature)
+	if !(c.Temperature > 0) {
+		e.Add("temperature", "%g must be positive: greedy rollouts of a task are identical, so GRPO's advantages would all be zero", c.Temperature)
+	}
 	if c.TopP <= 0 || c.TopP > 1 {
 		e.Add("top_p", "%g is outside (0, 1]", c.TopP)
 	}

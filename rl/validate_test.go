@@ -96,3 +96,26 @@ func TestKeepBest(t *testing.T) {
 		t.Errorf("rl.Train with keep_best and no validation: %v", err)
 	}
 }
+
+// TestConfigRefusesGroupsThatCannotLearn: a group of one rollout, or
+// greedy rollouts (a task's K then play alike), gives GRPO only zero
+// advantages, so a run would spend its hours learning nothing: both are
+// refused by key.
+func TestConfigRefusesGroupsThatCannotLearn(t *testing.T) {
+	for _, c := range []struct {
+		set  func(*rl.Config)
+		want string
+	}{
+		{func(c *rl.Config) { c.K = 1 }, "k: 1 is below the minimum 2"},
+		{func(c *rl.Config) { c.Temperature = 0 }, "temperature: 0 must be positive"},
+	} {
+		cfg := rl.DefaultConfig()
+		c.set(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v, want %q", err, c.want)
+		}
+	}
+	if err := rl.DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
