@@ -81,6 +81,8 @@ func TestLoadErrors(t *testing.T) {
 		{"bad set key", "", []string{"agent.max_stepz=3"}, []string{"unknown key agent.max_stepz"}},
 		{"set without value", "", []string{"agent.max_steps"}, []string{"want key.path=value"}},
 		{"set into scalar", "", []string{"seed.x=1"}, []string{"--set", "seed must be a single int64 value"}},
+		{"set of the wrong type", "rl:\n  lr: 1e-4\n", []string{"rl.lr=abc"}, []string{`config --set: rl.lr: "abc" is not a valid float64`}},
+		{"set of a list element", "", []string{"embed.char_ngrams=[3, x]"}, []string{`config --set: embed.char_ngrams[1]: "x"`}},
 		{"short key", "serve:\n  keys:\n    - {key: abc, namespace: a}\n", nil, []string{"serve.keys[0].key", "at least 8"}},
 		{"key without namespace", "serve:\n  keys:\n    - {key: abcdefgh12}\n", nil, []string{"serve.keys[0].namespace"}},
 		{"repeated key", "serve:\n  keys:\n    - {key: abcdefgh12, namespace: a}\n    - {key: abcdefgh12, namespace: b}\n", nil, []string{"serve.keys[1].key", "repeats"}},

@@ -236,6 +236,7 @@ func applySet(doc *yaml.Node, kv string) error {
 	var value *yaml.Node
 	if len(v.Content) == 1 {
 		value = v.Content[0]
+		fromSet(value)
 	} else {
 		value = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: val}
 	}
@@ -268,6 +269,15 @@ func applySet(doc *yaml.Node, kv string) error {
 		n = next
 	}
 	return nil
+}
+
+// fromSet marks n and what it holds as an override's (line 0), so that an
+// error in them names --set, not line 1 of the file.
+func fromSet(n *yaml.Node) {
+	n.Line, n.Column = 0, 0
+	for _, c := range n.Content {
+		fromSet(c)
+	}
 }
 
 // YAML renders the config, for `agemem-train config`.
