@@ -56,6 +56,9 @@ Prints the trace (--json for machines).`,
 			if strings.TrimSpace(prompt) == "" {
 				return fmt.Errorf("--prompt is required")
 			}
+			if maxSteps < 1 {
+				return fmt.Errorf("--max-steps %d: the model needs at least one turn", maxSteps)
+			}
 			ctx := cmd.Context()
 			m, err := chatModel(cmd, cfg, model, native, dev)
 			if err != nil {

@@ -126,6 +126,10 @@ func TestAgentOnTheNativeEngine(t *testing.T) {
 	if !strings.HasPrefix(out, "tools: ") || !strings.Contains(out, "Add_memory") || !(strings.Contains(out, "answer: ") || strings.Contains(out, "no answer")) {
 		t.Fatalf("trace:\n%s", out)
 	}
+	// No turn at all is refused, not played as one.
+	if _, err := run(t, "agent", "--native", model, "--device", "cpu", "--max-steps", "0", "--prompt", "hi"); err == nil || !strings.Contains(err.Error(), "--max-steps 0") {
+		t.Errorf("--max-steps 0: %v", err)
+	}
 }
 
 // TestCLILoCoMo: synth writes LoCoMo's layout; score reads predictions,

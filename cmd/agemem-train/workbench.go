@@ -52,6 +52,14 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 			if envName != "workbench" {
 				return fmt.Errorf("--env %q: the environment is workbench", envName)
 			}
+			switch {
+			case maxSteps < 1:
+				return fmt.Errorf("--max-steps %d: the model needs at least one turn", maxSteps)
+			case limit < 0:
+				return fmt.Errorf("--limit %d: want 0 (all queries) or more", limit)
+			case parallel < 1:
+				return fmt.Errorf("--parallel %d: want at least 1", parallel)
+			}
 			modes := map[string][]bool{"on": {true}, "off": {false}, "both": {false, true}}[memory]
 			if modes == nil {
 				return fmt.Errorf("--memory %q: want on, off or both", memory)

@@ -88,6 +88,9 @@ func TestCLIWorkBench(t *testing.T) {
 		{[]string{"--env", "nestful"}, "--env"},
 		{[]string{"--memory", "maybe"}, "--memory"},
 		{[]string{"--tasks", filepath.Join(out, "report.json")}, "report.json"},
+		{[]string{"--max-steps", "0"}, "--max-steps 0: the model needs at least one turn"},
+		{[]string{"--limit", "-1"}, "--limit -1"},
+		{[]string{"--parallel", "0"}, "--parallel 0"},
 	} {
 		if _, err := run(t, append([]string{"tools", "run", "--model", "m", "--set", "openai.base_url=" + srv.URL + "/v1", "--out", out}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v", c.args, err)
