@@ -87,6 +87,9 @@ openai.format).`,
 			if err != nil {
 				return err
 			}
+			if first < 0 {
+				return fmt.Errorf("--first %d: want a number of tasks", first)
+			}
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")
 			}

@@ -108,6 +108,7 @@ func TestCLIErrors(t *testing.T) {
 	}{
 		{[]string{"episode", "--data", data, "--task", "nope"}, `task "nope" is not in`},
 		{[]string{"episode", "--data", data, "--first", "2", "--policy", "gpt"}, `--policy "gpt"`},
+		{[]string{"episode", "--data", data, "--first", "-2"}, "--first -2"},
 		{[]string{"episode", "--data", data}, "exactly one of --task"},
 		{[]string{"episode", "--data", filepath.Join(dir, "missing.json"), "--first", "1"}, "no such file"},
 		{[]string{"--config", bad, "episode", "--data", data, "--first", "1"}, "unknown key agent.max_stepz"},

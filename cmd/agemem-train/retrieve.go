@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mattn/go-isatty"
@@ -61,8 +62,13 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 			if err != nil {
 				return err
 			}
-			if parallel < 1 {
+			switch {
+			case parallel < 1:
 				return fmt.Errorf("--parallel %d: run at least one query at a time", parallel)
+			case k < 0:
+				return fmt.Errorf("--k %d: want a cutoff of 1 or more (0: fittext.k)", k)
+			case first < 0:
+				return fmt.Errorf("--first %d: want 0 (every query) or more", first)
 			}
 			ss := strings.Split(strategies, ",")
 			needModel := false
@@ -70,6 +76,9 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 				ss[i] = strings.TrimSpace(s)
 				if err := fittext.CheckStrategy(ss[i]); err != nil {
 					return fmt.Errorf("--strategy: %w", err)
+				}
+				if slices.Contains(ss[:i], ss[i]) {
+					return fmt.Errorf("--strategy: %s is named twice", ss[i])
 				}
 				needModel = needModel || ss[i] != "query"
 			}

@@ -60,6 +60,9 @@ func TestCLIToolsRetrieve(t *testing.T) {
 		{[]string{"--strategy", "query"}, "--data and --corpus"},
 		{append([]string{"--set", "fittext.memory_penalty=both"}, data...), "fittext.memory_penalty"},
 		{[]string{"--stb", filepath.Join(dir, "tools.jsonl")}, "not a JSON list of queries"},
+		{append([]string{"--strategy", "query, query"}, data...), "query is named twice"},
+		{append([]string{"--first", "-1"}, data...), "--first -1"},
+		{append([]string{"--k", "-5"}, data...), "--k -5"},
 	} {
 		if _, err := run(t, append([]string{"tools", "retrieve"}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
