@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/toolret"
 )
@@ -42,7 +43,7 @@ func readRecords(path string) ([]json.RawMessage, error) {
 	if len(trim) > 0 && trim[0] == '[' {
 		var out []json.RawMessage
 		if err := json.Unmarshal(trim, &out); err != nil {
-			return nil, fmt.Errorf("%s: not a JSON list: %w", path, err)
+			return nil, fmt.Errorf("%s: not a JSON list: %w", path, jsonerr.Explain(err))
 		}
 		return out, nil
 	}
@@ -83,7 +84,7 @@ func LoadToolRet(queriesPath, corpusPath string) (Dataset, error) {
 			Name          string          `json:"name"`
 		}
 		if err := json.Unmarshal(raw, &r); err != nil {
-			return ds, fmt.Errorf("%s: tool %d: %w", corpusPath, i, err)
+			return ds, fmt.Errorf("%s: tool %d: %w", corpusPath, i, jsonerr.Explain(err))
 		}
 		id := idString(r.ID)
 		if id == "" {
@@ -122,7 +123,7 @@ func LoadToolRet(queriesPath, corpusPath string) (Dataset, error) {
 			Labels      json.RawMessage `json:"labels"`
 		}
 		if err := json.Unmarshal(raw, &r); err != nil {
-			return ds, fmt.Errorf("%s: query %d: %w", queriesPath, i, err)
+			return ds, fmt.Errorf("%s: query %d: %w", queriesPath, i, jsonerr.Explain(err))
 		}
 		q := Query{ID: idString(r.ID), Text: strings.TrimSpace(r.Query), Subset: r.Subset, Gold: toolret.Qrels{}}
 		where := fmt.Sprintf("%s: query %d (id %s)", queriesPath, i, q.ID)

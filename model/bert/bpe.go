@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/model/tokenizer"
 )
 
@@ -50,7 +51,7 @@ func LoadTokenizer(dir string) (Tokenizer, error) {
 		} `json:"post_processor"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
-		return nil, fmt.Errorf("%s/tokenizer.json: %w", dir, err)
+		return nil, fmt.Errorf("%s/tokenizer.json: %w", dir, jsonerr.Explain(err))
 	}
 	if head.Model.Type != "BPE" {
 		return LoadWordPiece(dir)

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tape"
 )
@@ -74,7 +75,7 @@ func LoadConfig(dir string) (Config, error) {
 	}
 	c := Config{TypeVocab: 2, LayerNormEps: 1e-12, HiddenAct: "gelu"}
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
+		return Config{}, fmt.Errorf("%s: %w", path, jsonerr.Explain(err))
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)

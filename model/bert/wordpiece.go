@@ -10,6 +10,8 @@ import (
 	"unicode"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // WordPiece is BERT's tokenizer: the BertNormalizer (control characters
@@ -116,7 +118,7 @@ func ParseWordPieceJSON(raw []byte) (*WordPiece, error) {
 		} `json:"model"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, fmt.Errorf("not a tokenizer.json: %w", err)
+		return nil, fmt.Errorf("not a tokenizer.json: %w", jsonerr.Explain(err))
 	}
 	if f.Model.Type != "WordPiece" {
 		return nil, fmt.Errorf("model type %q is not WordPiece", f.Model.Type)

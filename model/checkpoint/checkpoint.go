@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -107,7 +108,7 @@ func Load(dir string) (State, error) {
 	}
 	var m manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return State{}, fmt.Errorf("checkpoint %s: %s is damaged: %w", dir, stateFile, err)
+		return State{}, fmt.Errorf("checkpoint %s: %s is damaged: %w", dir, stateFile, jsonerr.Explain(err))
 	}
 	if m.Version != 1 {
 		return State{}, fmt.Errorf("checkpoint %s: version %d is not supported", dir, m.Version)

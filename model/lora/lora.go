@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/model/safetensors"
 )
@@ -138,7 +139,7 @@ func Load(dir string) (*Adapter, error) {
 	}
 	a := &Adapter{}
 	if err := json.Unmarshal(raw, &a.Config); err != nil {
-		return nil, fmt.Errorf("%s/adapter_config.json: %w", dir, err)
+		return nil, fmt.Errorf("%s/adapter_config.json: %w", dir, jsonerr.Explain(err))
 	}
 	if a.Config.PeftType != "LORA" {
 		return nil, fmt.Errorf("%s/adapter_config.json: peft_type %q is not LORA", dir, a.Config.PeftType)

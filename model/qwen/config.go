@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // Config is the part of config.json the decoder needs.
@@ -54,7 +56,7 @@ func LoadConfig(dir string) (Config, error) {
 	}
 	var c Config
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", path, err)
+		return Config{}, fmt.Errorf("%s: %w", path, jsonerr.Explain(err))
 	}
 	if c.HeadDim == 0 && c.Heads > 0 {
 		c.HeadDim = c.HiddenSize / c.Heads

@@ -3,6 +3,7 @@ package qwen
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -350,6 +351,11 @@ func TestBadCheckpoints(t *testing.T) {
 	WriteConfig(dir, cfg, safetensors.F32)
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "not a multiple") {
 		t.Fatalf("bad heads: %v", err)
+	}
+	// A value of the wrong JSON type is named by key, in the file's terms.
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type": "qwen3", "hidden_size": "64"}`), 0o644)
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "config.json: hidden_size is a JSON string where an integer belongs") {
+		t.Fatalf("mistyped config: %v", err)
 	}
 	// Tensors whose bytes do not hold their shape in a known dtype (an
 	// unknown dtype, a truncated tensor) are refused by name, not read as

@@ -14,6 +14,8 @@ import (
 	"sync"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // AddedToken is a token matched verbatim before BPE (special tokens such as
@@ -82,7 +84,7 @@ func Load(path string) (*Tokenizer, error) {
 func Parse(raw []byte) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, fmt.Errorf("not a tokenizer.json: %w", err)
+		return nil, fmt.Errorf("not a tokenizer.json: %w", jsonerr.Explain(err))
 	}
 	if f.Model.Type != "BPE" {
 		return nil, fmt.Errorf("model type %q: only byte-level BPE is supported", f.Model.Type)
