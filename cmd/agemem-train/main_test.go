@@ -169,6 +169,9 @@ func TestCLIModelCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"generate", "--model", dir, "--quantize", "q4"}, `quantize "q4"`},
+		{[]string{"generate", "--model", dir, "--temperature", "-0.5"}, "sampling flags: temperature -0.5"},
+		{[]string{"generate", "--model", dir, "--top-p", "1.5"}, "sampling flags: top_p 1.5 is outside [0, 1]"},
+		{[]string{"generate", "--model", dir, "--top-k", "-1"}, "sampling flags: top_k -1"},
 		{[]string{"init-model", "--preset", "huge", "--out", dir}, `--preset "huge"`},
 		{[]string{"init-model", "--dtype", "f8", "--out", dir}, `--dtype "f8"`},
 		{[]string{"tokenize", "--model", t.TempDir()}, "tokenizer.json"},

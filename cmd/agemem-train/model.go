@@ -175,6 +175,9 @@ keeping the conversation. An empty line or end of input stops.`,
   agemem-train generate --model ~/models/Qwen2.5-0.5B-Instruct --quantize q8_0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := s.Check(); err != nil { // before the model loads and a message is typed
+				return fmt.Errorf("sampling flags: %w", err)
+			}
 			be, err := device.Open(dev, cmd.ErrOrStderr())
 			if err != nil {
 				return err

@@ -31,6 +31,23 @@ type Sampling struct {
 	onToken func(seq, id int) // set by GenerateStream
 }
 
+// Check refuses settings no sampler can follow (a negative temperature
+// would sharpen into greedy, a top_p past 1 or a negative top_k would be
+// read as "keep everything"), naming the setting.
+func (s Sampling) Check() error {
+	switch {
+	case s.MaxTokens <= 0:
+		return fmt.Errorf("max tokens must be positive, got %d", s.MaxTokens)
+	case !(s.Temperature >= 0) || math.IsInf(s.Temperature, 1):
+		return fmt.Errorf("temperature %g: want 0 (greedy) or more", s.Temperature)
+	case !(s.TopP >= 0 && s.TopP <= 1):
+		return fmt.Errorf("top_p %g is outside [0, 1] (0 or 1: no nucleus cut)", s.TopP)
+	case s.TopK < 0:
+		return fmt.Errorf("top_k %d: want 0 (no cut) or more", s.TopK)
+	}
+	return nil
+}
+
 // Detokenizer turns ids into text; a tokenizer provides it. Generation needs it
 // only for stop strings.
 type Detokenizer interface {
@@ -101,8 +118,8 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 	if len(prompts) == 0 {
 		return nil, st, nil
 	}
-	if s.MaxTokens <= 0 {
-		return nil, st, fmt.Errorf("max tokens must be positive, got %d", s.MaxTokens)
+	if err := s.Check(); err != nil {
+		return nil, st, err
 	}
 	for i, p := range prompts {
 		if len(p) == 0 {

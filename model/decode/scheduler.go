@@ -110,8 +110,8 @@ func (sc *Scheduler) Generate(ctx context.Context, prompt []int, s Sampling, onT
 	if len(prompt) == 0 {
 		return Generation{}, fmt.Errorf("prompt is empty")
 	}
-	if s.MaxTokens <= 0 {
-		return Generation{}, fmt.Errorf("max tokens must be positive, got %d", s.MaxTokens)
+	if err := s.Check(); err != nil {
+		return Generation{}, err
 	}
 	if n := len(prompt) + s.MaxTokens; sc.m.MaxPositions > 0 && n > sc.m.MaxPositions {
 		return Generation{}, fmt.Errorf("prompt plus max tokens (%d) exceeds the model's %d positions", n, sc.m.MaxPositions)
