@@ -201,8 +201,14 @@ func evaluator(stsPath, tasksPath string, k int) (func(context.Context, embed.Em
 		}
 	}
 	if tasksPath != "" {
+		if k < 1 {
+			return nil, fmt.Errorf("recall@%d: k must be at least 1", k)
+		}
 		if tasks, err = env.LoadHotpot(tasksPath); err != nil {
 			return nil, err
+		}
+		if len(tasks) == 0 {
+			return nil, fmt.Errorf("%s holds no tasks to measure recall on", tasksPath)
 		}
 	}
 	return func(ctx context.Context, e embed.Embedder) (map[string]float64, error) {

@@ -237,6 +237,7 @@ func TestCLIEmbed(t *testing.T) {
 		{[]string{"embed", "init", "--corpus", filepath.Join(dir, "none.txt"), "--out", enc}, "none.txt"},
 		{[]string{"embed", "init", "--corpus", filepath.Join(data, "corpus.txt"), "--hidden", "30", "--heads", "4", "--out", enc}, "multiple of num_attention_heads"},
 		{[]string{"embed", "data", "--n", "5"}, "at least 100"},
+		{[]string{"embed", "eval", "hashing", "--tasks", filepath.Join(data, "tasks-eval.json"), "--k", "0"}, "recall@0: k must be at least 1"},
 	} {
 		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
