@@ -9,6 +9,7 @@
 #                           warm-up rollout's device time by kernel) beside
 #                           PyTorch + PEFT (peft_anchor.py), then over a Q8_0
 #                           base; decode beside the bandwidth bound and generate
+#                           ($GPU_PAPER_SKIP: parts to leave out, e.g. decode,q8)
 #   scripts/gpu.sh simcse   SimCSE's training step (BERT-base shape) on the
 #                           GPU, its device time by kernel, beside PyTorch +
 #                           transformers (simcse_anchor.py)
@@ -56,11 +57,23 @@ tests() {
 	run model/bert -test.run '^$' -test.bench 'Encoder/cuda' -test.benchtime 5x
 }
 
+# paper: the step, its anchor, decode, the step over Q8_0; parts named in
+# $GPU_PAPER_SKIP (comma-separated: step, anchor, decode, q8) are left out,
+# so a short lease can run what it needs.
 paper() {
-	AGEMEM_CUDA_PROFILE=1 run model/train -test.run '^$' -test.bench CUDAPaperStep -test.benchtime 1x -test.v
-	(cd "$root/model/train" && timeout "$limit" python3 testdata/peft_anchor.py "${AGEMEM_PAPER_SHAPES:-qwen2.5-7b-shape,qwen3-4b-shape}")
-	run model/qwen -test.run '^$' -test.bench CUDAPaperDecode -test.benchtime 2x
-	AGEMEM_PAPER_BASE=q8_0 run model/train -test.run '^$' -test.bench CUDAPaperStep -test.benchtime 1x -test.v
+	want() { [[ ",${GPU_PAPER_SKIP:-}," != *",$1,"* ]]; }
+	if want step; then
+		AGEMEM_CUDA_PROFILE=1 run model/train -test.run '^$' -test.bench CUDAPaperStep -test.benchtime 1x -test.v
+	fi
+	if want anchor; then
+		(cd "$root/model/train" && timeout "$limit" python3 testdata/peft_anchor.py "${AGEMEM_PAPER_SHAPES:-qwen2.5-7b-shape,qwen3-4b-shape}")
+	fi
+	if want decode; then
+		run model/qwen -test.run '^$' -test.bench CUDAPaperDecode -test.benchtime 2x
+	fi
+	if want q8; then
+		AGEMEM_PAPER_BASE=q8_0 run model/train -test.run '^$' -test.bench CUDAPaperStep -test.benchtime 1x -test.v
+	fi
 }
 
 simcse() {
