@@ -105,6 +105,9 @@ memories came back, then the verdict; README, "Demo results").`,
 					return fmt.Errorf("%s %v: a chance, in [0, 1]", r.flag, r.v)
 				}
 			}
+			if n < 0 {
+				return fmt.Errorf("--n %d: want 0 (every task) or more", n)
+			}
 			keepStage := map[int]bool{}
 			for _, s := range stages {
 				if s < env.Stage1 || s > env.Stage3 {

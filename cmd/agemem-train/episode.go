@@ -90,6 +90,9 @@ openai.format).`,
 			if first < 0 {
 				return fmt.Errorf("--first %d: want a number of tasks", first)
 			}
+			if !(sampling.Temperature >= 0) {
+				return fmt.Errorf("--temperature %g: want 0 (greedy) or more", sampling.Temperature)
+			}
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")
 			}

@@ -42,6 +42,9 @@ format the parser demands.`,
 			if out == "" {
 				return fmt.Errorf("--out is required")
 			}
+			if episodes < 0 {
+				return fmt.Errorf("--episodes %d: want 0 or more", episodes)
+			}
 			text := map[string]string{"qwen2.5": chat.Qwen25Text, "qwen3": chat.Qwen3Text}[tmpl]
 			if text == "" {
 				return fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)

@@ -52,6 +52,9 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 				return err
 			}
 			if dryRun {
+				if !(deviceGiB > 0) {
+					return fmt.Errorf("--device-gib %g: want a device's memory in GiB", deviceGiB)
+				}
 				return printPlan(cmd.OutOrStdout(), cfg, deviceGiB)
 			}
 			res, err := runGRPO(cmd.Context(), cfg, resume, cmd.ErrOrStderr())
