@@ -37,6 +37,9 @@ type RAG struct {
 // Retrieve returns the dialogue ids of the k turns most similar to the
 // question, best first.
 func (r *RAG) Retrieve(ctx context.Context, s Sample, question string, k int) ([]string, error) {
+	if k < 1 {
+		return nil, fmt.Errorf("k %d: retrieve at least one turn", k)
+	}
 	ids, texts := s.Turns()
 	if r.cache == nil {
 		r.cache = map[string][][]float32{}

@@ -45,6 +45,13 @@ func TestRAGRecall(t *testing.T) {
 	if !(rag > 0.3 && rag > 2*chance) {
 		t.Fatalf("RAG recall@5 %.3f against chance %.3f", rag, chance)
 	}
+	// No turn to retrieve is an error, not a crash (k -1 made a slice of
+	// negative capacity).
+	for _, k := range []int{0, -1} {
+		if _, err := RetrievalPredictions(context.Background(), samples, &RAG{Embedder: embed.NewHashing(64, []int{3})}, k); err == nil {
+			t.Errorf("k %d: no error", k)
+		}
+	}
 }
 
 // echoModel answers with the last line of the context before the question.

@@ -193,6 +193,9 @@ func TestCLILoCoMoRun(t *testing.T) {
 	if _, err := run(t, "locomo", "run", "--data", data, "--method", "ta-mem", "--window", "0", "--retrieval-only", "--out", preds); err == nil || !strings.Contains(err.Error(), "--window 0") {
 		t.Fatalf("window 0: %v", err)
 	}
+	if _, err := run(t, "locomo", "run", "--data", data, "--method", "rag", "--k", "-1", "--retrieval-only", "--out", preds); err == nil || !strings.Contains(err.Error(), "--k -1: want at least 1") {
+		t.Fatalf("k -1: %v", err)
+	}
 }
 
 // TestCLIToolsScore: tools score evaluates a TREC run against qrels at the

@@ -168,6 +168,14 @@ on openai.base_url in openai.format, or --model ollama:NAME).`,
 			if retrievalOnly && method != "rag" && method != "ta-mem" {
 				return fmt.Errorf("--retrieval-only measures a retriever: use it with --method rag or ta-mem")
 			}
+			for _, f := range []struct {
+				name string
+				v    int
+			}{{"--k", k}, {"--chunk", chunk}, {"--parallel", parallel}, {"--window", window}} {
+				if f.v < 1 {
+					return fmt.Errorf("%s %d: want at least 1", f.name, f.v)
+				}
+			}
 			samples, err := locomo.Load(data)
 			if err != nil {
 				return err
@@ -182,9 +190,6 @@ on openai.base_url in openai.format, or --model ollama:NAME).`,
 				}
 				r = &locomo.RAG{Embedder: emb}
 			case method == "ta-mem" && retrievalOnly:
-				if window < 1 {
-					return fmt.Errorf("--window %d: a page holds at least one message", window)
-				}
 				emb, err := roles.Embedder(ctx, cfg)
 				if err != nil {
 					return err
