@@ -266,6 +266,9 @@ func (d *DB) Similar(ctx context.Context, ns, kind, v string, k int) ([]int, err
 // SimilarOf is Similar over one person's records (person "" = everyone's):
 // the person index and the embedding index together.
 func (d *DB) SimilarOf(ctx context.Context, ns, kind, person, v string, k int) ([]int, error) {
+	if k < 1 {
+		return nil, fmt.Errorf("tamem: k %d: ask for at least one page", k)
+	}
 	recs, err := d.records(ctx, ns)
 	if err != nil {
 		return nil, err

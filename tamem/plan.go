@@ -79,6 +79,9 @@ func nameWords(text string) []string {
 // reciprocal rank (1/(60+rank)) and the dialogue ids of the best pages'
 // own spans (not their overlap) returned, at most k, best first.
 func (d *DB) Retrieve(ctx context.Context, ns, question string, k int) ([]string, error) {
+	if k < 1 {
+		return nil, fmt.Errorf("tamem: k %d: retrieve at least one turn", k)
+	}
 	words := map[string]bool{}
 	for _, f := range strings.Fields(question) {
 		w := strings.TrimFunc(f, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })

@@ -282,4 +282,12 @@ func TestWindowsAndRetrieve(t *testing.T) {
 	if got, _ := d.Retrieve(ctx, "c", q, 10); len(got) != 5 {
 		t.Fatalf("k past the conversation: %v", got)
 	}
+	// k below 1 is an error, not a crash (a negative k sliced past the
+	// hits' start).
+	if _, err := d.Retrieve(ctx, "c", q, 0); err == nil {
+		t.Error("Retrieve with k 0: no error")
+	}
+	if _, err := d.Similar(ctx, "c", "fact", q, -1); err == nil {
+		t.Error("Similar with k -1: no error")
+	}
 }
