@@ -170,6 +170,9 @@ func Recall(ctx context.Context, e embed.Embedder, tasks []env.Task, k int) (flo
 	if len(tasks) == 0 {
 		return 0, fmt.Errorf("no tasks to retrieve over")
 	}
+	if k < 1 {
+		return 0, fmt.Errorf("recall@%d: k must be at least 1", k)
+	}
 	var total float64
 	for _, t := range tasks {
 		cands := slices.Clone(t.SupportingFacts)
