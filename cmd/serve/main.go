@@ -274,7 +274,7 @@ memory.path. Over HTTP the same tools are at /mcp of the running server.`,
 				Namespace: func(context.Context, *mcp.CallToolRequest) string { return ns }}, "1")
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return srv.Run(ctx, &mcp.StdioTransport{})
+			return srv.Run(ctx, stdioGuard(os.Stdin, os.Stdout))
 		},
 	}
 	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve on stdin/stdout")
