@@ -113,6 +113,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"data", "sft", "--policy", "oracle", "--data", data, "--out", filepath.Join(dir, "x.jsonl"), "--n", "-3"}, "--n -3"},
 		{[]string{"tokenizer", "train", "--data", data, "--episodes", "-1", "--out", filepath.Join(dir, "tk")}, "--episodes -1"},
 		{[]string{"train", "--dry-run", "--device-gib", "0"}, "--device-gib 0"},
+		{[]string{"sft", "--gen-eval", "-1"}, "--gen-eval -1"},
 		{[]string{"episode", "--data", data}, "exactly one of --task"},
 		{[]string{"episode", "--data", filepath.Join(dir, "missing.json"), "--first", "1"}, "no such file"},
 		{[]string{"--config", bad, "episode", "--data", data, "--first", "1"}, "unknown key agent.max_stepz"},

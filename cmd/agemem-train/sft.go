@@ -38,6 +38,9 @@ prompts and reports how many responses the AgeMem parser accepts.`,
 			if err != nil {
 				return err
 			}
+			if genEval < 0 {
+				return fmt.Errorf("--gen-eval %d: want 0 (none) or more", genEval)
+			}
 			o := roles.SFT(cfg)
 			o.Resume, o.Log, o.TTY, o.GenEval = resume, cmd.ErrOrStderr(), isatty.IsTerminal(os.Stderr.Fd()), genEval
 			if genEval > 0 {
