@@ -3,6 +3,8 @@
 // recalled by similarity with an adaptive count.
 package toolmem
 
+import "fmt"
+
 // Adaptive recall (MemToolAgent): the similarities of the stored entries to
 // a new query, sorted descending as x, are differentiated by a centred
 // least-squares slope over a window of R on each side,
@@ -33,6 +35,20 @@ type Adaptive struct {
 
 // DefaultAdaptive is the paper's WorkBench setting.
 func DefaultAdaptive() Adaptive { return Adaptive{R: 10, PeakNumber: 1, Fallback: 10} }
+
+// Check names a parameter no recall can follow: a half window below 1 (no
+// slope at all), a peak number below 1, a negative fallback.
+func (a Adaptive) Check() error {
+	switch {
+	case a.R < 1:
+		return fmt.Errorf("adaptive recall: half window R %d must be at least 1", a.R)
+	case a.PeakNumber < 1:
+		return fmt.Errorf("adaptive recall: peak number %d must be at least 1", a.PeakNumber)
+	case a.Fallback < 0:
+		return fmt.Errorf("adaptive recall: fallback %d must be 0 (every entry) or more", a.Fallback)
+	}
+	return nil
+}
 
 // Count is how many of the entries with similarities x (sorted
 // descending) to recall.

@@ -3,6 +3,7 @@ package toolmem
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -78,5 +79,26 @@ func TestCount(t *testing.T) {
 	two := []float64{0.95, 0.94, 0.93, 0.92, 0.91, 0.5, 0.49, 0.48, 0.47, 0.46, 0.1, 0.09, 0.08, 0.07, 0.06}
 	if n1, n2, n9 := (Adaptive{R: 2, PeakNumber: 1}).Count(two), (Adaptive{R: 2, PeakNumber: 2}).Count(two), (Adaptive{R: 2, PeakNumber: 9}).Count(two); n1 != 5 || n2 != 10 || n9 != 10 {
 		t.Fatalf("peak 1: %d, peak 2: %d, peak 9 (the last one): %d", n1, n2, n9)
+	}
+}
+
+// TestAdaptiveCheck: the paper's settings pass; a window, peak number or
+// fallback no recall can follow is named.
+func TestAdaptiveCheck(t *testing.T) {
+	if err := DefaultAdaptive().Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		a    Adaptive
+		want string
+	}{
+		{Adaptive{R: 0, PeakNumber: 1}, "half window R 0"},
+		{Adaptive{R: -2, PeakNumber: 1}, "half window R -2"},
+		{Adaptive{R: 10, PeakNumber: 0}, "peak number 0"},
+		{Adaptive{R: 10, PeakNumber: 1, Fallback: -1}, "fallback -1"},
+	} {
+		if err := c.a.Check(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.a, err, c.want)
+		}
 	}
 }

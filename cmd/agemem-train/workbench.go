@@ -60,6 +60,9 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 			case parallel < 1:
 				return fmt.Errorf("--parallel %d: want at least 1", parallel)
 			}
+			if err := ad.Check(); err != nil {
+				return fmt.Errorf("--radius, --peak, --fallback: %w", err)
+			}
 			modes := map[string][]bool{"on": {true}, "off": {false}, "both": {false, true}}[memory]
 			if modes == nil {
 				return fmt.Errorf("--memory %q: want on, off or both", memory)

@@ -91,6 +91,9 @@ func TestCLIWorkBench(t *testing.T) {
 		{[]string{"--max-steps", "0"}, "--max-steps 0: the model needs at least one turn"},
 		{[]string{"--limit", "-1"}, "--limit -1"},
 		{[]string{"--parallel", "0"}, "--parallel 0"},
+		{[]string{"--radius", "0"}, "half window R 0"},
+		{[]string{"--peak", "0"}, "peak number 0"},
+		{[]string{"--fallback", "-1"}, "fallback -1"},
 	} {
 		if _, err := run(t, append([]string{"tools", "run", "--model", "m", "--set", "openai.base_url=" + srv.URL + "/v1", "--out", out}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v", c.args, err)
