@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // Executor runs a domain tool of the working set (an MCP server, a
@@ -324,7 +325,7 @@ func (s *Session) searchTool(t *turn, query string, ts *agent.Toolset) agent.Too
 		Call: func(ctx context.Context, args json.RawMessage) (string, error) {
 			var a struct{ Keywords []string }
 			if err := json.Unmarshal(args, &a); err != nil {
-				return "", err
+				return "", jsonerr.Explain(err) // the model reads it: say which argument, not Go's types
 			}
 			before := s.Set()
 			added, msg, err := s.search(ctx, t, a.Keywords, query)
@@ -362,7 +363,7 @@ func (s *Session) removeTool(t *turn, ts *agent.Toolset) agent.Tool {
 				ToolNames []string `json:"tool_names"`
 			}
 			if err := json.Unmarshal(args, &a); err != nil {
-				return "", err
+				return "", jsonerr.Explain(err) // the model reads it: say which argument, not Go's types
 			}
 			gone := s.removeNames(a.ToolNames)
 			t.drop(gone...)

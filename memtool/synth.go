@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/agemem/agemem/internal/jsonerr"
 )
 
 // A ScaleMCP-like benchmark (ScaleMCP itself is not redistributable
@@ -180,7 +182,7 @@ func Simulate(_ context.Context, t Tool, args json.RawMessage) (string, error) {
 	var a map[string]any
 	if len(args) > 0 {
 		if err := json.Unmarshal(args, &a); err != nil {
-			return "", fmt.Errorf("arguments are not a JSON object: %w", err)
+			return "", fmt.Errorf("arguments are not a JSON object: %w", jsonerr.Explain(err))
 		}
 	}
 	out := map[string]any{"tool": t.Name, "value": Value(t.Name)}
