@@ -14,6 +14,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/decode"
@@ -138,7 +139,7 @@ func tokenizeCmd() *cobra.Command {
 			if decode {
 				var ids []int
 				if err := json.Unmarshal(in, &ids); err != nil {
-					return fmt.Errorf("stdin must be a JSON array of token ids: %w", err)
+					return fmt.Errorf("stdin must be a JSON array of token ids: %w", jsonerr.Explain(err))
 				}
 				for _, id := range ids {
 					if id < 0 || id >= tok.VocabSize() {

@@ -13,7 +13,8 @@ import (
 )
 
 // Type describes err when it is a *json.UnmarshalTypeError: field is the
-// value's path as the document spells it ("" for the whole document), msg
+// value's path as the document spells it ("" for the document or an element
+// of a top-level array, which the decoder does not tell apart), msg
 // says what is there and what belongs. Path segments named in embedded
 // (Go's names of embedded structs, which the decoder puts in the path) are
 // dropped.
@@ -23,7 +24,7 @@ func Type(err error, embedded ...string) (field, msg string, ok bool) {
 		return "", "", false
 	}
 	if te.Field == "" {
-		return "", fmt.Sprintf("the document is a JSON %s where %s belongs", te.Value, kind(te.Type)), true
+		return "", fmt.Sprintf("a JSON %s stands where %s belongs", te.Value, kind(te.Type)), true
 	}
 	field = strings.Join(slices.DeleteFunc(strings.Split(te.Field, "."), func(s string) bool {
 		return slices.Contains(embedded, s)

@@ -25,7 +25,7 @@ type doc struct {
 // embedded struct's Go name is not in the path; other errors are not ours.
 func TestTypeNamesFieldAndKinds(t *testing.T) {
 	for _, c := range []struct{ body, field, msg string }{
-		{`[1]`, "", "the document is a JSON array where an object belongs"},
+		{`[1]`, "", "a JSON array stands where an object belongs"},
 		{`{"temperature": "hot"}`, "temperature", "temperature is a JSON string where a number belongs"},
 		{`{"n": 1.5}`, "n", "n is a JSON number 1.5 where an integer belongs"},
 		{`{"stream": "yes"}`, "stream", "stream is a JSON string where true or false belongs"},

@@ -200,7 +200,7 @@ func TestLoadNamesBadRecords(t *testing.T) {
 		{`{"messages": [{"role": "user", "content": "hi"}]}`, "no assistant message"},
 		{`{"messages": [{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]}`, "must end with the assistant message"},
 		{`{"messages": [{"role": "user", "content": [{"type": "text"}]}, {"role": "assistant", "content": "a"}]}`, "sft.jsonl:2: not a chat record ({\"messages\": [...]}): messages.content is a JSON array where a string belongs"},
-		{`[{"role": "user", "content": "hi"}]`, "the document is a JSON array where an object belongs"},
+		{`[{"role": "user", "content": "hi"}]`, "a JSON array stands where an object belongs"},
 		{`{"messages": [{"role": "assistant", "content": "a", "weight": "1"}]}`, "messages.weight is a JSON string where an integer belongs"},
 	} {
 		path := filepath.Join(t.TempDir(), "sft.jsonl")
