@@ -147,6 +147,9 @@ func Load(dir string) (*Adapter, error) {
 	if a.Config.UseDoRA || a.Config.FanInFanOut {
 		return nil, fmt.Errorf("%s/adapter_config.json: DoRA and fan_in_fan_out adapters are not supported", dir)
 	}
+	if a.Config.R < 1 {
+		return nil, fmt.Errorf("%s/adapter_config.json: r %d: a LoRA rank is at least 1", dir, a.Config.R)
+	}
 	path := filepath.Join(dir, "adapter_model.safetensors")
 	f, err := safetensors.Open(path)
 	if err != nil {
@@ -195,6 +198,9 @@ func Load(dir string) (*Adapter, error) {
 				path, n, a.Config.R, m.A.Rows, m.A.Cols, m.B.Rows, m.B.Cols)
 		}
 		a.Modules = append(a.Modules, *m)
+	}
+	if len(a.Modules) == 0 {
+		return nil, fmt.Errorf("%s: no LoRA weights (an adapter that changes nothing)", path)
 	}
 	return a, nil
 }

@@ -144,7 +144,20 @@ func TestBadAdapters(t *testing.T) {
 	if _, err := lora.Load(dir); err == nil || !strings.Contains(err.Error(), "needs lora_A [r=8") {
 		t.Fatalf("rank mismatch: %v", err)
 	}
+	// A rank below 1 (alpha/r would divide by zero) and a weights file
+	// without LoRA weights (a merge that changes nothing) are named.
+	os.WriteFile(filepath.Join(dir, "adapter_config.json"), []byte(strings.Replace(string(raw), `"r": 4`, `"r": 0`, 1)), 0o644)
+	if _, err := lora.Load(dir); err == nil || !strings.Contains(err.Error(), "r 0: a LoRA rank is at least 1") {
+		t.Fatalf("rank 0: %v", err)
+	}
 	os.WriteFile(filepath.Join(dir, "adapter_config.json"), raw, 0o644)
+	empty := filepath.Join(t.TempDir(), "e")
+	os.MkdirAll(empty, 0o755)
+	os.WriteFile(filepath.Join(empty, "adapter_config.json"), raw, 0o644)
+	safetensors.Write(filepath.Join(empty, "adapter_model.safetensors"), nil, nil)
+	if _, err := lora.Load(empty); err == nil || !strings.Contains(err.Error(), "no LoRA weights") {
+		t.Fatalf("no weights: %v", err)
+	}
 	// An adapter for a bigger model than the base.
 	big := cfg
 	big.HiddenSize = 128
