@@ -3,6 +3,7 @@ package embed
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"math"
 	"strings"
@@ -120,4 +121,38 @@ func Cosine(a, b []float32) float64 {
 		return 0
 	}
 	return ab / math.Sqrt(aa*bb)
+}
+
+// Batches embeds texts with a server's embedding endpoint, batch texts a
+// request (64 when batch is 0 or less): request returns one batch's
+// vectors in order. Every vector must have dim dimensions (when dim is 0,
+// the first vector's), and each comes back unit-normalised so that a
+// store's dot product is the cosine. A count or dimension other than
+// asked for is bad's error, whose message names the text.
+func Batches(ctx context.Context, texts []string, batch, dim int, request func(context.Context, []string) ([][]float32, error), bad func(msg string) error) ([][]float32, error) {
+	if batch <= 0 {
+		batch = 64
+	}
+	out := make([][]float32, 0, len(texts))
+	for start := 0; start < len(texts); start += batch {
+		part := texts[start:min(start+batch, len(texts))]
+		vs, err := request(ctx, part)
+		if err != nil {
+			return nil, err
+		}
+		if len(vs) != len(part) {
+			return nil, bad(fmt.Sprintf("%d vectors for %d texts", len(vs), len(part)))
+		}
+		for i, v := range vs {
+			if dim == 0 {
+				dim = len(v)
+			}
+			if len(v) == 0 || len(v) != dim {
+				return nil, bad(fmt.Sprintf("a %d-dimensional vector for text %d, want %d", len(v), start+i, dim))
+			}
+			Normalize(v)
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }

@@ -2,9 +2,12 @@ package embed
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -210,4 +213,60 @@ func benchTopK(b *testing.B, dim int) {
 	b.ReportMetric(gbs, "scan_GB/s")
 	b.ReportMetric(bw, "membw_GB/s")
 	b.ReportMetric(gbs/bw, "ratio")
+}
+
+// A server's answers go through Batches: split into batches, normalised,
+// and a count or dimension other than asked for is named by text.
+func TestBatches(t *testing.T) {
+	ctx := context.Background()
+	var sizes []int
+	server := func(dims map[int]int, short bool) func(context.Context, []string) ([][]float32, error) {
+		seen := 0
+		return func(_ context.Context, part []string) ([][]float32, error) {
+			sizes = append(sizes, len(part))
+			var out [][]float32
+			for range part {
+				d := 3
+				if n, ok := dims[seen]; ok {
+					d = n
+				}
+				v := make([]float32, d)
+				if d > 0 {
+					v[0] = float32(seen + 1)
+					v[d-1] += 1
+				}
+				out = append(out, v)
+				seen++
+			}
+			if short {
+				out = out[1:]
+			}
+			return out, nil
+		}
+	}
+	bad := func(msg string) error { return errors.New(msg) }
+	texts := []string{"a", "b", "c", "d", "e"}
+	vs, err := Batches(ctx, texts, 2, 0, server(nil, false), bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(sizes) != "[2 2 1]" || len(vs) != 5 {
+		t.Fatalf("batches %v, %d vectors", sizes, len(vs))
+	}
+	// text 2's vector is (3, 0, 1): unit length, direction kept
+	if n := vs[2][0]*vs[2][0] + vs[2][2]*vs[2][2]; math.Abs(float64(n)-1) > 1e-6 || math.Abs(float64(vs[2][0]/vs[2][2])-3) > 1e-6 {
+		t.Fatalf("vector 2 = %v", vs[2])
+	}
+	if _, err := Batches(ctx, texts, 2, 0, server(map[int]int{3: 4}, false), bad); err == nil || err.Error() != "a 4-dimensional vector for text 3, want 3" {
+		t.Fatalf("a vector of another dimension: %v", err)
+	}
+	if _, err := Batches(ctx, texts, 2, 8, server(nil, false), bad); err == nil || err.Error() != "a 3-dimensional vector for text 0, want 8" {
+		t.Fatalf("a dimension other than the known one: %v", err)
+	}
+	if _, err := Batches(ctx, texts, 2, 0, server(map[int]int{0: 0}, false), bad); err == nil || !strings.Contains(err.Error(), "a 0-dimensional vector for text 0") {
+		t.Fatalf("an empty vector: %v", err)
+	}
+	if _, err := Batches(ctx, texts, 0, 0, server(nil, true), bad); err == nil || err.Error() != "4 vectors for 5 texts" {
+		t.Fatalf("a short answer: %v", err)
+	}
 }

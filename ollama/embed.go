@@ -37,14 +37,8 @@ func (e *Embedder) Dim() int { return e.dim }
 // Embed implements embed.Embedder. A text longer than the model's context
 // is an error (Ollama is asked not to truncate it silently).
 func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	batch := e.Batch
-	if batch <= 0 {
-		batch = 64
-	}
 	no := false
-	out := make([][]float32, 0, len(texts))
-	for start := 0; start < len(texts); start += batch {
-		part := texts[start:min(start+batch, len(texts))]
+	request := func(ctx context.Context, part []string) ([][]float32, error) {
 		req := &api.EmbedRequest{Model: e.Model, Input: part, Truncate: &no}
 		if e.KeepAlive > 0 {
 			req.KeepAlive = &api.Duration{Duration: e.KeepAlive}
@@ -53,20 +47,9 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 		if err != nil {
 			return nil, e.Client.wrap(e.Model, 0, err)
 		}
-		if len(r.Embeddings) != len(part) {
-			return nil, fmt.Errorf("%w: model %q returned %d embeddings for %d texts", ErrResponseInvalid, e.Model, len(r.Embeddings), len(part))
-		}
-		for i, v := range r.Embeddings {
-			want := e.dim
-			if want == 0 {
-				want = len(r.Embeddings[0])
-			}
-			if len(v) == 0 || len(v) != want {
-				return nil, fmt.Errorf("%w: model %q returned a %d-dimensional vector for text %d, want %d", ErrResponseInvalid, e.Model, len(v), start+i, want)
-			}
-			embed.Normalize(v) // for the store's dot product: the cosine
-			out = append(out, v)
-		}
+		return r.Embeddings, nil
 	}
-	return out, nil
+	return embed.Batches(ctx, texts, e.Batch, e.dim, request, func(msg string) error {
+		return fmt.Errorf("%w: model %q returned %s", ErrResponseInvalid, e.Model, msg)
+	})
 }

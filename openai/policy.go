@@ -227,26 +227,12 @@ func (e *Embedder) Dim() int { return e.dim }
 
 // Embed implements embed.Embedder.
 func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
-	batch := e.Batch
-	if batch <= 0 {
-		batch = 64
+	request := func(ctx context.Context, part []string) ([][]float32, error) {
+		return e.Client.Embeddings(ctx, e.Model, part)
 	}
-	out := make([][]float32, 0, len(texts))
-	for start := 0; start < len(texts); start += batch {
-		vs, err := e.Client.Embeddings(ctx, e.Model, texts[start:min(start+batch, len(texts))])
-		if err != nil {
-			return nil, err
-		}
-		for i, v := range vs {
-			if e.dim != 0 && len(v) != e.dim {
-				return nil, &Error{Server: e.Client.base, Model: e.Model, Status: 200, Attempts: 1,
-					Message: fmt.Sprintf("a %d-dimensional vector for text %d, want %d", len(v), start+i, e.dim)}
-			}
-			embed.Normalize(v) // for the store's dot product: the cosine
-			out = append(out, v)
-		}
-	}
-	return out, nil
+	return embed.Batches(ctx, texts, e.Batch, e.dim, request, func(msg string) error {
+		return &Error{Server: e.Client.base, Model: e.Model, Status: 200, Attempts: 1, Message: msg}
+	})
 }
 
 // ChatModel is an agent.Model on the server: native function calling.
