@@ -185,7 +185,8 @@ demo-full: base
 # The GPU recipe (configs/gpu.yaml): make base-qa's recipe with a
 # 26M-parameter Qwen2 policy trained from scratch on one GPU (model.devices
 # [cuda:0]). Measured on an H100 (README, "The GPU recipe", before the
-# reasoning stage was added): copy pretraining 3.7 min, SFT 1 min, GRPO 9 s
+# reasoning stage was added): copy pretraining 3.7 min, SFT 1 min (350 steps;
+# 1,200 since, about 2 min), GRPO 9 s
 # a step of 32 rollouts (20 steps then, 40 now: 6 min), eval of 200 tasks
 # 41 s. The reasoning stage (pretrain.qa on fresh synthetic tasks, whose
 # cued copies are of fresh sentences too: the 26M model memorised the
