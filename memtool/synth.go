@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	"github.com/agemem/agemem/internal/jsonerr"
@@ -96,26 +97,13 @@ func Synth(seed uint64, companies, perCompany, n int) (SynthBench, error) {
 		servers = append(servers, server{Name: c.name, Description: fmt.Sprintf("Financial data for %s (%s)", c.name, c.ticker),
 			Category: "Finance", Tools: map[string]map[string][]tool{c.name: {"tools": ts}}})
 	}
-	type api struct {
-		Category    string `json:"category_name"`
-		ToolName    string `json:"tool_name"`
-		APIName     string `json:"api_name"`
-		Description string `json:"api_description"`
-		Required    []any  `json:"required_parameters"`
-		Optional    []any  `json:"optional_parameters"`
-		Method      string `json:"method"`
+	// The writer shares the loader's declaration of the layout, so the two
+	// cannot drift apart.
+	apiOf := func(c synthCompany, m int) stbAPI {
+		return stbAPI{Category: "Finance", ToolName: c.name, APIName: metrics[m].name, Description: fmt.Sprintf("Returns %s of %s.", metrics[m].desc, c.name),
+			Required: []stbParam{}, Optional: []stbParam{{Name: "date", Type: "STRING", Description: "YYYY-MM-DD", Default: ""}}, Method: "GET"}
 	}
-	type query struct {
-		Query    string     `json:"query"`
-		QueryID  int        `json:"query_id"`
-		APIList  []api      `json:"api_list"`
-		Relevant [][]string `json:"relevant APIs"`
-	}
-	apiOf := func(c synthCompany, m int) api {
-		return api{Category: "Finance", ToolName: c.name, APIName: metrics[m].name, Description: fmt.Sprintf("Returns %s of %s.", metrics[m].desc, c.name),
-			Required: []any{}, Optional: []any{map[string]any{"name": "date", "type": "STRING", "description": "YYYY-MM-DD", "default": ""}}, Method: "GET"}
-	}
-	var qs []query
+	var qs []stbQuery
 	prev := -1
 	for i := range n {
 		k := 1 + r.IntN(4)
@@ -133,7 +121,7 @@ func Synth(seed uint64, companies, perCompany, n int) (SynthBench, error) {
 			}
 		}
 		prev = pairs[len(pairs)-1][0]
-		q := query{QueryID: i + 1}
+		q := stbQuery{QueryID: json.RawMessage(strconv.Itoa(i + 1))}
 		var asks []string
 		for _, p := range pairs {
 			c := cos[p[0]]
