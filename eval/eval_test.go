@@ -57,10 +57,8 @@ func TestEvalUsesTheConfiguredEmbedder(t *testing.T) {
 	if _, err := oracleRow(t, c, ts); err == nil || !strings.Contains(err.Error(), "embed.path") {
 		t.Fatalf("a missing encoder: %v", err)
 	}
-	vocab := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
-	for _, w := range strings.Fields("a the is in town born was who river flows through firm founded by of and") {
-		vocab = append(vocab, w)
-	}
+	vocab := append([]string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"},
+		strings.Fields("a the is in town born was who river flows through firm founded by of and")...)
 	for ch := 'a'; ch <= 'z'; ch++ {
 		vocab = append(vocab, string(ch), "##"+string(ch))
 	}

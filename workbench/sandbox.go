@@ -177,9 +177,6 @@ func ByName(name string) (Tool, bool) {
 	return Tools[i], true
 }
 
-// get returns argument k, or the parameter's default when not given.
-func (a Args) get(k string) string { return a[k] }
-
 // contains is pandas' str.contains(pattern, case=False): a regular
 // expression searched anywhere, missing values never matching.
 func contains(pattern string) (func(c cell) bool, error) {

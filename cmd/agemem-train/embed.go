@@ -56,9 +56,7 @@ tasks-eval.json (held-out HotpotQA-format tasks for recall@k).`,
 			for _, t := range tasks {
 				corpus = append(corpus, t.Question)
 				corpus = append(corpus, t.SupportingFacts...)
-				for _, d := range t.Distractors {
-					corpus = append(corpus, d)
-				}
+				corpus = append(corpus, t.Distractors...)
 			}
 			if err := os.WriteFile(filepath.Join(out, "corpus.txt"), []byte(strings.Join(corpus, "\n")+"\n"), 0o644); err != nil {
 				return err

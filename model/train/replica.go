@@ -729,16 +729,6 @@ func (d *Replica) Backward(acts *ReplicaActs, dLogp kernels.Tensor) {
 	d.stage(L+1, false)
 }
 
-// idleBackward is a backward pass without a micro-batch: a device with
-// none left in a round takes part in every stage's sum (ZeRO-2) with
-// nothing to add.
-func (d *Replica) idleBackward() {
-	for s := range len(d.Layers) + 2 {
-		d.stage(s, true)
-		d.stage(s, false)
-	}
-}
-
 // ZeroGrad clears the gradients.
 func (d *Replica) ZeroGrad() {
 	for _, p := range d.Params {
