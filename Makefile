@@ -231,6 +231,11 @@ demo-encoder: build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+# staticcheck (dead code, simplifications, misused APIs), built from the Go
+# module proxy at a pinned version; it is not a dependency of the module.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 clean:
 	rm -rf $(BIN) data .cache
