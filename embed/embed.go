@@ -123,6 +123,17 @@ func Cosine(a, b []float32) float64 {
 	return ab / math.Sqrt(aa*bb)
 }
 
+// Probe embeds one text with embed and returns the vector's dimension: how
+// an embedder over a server learns its model's, so that a store can be
+// opened with it and a missing model fails at start-up.
+func Probe(ctx context.Context, embed func(context.Context, []string) ([][]float32, error)) (int, error) {
+	v, err := embed(ctx, []string{"dimension probe"})
+	if err != nil {
+		return 0, err
+	}
+	return len(v[0]), nil
+}
+
 // Batches embeds texts with a server's embedding endpoint, batch texts a
 // request (64 when batch is 0 or less): request returns one batch's
 // vectors in order. Every vector must have dim dimensions (when dim is 0,

@@ -19,15 +19,13 @@ type Embedder struct {
 	dim       int
 }
 
-// NewEmbedder asks the model for one vector to learn its dimension, so a
-// store can be opened with it and a missing model fails at start-up.
+// NewEmbedder learns the model's dimension (embed.Probe).
 func NewEmbedder(ctx context.Context, c *Client, model string) (*Embedder, error) {
 	e := &Embedder{Client: c, Model: model}
-	v, err := e.Embed(ctx, []string{"dimension probe"})
-	if err != nil {
+	var err error
+	if e.dim, err = embed.Probe(ctx, e.Embed); err != nil {
 		return nil, err
 	}
-	e.dim = len(v[0])
 	return e, nil
 }
 
