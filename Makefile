@@ -39,7 +39,8 @@ test-gpu: gpu-bundle
 	bash scripts/gpu.sh tests
 
 # gpu-bundle builds them for a GPU machine without Go too: static test
-# binaries and the CLI in .gpu/. Copy the tree with .gpu/ there and run
+# binaries and the CLI in .gpu/, gzipped (27 MiB, not 63: a device call
+# carries 64 MiB at most); scripts/gpu.sh unpacks them where it runs. Copy the tree with .gpu/ there and run
 # `scripts/gpu.sh tests` (what test-gpu runs here), `scripts/gpu.sh paper`
 # (the paper's GRPO step, 7B and 4B shapes, beside PyTorch + PEFT, then
 # with the Q8_0 base: README, "The paper's models on one GPU") or
@@ -49,6 +50,7 @@ gpu-bundle:
 	mkdir -p .gpu
 	for p in $(GPUPKGS); do CGO_ENABLED=0 $(GO) test -c -ldflags="-s -w" -o .gpu/$$(basename $$p).test ./$$p/ || exit 1; done
 	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o .gpu/agemem-train ./cmd/agemem-train
+	cd .gpu && rm -f *.gz && gzip -9 *.test agemem-train && du -ch *.gz | tail -1
 
 # Fuzzing: the HTTP handlers (chat, memory API, MCP), the JSONL import and the
 # write-ahead-log checker; `make test` runs their seed corpora.
