@@ -52,15 +52,23 @@ gpu-bundle:
 	CGO_ENABLED=0 $(GO) build -ldflags="-s -w" -o .gpu/agemem-train ./cmd/agemem-train
 	cd .gpu && rm -f *.gz && gzip -9 *.test agemem-train && du -ch *.gz | tail -1
 
-# Fuzzing: the HTTP handlers (chat, memory API, MCP), the JSONL import and the
-# write-ahead-log checker; `make test` runs their seed corpora.
+# Fuzzing: the HTTP handlers (chat, memory API, MCP), the JSONL import, the
+# write-ahead-log checker, the tool-call executor and the file readers
+# (safetensors, tokenizer.json, config, HotpotQA and LoCoMo files); `make
+# test` runs their seed corpora.
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandlers -fuzztime $(FUZZTIME) ./serve/
 	$(GO) test -run '^$$' -fuzz FuzzReadJSONL -fuzztime $(FUZZTIME) ./memtools/ltm/
 	$(GO) test -run '^$$' -fuzz FuzzCheckWAL -fuzztime $(FUZZTIME) ./memtools/ltm/
 	$(GO) test -run '^$$' -fuzz FuzzExecute -fuzztime $(FUZZTIME) ./agent/
+	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime $(FUZZTIME) ./model/safetensors/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./model/tokenizer/
+	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME) ./config/
+	$(GO) test -run '^$$' -fuzz FuzzStreamHotpot -fuzztime $(FUZZTIME) ./env/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./locomo/
 	$(GO) test -run '^$$' -fuzz FuzzParseToolCalls -fuzztime $(FUZZTIME) ./model/chat/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./memtools/
 
 # The serve soak: mixed chat, streaming, memory API, malformed and abandoned
 # requests from 16 clients of 8 tenants; zero 5xx, goroutines and heap back.

@@ -114,13 +114,19 @@ func Load(dir string) (State, error) {
 		return State{}, fmt.Errorf("checkpoint %s: version %d is not supported", dir, m.Version)
 	}
 	for _, file := range sortedKeys(m.Files) {
+		if file != filepath.Base(file) || file == "." || file == ".." {
+			return State{}, fmt.Errorf("checkpoint %s: %s names %q, not a file of the checkpoint", dir, stateFile, file)
+		}
 		sum, err := fileSum(filepath.Join(dir, file))
 		if err != nil {
 			return State{}, fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
-		if sum != m.Files[file] {
-			return State{}, fmt.Errorf("checkpoint %s: %s is damaged (SHA-256 %s…, the manifest says %s…)", dir, file, sum[:12], m.Files[file][:12])
+		if want := m.Files[file]; sum != want {
+			return State{}, fmt.Errorf("checkpoint %s: %s is damaged (SHA-256 %s…, the manifest says %.12q)", dir, file, sum[:12], want)
 		}
+	}
+	if _, ok := m.Files["params.safetensors"]; !ok {
+		return State{}, fmt.Errorf("checkpoint %s: %s lists no params.safetensors", dir, stateFile)
 	}
 	s := State{Step: m.Step, Config: m.Config, Params: map[string][]float32{}, Shapes: map[string][]int{}}
 	if s.RNG, err = hex.DecodeString(m.RNG); err != nil {

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -78,6 +79,11 @@ func TestDamageIsDetected(t *testing.T) {
 		{"optimizer.safetensors", func(p string) { b, _ := os.ReadFile(p); os.WriteFile(p, b[:len(b)/2], 0o644) }, "optimizer.safetensors is damaged"},
 		{"trainer_state.json", func(p string) { os.WriteFile(p, []byte("{"), 0o644) }, "trainer_state.json is damaged"},
 		{"params.safetensors", func(p string) { os.Remove(p) }, "params.safetensors"},
+		// A hand-edited manifest: a short checksum, a file outside the
+		// checkpoint, the parameters not listed.
+		{"trainer_state.json", editManifest(`"params.safetensors": "ab"`), `params.safetensors is damaged (SHA-256`},
+		{"trainer_state.json", editManifest(`"../params.safetensors": "ab"`), `names "../params.safetensors"`},
+		{"trainer_state.json", editManifest(``), "lists no params.safetensors"},
 	} {
 		dir := t.TempDir()
 		Save(dir, state(t))
@@ -85,5 +91,19 @@ func TestDamageIsDetected(t *testing.T) {
 		if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", c.file, err, c.want)
 		}
+	}
+}
+
+// editManifest replaces the manifest's "files" with files (JSON members).
+func editManifest(files string) func(string) {
+	return func(p string) {
+		raw, _ := os.ReadFile(p)
+		var m map[string]any
+		json.Unmarshal(raw, &m)
+		var f map[string]any
+		json.Unmarshal([]byte("{"+files+"}"), &f)
+		m["files"] = f
+		raw, _ = json.Marshal(m)
+		os.WriteFile(p, raw, 0o644)
 	}
 }

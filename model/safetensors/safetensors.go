@@ -158,6 +158,11 @@ func (f *File) parse() error {
 			if d < 0 {
 				return fmt.Errorf("tensor %q: negative dimension in shape %v", name, h.Shape)
 			}
+			// A product past the file's size cannot match its bytes; stop
+			// before it wraps around to a size that would.
+			if d > 0 && elems > int64(len(f.data))/int64(d) {
+				return fmt.Errorf("tensor %q: shape %v holds more elements than the file has bytes", name, h.Shape)
+			}
 			elems *= int64(d)
 		}
 		lo, hi := h.Offsets[0], h.Offsets[1]

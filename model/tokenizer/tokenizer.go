@@ -67,6 +67,10 @@ type fileJSON struct {
 	} `json:"model"`
 }
 
+// maxID bounds token ids: the largest vocabularies in use (Gemma's 262k,
+// Qwen's 152k) are far below it.
+const maxID = 1 << 24
+
 // Load reads a tokenizer.json.
 func Load(path string) (*Tokenizer, error) {
 	raw, err := os.ReadFile(path)
@@ -121,18 +125,23 @@ func Parse(raw []byte) (*Tokenizer, error) {
 			}
 		}
 	}
+	// Ids index a table of every id up to the largest: a corrupt id must
+	// be an error, not an index out of range or a table of billions.
 	n := 0
-	for _, id := range f.Model.Vocab {
+	for s, id := range f.Model.Vocab {
+		if id < 0 || id >= maxID {
+			return nil, fmt.Errorf("vocab entry %q has id %d, outside [0, %d)", s, id, maxID)
+		}
 		n = max(n, id+1)
 	}
 	for _, a := range f.AddedTokens {
+		if a.ID < 0 || a.ID >= maxID {
+			return nil, fmt.Errorf("added token %q has id %d, outside [0, %d)", a.Content, a.ID, maxID)
+		}
 		n = max(n, a.ID+1)
 	}
 	t.tokens = make([]string, n)
 	for s, id := range f.Model.Vocab {
-		if id < 0 {
-			return nil, fmt.Errorf("vocab entry %q has negative id %d", s, id)
-		}
 		t.tokens[id] = s
 	}
 	for i, m := range f.Model.Merges {
