@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -646,5 +647,27 @@ func TestTrainValidates(t *testing.T) {
 	}
 	if _, err := run(t, sets...); err == nil || !strings.Contains(err.Error(), "rl.keep_best") {
 		t.Errorf("keep_best without data.val: %v", err)
+	}
+}
+
+// probe scores a model on a task file's which-was-earlier reasoning; a
+// file without such questions is an error that names it.
+func TestCLIProbe(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "synth.json")
+	mustRun(t, "data", "synth", "--n", "30", "--seed", "4", "--out", data)
+	tok := filepath.Join(dir, "tok")
+	mustRun(t, "tokenizer", "train", "--data", data, "--vocab-size", "600", "--episodes", "2", "--out", tok)
+	model := filepath.Join(dir, "m")
+	mustRun(t, "init-model", "--preset", "tiny", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--out", model)
+	out := mustRun(t, "probe", "--model", model, "--data", data)
+	var n, year, name, other int
+	if _, err := fmt.Sscanf(out, "%d which-was-earlier questions: verdict year right %d, the name's first token right %d (the other option's %d)", &n, &year, &name, &other); err != nil || n < 3 || year > n || name+other > n {
+		t.Fatalf("probe of a random model: %q (%v)", out, err)
+	}
+	bridges := filepath.Join(dir, "bridges.json")
+	os.WriteFile(bridges, []byte(`[{"_id":"a","question":"In what year was the founder of X born?","answer":"1900","type":"bridge","context":[["X",["X was founded by Y."]],["Y",["Y was born in 1900."]]],"supporting_facts":[["X",0],["Y",0]]}]`), 0o644)
+	if _, err := run(t, "probe", "--model", model, "--data", bridges); err == nil || !strings.Contains(err.Error(), "bridges.json") || !strings.Contains(err.Error(), "which was earlier") {
+		t.Fatalf("a file without comparisons: %v", err)
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/pretrain"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/roles"
 )
@@ -111,5 +113,59 @@ starts from (model.path). Not needed for pretrained checkpoints.`,
 		},
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
+	return cmd
+}
+
+func probeCmd() *cobra.Command {
+	var dir, data string
+	var first int
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "probe",
+		Short: "Score a model, step by step, on the reasoning of \"which was earlier\" comparisons",
+		Long: `Feeds each "which was earlier" question of a task file to the model in
+the QA format pretraining teaches (pretrain.qa with pretrain.reason): the
+facts among distractor sentences, the question, then the reasoning
+teacher's "<think>1905: Trugith Works. 1838: Wipynd Labs. The earlier is
+1838: Wipynd Labs.</think>". Every position sees the teacher's tokens
+before it, so each step is scored on its own: the restated options, the
+verdict's year, the first token of the name it copies (and how often the
+other option's first token is predicted instead) and the name's later
+tokens. A policy that writes the right year and then copies the wrong
+name fails at the third: the copy is chosen by the year four digit
+tokens back, not by the token before it.`,
+		Example: `  agemem-train probe --model runs/tiny-qa/qa/policy --data data/synth-eval.json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tasks, err := env.LoadHotpot(data)
+			if err != nil {
+				return err
+			}
+			if first > 0 && first < len(tasks) {
+				tasks = tasks[:first]
+			}
+			tok, err := loadTokenizer(dir)
+			if err != nil {
+				return err
+			}
+			m, err := qwen.Load(dir)
+			if err != nil {
+				return err
+			}
+			defer m.Close()
+			forward := func(ids []int) ([]float32, error) { return m.Forward(ids, m.NewCache(len(ids))) }
+			v, err := pretrain.ProbeVerdicts(forward, tok, tasks, seed)
+			if err != nil {
+				return fmt.Errorf("%s: %w", data, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), v)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "model", "", "model directory (config.json, tokenizer.json, safetensors)")
+	cmd.Flags().StringVar(&data, "data", "data/synth-eval.json", "task file (HotpotQA JSON)")
+	cmd.Flags().IntVar(&first, "first", 0, "probe only the first N tasks (0: all)")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the distractor sentences drawn beside the facts")
+	cmd.MarkFlagRequired("model")
 	return cmd
 }

@@ -304,16 +304,7 @@ func (s *Sequences) nextText() train.Sequence {
 	}
 	if s.task != nil && r.Float64() < c.QA {
 		t := s.task()
-		lines := append([]string(nil), t.SupportingFacts...)
-		for _, d := range t.Distractors {
-			if r.IntN(3) == 0 { // a third of them, the first sentence of each
-				if first, _, cut := strings.Cut(d, ". "); cut {
-					d = first + "."
-				}
-				lines = append(lines, d)
-			}
-		}
-		r.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
+		lines := qaLines(r, t)
 		for _, l := range lines {
 			line(l, "", false)
 		}
@@ -440,6 +431,22 @@ func Open(c Config, tok *tokenizer.Tokenizer, vocab int, seed uint64) (gen, held
 		gen.task, held.task = drawTask(gen.r, tasks[:cut]), drawTask(held.r, tasks[cut:])
 	}
 	return gen, held, nil
+}
+
+// qaLines are a QA sequence's context: t's supporting facts among the
+// first sentences of a third of its distractor paragraphs, in random order.
+func qaLines(r *rand.Rand, t env.Task) []string {
+	lines := append([]string(nil), t.SupportingFacts...)
+	for _, d := range t.Distractors {
+		if r.IntN(3) == 0 {
+			if first, _, cut := strings.Cut(d, ". "); cut {
+				d = first + "."
+			}
+			lines = append(lines, d)
+		}
+	}
+	r.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
+	return lines
 }
 
 // drawTask draws one of tasks with r.
