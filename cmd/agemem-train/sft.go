@@ -136,7 +136,7 @@ name fails at the third: the copy is chosen by the year four digit
 tokens back, not by the token before it.`,
 		Example: `  agemem-train pretrain --config configs/tiny.yaml --set pretrain.text=synth --set pretrain.qa=0.5 --set pretrain.reason=true --set pretrain.out=runs/reason
   agemem-train probe --model runs/reason/policy --data data/synth-eval.json`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tasks, err := env.LoadHotpot(data)
 			if err != nil {
