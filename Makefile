@@ -53,9 +53,10 @@ gpu-bundle:
 	cd .gpu && rm -f *.gz && gzip -9 *.test agemem-train && du -ch *.gz | tail -1
 
 # Fuzzing: the HTTP handlers (chat, memory API, MCP), the JSONL import, the
-# write-ahead-log checker, the tool-call executor and the file readers
-# (safetensors, tokenizer.json, config, HotpotQA and LoCoMo files); `make
-# test` runs their seed corpora.
+# write-ahead-log checker, the tool-call executor, the model-output parsers
+# (tool calls, TA-Mem's notes, WorkBench actions) and the file readers
+# (safetensors, tokenizer.json, config, a model's config.json over its
+# weights, HotpotQA and LoCoMo files); `make test` runs their seed corpora.
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandlers -fuzztime $(FUZZTIME) ./serve/
@@ -69,6 +70,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./locomo/
 	$(GO) test -run '^$$' -fuzz FuzzParseToolCalls -fuzztime $(FUZZTIME) ./model/chat/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./memtools/
+	$(GO) test -run '^$$' -fuzz FuzzConfigOverWeights -fuzztime $(FUZZTIME) ./model/qwen/
+	$(GO) test -run '^$$' -fuzz FuzzParseNotes -fuzztime $(FUZZTIME) ./tamem/
+	$(GO) test -run '^$$' -fuzz FuzzParseAction -fuzztime $(FUZZTIME) ./workbench/
 
 # The serve soak: mixed chat, streaming, memory API, malformed and abandoned
 # requests from 16 clients of 8 tenants; zero 5xx, goroutines and heap back.

@@ -55,18 +55,36 @@ func Extract(ctx context.Context, m agent.Model, session int, date string, lines
 	return Pages(session, date, lines, notes), nil
 }
 
-// ParseNotes reads the extractor's reply: the first JSON array in it, each
+// ParseNotes reads the extractor's reply: the first JSON array of notes
+// in it (text around it, or a bracketed aside before it, is skipped), each
 // note's span within the n messages.
 func ParseNotes(reply string, n int) ([]Note, error) {
-	i, j := strings.Index(reply, "["), strings.LastIndex(reply, "]")
-	if i < 0 || j < i {
-		return nil, fmt.Errorf("the reply holds no JSON array of notes: %.120q", reply)
-	}
 	var notes []Note
-	if err := json.Unmarshal([]byte(reply[i:j+1]), &notes); err != nil {
-		return nil, fmt.Errorf("the notes are not valid JSON (%v): %.120q", err, reply[i:j+1])
+	var firstErr error
+	from, tries := 0, 0
+	for tries < maxArrayTries {
+		i := strings.IndexByte(reply[from:], '[')
+		if i < 0 {
+			break
+		}
+		from += i
+		tries++
+		notes = nil
+		err := json.NewDecoder(strings.NewReader(reply[from:])).Decode(&notes)
+		if err == nil {
+			break
+		}
+		if firstErr == nil {
+			firstErr = fmt.Errorf("the notes are not valid JSON (%v): %.120q", err, reply[from:])
+		}
+		notes, from = nil, from+1
 	}
-	if len(notes) == 0 {
+	switch {
+	case notes == nil && firstErr != nil:
+		return nil, firstErr
+	case notes == nil:
+		return nil, fmt.Errorf("the reply holds no JSON array of notes: %.120q", reply)
+	case len(notes) == 0:
 		return nil, fmt.Errorf("no notes")
 	}
 	for k, nt := range notes {
@@ -76,6 +94,10 @@ func ParseNotes(reply string, n int) ([]Note, error) {
 	}
 	return notes, nil
 }
+
+// maxArrayTries bounds how many '[' ParseNotes decodes from: a reply of
+// brackets must not cost quadratic time.
+const maxArrayTries = 64
 
 // Pages wraps notes into pages: each note's span widened by Overlap on both
 // sides, the session's date as the page's time.

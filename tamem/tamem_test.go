@@ -141,6 +141,11 @@ func TestParseNotes(t *testing.T) {
 	if got, err := ParseNotes("Here you go:\n"+string(good)+"\nDone.", 4); err != nil || len(got) != 3 || got[1].Facts[0].Person != "Caroline" {
 		t.Fatalf("%v %+v", err, got)
 	}
+	// A bracketed aside before the array is skipped, as is an array of
+	// something else.
+	if got, err := ParseNotes("Messages [0-3], as [\"asked\"]:\n"+string(good), 4); err != nil || len(got) != 3 {
+		t.Fatalf("after an aside: %v %+v", err, got)
+	}
 	for reply, want := range map[string]string{
 		"I cannot do that.":            "no JSON array",
 		`[{"start": 0, "end": "two"}]`: "not valid JSON",

@@ -6,6 +6,7 @@ package qwen
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -84,6 +85,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.Heads, c.KVHeads)
 	case c.HeadDim <= 0 || c.HeadDim%2 != 0:
 		return fmt.Errorf("head_dim %d must be positive and even (rotary pairs)", c.HeadDim)
+	case !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0):
+		return fmt.Errorf("rms_norm_eps %g must be positive (a negative one makes the norm of a quiet token NaN)", c.RMSNormEps)
+	case !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0):
+		return fmt.Errorf("rope_theta %g must be positive (rotary frequencies are its powers)", c.RopeTheta)
+	case c.MaxPositions < 0:
+		return fmt.Errorf("max_position_embeddings %d is negative", c.MaxPositions)
 	}
 	return nil
 }
