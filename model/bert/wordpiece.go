@@ -98,6 +98,10 @@ func NewWordPiece(tokens []string, lower bool) (*WordPiece, error) {
 	return w, nil
 }
 
+// maxID bounds token ids (as the BPE tokenizer's): a corrupt file's id in
+// the billions must be an error, not a table of billions of entries.
+const maxID = 1 << 24
+
 // ParseWordPieceJSON reads a tokenizer.json whose model is WordPiece.
 func ParseWordPieceJSON(raw []byte) (*WordPiece, error) {
 	var f struct {
@@ -124,15 +128,29 @@ func ParseWordPieceJSON(raw []byte) (*WordPiece, error) {
 		return nil, fmt.Errorf("model type %q is not WordPiece", f.Model.Type)
 	}
 	n := 0
-	for _, id := range f.Model.Vocab {
+	for s, id := range f.Model.Vocab {
+		if id < 0 || id >= maxID {
+			return nil, fmt.Errorf("vocab entry %q has id %d, outside [0, %d)", s, id, maxID)
+		}
 		n = max(n, id+1)
+	}
+	for _, a := range f.AddedTokens {
+		if a.ID < 0 || a.ID >= maxID {
+			return nil, fmt.Errorf("added token %q has id %d, outside [0, %d)", a.Content, a.ID, maxID)
+		}
+		if a.Content == "" {
+			return nil, fmt.Errorf("added token %d is empty (it would match everywhere)", a.ID)
+		}
+		n = max(n, a.ID+1)
 	}
 	toks := make([]string, n)
 	for s, id := range f.Model.Vocab {
-		if id < 0 {
-			return nil, fmt.Errorf("vocab entry %q has a negative id", s)
-		}
 		toks[id] = s
+	}
+	for _, a := range f.AddedTokens { // ids past the model's vocabulary count too
+		if toks[a.ID] == "" {
+			toks[a.ID] = a.Content
+		}
 	}
 	lower := false
 	if f.Normalizer != nil {

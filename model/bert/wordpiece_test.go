@@ -129,6 +129,36 @@ func TestWordPieceErrors(t *testing.T) {
 	if _, err := ParseWordPieceJSON([]byte(`{"model": {"type": "BPE"}}`)); err == nil || !strings.Contains(err.Error(), "not WordPiece") {
 		t.Errorf("BPE: %v", err)
 	}
+	// Corrupt ids and an empty added token (which matched at every
+	// position: Encode never returned) are refused by name.
+	for file, want := range map[string]string{
+		`{"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 3000000000}}}`:                                                                `"a" has id 3000000000`,
+		`{"model": {"type": "WordPiece", "vocab": {"[UNK]": -1}}}`:                                                                                `"[UNK]" has id -1`,
+		`{"added_tokens": [{"id": 0, "content": ""}], "model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "[PAD]": 3}}}`: "added token 0 is empty",
+	} {
+		if _, err := ParseWordPieceJSON([]byte(file)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", file, err, want)
+		}
+	}
+}
+
+// FuzzParseWordPieceJSON: a tokenizer.json of any bytes parses with an
+// error or as a tokenizer whose encodings end and stay within its
+// vocabulary. `make test` runs the seeds; `make fuzz` explores.
+func FuzzParseWordPieceJSON(f *testing.F) {
+	f.Add([]byte(`{"added_tokens": [{"id": 4, "content": "[MASK]"}, {"id": 9, "content": "<x>"}], "normalizer": {"type": "BertNormalizer", "lowercase": true}, "model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "[PAD]": 3, "[MASK]": 4, "a": 5, "##b": 6}}}`), "ab [MASK] <x> c")
+	f.Add([]byte(`{"model": {"type": "WordPiece", "continuing_subword_prefix": "", "max_input_chars_per_word": 1, "vocab": {"[UNK]": 0, "[CLS]": 7, "[SEP]": 2, "[PAD]": 2}}}`), "héllo wörld")
+	f.Fuzz(func(t *testing.T, raw []byte, text string) {
+		w, err := ParseWordPieceJSON(raw)
+		if err != nil {
+			return
+		}
+		for _, id := range w.Encode(text, 0) {
+			if id < 0 || id >= w.VocabSize() {
+				t.Fatalf("%q encodes to id %d of a vocabulary of %d", text, id, w.VocabSize())
+			}
+		}
+	})
 }
 
 // RoBERTa's byte-level BPE (GPT-2 pre-tokenizer, <s> … </s>) encodes as
