@@ -56,7 +56,8 @@ gpu-bundle:
 # write-ahead-log checker, the tool-call executor, the model-output parsers
 # (tool calls, TA-Mem's notes, WorkBench actions) and the file readers
 # (safetensors, tokenizer.json and BERT's WordPiece one, config, a
-# model's config.json over its weights, HotpotQA and LoCoMo files); `make test` runs their seed corpora.
+# model's config.json over its weights, MCP tool collections, HotpotQA
+# and LoCoMo files); `make test` runs their seed corpora.
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzHandlers -fuzztime $(FUZZTIME) ./serve/
@@ -74,6 +75,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseNotes -fuzztime $(FUZZTIME) ./tamem/
 	$(GO) test -run '^$$' -fuzz FuzzParseAction -fuzztime $(FUZZTIME) ./workbench/
 	$(GO) test -run '^$$' -fuzz FuzzParseWordPieceJSON -fuzztime $(FUZZTIME) ./model/bert/
+	$(GO) test -run '^$$' -fuzz FuzzLoadCollection -fuzztime $(FUZZTIME) ./memtool/
 
 # The serve soak: mixed chat, streaming, memory API, malformed and abandoned
 # requests from 16 clients of 8 tenants; zero 5xx, goroutines and heap back.
