@@ -2,8 +2,9 @@
 // search with the user's query but with descriptions of the tools the
 // agent wishes it had (pseudo-tools, written between Begin and End),
 // refined against the tools they retrieve (DBD), sampled and voted on
-// (Scattershot), or evolved by a memetic algorithm with a memory of what
-// was already tried (Memetic). The knowledge base is MemTool's
+// (Scattershot), refined together in one global prompt (IBI), or evolved
+// by a memetic algorithm with a memory of what was already tried (Memetic,
+// and its extension Memetic V2). The knowledge base is MemTool's
 // (memtool.KB); the model is any LLM with a temperature.
 package fittext
 
@@ -59,8 +60,9 @@ func (f LLMFunc) Generate(ctx context.Context, prompt string, t float64) (string
 	return f(ctx, prompt, t)
 }
 
-// Strategies are the retrieval strategies, in the paper's order.
-var Strategies = []string{"query", "single", "dbd", "scattershot", "memetic"}
+// Strategies are the retrieval strategies, in the paper's order (Memetic
+// V2 is its Appendix C.1).
+var Strategies = []string{"query", "single", "ibi", "dbd", "scattershot", "memetic", "memetic-v2"}
 
 // Config is the "fittext" section: the paper's defaults (Table 8), and
 // the authors' code's variants where the two differ.
@@ -93,12 +95,39 @@ type Config struct {
 	// AnalysisTemp is the temperature of the first call, which writes the
 	// ancestors (the paper does not give it).
 	AnalysisTemp float64 `yaml:"analysis_temperature"`
+	// IBIJudge asks, before each IBI refinement, whether the tools
+	// retrieved so far suffice (the paper's j=1; its prompt is not given).
+	IBIJudge bool `yaml:"ibi_judge"`
+	// V2 is Memetic V2 (Algorithm 8; its temperature base T_b is
+	// memetic_temperature, G generations and θ as V1's).
+	V2 V2Config `yaml:"memetic_v2"`
+}
+
+// V2Config is Memetic V2's section (Table 8 and Eqs. 15-21).
+type V2Config struct {
+	Population int `yaml:"population"` // N: 8
+	// Fitness weights of Eq. 15: α s_ret + β LLM_score − γ mem − δ crowd.
+	Alpha float64 `yaml:"alpha"`
+	Beta  float64 `yaml:"beta"`
+	Gamma float64 `yaml:"gamma"`
+	Delta float64 `yaml:"delta"`
+	// Crowding counts the other descriptions whose embeddings' cosine is
+	// above it (θ_c: 0.85).
+	Crowding float64 `yaml:"crowding"`
+	// Tournament is the tournament size of selection (3).
+	Tournament int `yaml:"tournament"`
+	// Guided mutation steers away from the parent's GuidedTools
+	// lowest-scoring retrieved tools when they score more than GuidedGap
+	// under its best one (the paper gives neither m nor the test).
+	GuidedTools int     `yaml:"guided_tools"`
+	GuidedGap   float64 `yaml:"guided_gap"`
 }
 
 // DefaultConfig is the paper's setting.
 func DefaultConfig() Config {
 	return Config{K: 5, B: 5, Exemplars: 5, Turns: 3, RefineTemp: 0.7, Scatter: 5, ScatterTemp: 1.5,
-		Population: 6, Generations: 3, Theta: 0.95, Crossover: 0.5, MemeticTemp: 1.5, MemoryPenalty: "tools", AnalysisTemp: 0}
+		Population: 6, Generations: 3, Theta: 0.95, Crossover: 0.5, MemeticTemp: 1.5, MemoryPenalty: "tools", AnalysisTemp: 0,
+		V2: V2Config{Population: 8, Alpha: 0.5, Beta: 0.3, Gamma: 0.2, Delta: 1, Crowding: 0.85, Tournament: 3, GuidedTools: 2, GuidedGap: 0.1}}
 }
 
 // Validate checks every key.
@@ -119,6 +148,17 @@ func (c Config) Validate() error {
 		}
 	}
 	e.OneOf("memory_penalty", c.MemoryPenalty, "tools", "text")
+	v := c.V2
+	e.AtLeast("memetic_v2.population", v.Population, 2)
+	e.AtLeast("memetic_v2.tournament", v.Tournament, 1)
+	e.AtLeast("memetic_v2.guided_tools", v.GuidedTools, 0)
+	for key, w := range map[string]float64{"memetic_v2.alpha": v.Alpha, "memetic_v2.beta": v.Beta,
+		"memetic_v2.gamma": v.Gamma, "memetic_v2.delta": v.Delta, "memetic_v2.guided_gap": v.GuidedGap} {
+		e.NotNegative(key, w)
+	}
+	if !(v.Crowding >= -1 && v.Crowding <= 1) {
+		e.Add("memetic_v2.crowding", "%g is not a cosine in [-1, 1]", v.Crowding)
+	}
 	return e.Err()
 }
 

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,8 +24,11 @@ import (
 // other operator returns a variation of its input. It counts its calls by
 // operator.
 type scripted struct {
-	good  bool
-	mu    sync.Mutex
+	good bool
+	// enough is the sufficiency judge's call on which it says yes (0:
+	// never).
+	enough int
+	mu     sync.Mutex
 	calls map[string]int
 	temps map[string][]float64
 }
@@ -45,6 +50,14 @@ func (s *scripted) Generate(_ context.Context, p string, t float64) (string, err
 		op = "seed"
 	case strings.Contains(p, "Parent 2:"):
 		op = "crossover"
+	case strings.Contains(p, "steers AWAY"):
+		op = "guided"
+	case strings.Contains(p, "Improve the whole set"):
+		op = "ibi"
+	case strings.HasPrefix(p, "Decide whether the functions"):
+		op = "sufficiency"
+	case strings.HasPrefix(p, "Rate how well"):
+		op = "judge"
 	case strings.Contains(p, "mutated variant"):
 		op = "mutation"
 	case strings.Contains(p, "diversified"):
@@ -55,6 +68,7 @@ func (s *scripted) Generate(_ context.Context, p string, t float64) (string, err
 	s.mu.Lock()
 	s.calls[op]++
 	s.temps[op] = append(s.temps[op], t)
+	nth := s.calls[op]
 	s.mu.Unlock()
 	noise := []string{"quickly", "data", "service", "api", "information"}
 	h := fnv.New32a()
@@ -92,8 +106,24 @@ func (s *scripted) Generate(_ context.Context, p string, t float64) (string, err
 		return strings.Join(out, "\n"), nil
 	case "crossover":
 		return wrap(between(p, "Parent 1:\n", "\n") + " " + pick()), nil
-	case "mutation":
+	case "mutation", "guided":
 		return wrap(between(p, "Parent:\n", "\n") + " " + pick()), nil
+	case "ibi":
+		var out []string
+		for _, d := range ParseBlocks(between(p, "Current function descriptions:\n", "\n\n")) {
+			out = append(out, wrap(d+" "+pick()))
+		}
+		return strings.Join(out, "\n"), nil
+	case "sufficiency":
+		if nth == s.enough {
+			return "Yes.", nil
+		}
+		return "no", nil
+	case "judge": // a score that favours pseudo-tools naming a provider
+		if strings.Contains(between(p, "Pseudo-tool used for retrieval: ", "\n"), ":") {
+			return "0.8", nil
+		}
+		return "Score: 0.3", nil
 	case "scatter":
 		return wrap(between(p, "Draft description (reference only; do not copy it):\n", "\n") + " " + pick()), nil
 	case "refine":
@@ -212,10 +242,18 @@ func TestStrategiesControlFlow(t *testing.T) {
 		// Two lineages; θ is out of reach, so G-1 = 2 rounds of 5 offspring,
 		// each refined.
 		{"memetic", map[string]int{"analysis": 1, "seed": 2, "refine": 2 * 2 * (c.Population - 1)}},
+		// IBI: one global refinement a turn for both ancestors.
+		{"ibi", map[string]int{"analysis": 1, "ibi": c.Turns}},
+		// V2: its fitness can never reach θ (at most α + β = 0.8 < 0.95),
+		// so every generation is judged, member by member.
+		{"memetic-v2", map[string]int{"analysis": 1, "seed": 2, "judge": 2 * c.Generations * c.V2.Population,
+			"refine": 2 * 2 * (c.V2.Population - 1)}},
 	} {
 		m := newScripted(true)
 		r := retriever(t, ds, m)
-		r.Config.Theta = 2
+		if tc.strategy != "memetic-v2" {
+			r.Config.Theta = 2
+		}
 		res, err := r.Retrieve(context.Background(), tc.strategy, q)
 		if err != nil {
 			t.Fatal(err)
@@ -234,6 +272,28 @@ func TestStrategiesControlFlow(t *testing.T) {
 				}
 			}
 		}
+		if tc.strategy == "memetic-v2" {
+			// Offspring: crossovers at T_g (1.45, then 1.30), mutations
+			// plain or guided at T_g + 0.1, refinements at T_g, the judge
+			// at 0, the seed at T_0 = 1.6 (Eq. 16).
+			ops := got["crossover"] + got["mutation"] + got["guided"]
+			if ops != 2*2*(c.V2.Population-1) || got["crossover"] == 0 || got["mutation"]+got["guided"] == 0 {
+				t.Fatalf("memetic-v2: %d crossovers, %d mutations and %d guided", got["crossover"], got["mutation"], got["guided"])
+			}
+			want := map[string][]float64{"seed": {1.6}, "crossover": {1.45, 1.3}, "mutation": {1.55, 1.4}, "guided": {1.55, 1.4},
+				"refine": {1.45, 1.3}, "judge": {0}, "analysis": {0}}
+			for op, temps := range m.temps {
+				for _, x := range temps {
+					if !slices.ContainsFunc(want[op], func(w float64) bool { return math.Abs(w-x) < 1e-9 }) {
+						t.Fatalf("memetic-v2: %s at temperature %v, want one of %v", op, x, want[op])
+					}
+				}
+			}
+			t.Logf("memetic-v2 offspring: %d crossovers, %d mutations, %d guided", got["crossover"], got["mutation"], got["guided"])
+			delete(got, "crossover")
+			delete(got, "mutation")
+			delete(got, "guided")
+		}
 		if fmt.Sprint(got) != fmt.Sprint(tc.calls) {
 			t.Fatalf("%s: calls %v, want %v", tc.strategy, got, tc.calls)
 		}
@@ -247,10 +307,24 @@ func TestStrategiesControlFlow(t *testing.T) {
 			t.Fatalf("scattershot temperature %v", m.temps["scatter"][0])
 		}
 	}
+	// IBI's judge (ibi_judge) ends the turns when it says the tools
+	// suffice: here at its second call, so one refinement ran.
+	m := newScripted(true)
+	m.enough = 2
+	r := retriever(t, ds, m)
+	r.Config.IBIJudge = true
+	if res, err := r.Retrieve(context.Background(), "ibi", q); err != nil || len(res.Finals) != 2 || len(res.Ranking) == 0 {
+		t.Fatalf("ibi with its judge: %v %+v", err, res)
+	}
+	if fmt.Sprint(m.calls) != fmt.Sprint(map[string]int{"analysis": 1, "ibi": 1, "sufficiency": 2}) {
+		t.Fatalf("ibi with its judge: calls %v", m.calls)
+	}
 	// A model that writes no block still retrieves (with its reply).
-	r := retriever(t, ds, LLMFunc(func(context.Context, string, float64) (string, error) { return "", nil }))
-	if res, err := r.Retrieve(context.Background(), "dbd", q); err != nil || len(res.Ranking) == 0 || res.Ancestors[0] != q {
-		t.Fatalf("empty analysis: %v %+v", err, res)
+	r = retriever(t, ds, LLMFunc(func(context.Context, string, float64) (string, error) { return "", nil }))
+	for _, st := range []string{"dbd", "ibi", "memetic-v2"} {
+		if res, err := r.Retrieve(context.Background(), st, q); err != nil || len(res.Ranking) == 0 || res.Ancestors[0] != q {
+			t.Fatalf("%s, empty analysis: %v %+v", st, err, res)
+		}
 	}
 	if _, err := r.Retrieve(context.Background(), "genetic", q); err == nil {
 		t.Fatal("unknown strategy accepted")
@@ -263,7 +337,7 @@ func TestStrategiesControlFlow(t *testing.T) {
 func TestPseudoToolsBeatTheQuery(t *testing.T) {
 	ds := synthData(t, 20, 60)
 	good := retriever(t, ds, newScripted(true))
-	ev, err := Evaluate(context.Background(), good, ds, []string{"query", "single", "memetic"}, 5, 1, nil)
+	ev, err := Evaluate(context.Background(), good, ds, []string{"query", "single", "ibi", "memetic", "memetic-v2"}, 5, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,17 +351,19 @@ func TestPseudoToolsBeatTheQuery(t *testing.T) {
 		}
 	}
 	t.Logf("NDCG@5: %v", all)
-	if !(all["single"] > all["query"]+0.1) || !(all["memetic"] > all["query"]+0.1) {
+	if !(all["single"] > all["query"]+0.1) || !(all["memetic"] > all["query"]+0.1) || !(all["ibi"] > all["query"]+0.1) || !(all["memetic-v2"] > all["query"]+0.1) {
 		t.Fatalf("pseudo-tools in the tools' words did not beat the query: %v", all)
 	}
 	// Queries run concurrently give the same rankings.
-	ev4, err := Evaluate(context.Background(), retriever(t, ds, newScripted(true)), ds, []string{"memetic"}, 5, 4, nil)
+	ev4, err := Evaluate(context.Background(), retriever(t, ds, newScripted(true)), ds, []string{"memetic", "memetic-v2"}, 5, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, res := range ev4.Results["memetic"] {
-		if fmt.Sprint(res.Ranking) != fmt.Sprint(ev.Results["memetic"][i].Ranking) {
-			t.Fatalf("query %d: 4 workers ranked %v, one %v", i, res.Ranking, ev.Results["memetic"][i].Ranking)
+	for _, st := range []string{"memetic", "memetic-v2"} {
+		for i, res := range ev4.Results[st] {
+			if fmt.Sprint(res.Ranking) != fmt.Sprint(ev.Results[st][i].Ranking) {
+				t.Fatalf("%s, query %d: 4 workers ranked %v, one %v", st, i, res.Ranking, ev.Results[st][i].Ranking)
+			}
 		}
 	}
 	echo := retriever(t, ds, newScripted(false))
@@ -351,10 +427,81 @@ func TestLoaders(t *testing.T) {
 func TestConfigNamesBadKeys(t *testing.T) {
 	c := DefaultConfig()
 	c.K, c.Crossover, c.MemoryPenalty, c.ScatterTemp = 0, 1.5, "both", 3
+	c.V2.Population, c.V2.Beta, c.V2.Crowding = 1, -0.3, 2
 	err := c.Validate()
-	for _, want := range []string{"k: ", "crossover: ", `memory_penalty: "both"`, "scatter_temperature: "} {
+	for _, want := range []string{"k: ", "crossover: ", `memory_penalty: "both"`, "scatter_temperature: ", "memetic_v2.population: ", "memetic_v2.beta: ", "memetic_v2.crowding: "} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %q", err, want)
 		}
+	}
+}
+
+// Memetic V2's parts on hand-worked cases: the annealed temperatures
+// (Eq. 16), the judge's score, crowding (Eq. 18), the decaying memory
+// term (Eq. 17), guided mutation's low tools, and tournament selection
+// (Eq. 19), which must end even when every member ties.
+func TestMemeticV2Parts(t *testing.T) {
+	for g, want := range []float64{1.6, 1.45, 1.3, 1.15, 1.1, 1.1} {
+		if got := annealed(1.5, g); math.Abs(got-want) > 1e-12 {
+			t.Fatalf("T_%d = %v, want %v", g, got, want)
+		}
+	}
+	if annealed(2, 0) != 2 {
+		t.Fatal("a temperature above 2")
+	}
+	for reply, want := range map[string]float64{"0.7": 0.7, "Score: 1.0 (perfect)": 1, ".5": 0.5, "I'd give it 7": 1, "-0.2": 0, "none": 0} {
+		if got := JudgeScore(reply); got != want {
+			t.Errorf("JudgeScore(%q) = %v, want %v", reply, got, want)
+		}
+	}
+	// a and b are 0.8 apart in angle's cosine (0.8 ≤ 0.85: not crowded);
+	// a and c are the same direction.
+	vecs := [][]float32{{1, 0}, {0.8, 0.6}, {2, 0}, {0, 1}}
+	if got := Crowding(vecs, 0.85); fmt.Sprint(got) != fmt.Sprint([]float64{1.0 / 3, 0, 1.0 / 3, 0}) {
+		t.Fatalf("crowding %v", got)
+	}
+	if got := Crowding(vecs[:1], 0.85); got[0] != 0 {
+		t.Fatal("a population of one is crowded")
+	}
+	// {a,b,x} against {a,b,c} at generation 0: 0.5 × 0.5 = 0.25; against
+	// {a,b,x} itself at generation 3: 0.5 × 1 × e^-1 = 0.184.
+	m := Memory{{Gen: 0, Tools: []string{"a", "b", "c"}}, {Gen: 3, Tools: []string{"a", "b", "x"}}}
+	if got := m.Decayed("tools", "", []string{"a", "b", "x"}); math.Abs(got-0.25) > 1e-12 {
+		t.Fatalf("decayed penalty %v", got)
+	}
+	if got := m[1:].Decayed("tools", "", []string{"a", "b", "x"}); math.Abs(got-0.5*math.Exp(-1)) > 1e-12 {
+		t.Fatalf("decayed penalty %v", got)
+	}
+	h := func(n string, s float64) memtool.Hit { return memtool.Hit{Name: n, Score: s} }
+	if got := lowTools([]memtool.Hit{h("a", 0.9), h("b", 0.85), h("c", 0.5), h("d", 0.4)}, 2, 0.1); fmt.Sprint(got) != fmt.Sprint([]memtool.Hit{h("d", 0.4), h("c", 0.5)}) {
+		t.Fatalf("low tools %v", got)
+	}
+	if got := lowTools([]memtool.Hit{h("a", 0.9), h("b", 0.85)}, 2, 0.1); got != nil {
+		t.Fatalf("low tools within the gap %v", got)
+	}
+	x := &run{rand: rand.New(rand.NewPCG(1, 2))}
+	fit := []float64{0.1, 0.9, 0.5, 0.3, 0.7, 0.2, 0.8, 0.4}
+	for range 20 {
+		sel := x.tournament(fit, 4, 3)
+		seen := map[int]bool{}
+		for _, i := range sel {
+			// A tournament of three distinct members never crowns one of
+			// the two least fit (0 and 5).
+			if seen[i] || i == 0 || i == 5 {
+				t.Fatalf("selected %v", sel)
+			}
+			seen[i] = true
+		}
+		if len(sel) != 4 {
+			t.Fatalf("selected %v", sel)
+		}
+	}
+	if sel := x.tournament(make([]float64, 8), 4, 3); len(sel) != 4 {
+		t.Fatalf("all tied: selected %v", sel)
+	}
+	// Tournaments as large as the population always crown the fittest:
+	// the next fittest fills in.
+	if sel := x.tournament([]float64{0.2, 0.9, 0.5}, 2, 3); fmt.Sprint(sel) != "[1 2]" {
+		t.Fatalf("whole-population tournaments selected %v", sel)
 	}
 }

@@ -121,3 +121,76 @@ Create exactly one mutated variant of the parent that keeps the same intent but 
 
 ` + oneBlock
 }
+
+// ibiPrompt is IBI's one global refinement: every description at once,
+// grounded in every tool retrieved so far (the paper gives no prompt; this
+// is DBD's with the whole set of descriptions in place of one lineage).
+func ibiPrompt(query string, ds []string, blurbs []string) string {
+	var cur strings.Builder
+	for _, d := range ds {
+		fmt.Fprintf(&cur, "%s %s %s\n", Begin, d, End)
+	}
+	return `You help an agent that retrieves functions (tools) from a function database. Improve the whole set of function descriptions the task needs.
+
+Global user query:
+` + query + `
+
+Current function descriptions:
+` + strings.TrimRight(cur.String(), "\n") + `
+
+Function descriptions retrieved so far for all of them (database style):
+` + exemplarBlock(blurbs) + `
+
+Goal: descriptions that together cover every function the task needs, each (1) in the style and structure of the retrieved examples and (2) optimized for retrieval. You may rephrase, merge, split, drop or add descriptions.
+
+Output RULES (STRICT):
+- Output each description in its own block: ` + Begin + ` ...a description... ` + End + `
+- No commentary.`
+}
+
+// sufficiencyPrompt is IBI's judge (j=1): do the tools retrieved so far
+// suffice? (The paper gives no prompt.)
+func sufficiencyPrompt(query string, blurbs []string) string {
+	return `Decide whether the functions below are enough to complete the user's task.
+
+User task:
+` + query + `
+
+Functions retrieved so far:
+` + exemplarBlock(blurbs) + `
+
+Output: ONLY "yes" if they suffice, or "no".`
+}
+
+// fitnessPrompt is Memetic V2's "Memetic Fitness Judge" (App. E).
+func fitnessPrompt(query, pseudo string, tools []string) string {
+	return `Rate how well these retrieved tools collectively address the user query:
+- User query: ` + query + `
+- Pseudo-tool used for retrieval: ` + pseudo + `
+- Retrieved tools:
+` + exemplarBlock(tools) + `
+Scale: 1.0=perfect, 0.7=mostly covers, 0.4=partial, 0.0=irrelevant
+Output: ONLY a single decimal number between 0.0 and 1.0.`
+}
+
+// guidedPrompt is Memetic V2's guided mutation (App. E): a variant that
+// steers away from the parent's low-scoring tools.
+func guidedPrompt(query, ancestor, parent string, low []string) string {
+	return `You help an agent that retrieves functions (tools) from a function database.
+
+Global user query (for reference only):
+` + query + `
+
+Lineage anchor (the intent to keep):
+` + ancestor + `
+
+Parent:
+` + parent + `
+
+Low-scoring tools to avoid:
+` + exemplarBlock(low) + `
+
+Create one mutated variant that keeps the same intent but steers AWAY from the low-scoring tools listed above. Modify wording to AVOID retrieving them; shift emphasis toward aspects those tools failed to address.
+
+` + oneBlock
+}

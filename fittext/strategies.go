@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 
 	"github.com/agemem/agemem/memtool"
 )
@@ -133,6 +134,14 @@ func (r *Retriever) Retrieve(ctx context.Context, strategy, query string) (Resul
 		}
 		res.Ancestors = []string{a}
 	}
+	if strategy == "ibi" { // one global refinement of all the ancestors
+		finals, lists, err := x.ibi(ctx, res.Ancestors)
+		if err != nil {
+			return res, err
+		}
+		res.Finals, res.Ranking = finals, merge(lists)
+		return res, nil
+	}
 	var lists [][]memtool.Hit
 	for _, a := range res.Ancestors {
 		var list []memtool.Hit
@@ -151,7 +160,9 @@ func (r *Retriever) Retrieve(ctx context.Context, strategy, query string) (Resul
 		case "scattershot":
 			final, list, err = x.scattershot(ctx, a)
 		case "memetic":
-			final, list, err = x.memetic(ctx, a)
+			final, list, err = x.memetic(ctx, a, false)
+		case "memetic-v2":
+			final, list, err = x.memetic(ctx, a, true)
 		}
 		if err != nil {
 			return res, err
@@ -334,13 +345,7 @@ func Jaccard(a, b []string) float64 {
 func (m Memory) Penalty(mode, d string, tools []string) float64 {
 	best := 0.0
 	for _, e := range m {
-		var j float64
-		if mode == "text" {
-			j = Jaccard(strings.Fields(strings.ToLower(d)), strings.Fields(strings.ToLower(e.Intent)))
-		} else {
-			j = Jaccard(tools, e.Tools)
-		}
-		best = math.Max(best, j)
+		best = math.Max(best, e.overlap(mode, d, tools))
 	}
 	if best > 0.3 {
 		return 0.5 * best
@@ -348,87 +353,75 @@ func (m Memory) Penalty(mode, d string, tools []string) float64 {
 	return 0
 }
 
-// memetic is Algorithm 1 (Memetic V1) for one lineage.
-func (x *run) memetic(ctx context.Context, a string) (string, []memtool.Hit, error) {
+// Decayed is Memetic V2's memory term (Eq. 17): the largest of 0.5 × the
+// overlap × e^(−g/3) over the remembered probes, with no gate; a probe
+// remembered at generation 0 weighs most.
+func (m Memory) Decayed(mode, d string, tools []string) float64 {
+	best := 0.0
+	for _, e := range m {
+		best = math.Max(best, 0.5*e.overlap(mode, d, tools)*math.Exp(-float64(e.Gen)/3))
+	}
+	return best
+}
+
+func (e MemoryEntry) overlap(mode, d string, tools []string) float64 {
+	if mode == "text" {
+		return Jaccard(strings.Fields(strings.ToLower(d)), strings.Fields(strings.ToLower(e.Intent)))
+	}
+	return Jaccard(tools, e.Tools)
+}
+
+
+// ibi is Algorithm 4 (IBI): every description refined together in one
+// prompt per turn, grounded in all the tools retrieved so far; with
+// ibi_judge, a judge may end the turns early. A refinement that writes no
+// block ends them too. Each final description's retrieval is a list.
+func (x *run) ibi(ctx context.Context, ds []string) ([]string, [][]memtool.Hit, error) {
 	c := x.r.Config
-	seed, err := x.ret(ctx, []string{a}, c.Exemplars)
-	if err != nil {
-		return "", nil, err
-	}
-	out, err := x.gen(ctx, x.refiner(), seedPrompt(x.query, a, blurbs(x.r.KB, seed[0]), c.Population), c.MemeticTemp)
-	if err != nil {
-		return "", nil, err
-	}
-	pop := ParseBlocks(out)
-	for len(pop) < c.Population { // a model that wrote fewer: the ancestor fills in
-		pop = append(pop, a)
-	}
-	pop = pop[:c.Population]
-	var best string
-	var hits [][]memtool.Hit
-	g := 1
-	for ; ; g++ {
-		if hits, err = x.ret(ctx, pop, c.K); err != nil {
-			return "", nil, err
+	var ex []memtool.Hit
+	for range c.Turns {
+		hits, err := x.ret(ctx, ds, c.Exemplars)
+		if err != nil {
+			return nil, nil, err
 		}
-		fit := make([]float64, len(pop))
-		for i, d := range pop {
-			fit[i] = SRet(hits[i]) - x.mem.Penalty(c.MemoryPenalty, d, names(hits[i]))
+		for _, l := range hits {
+			for _, h := range l {
+				if !slices.ContainsFunc(ex, func(e memtool.Hit) bool { return e.Name == h.Name }) {
+					ex = append(ex, h)
+				}
+			}
 		}
-		order := make([]int, len(pop))
-		for i := range order {
-			order[i] = i
+		if c.IBIJudge {
+			out, err := x.gen(ctx, x.refiner(), sufficiencyPrompt(x.query, blurbs(x.r.KB, ex)), 0)
+			if err != nil {
+				return nil, nil, err
+			}
+			if yes(out) {
+				break
+			}
 		}
-		sort.SliceStable(order, func(i, j int) bool { return fit[order[i]] > fit[order[j]] })
-		best = pop[order[0]]
-		if fit[order[0]] >= c.Theta || g == c.Generations {
+		out, err := x.gen(ctx, x.refiner(), ibiPrompt(x.query, ds, blurbs(x.r.KB, ex)), c.RefineTemp)
+		if err != nil {
+			return nil, nil, err
+		}
+		next := ParseBlocks(out)
+		if len(next) == 0 {
 			break
 		}
-		sel := make([]string, 0, (len(pop)+1)/2) // truncation selection: the top ⌈N/2⌉
-		for _, i := range order[:(len(pop)+1)/2] {
-			sel = append(sel, pop[i])
-		}
-		next := []string{best} // elitism
-		for len(next) < c.Population {
-			var child, fallback string
-			if len(sel) >= 2 && x.rand.Float64() < c.Crossover {
-				p := x.rand.Perm(len(sel))
-				fallback = sel[p[0]]
-				if out, err = x.gen(ctx, x.refiner(), crossoverPrompt(x.query, a, sel[p[0]], sel[p[1]]), c.MemeticTemp); err != nil {
-					return "", nil, err
-				}
-			} else {
-				fallback = sel[x.rand.IntN(len(sel))]
-				if out, err = x.gen(ctx, x.refiner(), mutationPrompt(x.query, a, fallback), c.MemeticTemp); err != nil {
-					return "", nil, err
-				}
-			}
-			if child = ParseSingle(out); child == "" {
-				child = fallback
-			}
-			next = append(next, child)
-		}
-		// Memetic local search: each offspring refined against what it
-		// retrieves before it is evaluated.
-		kids, err := x.ret(ctx, next[1:], c.Exemplars)
-		if err != nil {
-			return "", nil, err
-		}
-		for i := 1; i < len(next); i++ {
-			out, err := x.gen(ctx, x.refiner(), refinePrompt(x.query, a, next[i], blurbs(x.r.KB, kids[i-1])), c.MemeticTemp)
-			if err != nil {
-				return "", nil, err
-			}
-			if d := ParseSingle(out); d != "" {
-				next[i] = d
-			}
-		}
-		pop = next
+		ds = next
 	}
-	bestHits, err := x.ret(ctx, []string{a, best}, c.K)
+	lists, err := x.ret(ctx, ds, c.K)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	x.mem = append(x.mem, MemoryEntry{Intent: a, Gen: g, Tools: names(bestHits[0])}, MemoryEntry{Intent: best, Gen: g, Tools: names(bestHits[1])})
-	return best, Vote(hits, c.B), nil
+	for i, d := range ds {
+		x.mem = append(x.mem, MemoryEntry{Intent: d, Tools: names(lists[i])})
+	}
+	return ds, lists, nil
+}
+
+// yes reads a judge's verdict: its first word is "yes".
+func yes(reply string) bool {
+	f := strings.FieldsFunc(strings.ToLower(reply), func(r rune) bool { return !unicode.IsLetter(r) })
+	return len(f) > 0 && f[0] == "yes"
 }

@@ -87,6 +87,10 @@ func (kb *KB) Len() int { return len(kb.tools) }
 // Tools are the tools in the order given.
 func (kb *KB) Tools() []Tool { return kb.tools }
 
+// Embedder is what the knowledge base embeds with (descriptions compared
+// with each other are embedded alike).
+func (kb *KB) Embedder() embed.Embedder { return kb.emb }
+
 // Get looks a tool up by name.
 func (kb *KB) Get(name string) (Tool, bool) {
 	i, ok := kb.byName[name]

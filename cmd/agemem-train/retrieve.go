@@ -37,10 +37,15 @@ NDCG@k, Precision@k, Recall@k and Comprehensiveness@k (×100, as the paper's
 tables) per strategy and subset, and over all queries:
   query        the user's query (the static baseline; no model)
   single       the model's pseudo-tool descriptions, retrieved once
+  ibi          all refined together T times against everything retrieved
+               (fittext.turns; fittext.ibi_judge may stop it early)
   dbd          each refined T times against what it retrieves (fittext.turns)
   scattershot  S probes sampled from each, voted on (fittext.scatter)
   memetic      a population evolved by crossover, mutation and refinement,
                with a memory of what was tried (fittext.population, .generations)
+  memetic-v2   the paper's extension: a judge's score and crowding in the
+               fitness, annealed temperatures, tournaments, guided mutation
+               (fittext.memetic_v2)
 Data: ToolRet's layout (--data queries, --corpus tools; JSON list or JSONL)
 or StableToolBench's solvable_queries (--stb FILE: the corpus is every API
 of the api_lists). The knowledge base is indexed with embed.backend. The
