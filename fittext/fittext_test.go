@@ -29,8 +29,8 @@ type scripted struct {
 	// never).
 	enough int
 	mu     sync.Mutex
-	calls map[string]int
-	temps map[string][]float64
+	calls  map[string]int
+	temps  map[string][]float64
 }
 
 func newScripted(good bool) *scripted {

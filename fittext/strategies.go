@@ -371,7 +371,6 @@ func (e MemoryEntry) overlap(mode, d string, tools []string) float64 {
 	return Jaccard(tools, e.Tools)
 }
 
-
 // ibi is Algorithm 4 (IBI): every description refined together in one
 // prompt per turn, grounded in all the tools retrieved so far; with
 // ibi_judge, a judge may end the turns early. A refinement that writes no
