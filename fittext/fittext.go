@@ -101,6 +101,8 @@ type Config struct {
 	// V2 is Memetic V2 (Algorithm 8; its temperature base T_b is
 	// memetic_temperature, G generations and θ as V1's).
 	V2 V2Config `yaml:"memetic_v2"`
+	// DFSDT is the agent's tree search (Search).
+	DFSDT SearchConfig `yaml:"dfsdt"`
 }
 
 // V2Config is Memetic V2's section (Table 8 and Eqs. 15-21).
@@ -127,7 +129,8 @@ type V2Config struct {
 func DefaultConfig() Config {
 	return Config{K: 5, B: 5, Exemplars: 5, Turns: 3, RefineTemp: 0.7, Scatter: 5, ScatterTemp: 1.5,
 		Population: 6, Generations: 3, Theta: 0.95, Crossover: 0.5, MemeticTemp: 1.5, MemoryPenalty: "tools", AnalysisTemp: 0,
-		V2: V2Config{Population: 8, Alpha: 0.5, Beta: 0.3, Gamma: 0.2, Delta: 1, Crowding: 0.85, Tournament: 3, GuidedTools: 2, GuidedGap: 0.1}}
+		V2:    V2Config{Population: 8, Alpha: 0.5, Beta: 0.3, Gamma: 0.2, Delta: 1, Crowding: 0.85, Tournament: 3, GuidedTools: 2, GuidedGap: 0.1},
+		DFSDT: DefaultSearch()}
 }
 
 // Validate checks every key.
@@ -159,6 +162,7 @@ func (c Config) Validate() error {
 	if !(v.Crowding >= -1 && v.Crowding <= 1) {
 		e.Add("memetic_v2.crowding", "%g is not a cosine in [-1, 1]", v.Crowding)
 	}
+	c.DFSDT.validate(&e)
 	return e.Err()
 }
 

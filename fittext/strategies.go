@@ -53,7 +53,7 @@ type MemoryEntry struct {
 type run struct {
 	r     *Retriever
 	query string
-	mem   Memory
+	mem   *Memory
 	res   *Result
 	rand  *rand.Rand
 }
@@ -96,65 +96,100 @@ func blurbs(kb *memtool.KB, hs []memtool.Hit) []string {
 	return out
 }
 
-// Retrieve runs strategy (one of Strategies) for query.
+// Retrieve runs strategy (one of Strategies) for query: the analysis call
+// writes the ancestors, then the strategy runs on them with a fresh tool
+// memory.
 func (r *Retriever) Retrieve(ctx context.Context, strategy, query string) (Result, error) {
-	if err := CheckStrategy(strategy); err != nil {
+	x, err := r.start(strategy, query, query, &Memory{})
+	if err != nil {
 		return Result{}, err
 	}
-	if err := r.Config.Validate(); err != nil {
-		return Result{}, err
-	}
-	res := Result{Query: query, Strategy: strategy}
-	h := fnv.New64a()
-	h.Write([]byte(query))
-	x := &run{r: r, query: query, res: &res, rand: rand.New(rand.NewPCG(r.Seed, h.Sum64()))}
-	c := r.Config
+	res := x.res
 	if strategy == "query" { // the static baseline: no model
-		hits, err := x.ret(ctx, []string{query}, c.K)
+		hits, err := x.ret(ctx, []string{query}, r.Config.K)
 		if err != nil {
-			return res, err
+			return *res, err
 		}
 		res.Ranking = hits[0]
-		return res, nil
+		return *res, nil
 	}
-	if r.LLM == nil {
-		return res, fmt.Errorf("fittext: strategy %s needs a model", strategy)
-	}
-	out, err := x.gen(ctx, r.LLM, analysisPrompt(query), c.AnalysisTemp)
+	out, err := x.gen(ctx, r.LLM, analysisPrompt(query), r.Config.AnalysisTemp)
 	if err != nil {
-		return res, err
+		return *res, err
 	}
-	res.Ancestors = ParseBlocks(out)
-	if len(res.Ancestors) == 0 {
+	ancestors := ParseBlocks(out)
+	if len(ancestors) == 0 {
 		// A model that writes no block: its reply (or the query) is the one
 		// ancestor, so that every strategy still retrieves.
 		a := strings.TrimSpace(out)
 		if a == "" {
 			a = query
 		}
-		res.Ancestors = []string{a}
+		ancestors = []string{a}
 	}
-	if strategy == "ibi" { // one global refinement of all the ancestors
-		finals, lists, err := x.ibi(ctx, res.Ancestors)
+	err = x.expand(ctx, ancestors)
+	return *res, err
+}
+
+// Expand runs strategy on pseudo-tools an agent already wrote (FitText's
+// agent loop: no analysis call) with mem, the tool memory of the whole
+// invocation, which it extends. Its draws are seeded by the query and the
+// ancestors.
+func (r *Retriever) Expand(ctx context.Context, strategy, query string, ancestors []string, mem *Memory) (Result, error) {
+	if strategy == "query" || len(ancestors) == 0 {
+		return Result{}, fmt.Errorf("fittext: Expand needs pseudo-tools and a strategy that uses them, not %q", strategy)
+	}
+	x, err := r.start(strategy, query, query+"\x00"+strings.Join(ancestors, "\x00"), mem)
+	if err != nil {
+		return Result{}, err
+	}
+	err = x.expand(ctx, ancestors)
+	return *x.res, err
+}
+
+func (r *Retriever) start(strategy, query, seed string, mem *Memory) (*run, error) {
+	if err := CheckStrategy(strategy); err != nil {
+		return nil, err
+	}
+	if err := r.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if strategy != "query" && r.LLM == nil {
+		return nil, fmt.Errorf("fittext: strategy %s needs a model", strategy)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(seed))
+	return &run{r: r, query: query, mem: mem, res: &Result{Query: query, Strategy: strategy},
+		rand: rand.New(rand.NewPCG(r.Seed, h.Sum64()))}, nil
+}
+
+// expand runs the strategy on the ancestors into x.res.
+func (x *run) expand(ctx context.Context, ancestors []string) error {
+	c := x.r.Config
+	res := x.res
+	res.Ancestors = ancestors
+	if res.Strategy == "ibi" { // one global refinement of all the ancestors
+		finals, lists, err := x.ibi(ctx, ancestors)
 		if err != nil {
-			return res, err
+			return err
 		}
 		res.Finals, res.Ranking = finals, merge(lists)
-		return res, nil
+		return nil
 	}
 	var lists [][]memtool.Hit
-	for _, a := range res.Ancestors {
+	for _, a := range ancestors {
 		var list []memtool.Hit
 		var final string
-		switch strategy {
+		var err error
+		switch res.Strategy {
 		case "single":
 			final = a
 			hits, err := x.ret(ctx, []string{a}, c.K)
 			if err != nil {
-				return res, err
+				return err
 			}
 			list = hits[0]
-			x.mem = append(x.mem, MemoryEntry{Intent: a, Tools: names(list)})
+			x.remember(MemoryEntry{Intent: a, Tools: names(list)})
 		case "dbd":
 			final, list, err = x.dbd(ctx, a)
 		case "scattershot":
@@ -165,14 +200,16 @@ func (r *Retriever) Retrieve(ctx context.Context, strategy, query string) (Resul
 			final, list, err = x.memetic(ctx, a, true)
 		}
 		if err != nil {
-			return res, err
+			return err
 		}
 		res.Finals = append(res.Finals, final)
 		lists = append(lists, list)
 	}
 	res.Ranking = merge(lists)
-	return res, nil
+	return nil
 }
+
+func (x *run) remember(es ...MemoryEntry) { *x.mem = append(*x.mem, es...) }
 
 // merge concatenates the lineages' lists, each tool once (the first time).
 func merge(lists [][]memtool.Hit) []memtool.Hit {
@@ -217,7 +254,7 @@ func (x *run) dbd(ctx context.Context, a string) (string, []memtool.Hit, error) 
 	if err != nil {
 		return "", nil, err
 	}
-	x.mem = append(x.mem, MemoryEntry{Intent: d, Tools: names(hits[0])})
+	x.remember(MemoryEntry{Intent: d, Tools: names(hits[0])})
 	return d, hits[0], nil
 }
 
@@ -414,7 +451,7 @@ func (x *run) ibi(ctx context.Context, ds []string) ([]string, [][]memtool.Hit, 
 		return nil, nil, err
 	}
 	for i, d := range ds {
-		x.mem = append(x.mem, MemoryEntry{Intent: d, Tools: names(lists[i])})
+		x.remember(MemoryEntry{Intent: d, Tools: names(lists[i])})
 	}
 	return ds, lists, nil
 }

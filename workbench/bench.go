@@ -63,7 +63,9 @@ type BenchOptions struct {
 
 // Result is a benchmark run.
 type Result struct {
-	Memory     bool            `json:"memory"`
+	Memory bool `json:"memory"`
+	// Search is set when FitText's agent played (SearchBench).
+	Search     *SearchStats    `json:"search,omitempty"`
 	Accuracy   Stat            `json:"accuracy"`
 	ByDomain   map[string]Stat `json:"by_domain"`
 	ExactMatch float64         `json:"exact_match"`
@@ -187,37 +189,31 @@ func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result,
 	if o.Online {
 		workers = 1
 	}
-	var mu sync.Mutex
-	done := 0
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(workers, max(len(test), 1)) {
-		wg.Go(func() {
-			for i := range next {
-				results[i] = play(test[i])
-				mu.Lock()
-				done++
-				logf("test %d/%d correct=%v %q\n", done, len(test), results[i].r.Correct, test[i].Query)
-				mu.Unlock()
-			}
-		})
-	}
-	for i := range test {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	byDomain := map[string][]bool{}
-	var all []bool
-	for i, t := range test {
-		p := results[i]
+	forEach(len(test), workers, func(i int) {
+		results[i] = play(test[i])
+	}, func(done, i int) {
+		logf("test %d/%d correct=%v %q\n", done, len(test), results[i].r.Correct, test[i].Query)
+	})
+	runs := make([]Run, len(test))
+	for i, p := range results {
 		if p.err != nil {
 			return res, p.err
 		}
-		r := p.r
+		runs[i] = p.r
 		if o.Memory != nil {
 			res.Recalled = append(res.Recalled, p.rec)
 		}
+	}
+	res.score(test, runs)
+	return res, nil
+}
+
+// score fills in the result's runs and their statistics.
+func (res *Result) score(test []Task, runs []Run) {
+	byDomain := map[string][]bool{}
+	var all []bool
+	for i, t := range test {
+		r := runs[i]
 		res.Runs = append(res.Runs, r)
 		all = append(all, r.Correct)
 		byDomain[t.Domain()] = append(byDomain[t.Domain()], r.Correct)
@@ -232,7 +228,31 @@ func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result,
 	for k, v := range byDomain {
 		res.ByDomain[k] = statOf(v)
 	}
-	return res, nil
+}
+
+// forEach runs f(0), ..., f(n-1) on up to workers goroutines, calling
+// after(done, i) under a lock as each ends.
+func forEach(n, workers int, f func(i int), after func(done, i int)) {
+	var mu sync.Mutex
+	done := 0
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(max(workers, 1), max(n, 1)) {
+		wg.Go(func() {
+			for i := range next {
+				f(i)
+				mu.Lock()
+				done++
+				after(done, i)
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // Disliked are the tools of the failed entries that no correct entry
@@ -269,22 +289,30 @@ func Domains(rs []Result) []string {
 	return slices.Sorted(maps.Keys(seen))
 }
 
+// Label names a result's agent: "memory on" or "memory off" for the
+// function-calling loop, "dfsdt <retrieval>" for FitText's.
+func (res Result) Label() string {
+	switch {
+	case res.Search != nil:
+		return "dfsdt " + res.Search.Retrieval
+	case res.Memory:
+		return "memory on"
+	}
+	return "memory off"
+}
+
 // Print writes results as a table: accuracy overall and per domain with
 // standard errors, exact match, wrong side effects, memory size and the
-// mean entries recalled.
+// mean entries recalled; for searches, the mean model calls a query.
 func Print(w io.Writer, rs []Result) {
 	doms := Domains(rs)
-	fmt.Fprintf(w, "%-8s %-16s", "memory", "accuracy")
+	fmt.Fprintf(w, "%-18s %-16s", "agent", "accuracy")
 	for _, d := range doms {
 		fmt.Fprintf(w, " %-16s", d)
 	}
 	fmt.Fprintf(w, " %-11s %-12s %-11s %s\n", "exact match", "side effects", "memory size", "recalled (mean)")
 	for _, r := range rs {
-		on := "off"
-		if r.Memory {
-			on = "on"
-		}
-		fmt.Fprintf(w, "%-8s %-16s", on, fmtStat(r.Accuracy))
+		fmt.Fprintf(w, "%-18s %-16s", r.Label(), fmtStat(r.Accuracy))
 		for _, d := range doms {
 			fmt.Fprintf(w, " %-16s", fmtStat(r.ByDomain[d]))
 		}
@@ -293,6 +321,12 @@ func Print(w io.Writer, rs []Result) {
 			rec += float64(n) / float64(len(r.Recalled))
 		}
 		fmt.Fprintf(w, " %-11.3f %-12.3f %-11d %.1f\n", r.ExactMatch, r.SideEffects, r.MemorySize, rec)
+	}
+	for _, r := range rs {
+		if st := r.Search; st != nil {
+			fmt.Fprintf(w, "%s: %.1f agent calls, %.1f strategy calls, %.2f retrievals (%.2f duplicates skipped), %.1f pruned a query; %.3f answered\n",
+				r.Label(), st.Queries, st.StrategyCalls, st.Retrievals, st.Duplicates, st.Pruned, st.Answered)
+		}
 	}
 }
 

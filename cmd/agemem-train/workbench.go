@@ -5,20 +5,26 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/chart"
+	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/fittext"
+	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/roles"
 	"github.com/agemem/agemem/toolmem"
 	"github.com/agemem/agemem/workbench"
 )
 
 func toolsRunCmd(g *globals) *cobra.Command {
-	var envName, dataDir, memory, model, native, dev, extractor, out, memDB string
+	var envName, dataDir, memory, model, native, dev, extractor, out, memDB, agentKind, retrieval string
 	var taskFiles []string
 	var online, hard bool
 	var maxSteps, limit, parallel int
@@ -44,9 +50,21 @@ adaptive count of the similarity curve gives (--radius, --peak, --fallback),
 in its system prompt. --memory off plays the same test queries without;
 both plays both. Prints accuracy per domain with standard errors, exact
 match, wrong side effects, the memory's size and the entries recalled;
-writes report.json (every run's calls and scores) and accuracy.png to --out.`,
+writes report.json (every run's calls and scores) and accuracy.png to --out.
+
+--agent dfsdt plays FitText's agent instead (fittext section, dfsdt keys):
+ToolLLM's depth-first search-based decision tree over the model's turns,
+each branch in its own sandbox (its calls replayed into a fresh one), a
+state retried with a diversity prompt when what followed it failed, a
+path pruned at a function it was never given, a failing call or giving
+up. With --retrieval STRATEGY (single, ibi, dbd, scattershot, memetic,
+memetic-v2; comma-separated for several runs) it starts with Finish
+alone and the pseudo-tools it writes retrieve WorkBench's functions;
+--retrieval none gives it every function from the start (plain DFSDT).
+The memory options are the function-calling loop's and do not apply.`,
 		Example: `  agemem-train tools run --env workbench --memory both --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b
-  agemem-train tools run --env workbench --memory on --native runs/qwen2.5-7b-instruct --tasks analytics_queries_and_answers.csv --limit 20`,
+  agemem-train tools run --env workbench --memory on --native runs/qwen2.5-7b-instruct --tasks analytics_queries_and_answers.csv --limit 20
+  agemem-train tools run --env workbench --agent dfsdt --retrieval none,single,memetic --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if envName != "workbench" {
@@ -66,6 +84,31 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 			modes := map[string][]bool{"on": {true}, "off": {false}, "both": {false, true}}[memory]
 			if modes == nil {
 				return fmt.Errorf("--memory %q: want on, off or both", memory)
+			}
+			var retrievals []string
+			switch agentKind {
+			case "react":
+				if cmd.Flags().Changed("retrieval") {
+					return fmt.Errorf("--retrieval is the dfsdt agent's (--agent dfsdt)")
+				}
+			case "dfsdt":
+				if cmd.Flags().Changed("memory") && memory != "off" {
+					return fmt.Errorf("--memory %s: MemToolAgent's memory is the react agent's; --agent dfsdt plays without it", memory)
+				}
+				for _, r := range strings.Split(retrieval, ",") {
+					r = strings.TrimSpace(r)
+					if r != "none" {
+						if err := fittext.CheckStrategy(r); err != nil || r == "query" {
+							return fmt.Errorf("--retrieval %q: want none or a strategy that reads pseudo-tools (%s)", r, strings.Join(fittext.Strategies[1:], ", "))
+						}
+					}
+					if slices.Contains(retrievals, r) {
+						return fmt.Errorf("--retrieval: %s is named twice", r)
+					}
+					retrievals = append(retrievals, r)
+				}
+			default:
+				return fmt.Errorf("--agent %q: want react or dfsdt", agentKind)
 			}
 			cfg, err := g.load()
 			if err != nil {
@@ -97,6 +140,13 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 			}
 			if limit > 0 && len(tasks) > limit {
 				tasks = tasks[:limit]
+			}
+			if agentKind == "dfsdt" {
+				results, err := searchBench(cmd, cfg, data, tasks, retrievals, model, native, dev, parallel)
+				if err != nil {
+					return err
+				}
+				return writeBench(cmd, out, results)
 			}
 			m, err := chatModels(cmd, cfg, model, native, dev, parallel)
 			if err != nil {
@@ -142,19 +192,7 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 				}
 				results = append(results, r)
 			}
-			workbench.Print(cmd.OutOrStdout(), results)
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			raw, _ := json.MarshalIndent(results, "", "  ")
-			if err := os.WriteFile(filepath.Join(out, "report.json"), append(raw, '\n'), 0o644); err != nil {
-				return err
-			}
-			if err := accuracyChart(filepath.Join(out, "accuracy.png"), results); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\n", filepath.Join(out, "report.json"), filepath.Join(out, "accuracy.png"))
-			return nil
+			return writeBench(cmd, out, results)
 		},
 	}
 	f := cmd.Flags()
@@ -171,6 +209,8 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 	f.IntVar(&maxSteps, "max-steps", 10, "model turns per query")
 	f.IntVar(&limit, "limit", 0, "play only the first N queries (0: all)")
 	f.IntVar(&parallel, "parallel", 4, "test queries played at once (on the native engine their calls decode together)")
+	f.StringVar(&agentKind, "agent", "react", "react (the function-calling loop) or dfsdt (FitText's tree search)")
+	f.StringVar(&retrieval, "retrieval", "memetic", "dfsdt: the FitText strategies its pseudo-tools retrieve with, comma-separated, or none")
 	f.StringVar(&memDB, "memory-db", "", "keep the memory in this SQLite file (namespace memory.namespace, which must be empty) instead of in memory")
 	f.StringVar(&out, "out", "runs/workbench", "folder for report.json and accuracy.png")
 	f.IntVar(&ad.R, "radius", ad.R, "adaptive recall: the slope's half window R")
@@ -179,17 +219,85 @@ writes report.json (every run's calls and scores) and accuracy.png to --out.`,
 	return cmd
 }
 
-// accuracyChart draws accuracy per domain, without and with memory.
+// writeBench prints the results and writes report.json and accuracy.png.
+func writeBench(cmd *cobra.Command, out string, results []workbench.Result) error {
+	workbench.Print(cmd.OutOrStdout(), results)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	raw, _ := json.MarshalIndent(results, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "report.json"), append(raw, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := accuracyChart(filepath.Join(out, "accuracy.png"), results); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s and %s\n", filepath.Join(out, "report.json"), filepath.Join(out, "accuracy.png"))
+	return nil
+}
+
+// searchBench plays the tasks with FitText's search, once per retrieval
+// strategy ("none": every function visible). On the native engine the
+// agent and the strategies' calls share one generator and its scheduler.
+func searchBench(cmd *cobra.Command, cfg config.Config, data *workbench.Data, tasks []workbench.Task, retrievals []string, model, native, dev string, parallel int) ([]workbench.Result, error) {
+	ctx := cmd.Context()
+	var m agent.Model
+	var llm fittext.LLM
+	if native != "" {
+		be, err := device.Open(dev, cmd.ErrOrStderr())
+		if err != nil {
+			return nil, err
+		}
+		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+		if err != nil {
+			return nil, err
+		}
+		tx := decode.NewTexter(g, max(parallel, 2))
+		defer tx.Close()
+		m, llm = decode.ChatModel{Generator: g, Scheduler: tx.Scheduler()}, tx
+	} else {
+		var err error
+		if m, err = chatModels(cmd, cfg, model, "", dev, parallel); err != nil {
+			return nil, err
+		}
+		if llm, err = fittextLLM(cmd, cfg, model, dev); err != nil {
+			return nil, err
+		}
+	}
+	emb, err := roles.Embedder(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := data.New().Toolset(nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := fittext.WorldKB(ctx, emb, ts.Specs())
+	if err != nil {
+		return nil, err
+	}
+	var results []workbench.Result
+	for _, r := range retrievals {
+		s := &fittext.Search{Model: m, Strategy: r, Config: cfg.FitText.DFSDT}
+		if r != "none" {
+			s.Retriever = &fittext.Retriever{Config: cfg.FitText, KB: kb, LLM: llm, Seed: uint64(cfg.Seed)}
+		}
+		res, err := data.SearchBench(ctx, tasks, s, r, parallel, cmd.ErrOrStderr())
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// accuracyChart draws accuracy per domain, one bar a run.
 func accuracyChart(path string, rs []workbench.Result) error {
 	doms := append([]string{"all"}, workbench.Domains(rs)...)
 	var names []string
 	var vals, errs [][]float64
 	for _, r := range rs {
-		name := "memory off"
-		if r.Memory {
-			name = "memory on"
-		}
-		names = append(names, name)
+		names = append(names, r.Label())
 		var v, e []float64
 		for _, d := range doms {
 			s := r.Accuracy

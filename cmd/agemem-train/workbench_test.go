@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agemem/agemem/fittext"
 	"github.com/agemem/agemem/openai"
 	"github.com/agemem/agemem/workbench"
 )
@@ -98,6 +99,93 @@ func TestCLIWorkBench(t *testing.T) {
 		if _, err := run(t, append([]string{"tools", "run", "--model", "m", "--set", "openai.base_url=" + srv.URL + "/v1", "--out", out}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v", c.args, err)
 		}
+	}
+}
+
+// TestCLIWorkBenchDFSDT: `tools run --agent dfsdt` plays FitText's agent
+// through an OpenAI-compatible server whose model writes a pseudo-tool
+// for each gold function it has not got (the function's own description),
+// makes the gold calls once it has them, then calls Finish: right on
+// every query with every function given (--retrieval none) and starting
+// from Finish (single); the memory's and the react loop's flags are
+// refused with it.
+func TestCLIWorkBenchDFSDT(t *testing.T) {
+	tasks, err := workbench.EmbeddedTasks("calendar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gold := map[string][]string{}
+	for _, tk := range tasks[:12] {
+		gold[tk.Query] = tk.Answer
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req openai.ChatRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		have := map[string]bool{}
+		for _, tl := range req.Tools {
+			have[tl.Function.Name] = true
+		}
+		msg := map[string]any{"role": "assistant", "content": ""}
+		acts := gold[req.Messages[1].Content]
+		done := 0
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				done++
+			}
+		}
+		call := func(name string, args []byte) {
+			c := openai.ToolCall{ID: "c", Type: "function"}
+			c.Function.Name, c.Function.Arguments = name, string(args)
+			msg["tool_calls"] = []any{c}
+		}
+		if done < len(acts) {
+			act, _ := workbench.ParseAction(acts[done])
+			if !have[act.Tool] {
+				tl, _ := workbench.ByName(act.Tool)
+				msg["content"] = fittext.Begin + " " + tl.Description + " " + fittext.End
+			} else {
+				args, _ := json.Marshal(act.Args())
+				call(act.Tool, args)
+			}
+		} else {
+			call("Finish", []byte(`{"return_type":"give_answer","final_answer":"Done."}`))
+		}
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}}})
+	}))
+	defer srv.Close()
+	out := filepath.Join(t.TempDir(), "wb")
+	base := []string{"tools", "run", "--env", "workbench", "--agent", "dfsdt", "--set", "openai.base_url=" + srv.URL + "/v1", "--model", "m",
+		"--tasks", writeTasks(t, tasks[:12]), "--out", out}
+	stdout := mustRun(t, append(base, "--retrieval", "none,single")...)
+	var rs []workbench.Result
+	if err := json.Unmarshal(mustRead(t, filepath.Join(out, "report.json")), &rs); err != nil || len(rs) != 2 {
+		t.Fatalf("report: %v %d\n%s", err, len(rs), stdout)
+	}
+	for i, want := range []string{"none", "single"} {
+		r := rs[i]
+		if r.Search == nil || r.Search.Retrieval != want || r.Accuracy.Mean != 1 || r.Accuracy.N == 0 || r.Search.Answered != 1 {
+			t.Fatalf("%s: %+v %+v\n%s", want, r.Accuracy, r.Search, stdout)
+		}
+	}
+	if rs[0].Search.Retrievals != 0 || rs[1].Search.Retrievals < 1 || !strings.Contains(stdout, "dfsdt single") {
+		t.Fatalf("retrievals %v and %v\n%s", rs[0].Search.Retrievals, rs[1].Search.Retrievals, stdout)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--retrieval", "query"}, `--retrieval "query"`},
+		{[]string{"--retrieval", "single,single"}, "named twice"},
+		{[]string{"--memory", "on"}, "--memory on"},
+		{[]string{"--agent", "tree"}, `--agent "tree"`},
+		{[]string{"--set", "fittext.dfsdt.width=0"}, "dfsdt.width"},
+	} {
+		if _, err := run(t, append(base, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v", c.args, err)
+		}
+	}
+	if _, err := run(t, "tools", "run", "--retrieval", "single", "--model", "m", "--out", out); err == nil || !strings.Contains(err.Error(), "--agent dfsdt") {
+		t.Errorf("--retrieval with react: %v", err)
 	}
 }
 

@@ -29,6 +29,10 @@ func NewTexter(g *Generator, maxBatch int) *Texter {
 // Close stops the scheduler.
 func (t *Texter) Close() { t.sc.Close() }
 
+// Scheduler is the texter's scheduler, for a ChatModel of the same
+// generator to decode on (one scheduler per model: their calls batch).
+func (t *Texter) Scheduler() *Scheduler { return t.sc }
+
 // Generate answers prompt at temperature (0: greedy).
 func (t *Texter) Generate(ctx context.Context, prompt string, temperature float64) (string, error) {
 	p := t.g
