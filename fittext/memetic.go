@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtool"
 )
 
@@ -201,26 +202,13 @@ func Crowding(vecs [][]float32, theta float64) []float64 {
 	for i := range vecs {
 		close := 0
 		for j := range vecs {
-			if j != i && cosine(vecs[i], vecs[j]) > theta {
+			if j != i && embed.Cosine(vecs[i], vecs[j]) > theta {
 				close++
 			}
 		}
 		out[i] = float64(close) / float64(len(vecs)-1)
 	}
 	return out
-}
-
-func cosine(a, b []float32) float64 {
-	var ab, aa, bb float64
-	for i := range a {
-		ab += float64(a[i]) * float64(b[i])
-		aa += float64(a[i]) * float64(a[i])
-		bb += float64(b[i]) * float64(b[i])
-	}
-	if aa == 0 || bb == 0 {
-		return 0
-	}
-	return ab / math.Sqrt(aa*bb)
 }
 
 // tournament is Eq. 19's selection: want distinct winners, each the

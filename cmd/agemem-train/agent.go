@@ -179,16 +179,22 @@ func chatModel(cmd *cobra.Command, cfg config.Config, model, native, dev string)
 	return chatModels(cmd, cfg, model, native, dev, 1)
 }
 
+// nativeGenerator loads a local checkpoint on the --device's backend,
+// sampling agent.response_budget tokens a reply.
+func nativeGenerator(cmd *cobra.Command, cfg config.Config, native, dev string) (*decode.Generator, error) {
+	be, err := device.Open(dev, cmd.ErrOrStderr())
+	if err != nil {
+		return nil, err
+	}
+	return decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+}
+
 // chatModels is chatModel for parallel agents: on the native engine, more
 // than one puts their calls on a continuous-batching scheduler, so that they
 // decode together.
 func chatModels(cmd *cobra.Command, cfg config.Config, model, native, dev string, parallel int) (agent.Model, error) {
 	if native != "" {
-		be, err := device.Open(dev, cmd.ErrOrStderr())
-		if err != nil {
-			return nil, err
-		}
-		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+		g, err := nativeGenerator(cmd, cfg, native, dev)
 		if err != nil {
 			return nil, err
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/config"
-	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/locomo"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
@@ -364,11 +363,7 @@ func ageMem(cmd *cobra.Command, cfg config.Config, samples []locomo.Sample, mode
 	var tok stm.Tokenizer
 	switch name, isOllama := strings.CutPrefix(model, "ollama:"); {
 	case native != "":
-		be, err := device.Open(dev, cmd.ErrOrStderr())
-		if err != nil {
-			return nil, err
-		}
-		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+		g, err := nativeGenerator(cmd, cfg, native, dev)
 		if err != nil {
 			return nil, err
 		}

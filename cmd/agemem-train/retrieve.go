@@ -16,7 +16,6 @@ import (
 	"github.com/agemem/agemem/chart"
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/fittext"
-	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/train"
@@ -122,11 +121,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 					return fmt.Errorf("strategies other than query need a model: --native DIR or --model (openai.base_url)")
 				}
 				if native != "" {
-					be, err := device.Open(dev, cmd.ErrOrStderr())
-					if err != nil {
-						return err
-					}
-					gen, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+					gen, err := nativeGenerator(cmd, cfg, native, dev)
 					if err != nil {
 						return err
 					}

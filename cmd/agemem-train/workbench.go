@@ -15,7 +15,6 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/fittext"
-	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/roles"
@@ -244,11 +243,7 @@ func searchBench(cmd *cobra.Command, cfg config.Config, data *workbench.Data, ta
 	var m agent.Model
 	var llm fittext.LLM
 	if native != "" {
-		be, err := device.Open(dev, cmd.ErrOrStderr())
-		if err != nil {
-			return nil, err
-		}
-		g, err := decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+		g, err := nativeGenerator(cmd, cfg, native, dev)
 		if err != nil {
 			return nil, err
 		}
