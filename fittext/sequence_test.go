@@ -43,3 +43,21 @@ func TestSequenceRatioMatchesDifflib(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSequenceRatio: any two strings give a ratio in [0, 1], and a
+// string under 200 code points matches itself entirely (autojunk can
+// lower longer ones, as in difflib).
+func FuzzSequenceRatio(f *testing.F) {
+	f.Add("get the weather forecast", "get weather forecast for a city")
+	f.Add("héllo wörld", "")
+	f.Add(strings.Repeat("ab", 150), strings.Repeat("ba", 120))
+	f.Fuzz(func(t *testing.T, a, b string) {
+		r := SequenceRatio(a, b)
+		if !(r >= 0 && r <= 1) {
+			t.Fatalf("ratio %v", r)
+		}
+		if len([]rune(a)) < 200 && SequenceRatio(a, a) != 1 {
+			t.Fatalf("%q against itself: %v", a, SequenceRatio(a, a))
+		}
+	})
+}
