@@ -182,8 +182,19 @@ func mcpNamespace(ctx context.Context, open string) string {
 // binds each MCP session to its key, so a session id cannot be used with
 // another key.
 func (s *Server) mcpHTTP(server func(*http.Request) *mcp.Server) http.Handler {
-	h := http.Handler(mcp.NewStreamableHTTPHandler(server,
-		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.MaxBodyBytes, SessionTimeout: s.cfg.SessionTTL}))
+	sdkHandler := mcp.NewStreamableHTTPHandler(server,
+		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.MaxBodyBytes, SessionTimeout: s.cfg.SessionTTL})
+	// A GET is the stream of what the server sends unasked: it lasts as
+	// long as the client stays, so shutdown ends it instead of waiting.
+	h := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(s.stopping, cancel)()
+			r = r.WithContext(ctx)
+		}
+		sdkHandler.ServeHTTP(w, r)
+	}))
 	if len(s.keys.keys) == 0 {
 		return h // open server: every MCP call uses memory.namespace
 	}

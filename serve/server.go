@@ -67,6 +67,10 @@ type Server struct {
 	ready    atomic.Bool
 	handler  http.Handler
 	created  int64
+	// stopping ends when Serve begins to shut down: MCP streams, which
+	// would otherwise stay open until the shutdown timeout, end with it.
+	stopping context.Context
+	stop     context.CancelFunc
 }
 
 // New checks the options and builds the routes.
@@ -90,6 +94,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
 		sessions: newSessions(sv.SessionTTL, sv.MaxSessions, sv.MaxSessionsPerNamespace),
 		system:   sys, created: time.Now().Unix()}
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
 	if s.be == nil {
@@ -143,8 +148,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) Close() { s.be.Close() }
 
 // Serve serves on ln until ctx ends, then stops taking connections, marks
-// itself not ready, waits up to serve.shutdown_timeout for requests in
-// flight to finish and returns. The store is left to the caller, which
+// itself not ready, ends open MCP streams (a client's GET for what the
+// server sends unasked never finishes by itself), waits up to
+// serve.shutdown_timeout for requests in flight to finish and returns. The store is left to the caller, which
 // closes it after Serve returns: every write went through a transaction,
 // so the file is consistent whenever the process stops.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
@@ -154,6 +160,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	lim := newLimitListener(ln, sv.MaxConnections, sv.MaxConnectionsPerClient,
 		func(reason string) { s.metrics.refused.WithLabelValues(reason).Inc() })
+	hs.RegisterOnShutdown(s.stop)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(lim) }()
 	s.log.Info("serving", "addr", ln.Addr().String(), "model", s.cfg.ModelName,
