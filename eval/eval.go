@@ -35,6 +35,9 @@ type Method struct {
 	Dir string
 	// Scripted is a scripted policy: no-memory or oracle.
 	Scripted string
+	// Policy, when set, plays instead: a model behind an API (Ollama, an
+	// OpenAI-compatible server), one task at a time.
+	Policy memtools.Policy
 	// Tools is the tool subset it plays with (tools.subset: all, ltm, stm);
 	// empty: the config's.
 	Tools string
@@ -117,8 +120,8 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	return rows, nil
 }
 
-// play runs one rollout of every task: scripted policies one task at a
-// time, a model all tasks decoded together.
+// play runs one rollout of every task: scripted and API policies one task
+// at a time, a model directory all tasks decoded together.
 func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.Task, p Method, log io.Writer) ([]env.Outcome, error) {
 	if p.Dir == "" {
 		e := roles.AgeMem(cfg, h, tasks, nil)
@@ -128,14 +131,15 @@ func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.T
 			pr = train.NewProgress(log, len(tasks), false)
 		}
 		for i, t := range tasks {
-			var pol memtools.Policy
-			switch p.Scripted {
-			case "no-memory":
+			pol := p.Policy
+			switch {
+			case pol != nil:
+			case p.Scripted == "no-memory":
 				pol = env.NewNoMemory(t)
-			case "oracle":
+			case p.Scripted == "oracle":
 				pol = env.NewOracle(t, 0, 0, uint64(cfg.Seed)).Offering(cfg.Tools.Offered())
 			default:
-				return nil, fmt.Errorf("no model directory and no scripted policy (no-memory, oracle)")
+				return nil, fmt.Errorf("no model directory, API policy or scripted policy (no-memory, oracle)")
 			}
 			out, err := e.Play(ctx, pol, i, uint64(i))
 			if err != nil {

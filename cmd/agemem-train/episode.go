@@ -27,6 +27,39 @@ import (
 	"github.com/agemem/agemem/roles"
 )
 
+// ollamaPolicy is an AgeMem policy on the Ollama server (ollama.host, in
+// ollama.format).
+func ollamaPolicy(cmd *cobra.Command, cfg config.Config, model string, s decode.Sampling) (memtools.Policy, error) {
+	c, err := cfg.Ollama.Connect()
+	if err != nil {
+		return nil, err
+	}
+	p, err := cfg.Ollama.Policy(cmd.Context(), c, cfg.Agent, model, ollama.Format(cfg.Ollama.Format))
+	if err != nil {
+		return nil, err
+	}
+	p.Temperature, p.Seed = s.Temperature, int(s.Seed)
+	return p, nil
+}
+
+// openaiPolicy is an AgeMem policy on the OpenAI-compatible server at
+// openai.base_url (model: openai.model when empty; in openai.format).
+func openaiPolicy(cfg config.Config, model string, s decode.Sampling) (memtools.Policy, error) {
+	if model == "" {
+		model = cfg.OpenAI.Model
+	}
+	c, err := cfg.OpenAI.Connect()
+	if err != nil {
+		return nil, err
+	}
+	if model == "" {
+		return nil, fmt.Errorf("an OpenAI-compatible policy needs a model: openai:MODEL, --openai-model NAME or openai.model")
+	}
+	p := cfg.OpenAI.Generator(c, model, openai.Format(cfg.OpenAI.Format), cfg.Agent.ResponseBudget)
+	p.Temperature = s.Temperature
+	return p, nil
+}
+
 // policyFor builds the policy for one task: a scripted one, or the native,
 // Ollama or OpenAI-compatible model (shared across tasks).
 func policyFor(name string, t env.Task, cfg config.Config, native, ol, oa memtools.Policy) (memtools.Policy, error) {
@@ -111,32 +144,15 @@ openai.format).`,
 			}
 			var ol memtools.Policy
 			if ollamaModel != "" {
-				c, err := cfg.Ollama.Connect()
-				if err != nil {
-					return err
-				}
-				p, err := cfg.Ollama.Policy(cmd.Context(), c, cfg.Agent, ollamaModel, ollama.Format(cfg.Ollama.Format))
-				if err != nil {
+				if ol, err = ollamaPolicy(cmd, cfg, ollamaModel, sampling); err != nil {
 					return fmt.Errorf("--ollama-model: %w", err)
 				}
-				p.Temperature, p.Seed = sampling.Temperature, int(sampling.Seed)
-				ol = p
 			}
 			var oa memtools.Policy
 			if strings.Contains(policyNames, "openai") {
-				if openaiModel == "" {
-					openaiModel = cfg.OpenAI.Model
-				}
-				c, err := cfg.OpenAI.Connect()
-				if err != nil {
+				if oa, err = openaiPolicy(cfg, openaiModel, sampling); err != nil {
 					return err
 				}
-				if openaiModel == "" {
-					return fmt.Errorf("--policy openai needs --openai-model NAME or openai.model")
-				}
-				p := cfg.OpenAI.Generator(c, openaiModel, openai.Format(cfg.OpenAI.Format), cfg.Agent.ResponseBudget)
-				p.Temperature = sampling.Temperature
-				oa = p
 			}
 			helpers, err := roles.NewHelpers(cmd.Context(), cfg)
 			if err != nil {

@@ -493,6 +493,28 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 			t.Errorf("--method %s: %v", c.method, err)
 		}
 	}
+	// A model behind an OpenAI-compatible server is a row too: the tool
+	// server's model stores every casual turn and retrieves for the
+	// question, so its memory quality is the table's best.
+	ts := toolServer(t)
+	defer ts.Close()
+	api := append([]string{"eval", "--method", "Server=openai:m", "--set", "openai.base_url=" + ts.URL + "/v1", "--set", "openai.format=tools"}, sets...)
+	out = mustRun(t, api...)
+	if err := json.Unmarshal(mustRead(t, filepath.Join(dir, "eval.json")), &rows); err != nil || len(rows) != 4 || rows[3]["policy"] != "Server" {
+		t.Fatalf("eval.json with an API row: %v %v\n%s", err, rows, out)
+	}
+	if mq := rows[3]["mq"].(map[string]any)["mean"].(float64); mq <= 0 {
+		t.Fatalf("the server's row stored nothing: %v", rows[3])
+	}
+	for _, c := range []struct{ method, want string }{
+		{"X=openai:", "needs a model"},
+		{"X=ollama:m", "ollama"},
+	} {
+		args := append([]string{"eval", "--method", c.method, "--set", "ollama.host=http://127.0.0.1:1", "--set", "openai.base_url=" + ts.URL + "/v1"}, sets...)
+		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--method %s: %v", c.method, err)
+		}
+	}
 	// A task file that cannot be scored (no tasks; HotpotQA's test split,
 	// without answers) is named, and the last table is kept.
 	before := mustRead(t, filepath.Join(dir, "eval.json"))

@@ -17,6 +17,7 @@ import (
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/decode"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl"
@@ -298,11 +299,16 @@ paper's reward ablation (Table 4): a policy trained with only R_task
 (--set reward.w_context=0 --set reward.w_memory=0 and no penalties) beside
 the All-Returns one, on the same tasks. NAME=DIR,tools=ltm plays that row
 with a tool subset (tools.subset: ltm or stm), the component ablation of
-Figure 4: a policy trained with only the long-term memory tools.`,
+Figure 4: a policy trained with only the long-term memory tools.
+NAME=ollama:MODEL and NAME=openai:MODEL play a model behind an API as the
+AgeMem policy (ollama.host and ollama.format; openai.base_url and
+openai.format), greedily, one task at a time: a model you bring in the
+same table as the trained ones.`,
 		Example: `  agemem-train eval --config configs/tiny.yaml
   agemem-train eval --config configs/tiny.yaml --trained runs/other/policy --set eval.tasks=0
   agemem-train eval --config configs/tiny.yaml --method Answer-Only=runs/answer-only/rl/policy
   agemem-train eval --config configs/tiny.yaml --method LTM-only=runs/ltm/rl/policy,tools=ltm
+  agemem-train eval --config configs/tiny.yaml --method Qwen3-4B=ollama:qwen3:4b --set ollama.format=tools
   agemem-train eval --config configs/tiny.yaml --set data.eval=data/other.json --set eval.tasks=200`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -341,8 +347,9 @@ Figure 4: a policy trained with only the long-term memory tools.`,
 				if !ok || name == "" || spec == "" {
 					return fmt.Errorf("--method %q: want NAME=DIR, e.g. Answer-Only=runs/answer-only/rl/policy", m)
 				}
-				// DIR, then ,key=value options; a directory whose name has
-				// a comma is taken whole when it exists.
+				// DIR (or ollama:MODEL, openai:MODEL), then ,key=value
+				// options; a directory whose name has a comma is taken
+				// whole when it exists.
 				dir, opts, _ := strings.Cut(spec, ",")
 				if isModel(spec) {
 					dir, opts = spec, ""
@@ -364,10 +371,22 @@ Figure 4: a policy trained with only the long-term memory tools.`,
 				if slices.ContainsFunc(methods, func(x eval.Method) bool { return x.Name == name }) {
 					return fmt.Errorf("--method %q: the table already has a row %q", m, name)
 				}
-				if !isModel(dir) {
-					return fmt.Errorf("--method %q: %s is not a model directory (no config.json)", m, dir)
+				method := eval.Method{Name: name, Dir: dir, Tools: tools}
+				greedy := decode.Sampling{Seed: uint64(cfg.Seed)}
+				if model, ok := strings.CutPrefix(dir, "ollama:"); ok {
+					if method.Policy, err = ollamaPolicy(cmd, cfg, model, greedy); err != nil {
+						return fmt.Errorf("--method %q: %w", m, err)
+					}
+					method.Dir = ""
+				} else if model, ok := strings.CutPrefix(dir, "openai:"); ok {
+					if method.Policy, err = openaiPolicy(cfg, model, greedy); err != nil {
+						return fmt.Errorf("--method %q: %w", m, err)
+					}
+					method.Dir = ""
+				} else if !isModel(dir) {
+					return fmt.Errorf("--method %q: %s is not a model directory (no config.json), ollama:MODEL or openai:MODEL", m, dir)
 				}
-				methods = append(methods, eval.Method{Name: name, Dir: dir, Tools: tools})
+				methods = append(methods, method)
 			}
 			rows, err := eval.Run(cmd.Context(), eval.Options{Config: cfg, Tasks: tasks, Log: cmd.ErrOrStderr(), Methods: methods})
 			if err != nil {
@@ -390,6 +409,6 @@ Figure 4: a policy trained with only the long-term memory tools.`,
 	}
 	cmd.Flags().StringVar(&trained, "trained", "", "the trained policy (default: rl.out/policy)")
 	cmd.Flags().StringVar(&norl, "norl", "", "the policy without RL (default: rl.init)")
-	cmd.Flags().StringArrayVar(&extra, "method", nil, "another row: NAME=DIR or NAME=DIR,tools=ltm|stm, a policy to play on the same tasks (repeatable)")
+	cmd.Flags().StringArrayVar(&extra, "method", nil, "another row: NAME=DIR, NAME=ollama:MODEL or NAME=openai:MODEL, each optionally ,tools=ltm|stm: a policy to play on the same tasks (repeatable)")
 	return cmd
 }
