@@ -14,6 +14,7 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/locomo"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
@@ -124,6 +125,7 @@ func locomoRunCmd(g *globals) *cobra.Command {
 	var data, method, out, model, native, dev, dbPath string
 	var k, parallel, chunk, window int
 	var retrievalOnly bool
+	ch := chunking{Kind: "llm", Tokens: 512, Overlap: 0.25, Percentile: 8}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Answer LoCoMo's questions with a method and write predictions for score",
@@ -147,7 +149,14 @@ plays the conversation through AgeMem's memory runtime: each session's
 turns, --chunk at a time, are user messages the policy may store from (the
 context reset at each session), then each question is asked in a fresh
 context where the policy retrieves and answers (--native DIR, --model NAME
-on openai.base_url in openai.format, or --model ollama:NAME).`,
+on openai.base_url in openai.format, or --model ollama:NAME).
+
+--chunking is TA-Mem's chunking ablation: llm (the extraction agent
+segments each session itself, the paper's method), fixed (chunks of
+--chunk-tokens words overlapping by --chunk-overlap, the paper's 512 and
+25%) or semantic (split where neighbouring messages' similarity falls below
+--split-percentile of the session's, the paper's 8th); each chunk is then
+extracted into one note. A database keeps each chunking's pages apart.`,
 		Example: `  agemem-train locomo run --data data/locomo-synth.json --method rag --k 5 --retrieval-only --out preds.jsonl
   agemem-train locomo run --data data/locomo-synth.json --method ta-mem --k 5 --retrieval-only --out preds.jsonl
   agemem-train locomo run --data locomo10.json --method rag --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --out preds.jsonl
@@ -166,6 +175,12 @@ on openai.base_url in openai.format, or --model ollama:NAME).`,
 			}
 			if retrievalOnly && method != "rag" && method != "ta-mem" {
 				return fmt.Errorf("--retrieval-only measures a retriever: use it with --method rag or ta-mem")
+			}
+			if cmd.Flags().Changed("chunking") && (method != "ta-mem" || retrievalOnly) {
+				return fmt.Errorf("--chunking is TA-Mem's extraction: use it with --method ta-mem and a model")
+			}
+			if _, _, err := ch.extractor(nil, nil); err != nil {
+				return err
 			}
 			for _, f := range []struct {
 				name string
@@ -216,7 +231,7 @@ on openai.base_url in openai.format, or --model ollama:NAME).`,
 				}
 				pr := train.NewProgress(cmd.ErrOrStderr(), total, isatty.IsTerminal(os.Stderr.Fd()))
 				if method == "ta-mem" {
-					preds, err = taMem(cmd, cfg, m, samples, dbPath, parallel, func(done int) { pr.Update(done, method) })
+					preds, err = taMem(cmd, cfg, m, samples, dbPath, ch, parallel, func(done int) { pr.Update(done, method) })
 				} else {
 					preds, err = locomo.Answer(ctx, m, samples, r, k, func(done, _ int) { pr.Update(done, method) })
 				}
@@ -246,6 +261,10 @@ on openai.base_url in openai.format, or --model ollama:NAME).`,
 	cmd.Flags().StringVar(&dbPath, "db", ":memory:", "ta-mem: the memory database (SQLite); a conversation it already holds is not extracted again")
 	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag; ta-mem with --retrieval-only)")
 	cmd.Flags().IntVar(&window, "window", 1, "ta-mem --retrieval-only: messages a page holds (pages are fixed windows, no model extracts notes)")
+	cmd.Flags().StringVar(&ch.Kind, "chunking", ch.Kind, "ta-mem: llm (the agent segments), fixed or semantic (the chunking ablation)")
+	cmd.Flags().IntVar(&ch.Tokens, "chunk-tokens", ch.Tokens, "ta-mem --chunking fixed: words a chunk holds")
+	cmd.Flags().Float64Var(&ch.Overlap, "chunk-overlap", ch.Overlap, "ta-mem --chunking fixed: the share of a chunk the next repeats")
+	cmd.Flags().Float64Var(&ch.Percentile, "split-percentile", ch.Percentile, "ta-mem --chunking semantic: split below this percentile of neighbour similarity")
 	cmd.Flags().BoolVar(&retrievalOnly, "retrieval-only", false, "no model: write the retrieved turns only (evidence recall@k)")
 	cmd.Flags().StringVar(&out, "out", "", "predictions JSONL to write")
 	cmd.Flags().StringVar(&model, "model", "", "the model on the OpenAI-compatible server (default openai.model), or ollama:NAME (Ollama, native tools)")
@@ -288,9 +307,42 @@ func (r taMemRetriever) Retrieve(ctx context.Context, s locomo.Sample, question 
 
 // taMem builds each conversation's TA-Mem database and answers its
 // questions with the retrieval agent.
-func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locomo.Sample, dbPath string, parallel int, progress func(int)) ([]locomo.Prediction, error) {
+// chunking is TA-Mem's chunking ablation: llm (the agent segments each
+// session itself), fixed (Tokens-word chunks overlapping by Overlap) or
+// semantic (split below the Percentile of neighbour similarity).
+type chunking struct {
+	Kind                string
+	Tokens              int
+	Overlap, Percentile float64
+}
+
+// extractor is the chunking's extractor on m, and the suffix its pages'
+// namespace gets (a database keeps each chunking's pages apart).
+func (c chunking) extractor(m agent.Model, emb embed.Embedder) (tamem.Extractor, string, error) {
+	switch c.Kind {
+	case "llm":
+		return tamem.ModelExtractor(m), "", nil
+	case "fixed":
+		if c.Tokens < 1 || c.Overlap < 0 || c.Overlap >= 1 {
+			return nil, "", fmt.Errorf("--chunk-tokens %d, --chunk-overlap %g: want at least 1 token and an overlap in [0, 1)", c.Tokens, c.Overlap)
+		}
+		return tamem.ChunkExtractor(m, tamem.FixedChunks(c.Tokens, c.Overlap, tamem.Words)), fmt.Sprintf("/fixed-%d-%g", c.Tokens, c.Overlap), nil
+	case "semantic":
+		if !(c.Percentile >= 0 && c.Percentile <= 100) {
+			return nil, "", fmt.Errorf("--split-percentile %g: want a percentile in [0, 100]", c.Percentile)
+		}
+		return tamem.ChunkExtractor(m, tamem.SemanticChunks(emb, c.Percentile)), fmt.Sprintf("/semantic-%g", c.Percentile), nil
+	}
+	return nil, "", fmt.Errorf("--chunking %q: want llm, fixed or semantic", c.Kind)
+}
+
+func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locomo.Sample, dbPath string, ch chunking, parallel int, progress func(int)) ([]locomo.Prediction, error) {
 	ctx := cmd.Context()
 	emb, err := roles.Embedder(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	extract, suffix, err := ch.extractor(m, emb)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +354,9 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 	var preds []locomo.Prediction
 	var turns, finalized, failed, tooLong int
 	for _, s := range samples {
-		f, err := db.Build(ctx, tamem.ModelExtractor(m), conversation(s), func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), msg) })
+		c := conversation(s)
+		c.ID += suffix
+		f, err := db.Build(ctx, extract, c, func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), msg) })
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.ID, err)
 		}
@@ -318,7 +372,7 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 		for range max(parallel, 1) {
 			wg.Go(func() {
 				for i := range next {
-					answers[i], errs[i] = db.Answer(ctx, m, s.ID, s.SpeakerA, s.SpeakerB, s.QA[i].Question)
+					answers[i], errs[i] = db.Answer(ctx, m, c.ID, s.SpeakerA, s.SpeakerB, s.QA[i].Question)
 					mu.Lock()
 					done++
 					progress(done)

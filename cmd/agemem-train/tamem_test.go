@@ -72,6 +72,34 @@ func TestCLILoCoMoTAMem(t *testing.T) {
 	if extractions != 3 {
 		t.Fatalf("the database was extracted again: %d calls", extractions)
 	}
+	// The chunking ablation: chunks of 40 words are more than one a
+	// session, each extracted on its own, into pages the same database
+	// keeps apart from the agent's; then chunks by meaning.
+	mustRun(t, append(args, "--chunking", "fixed", "--chunk-tokens", "40")...)
+	fixed := extractions - 3
+	if fixed <= 3 {
+		t.Fatalf("%d extraction calls for 40-word chunks of 3 sessions", fixed)
+	}
+	if raw := string(mustRead(t, preds)); !strings.Contains(raw, `"context":["D`) {
+		t.Fatalf("fixed-chunk predictions: %.400s", raw)
+	}
+	mustRun(t, append(args, "--chunking", "semantic")...)
+	if extractions-3-fixed < 3 {
+		t.Fatalf("%d extraction calls for semantic chunks of 3 sessions", extractions-3-fixed)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--chunking", "topics"}, `--chunking "topics"`},
+		{[]string{"--chunking", "fixed", "--chunk-overlap", "1"}, "--chunk-overlap 1"},
+		{[]string{"--chunking", "semantic", "--split-percentile", "101"}, "--split-percentile 101"},
+		{[]string{"--chunking", "fixed", "--retrieval-only"}, "--chunking is TA-Mem's extraction"},
+	} {
+		if _, err := run(t, append(args, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v", c.args, err)
+		}
+	}
 }
 
 // TestCLILoCoMoAgeMem: `locomo run --method agemem` plays a synthetic
