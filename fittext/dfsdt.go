@@ -3,6 +3,7 @@ package fittext
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/memtools"
 )
 
 // SearchConfig is the "dfsdt" part of the fittext section: ToolLLM's
@@ -90,6 +92,9 @@ type Outcome struct {
 	// hallucinated function, a failing call, giving up, the depth limit).
 	Nodes  int `json:"nodes"`
 	Pruned int `json:"pruned"`
+	// ContextFull are states abandoned because their conversation
+	// outgrew the model's context (memtools.ErrContextFull).
+	ContextFull int `json:"context_full,omitempty"`
 	// Functions are those the answer path could call at its end.
 	Functions []string `json:"functions,omitempty"`
 }
@@ -187,6 +192,12 @@ func (x *search) dfs(ctx context.Context, n *node) error {
 		}
 		reply, err := x.s.Model.Chat(ctx, msgs, specs)
 		x.out.Queries++
+		if errors.Is(err, memtools.ErrContextFull) {
+			// The state outgrew the model: no child of it (each with the
+			// diversity prompt added) would fit either.
+			x.out.ContextFull++
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("fittext: the agent: %w", err)
 		}

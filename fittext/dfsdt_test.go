@@ -12,6 +12,7 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/memtools"
 )
 
 // bank is a world with state: a balance that deposits raise and
@@ -68,6 +69,12 @@ func (s *script) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spe
 		return agent.Reply{}, fmt.Errorf("call %d is past the script", len(s.seen))
 	}
 	return agent.Reply{Message: s.replies[len(s.seen)-1]}, nil
+}
+
+type chatFunc func(context.Context, []agent.Message, []agent.Spec) (agent.Reply, error)
+
+func (f chatFunc) Chat(ctx context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	return f(ctx, msgs, specs)
 }
 
 func call(name, args string) agent.Message {
@@ -199,6 +206,26 @@ func TestSearchDuplicatesAndPlainDFSDT(t *testing.T) {
 	s.Model = m
 	if out, err = s.Run(context.Background(), "sys", "Balance?", openBank); err != nil || !out.Answered || out.Answer != "Your balance is 0." {
 		t.Fatalf("a plain reply: %v %+v", err, out)
+	}
+	// A state whose conversation outgrows the model is abandoned, not
+	// the search: its sibling state goes on.
+	full := &script{replies: []agent.Message{
+		{Content: wrap("deposit money into the bank account")},
+		call("deposit", `{"amount":"5"}`),
+	}}
+	calls := 0
+	s = &Search{Model: chatFunc(func(ctx context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+		calls++
+		if calls == 3 { // the state after the deposit
+			return agent.Reply{}, fmt.Errorf("prompt too long: %w", memtools.ErrContextFull)
+		}
+		if calls == 4 { // back at the state before it, told of the deposit
+			return agent.Reply{Message: agent.Message{Content: "Deposited."}}, nil
+		}
+		return full.Chat(ctx, msgs, specs)
+	}), Retriever: bankRetriever(t), Strategy: "single", Config: DefaultSearch()}
+	if out, err = s.Run(context.Background(), "", "Deposit 5.", openBank); err != nil || !out.Answered || out.ContextFull != 1 || out.Answer != "Deposited." {
+		t.Fatalf("context full: %v %+v", err, out)
 	}
 	// Bad settings are named.
 	s.Config.Width = 0

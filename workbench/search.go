@@ -35,6 +35,9 @@ func (d *Data) PlaySearch(ctx context.Context, s *fittext.Search, task Task) (Ru
 		r.Error = err.Error()
 	} else if !out.Answered {
 		r.Error = fmt.Sprintf("no answer after %d model calls", out.Queries)
+		if out.ContextFull > 0 {
+			r.Error += fmt.Sprintf(" (%d state(s) outgrew the model's context)", out.ContextFull)
+		}
 	}
 	if out.Answered {
 		ts, err := d.New().Toolset(nil, func(a Action) { r.Actions = append(r.Actions, a.String()) })
