@@ -115,7 +115,63 @@ func Evaluate(ctx context.Context, r *Retriever, ds Dataset, strategies []string
 	return ev, nil
 }
 
-// WriteTable prints the rows as the paper's tables read: ×100.
+// AvgRank is the paper's "Avg. Rank" (Table 1): each strategy's rank
+// among the strategies in every column, a subset's N, P, R and C (1 is
+// the highest value; ties share the mean of their ranks), averaged over
+// the columns. The columns are the subsets' ("all" only when it is the
+// one subset). Strategies in the order they first appear.
+func AvgRank(rows []Row) (strategies []string, ranks []float64) {
+	type col struct {
+		subset string
+		metric int
+	}
+	var subsets []string
+	value := map[string]map[col]float64{}
+	for _, r := range rows {
+		if !slices.Contains(strategies, r.Strategy) {
+			strategies = append(strategies, r.Strategy)
+			value[r.Strategy] = map[col]float64{}
+		}
+		if !slices.Contains(subsets, r.Subset) {
+			subsets = append(subsets, r.Subset)
+		}
+		m := r.Metrics
+		for i, v := range []float64{m.NDCG, m.Precision, m.Recall, m.Comprehensiveness} {
+			value[r.Strategy][col{r.Subset, i}] = v
+		}
+	}
+	if len(subsets) > 1 {
+		subsets = slices.DeleteFunc(subsets, func(s string) bool { return s == "all" })
+	}
+	ranks = make([]float64, len(strategies))
+	n := 0
+	for _, sub := range subsets {
+		for metric := range 4 {
+			c := col{sub, metric}
+			for i, s := range strategies {
+				v := value[s][c]
+				better, equal := 0, 0
+				for _, o := range strategies {
+					switch ov := value[o][c]; {
+					case ov > v:
+						better++
+					case ov == v:
+						equal++ // itself included
+					}
+				}
+				ranks[i] += float64(better) + float64(equal+1)/2
+			}
+			n++
+		}
+	}
+	for i := range ranks {
+		ranks[i] /= float64(n)
+	}
+	return strategies, ranks
+}
+
+// WriteTable prints the rows as the paper's tables read: ×100, then each
+// strategy's Avg. Rank.
 func WriteTable(w io.Writer, rows []Row) {
 	if len(rows) == 0 {
 		return
@@ -127,5 +183,12 @@ func WriteTable(w io.Writer, rows []Row) {
 		m := r.Metrics
 		fmt.Fprintf(w, "%-12s %-12s %8d %8.2f %8.2f %8.2f %8.2f %10.1f\n", r.Strategy, r.Subset, r.Queries,
 			100*m.NDCG, 100*m.Precision, 100*m.Recall, 100*m.Comprehensiveness, r.LLMCalls)
+	}
+	if names, ranks := AvgRank(rows); len(names) > 1 {
+		fmt.Fprintf(w, "avg rank (1 best, over each subset's four metrics):")
+		for i, s := range names {
+			fmt.Fprintf(w, " %s %.2f", s, ranks[i])
+		}
+		fmt.Fprintln(w)
 	}
 }

@@ -298,7 +298,12 @@ func writeRetrieval(dir string, ev fittext.Evaluation, strategies []string) erro
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(map[string]any{"rows": ev.Rows, "results": ev.Results}, "", "  ")
+	names, ranks := fittext.AvgRank(ev.Rows)
+	avg := map[string]float64{}
+	for i, n := range names {
+		avg[n] = ranks[i]
+	}
+	b, err := json.MarshalIndent(map[string]any{"rows": ev.Rows, "avg_rank": avg, "results": ev.Results}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func TestCLIToolsRetrieve(t *testing.T) {
 	out, runFile := filepath.Join(dir, "out"), filepath.Join(dir, "run.txt")
 	got = mustRun(t, append([]string{"tools", "retrieve", "--strategy", "query,memetic", "--native", model, "--first", "2",
 		"--set", "agent.response_budget=12", "--out", out, "--run", runFile, "--qrels", filepath.Join(dir, "qrels.txt")}, data...)...)
-	if !strings.Contains(got, "memetic      all                 2") {
+	if !strings.Contains(got, "memetic      all                 2") || !strings.Contains(got, "avg rank (1 best") {
 		t.Fatalf("memetic table:\n%s", got)
 	}
 	var rep struct {
@@ -35,9 +35,10 @@ func TestCLIToolsRetrieve(t *testing.T) {
 			Strategy string  `json:"strategy"`
 			Calls    float64 `json:"llm_calls_per_query"`
 		} `json:"rows"`
+		AvgRank map[string]float64 `json:"avg_rank"`
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "report.json"))
-	if err := json.Unmarshal(b, &rep); err != nil || rep.Rows[len(rep.Rows)-1].Calls != 22 {
+	if err := json.Unmarshal(b, &rep); err != nil || rep.Rows[len(rep.Rows)-1].Calls != 22 || rep.AvgRank["query"]+rep.AvgRank["memetic"] != 3 {
 		t.Fatalf("report: %v %+v (memetic: 1 analysis + 1 seed + 2 rounds of 5 offspring and 5 refinements)", err, rep.Rows)
 	}
 	if st, err := os.Stat(filepath.Join(out, "retrieval.png")); err != nil || st.Size() == 0 {
