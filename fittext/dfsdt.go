@@ -84,6 +84,10 @@ type Outcome struct {
 	// strategies' (the analysis, refinements, judges).
 	Queries       int `json:"queries"`
 	StrategyCalls int `json:"strategy_calls"`
+	// PromptTokens and CompletionTokens are the agent's calls' (as the
+	// model reported them).
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
 	// Retrievals ran a strategy; Duplicates were pseudo-tools Eq. 9 found
 	// in the memory, whose remembered tools were reused instead.
 	Retrievals int `json:"retrievals"`
@@ -201,6 +205,8 @@ func (x *search) dfs(ctx context.Context, n *node) error {
 		if err != nil {
 			return fmt.Errorf("fittext: the agent: %w", err)
 		}
+		x.out.PromptTokens += reply.PromptTokens
+		x.out.CompletionTokens += reply.CompletionTokens
 		x.out.Nodes++
 		o := reply.Message
 		o.Role = "assistant"

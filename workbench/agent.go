@@ -101,8 +101,13 @@ type Run struct {
 	Score
 	// Error is why the run failed (the model's server, the step limit);
 	// such a run scores wrong, as WorkBench's error column does.
-	Error string      `json:"error,omitempty"`
-	Trace agent.Trace `json:"-"`
+	Error string `json:"error,omitempty"`
+	// InputTokens and OutputTokens are the agent's, summed over its model
+	// calls, as the server or engine reported them (MemToolAgent's Table
+	// 5 counts them apart: memory lengthens the prompt, not the reply).
+	InputTokens  int         `json:"input_tokens"`
+	OutputTokens int         `json:"output_tokens"`
+	Trace        agent.Trace `json:"-"`
 }
 
 // Play runs model on one task with the given system prompt, in a fresh
@@ -126,6 +131,10 @@ func (d *Data) Play(ctx context.Context, m agent.Model, task Task, system string
 	msgs := []agent.Message{{Role: "system", Content: system}, {Role: "user", Content: task.Query}}
 	tr, err := agent.Run(ctx, m, ts, msgs, lim)
 	r := Run{Task: task, Query: task.Query, Actions: acts, Trace: tr}
+	for _, st := range tr.Steps {
+		r.InputTokens += st.Reply.PromptTokens
+		r.OutputTokens += st.Reply.CompletionTokens
+	}
 	if ctx.Err() != nil {
 		return r, ctx.Err()
 	}

@@ -72,6 +72,9 @@ type Result struct {
 	// SideEffects is the share of test queries whose actions changed the
 	// state wrongly.
 	SideEffects float64 `json:"side_effects"`
+	// InputTokens and OutputTokens are the agent's means per test query.
+	InputTokens  float64 `json:"input_tokens"`
+	OutputTokens float64 `json:"output_tokens"`
 	// MemorySize is the entries stored before the test queries; Recalled
 	// the entries each test query was shown.
 	MemorySize int   `json:"memory_size"`
@@ -223,6 +226,8 @@ func (res *Result) score(test []Task, runs []Run) {
 		if r.SideEffects {
 			res.SideEffects += 1 / float64(len(test))
 		}
+		res.InputTokens += float64(r.InputTokens) / float64(len(test))
+		res.OutputTokens += float64(r.OutputTokens) / float64(len(test))
 	}
 	res.Accuracy = statOf(all)
 	for k, v := range byDomain {
@@ -321,6 +326,11 @@ func Print(w io.Writer, rs []Result) {
 			rec += float64(n) / float64(len(r.Recalled))
 		}
 		fmt.Fprintf(w, " %-11.3f %-12.3f %-11d %.1f\n", r.ExactMatch, r.SideEffects, r.MemorySize, rec)
+	}
+	for _, r := range rs {
+		if r.InputTokens+r.OutputTokens > 0 {
+			fmt.Fprintf(w, "%s: %.0f input and %.0f output tokens a query\n", r.Label(), r.InputTokens, r.OutputTokens)
+		}
 	}
 	for _, r := range rs {
 		if st := r.Search; st != nil {

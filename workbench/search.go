@@ -27,7 +27,7 @@ type SearchStats struct {
 func (d *Data) PlaySearch(ctx context.Context, s *fittext.Search, task Task) (Run, fittext.Outcome, error) {
 	open := func() (fittext.World, error) { return d.New().Toolset(nil, nil) }
 	out, err := s.Run(ctx, Prompt, task.Query, open)
-	r := Run{Task: task, Query: task.Query}
+	r := Run{Task: task, Query: task.Query, InputTokens: out.PromptTokens, OutputTokens: out.CompletionTokens}
 	if ctx.Err() != nil {
 		return r, out, ctx.Err()
 	}

@@ -57,7 +57,11 @@ func TestCLIWorkBench(t *testing.T) {
 				msg["tool_calls"] = calls
 			}
 		}
-		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}}})
+		// Usage as servers report it: a prompt that grows with the
+		// conversation (and the recalled memory), a short reply.
+		raw, _ := json.Marshal(req.Messages)
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}},
+			"usage": map[string]int{"prompt_tokens": len(raw) / 4, "completion_tokens": 9}})
 	}))
 	defer srv.Close()
 	out := filepath.Join(t.TempDir(), "wb")
@@ -78,6 +82,11 @@ func TestCLIWorkBench(t *testing.T) {
 	}
 	if rs[1].MemorySize == 0 || len(rs[1].Recalled) != len(rs[1].Runs) || !strings.Contains(stdout, "on ") {
 		t.Fatalf("memory run %+v\n%s", rs[1], stdout)
+	}
+	// Tokens a query, as MemToolAgent's Table 5 counts them: two replies
+	// of 9 (the calls, then "Done."), and a longer prompt with memory.
+	if rs[0].OutputTokens != 18 || rs[1].OutputTokens != 18 || !(rs[1].InputTokens > rs[0].InputTokens) || !strings.Contains(stdout, "output tokens a query") {
+		t.Fatalf("tokens: off %v/%v, on %v/%v\n%s", rs[0].InputTokens, rs[0].OutputTokens, rs[1].InputTokens, rs[1].OutputTokens, stdout)
 	}
 	if _, err := os.Stat(filepath.Join(out, "accuracy.png")); err != nil {
 		t.Fatal(err)
