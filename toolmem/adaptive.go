@@ -26,6 +26,39 @@ import "fmt"
 //     all (similarities that fall evenly): the Fallback most similar
 //     entries (every entry if Fallback is 0).
 
+// Counter decides how many of the entries, their similarities to the
+// query x sorted descending, a query recalls: Adaptive (the paper's
+// dynamic top-n), TopK (a fixed count) or Gap (Adaptive-k), the last two
+// the paper's baselines (its Figure 5 sweeps the fixed k).
+type Counter interface {
+	Count(x []float64) int
+}
+
+// TopK recalls the K most similar entries (all, when fewer).
+type TopK int
+
+// Count implements Counter.
+func (k TopK) Count(x []float64) int { return min(max(int(k), 0), len(x)) }
+
+// Gap is Adaptive-k (Taguchi et al., 2025): it recalls the entries above
+// the largest drop between neighbouring similarities (all of them when
+// there are fewer than two).
+type Gap struct{}
+
+// Count implements Counter.
+func (Gap) Count(x []float64) int {
+	if len(x) < 2 {
+		return len(x)
+	}
+	best := 0
+	for i := 1; i+1 < len(x); i++ {
+		if x[i]-x[i+1] > x[best]-x[best+1] {
+			best = i
+		}
+	}
+	return best + 1
+}
+
 // Adaptive holds the recall parameters.
 type Adaptive struct {
 	R          int // half window (the paper: 10)

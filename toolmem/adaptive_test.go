@@ -102,3 +102,22 @@ func TestAdaptiveCheck(t *testing.T) {
 		}
 	}
 }
+
+// The baselines of the paper's Figure 5, hand-worked: a fixed top-k, and
+// Adaptive-k, which cuts at the largest drop between neighbours (the
+// first of equal drops).
+func TestBaselineCounters(t *testing.T) {
+	x := []float64{0.9, 0.85, 0.5, 0.45, 0.1}
+	if got := (Gap{}).Count(x); got != 2 {
+		t.Errorf("gap: %d, want 2 (0.85 → 0.5 is the first drop of 0.35)", got)
+	}
+	if got := (Gap{}).Count([]float64{0.9, 0.8, 0.7, 0.2}); got != 3 {
+		t.Errorf("gap: %d, want 3", got)
+	}
+	if (Gap{}).Count(x[:1]) != 1 || (Gap{}).Count(nil) != 0 {
+		t.Error("gap on one or no entry")
+	}
+	if TopK(3).Count(x) != 3 || TopK(10).Count(x) != 5 || TopK(0).Count(x) != 0 {
+		t.Error("top-k")
+	}
+}

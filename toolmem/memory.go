@@ -33,7 +33,7 @@ const memoryType = "tool_use"
 type Memory struct {
 	Store    ltm.Store
 	Embedder embed.Embedder
-	Count    Adaptive // how many entries a query recalls
+	Count    Counter // how many entries a query recalls (Adaptive: the paper's)
 }
 
 // Add stores e.
@@ -54,8 +54,8 @@ func (m *Memory) Add(ctx context.Context, e Entry) error {
 }
 
 // Recall returns the entries to show for query: all tool-use entries
-// ranked by the similarity of their query, as many as the adaptive count
-// of their similarity curve says.
+// ranked by the similarity of their query, as many as the Counter says
+// (nil: the paper's adaptive count, DefaultAdaptive).
 func (m *Memory) Recall(ctx context.Context, query string) ([]Entry, error) {
 	n, err := m.Store.Count(ctx)
 	if err != nil || n == 0 {
@@ -73,8 +73,12 @@ func (m *Memory) Recall(ctx context.Context, query string) ([]Entry, error) {
 	for i, h := range hits {
 		sims[i] = h.Score
 	}
+	var count Counter = DefaultAdaptive()
+	if m.Count != nil {
+		count = m.Count
+	}
 	out := make([]Entry, 0, len(hits))
-	for _, h := range hits[:m.Count.Count(sims)] {
+	for _, h := range hits[:count.Count(sims)] {
 		e, err := entryOf(h.Entry)
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -23,7 +24,7 @@ import (
 )
 
 func toolsRunCmd(g *globals) *cobra.Command {
-	var envName, dataDir, memory, model, native, dev, extractor, out, memDB, agentKind, retrieval string
+	var envName, dataDir, memory, model, native, dev, extractor, out, memDB, agentKind, retrieval, recall string
 	var taskFiles []string
 	var online, hard bool
 	var maxSteps, limit, parallel int
@@ -46,7 +47,9 @@ scored, and stored with its calls and feedback, a failure with the memory
 extractor's reflection (--extractor-model, default the agent's model);
 every test query recalls the entries most similar to it, as many as the
 adaptive count of the similarity curve gives (--radius, --peak, --fallback),
-in its system prompt. --memory off plays the same test queries without;
+in its system prompt; --recall top-K or gap recalls a fixed K or the
+entries above the largest drop of similarity instead (the paper's
+baselines). --memory off plays the same test queries without;
 both plays both. Prints accuracy per domain with standard errors, exact
 match, wrong side effects, the memory's size and the entries recalled;
 writes report.json (every run's calls and scores) and accuracy.png to --out.
@@ -79,6 +82,20 @@ The memory options are the function-calling loop's and do not apply.`,
 			}
 			if err := ad.Check(); err != nil {
 				return fmt.Errorf("--radius, --peak, --fallback: %w", err)
+			}
+			var counter toolmem.Counter = ad
+			switch k, isTop := strings.CutPrefix(recall, "top-"); {
+			case recall == "dynamic":
+			case recall == "gap":
+				counter = toolmem.Gap{}
+			case isTop:
+				n, err := strconv.Atoi(k)
+				if err != nil || n < 1 {
+					return fmt.Errorf("--recall %q: top-K needs a count K of 1 or more", recall)
+				}
+				counter = toolmem.TopK(n)
+			default:
+				return fmt.Errorf("--recall %q: want dynamic (the paper's), top-K or gap", recall)
 			}
 			modes := map[string][]bool{"on": {true}, "off": {false}, "both": {false, true}}[memory]
 			if modes == nil {
@@ -183,7 +200,7 @@ The memory options are the function-calling loop's and do not apply.`,
 							return fmt.Errorf("--memory-db %s: namespace %q already holds %d entries; a benchmark builds its memory from nothing (set memory.namespace)", memDB, cfg.Memory.Namespace, n)
 						}
 					}
-					o.Memory = &toolmem.Memory{Store: st, Embedder: emb, Count: ad}
+					o.Memory = &toolmem.Memory{Store: st, Embedder: emb, Count: counter}
 				}
 				r, err := data.Bench(ctx, tasks, o)
 				if err != nil {
@@ -212,6 +229,7 @@ The memory options are the function-calling loop's and do not apply.`,
 	f.StringVar(&retrieval, "retrieval", "memetic", "dfsdt: the FitText strategies its pseudo-tools retrieve with, comma-separated, or none")
 	f.StringVar(&memDB, "memory-db", "", "keep the memory in this SQLite file (namespace memory.namespace, which must be empty) instead of in memory")
 	f.StringVar(&out, "out", "runs/workbench", "folder for report.json and accuracy.png")
+	f.StringVar(&recall, "recall", "dynamic", "how many entries a query recalls: dynamic (the paper's adaptive count), top-K (a fixed K) or gap (Adaptive-k: above the largest drop)")
 	f.IntVar(&ad.R, "radius", ad.R, "adaptive recall: the slope's half window R")
 	f.IntVar(&ad.PeakNumber, "peak", ad.PeakNumber, "adaptive recall: the peak that sets the count (1 or 2)")
 	f.IntVar(&ad.Fallback, "fallback", ad.Fallback, "adaptive recall: entries recalled when the curve has no peak (0: all)")

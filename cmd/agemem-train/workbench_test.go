@@ -83,6 +83,19 @@ func TestCLIWorkBench(t *testing.T) {
 	if rs[1].MemorySize == 0 || len(rs[1].Recalled) != len(rs[1].Runs) || !strings.Contains(stdout, "on ") {
 		t.Fatalf("memory run %+v\n%s", rs[1], stdout)
 	}
+	// A fixed count recalls it for every query (the paper's Figure 5
+	// baseline).
+	mustRun(t, "tools", "run", "--env", "workbench", "--memory", "on", "--recall", "top-1", "--set", "openai.base_url="+srv.URL+"/v1", "--model", "m",
+		"--tasks", writeTasks(t, tasks[:20]), "--out", out)
+	var top []workbench.Result
+	if err := json.Unmarshal(mustRead(t, filepath.Join(out, "report.json")), &top); err != nil || len(top) != 1 {
+		t.Fatalf("top-1 report: %v", err)
+	}
+	for _, n := range top[0].Recalled {
+		if n != 1 {
+			t.Fatalf("top-1 recalled %v", top[0].Recalled)
+		}
+	}
 	// Tokens a query, as MemToolAgent's Table 5 counts them: two replies
 	// of 9 (the calls, then "Done."), and a longer prompt with memory.
 	if rs[0].OutputTokens != 18 || rs[1].OutputTokens != 18 || !(rs[1].InputTokens > rs[0].InputTokens) || !strings.Contains(stdout, "output tokens a query") {
@@ -104,6 +117,8 @@ func TestCLIWorkBench(t *testing.T) {
 		{[]string{"--radius", "0"}, "half window R 0"},
 		{[]string{"--peak", "0"}, "peak number 0"},
 		{[]string{"--fallback", "-1"}, "fallback -1"},
+		{[]string{"--recall", "top-0"}, `--recall "top-0"`},
+		{[]string{"--recall", "knee"}, `--recall "knee"`},
 	} {
 		if _, err := run(t, append([]string{"tools", "run", "--model", "m", "--set", "openai.base_url=" + srv.URL + "/v1", "--out", out}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v", c.args, err)
