@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,11 @@ type Prediction struct {
 	// Context, if given, is the dialogue ids (or "S<n>" sessions) the
 	// method retrieved, for evidence recall.
 	Context []string `json:"context,omitempty"`
+	// An agent's retrieval, when the method has one (ta-mem): the tools it
+	// called, its turns and its tokens (prompt and completion).
+	Tools  []string `json:"tools,omitempty"`
+	Turns  int      `json:"turns,omitempty"`
+	Tokens int      `json:"tokens,omitempty"`
 }
 
 // ReadPredictions reads predictions JSONL; errors name the line.
@@ -42,7 +48,7 @@ func ReadPredictions(path string) ([]Prediction, error) {
 		dec := json.NewDecoder(strings.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&p); err != nil {
-			return nil, fmt.Errorf("%s:%d: %v (want {\"sample_id\", \"qa_index\", \"prediction\", \"context\"?})", path, line, jsonerr.Explain(err))
+			return nil, fmt.Errorf("%s:%d: %v (want {\"sample_id\", \"qa_index\", \"prediction\", \"context\"?, \"tools\"?, \"turns\"?, \"tokens\"?})", path, line, jsonerr.Explain(err))
 		}
 		if p.SampleID == "" {
 			return nil, fmt.Errorf("%s:%d: no sample_id", path, line)
@@ -99,6 +105,18 @@ type Report struct {
 	// them have no prediction (not scored).
 	Questions int `json:"questions"`
 	Missing   int `json:"missing"`
+	// Agent is the retrieval agent's use of its tools by category, when
+	// the predictions carry it (the paper's Figure 2, its turns and token
+	// usage).
+	Agent map[string]*AgentCell `json:"agent,omitempty"`
+}
+
+// AgentCell is an agent's retrieval over a category's questions.
+type AgentCell struct {
+	N      int            `json:"n"`
+	Turns  float64        `json:"turns"`  // mean
+	Tokens float64        `json:"tokens"` // mean
+	Tools  map[string]int `json:"tools"`  // calls per tool
 }
 
 // Score scores predictions against the samples. A prediction naming an
@@ -141,6 +159,27 @@ func Score(samples []Sample, preds []Prediction) (Report, []Scored, error) {
 			rep.AMem[k] = a
 		}
 		cat := Categories[q.Category]
+		if p.Tools != nil || p.Turns > 0 {
+			if rep.Agent == nil {
+				rep.Agent = map[string]*AgentCell{}
+			}
+			for _, k := range []string{cat, "overall"} {
+				if k == "overall" && q.Category == 5 {
+					continue // the paper's means are over categories 1-4
+				}
+				a := rep.Agent[k]
+				if a == nil {
+					a = &AgentCell{Tools: map[string]int{}}
+					rep.Agent[k] = a
+				}
+				a.N++
+				a.Turns += float64(p.Turns)
+				a.Tokens += float64(p.Tokens)
+				for _, t := range p.Tools {
+					a.Tools[t]++
+				}
+			}
+		}
 		sums[cat] += sc.F1
 		c := rep.ByCategory[cat]
 		c.N++
@@ -158,6 +197,10 @@ func Score(samples []Sample, preds []Prediction) (Report, []Scored, error) {
 	for k, a := range rep.AMem {
 		a.F1, a.BLEU1 = a.F1/float64(a.N), a.BLEU1/float64(a.N)
 		rep.AMem[k] = a
+	}
+	for _, a := range rep.Agent {
+		a.Turns /= float64(a.N)
+		a.Tokens /= float64(a.N)
 	}
 	rep.Overall = Cell{N: len(out)}
 	if len(out) > 0 {
@@ -204,7 +247,55 @@ func (r Report) Print(w io.Writer) {
 	if r.Recall.N > 0 {
 		fmt.Fprintf(w, "evidence recall: %.4f over %d predictions with a context\n", r.Recall.Mean, r.Recall.N)
 	}
+	if len(r.Agent) > 0 {
+		r.printAgent(w, cats)
+	}
 	if r.Missing > 0 {
 		fmt.Fprintf(w, "%d of %d questions have no prediction (not scored)\n", r.Missing, r.Questions)
 	}
+}
+
+// printAgent writes the retrieval agent's turns, tokens and share of each
+// tool's calls by category (the paper's Figure 2), tools by name.
+func (r Report) printAgent(w io.Writer, cats []int) {
+	var tools []string
+	for _, a := range r.Agent {
+		for t := range a.Tools {
+			if !slices.Contains(tools, t) {
+				tools = append(tools, t)
+			}
+		}
+	}
+	sort.Strings(tools)
+	fmt.Fprintln(w, "\nthe retrieval agent by category (turns and tokens a question; each tool's share of the calls):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "category\tquestions\tturns\ttokens")
+	for _, t := range tools {
+		fmt.Fprintf(tw, "\t%s", t)
+	}
+	fmt.Fprintln(tw)
+	row := func(name string, a *AgentCell) {
+		calls := 0
+		for _, n := range a.Tools {
+			calls += n
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.0f", name, a.N, a.Turns, a.Tokens)
+		for _, t := range tools {
+			share := 0.0
+			if calls > 0 {
+				share = float64(a.Tools[t]) / float64(calls)
+			}
+			fmt.Fprintf(tw, "\t%.2f", share)
+		}
+		fmt.Fprintln(tw)
+	}
+	for _, n := range cats {
+		if a, ok := r.Agent[Categories[n]]; ok {
+			row(fmt.Sprintf("%d %s", n, Categories[n]), a)
+		}
+	}
+	if a, ok := r.Agent["overall"]; ok {
+		row("overall (1-4)", a)
+	}
+	tw.Flush()
 }

@@ -2,6 +2,7 @@ package locomo
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -153,6 +154,42 @@ func TestSynthLoadsAndScores(t *testing.T) {
 	}
 	if a := rep.AMem["overall"]; a.N != rep.Questions-cats[5] {
 		t.Fatalf("A-Mem-style overall over %d questions, want %d (no adversarial)", a.N, rep.Questions-cats[5])
+	}
+	if rep.Agent != nil {
+		t.Fatal("predictions without an agent's retrieval got an agent table")
+	}
+	// An agent's retrieval, hand-worked: every question of category c
+	// calls c tools named "t<c>", in c turns of 100c tokens; the
+	// adversarial ones stay out of "overall".
+	for i := range preds {
+		c := samples[0].QA[0].Category
+		for _, s := range samples {
+			if s.ID == preds[i].SampleID {
+				c = s.QA[preds[i].QAIndex].Category
+			}
+		}
+		preds[i].Turns, preds[i].Tokens = c, 100*c
+		for range c {
+			preds[i].Tools = append(preds[i].Tools, fmt.Sprint("t", c))
+		}
+	}
+	rep, _, _ = Score(samples, preds)
+	var turns, n float64
+	for c := 1; c <= 4; c++ {
+		a := rep.Agent[Categories[c]]
+		if a.N != cats[c] || a.Turns != float64(c) || a.Tokens != float64(100*c) || len(a.Tools) != 1 || a.Tools[fmt.Sprint("t", c)] != c*cats[c] {
+			t.Fatalf("agent, %s: %+v", Categories[c], a)
+		}
+		turns += float64(c * cats[c])
+		n += float64(cats[c])
+	}
+	if a := rep.Agent["overall"]; a.N != int(n) || math.Abs(a.Turns-turns/n) > 1e-12 || a.Tools["t5"] != 0 {
+		t.Fatalf("agent overall: %+v", a)
+	}
+	var b strings.Builder
+	rep.Print(&b)
+	if !strings.Contains(b.String(), "the retrieval agent by category") || !strings.Contains(b.String(), "1.00") {
+		t.Fatalf("table:\n%s", b.String())
 	}
 	// Errors name what is wrong.
 	for _, c := range []struct {

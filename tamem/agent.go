@@ -29,23 +29,32 @@ type Answered struct {
 	// paper's success rate); otherwise it was asked for an answer after it.
 	Finalized bool
 	Tools     []string // the tools called, in order
-	Trace     agent.Trace
+	// Tokens are the agent's prompt and completion tokens over its
+	// calls, as the model reported them (the paper's token usage).
+	Tokens int
+	Trace  agent.Trace
 }
 
-// Answer runs the retrieval agent on one question of conversation ns.
-func (d *DB) Answer(ctx context.Context, m agent.Model, ns, speakerA, speakerB, question string) (Answered, error) {
+// Answer runs the retrieval agent on one question of conversation ns,
+// with at most budget tool-calling turns (below 1: MaxTurns, the paper's;
+// its Figure 3 sweeps it).
+func (d *DB) Answer(ctx context.Context, m agent.Model, ns, speakerA, speakerB, question string, budget int) (Answered, error) {
+	if budget < 1 {
+		budget = MaxTurns
+	}
 	s := d.NewSession(ns, K)
 	ts, err := agent.NewToolset(s.Tools()...)
 	if err != nil {
 		return Answered{}, err
 	}
 	msgs := []agent.Message{{Role: "system", Content: fmt.Sprintf(AnswerPrompt, speakerA, speakerB)}, {Role: "user", Content: question}}
-	tr, err := agent.Run(ctx, m, ts, msgs, agent.Limits{MaxSteps: MaxTurns})
+	tr, err := agent.Run(ctx, m, ts, msgs, agent.Limits{MaxSteps: budget})
 	if err != nil {
 		return Answered{}, err
 	}
 	a := Answered{Turns: len(tr.Steps), Finalized: tr.HasAnswer, Answer: strings.TrimSpace(tr.Answer), Trace: tr}
 	for _, st := range tr.Steps {
+		a.Tokens += st.Reply.PromptTokens + st.Reply.CompletionTokens
 		for _, r := range st.Results {
 			a.Tools = append(a.Tools, r.Call.Name)
 		}
@@ -57,6 +66,7 @@ func (d *DB) Answer(ctx context.Context, m agent.Model, ns, speakerA, speakerB, 
 			return Answered{}, err
 		}
 		a.Answer = strings.TrimSpace(r.Message.Content)
+		a.Tokens += r.PromptTokens + r.CompletionTokens
 	}
 	a.Pages = s.Pages()
 	seen := map[string]bool{}

@@ -206,12 +206,12 @@ func TestBuildAndAnswer(t *testing.T) {
 	if m.calls != 1 {
 		t.Fatal("a built conversation was extracted again")
 	}
-	a, err := d.Answer(ctx, m, "c", "Caroline", "Melanie", "When did Caroline go to the LGBTQ support group?")
+	a, err := d.Answer(ctx, m, "c", "Caroline", "Melanie", "When did Caroline go to the LGBTQ support group?", 0)
 	if err != nil || a.Answer != "2023-05-07" || !a.Finalized || a.Turns != 3 || strings.Join(a.Tools, ",") != "list_persons,person_events" {
 		t.Fatalf("answer %+v %v", a, err)
 	}
 	m.plan = []agent.ToolCall{{Name: "match_keyword", Arguments: `{"keyword":"Boston"}`}}
-	a, _ = d.Answer(ctx, m, "c", "Caroline", "Melanie", "Where is Caroline moving?")
+	a, _ = d.Answer(ctx, m, "c", "Caroline", "Melanie", "Where is Caroline moving?", 0)
 	if strings.Join(a.Context, ",") != "D1:2,D1:3,D1:4" {
 		t.Fatalf("context %v", a.Context)
 	}
@@ -220,7 +220,7 @@ func TestBuildAndAnswer(t *testing.T) {
 		loop[i] = agent.ToolCall{Name: "list_tags", Arguments: "{}"}
 	}
 	m.plan = loop
-	if a, _ = d.Answer(ctx, m, "c", "Caroline", "Melanie", "What?"); a.Finalized || a.Turns != MaxTurns || a.Answer == "" {
+	if a, _ = d.Answer(ctx, m, "c", "Caroline", "Melanie", "What?", 0); a.Finalized || a.Turns != MaxTurns || a.Answer == "" {
 		t.Fatalf("out of budget: %+v", a)
 	}
 

@@ -123,7 +123,7 @@ writes each question's score as JSONL, --json the table.`,
 
 func locomoRunCmd(g *globals) *cobra.Command {
 	var data, method, out, model, native, dev, dbPath string
-	var k, parallel, chunk, window int
+	var k, parallel, chunk, window, budget int
 	var retrievalOnly bool
 	ch := chunking{Kind: "llm", Tokens: 512, Overlap: 0.25, Percentile: 8}
 	cmd := &cobra.Command{
@@ -185,7 +185,7 @@ extracted into one note. A database keeps each chunking's pages apart.`,
 			for _, f := range []struct {
 				name string
 				v    int
-			}{{"--k", k}, {"--chunk", chunk}, {"--parallel", parallel}, {"--window", window}} {
+			}{{"--k", k}, {"--chunk", chunk}, {"--parallel", parallel}, {"--window", window}, {"--max-turns", budget}} {
 				if f.v < 1 {
 					return fmt.Errorf("%s %d: want at least 1", f.name, f.v)
 				}
@@ -231,7 +231,7 @@ extracted into one note. A database keeps each chunking's pages apart.`,
 				}
 				pr := train.NewProgress(cmd.ErrOrStderr(), total, isatty.IsTerminal(os.Stderr.Fd()))
 				if method == "ta-mem" {
-					preds, err = taMem(cmd, cfg, m, samples, dbPath, ch, parallel, func(done int) { pr.Update(done, method) })
+					preds, err = taMem(cmd, cfg, m, samples, dbPath, ch, budget, parallel, func(done int) { pr.Update(done, method) })
 				} else {
 					preds, err = locomo.Answer(ctx, m, samples, r, k, func(done, _ int) { pr.Update(done, method) })
 				}
@@ -261,6 +261,7 @@ extracted into one note. A database keeps each chunking's pages apart.`,
 	cmd.Flags().StringVar(&dbPath, "db", ":memory:", "ta-mem: the memory database (SQLite); a conversation it already holds is not extracted again")
 	cmd.Flags().IntVar(&k, "k", 5, "turns retrieved per question (rag; ta-mem with --retrieval-only)")
 	cmd.Flags().IntVar(&window, "window", 1, "ta-mem --retrieval-only: messages a page holds (pages are fixed windows, no model extracts notes)")
+	cmd.Flags().IntVar(&budget, "max-turns", tamem.MaxTurns, "ta-mem: the retrieval agent's tool-calling turns a question (the paper's 7; its Figure 3 sweeps 1 and up)")
 	cmd.Flags().StringVar(&ch.Kind, "chunking", ch.Kind, "ta-mem: llm (the agent segments), fixed or semantic (the chunking ablation)")
 	cmd.Flags().IntVar(&ch.Tokens, "chunk-tokens", ch.Tokens, "ta-mem --chunking fixed: words a chunk holds")
 	cmd.Flags().Float64Var(&ch.Overlap, "chunk-overlap", ch.Overlap, "ta-mem --chunking fixed: the share of a chunk the next repeats")
@@ -336,7 +337,7 @@ func (c chunking) extractor(m agent.Model, emb embed.Embedder) (tamem.Extractor,
 	return nil, "", fmt.Errorf("--chunking %q: want llm, fixed or semantic", c.Kind)
 }
 
-func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locomo.Sample, dbPath string, ch chunking, parallel int, progress func(int)) ([]locomo.Prediction, error) {
+func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locomo.Sample, dbPath string, ch chunking, budget, parallel int, progress func(int)) ([]locomo.Prediction, error) {
 	ctx := cmd.Context()
 	emb, err := roles.Embedder(ctx, cfg)
 	if err != nil {
@@ -372,7 +373,7 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 		for range max(parallel, 1) {
 			wg.Go(func() {
 				for i := range next {
-					answers[i], errs[i] = db.Answer(ctx, m, c.ID, s.SpeakerA, s.SpeakerB, s.QA[i].Question)
+					answers[i], errs[i] = db.Answer(ctx, m, c.ID, s.SpeakerA, s.SpeakerB, s.QA[i].Question, budget)
 					mu.Lock()
 					done++
 					progress(done)
@@ -400,12 +401,13 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 			if a.Finalized {
 				finalized++
 			}
-			preds = append(preds, locomo.Prediction{SampleID: s.ID, QAIndex: i, Prediction: a.Answer, Context: a.Context})
+			preds = append(preds, locomo.Prediction{SampleID: s.ID, QAIndex: i, Prediction: a.Answer, Context: a.Context,
+				Tools: a.Tools, Turns: a.Turns, Tokens: a.Tokens})
 		}
 	}
 	if len(preds) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "ta-mem: %.2f turns a question, %.1f%% finalized within %d turns, %d session(s) stored whole after a failed extraction, %d question(s) unanswered: the prompt outgrew the model\n",
-			float64(turns)/float64(len(preds)), 100*float64(finalized)/float64(len(preds)), tamem.MaxTurns, failed, tooLong)
+			float64(turns)/float64(len(preds)), 100*float64(finalized)/float64(len(preds)), budget, failed, tooLong)
 	}
 	return preds, nil
 }

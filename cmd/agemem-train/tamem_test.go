@@ -51,7 +51,8 @@ func TestCLILoCoMoTAMem(t *testing.T) {
 			msg["tool_calls"] = []any{c}
 			msg["content"] = ""
 		}
-		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}}})
+		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": msg, "finish_reason": "stop"}},
+			"usage": map[string]int{"prompt_tokens": 50, "completion_tokens": 5}})
 	}))
 	defer srv.Close()
 	preds, db := filepath.Join(dir, "preds.jsonl"), filepath.Join(dir, "tamem.db")
@@ -68,9 +69,23 @@ func TestCLILoCoMoTAMem(t *testing.T) {
 	if !strings.Contains(out, "evidence recall:") || !strings.Contains(out, "adversarial") {
 		t.Fatalf("score:\n%s", out)
 	}
+	// The agent's retrieval by category: it calls match_facts, then
+	// answers; 2 calls of 55 tokens a question.
+	if !strings.Contains(out, "the retrieval agent by category") || !regexp.MustCompile(`overall \(1-4\)\s+\d+\s+2\.00\s+110\s+1\.00`).MatchString(out) {
+		t.Fatalf("agent table:\n%s", out)
+	}
 	mustRun(t, args...)
 	if extractions != 3 {
 		t.Fatalf("the database was extracted again: %d calls", extractions)
+	}
+	// Figure 3's budget: one turn, which the agent spends on its call,
+	// then it is asked for the answer.
+	mustRun(t, append(args, "--max-turns", "1")...)
+	if out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds); !regexp.MustCompile(`overall \(1-4\)\s+\d+\s+1\.00\s`).MatchString(out) {
+		t.Fatalf("a budget of 1:\n%s", out)
+	}
+	if _, err := run(t, append(args, "--max-turns", "0")...); err == nil || !strings.Contains(err.Error(), "--max-turns 0") {
+		t.Fatalf("--max-turns 0: %v", err)
 	}
 	// The chunking ablation: chunks of 40 words are more than one a
 	// session, each extracted on its own, into pages the same database
