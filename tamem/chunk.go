@@ -161,17 +161,7 @@ func ChunkExtractor(m agent.Model, chunk Chunker) Extractor {
 		var pages []Page
 		for _, sp := range spans {
 			part := lines[sp.Start : sp.End+1]
-			var b strings.Builder
-			fmt.Fprintf(&b, "Session date: %s.\n", date)
-			for i, l := range part {
-				fmt.Fprintf(&b, "[%d] %s: %s\n", i, l.Speaker, l.Text)
-			}
-			b.WriteString("Answer:")
-			r, err := m.Chat(ctx, []agent.Message{{Role: "system", Content: ChunkPrompt}, {Role: "user", Content: b.String()}}, nil)
-			if err != nil {
-				return nil, err
-			}
-			notes, err := ParseNotes(r.Message.Content, len(part))
+			notes, err := askNotes(ctx, m, ChunkPrompt, date, part)
 			if err != nil {
 				return nil, fmt.Errorf("messages %d-%d: %w", sp.Start, sp.End, err)
 			}

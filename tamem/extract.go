@@ -38,21 +38,27 @@ const Overlap = 1
 // them into pages. A reply that is not a JSON array of notes, or notes
 // outside the session, is an error naming what is wrong.
 func Extract(ctx context.Context, m agent.Model, session int, date string, lines []Line) ([]Page, error) {
+	notes, err := askNotes(ctx, m, ExtractPrompt, date, lines)
+	if err != nil {
+		return nil, err
+	}
+	return Pages(session, date, lines, notes), nil
+}
+
+// askNotes gives m the instruction and the numbered messages with their
+// date (one call) and reads the notes it answers with.
+func askNotes(ctx context.Context, m agent.Model, instruction, date string, lines []Line) ([]Note, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Session date: %s.\n", date)
 	for i, l := range lines {
 		fmt.Fprintf(&b, "[%d] %s: %s\n", i, l.Speaker, l.Text)
 	}
 	b.WriteString("Answer:")
-	r, err := m.Chat(ctx, []agent.Message{{Role: "system", Content: ExtractPrompt}, {Role: "user", Content: b.String()}}, nil)
+	r, err := m.Chat(ctx, []agent.Message{{Role: "system", Content: instruction}, {Role: "user", Content: b.String()}}, nil)
 	if err != nil {
 		return nil, err
 	}
-	notes, err := ParseNotes(r.Message.Content, len(lines))
-	if err != nil {
-		return nil, err
-	}
-	return Pages(session, date, lines, notes), nil
+	return ParseNotes(r.Message.Content, len(lines))
 }
 
 // ParseNotes reads the extractor's reply: the first JSON array of notes
