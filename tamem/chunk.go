@@ -139,14 +139,7 @@ func Percentile(xs []float64, p float64) float64 {
 // ChunkPrompt is ExtractPrompt without its segmentation: the messages are
 // one chunk, for which the extractor writes one note.
 const ChunkPrompt = `You build a memory of a conversation. Read the numbered messages of one part of a session (its date is given) and write one note about all of them as a JSON object:
-{"start": first message number, "end": last message number,
- "summary": one or two sentences,
- "keywords": important words and phrases exactly as they appear,
- "persons": the people involved or mentioned,
- "facts": [{"person": who, "fact": a lasting fact about them}],
- "events": [{"person": who, "event": what happened or will happen, "time": the date it refers to, resolved against the session date (YYYY-MM-DD, or YYYY-MM, or YYYY)}],
- "tag": a short semantic tag for the topic}
-Answer with a JSON array holding that one note, and nothing else.`
+` + noteSchema + `Answer with a JSON array holding that one note, and nothing else.`
 
 // ChunkExtractor is the ablation's extractor on m: the chunker cuts the
 // session, and each chunk is extracted on its own (one call a chunk) into

@@ -9,18 +9,21 @@ import (
 	"github.com/agemem/agemem/agent"
 )
 
-// ExtractPrompt is the memory constructor's one-shot, multi-task
-// instruction (the paper's is not published; this one asks for what its
-// Eq. 2 holds, topic boundaries first, with one example).
-const ExtractPrompt = `You build a memory of a conversation. Read the numbered messages of one session (its date is given) and split them into topic-coherent segments where the topic shifts. For each segment write one note as a JSON object:
-{"start": first message number, "end": last message number,
+// noteSchema is a note as the extractor writes it (Eq. 2).
+const noteSchema = `{"start": first message number, "end": last message number,
  "summary": one or two sentences,
  "keywords": important words and phrases exactly as they appear,
  "persons": the people involved or mentioned,
  "facts": [{"person": who, "fact": a lasting fact about them}],
  "events": [{"person": who, "event": what happened or will happen, "time": the date it refers to, resolved against the session date (YYYY-MM-DD, or YYYY-MM, or YYYY)}],
  "tag": a short semantic tag for the topic}
-Answer with a JSON array of notes covering every message, and nothing else.
+`
+
+// ExtractPrompt is the memory constructor's one-shot, multi-task
+// instruction (the paper's is not published; this one asks for what its
+// Eq. 2 holds, topic boundaries first, with one example).
+const ExtractPrompt = `You build a memory of a conversation. Read the numbered messages of one session (its date is given) and split them into topic-coherent segments where the topic shifts. For each segment write one note as a JSON object:
+` + noteSchema + `Answer with a JSON array of notes covering every message, and nothing else.
 
 Example. Session date: 8 May 2023.
 [0] Caroline: I went to an LGBTQ support group yesterday and it was so powerful.
