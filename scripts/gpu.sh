@@ -15,11 +15,6 @@
 #                           transformers (simcse_anchor.py)
 #   scripts/gpu.sh recipe   the GPU recipe (make demo-gpu with .gpu/agemem-train);
 #                           recipe base, then recipe rl: its halves
-#   scripts/gpu.sh sweep    the recipe's copy stage under a few learning
-#                           rates, warm-ups and texts, $GPU_SWEEP_STEPS steps
-#                           each (default 1000; about 75 s each on an H100):
-#                           which one starts the 26M policy copying
-#                           ($GPU_SWEEP_SET: more --set flags for every command)
 #
 # Each test binary runs in its package's folder (testdata) under a time
 # limit ($GPU_LIMIT seconds each, default 300; killed with a goroutine dump),
@@ -99,44 +94,10 @@ recipe() {
 	cp "$root"/runs/gpu/eval.json "$root"/runs/gpu/eval.png "$out"/ 2>/dev/null
 }
 
-# sweep: configs/gpu.yaml's copy pretraining from one random init under
-# each variant; the held-out copy loss of each is the line to read. Sweep 1
-# is the control: a 4-layer, 256-wide Qwen2 (3.7M parameters) whose run the
-# CPU measured on 2026-11-27 from the same init, data and settings (lr 1e-3
-# on fresh sentences: held-out copy loss 2.00, 1.45, 0.58, 0.18 at steps
-# 250, 500, 750, 1,000; README, "The GPU recipe"): a GPU run far from it is
-# a fault of the GPU path, not of the recipe. The others are the 26M
-# policy on fresh sentences (the config's since that CPU run) at lr 1e-3,
-# 5e-4 and 2.5e-4 (muP carries the 256-wide model's 1e-3 to 5e-4 at width
-# 512), then on the 1,000-task file at 1e-3, the setting that stalled at
-# 1.0-1.3 on three H100 runs (the model learnt the file's sentences).
-sweep() {
-	local B=$root/.gpu/agemem-train C="--config configs/gpu.yaml ${GPU_SWEEP_SET:-}" steps=${GPU_SWEEP_STEPS:-1000} i=0
-	local w256="--set model.init.hidden_size=256 --set model.init.num_hidden_layers=4 --set model.init.num_attention_heads=4 --set model.init.num_key_value_heads=2 --set model.init.intermediate_size=768"
-	cd "$root" || return
-	# shellcheck disable=SC2086 # $w256 is several flags
-	$B data synth --n 1000 --seed 1 --out data/synth.json &&
-		$B tokenizer train $C --data data/synth.json --vocab-size 2048 --pretokenizer words --out runs/gpu/tok &&
-		$B init-model $C --tokenizer runs/gpu/tok/tokenizer.json --dtype f32 --out runs/gpu/init &&
-		$B init-model $C $w256 --tokenizer runs/gpu/tok/tokenizer.json --dtype f32 --out runs/gpu/init256 || return
-	for v in "--set pretrain.init=runs/gpu/init256 --set pretrain.lr=1e-3 --set pretrain.text=synth" \
-		"--set pretrain.lr=1e-3 --set pretrain.text=synth" \
-		"--set pretrain.lr=5e-4 --set pretrain.warmup_steps=100 --set pretrain.text=synth" \
-		"--set pretrain.lr=2.5e-4 --set pretrain.warmup_steps=100 --set pretrain.text=synth" \
-		"--set pretrain.lr=1e-3 --set pretrain.text=data/synth.json"; do
-		i=$((i + 1))
-		echo "== sweep $i: $v"
-		# shellcheck disable=SC2086 # $v is several flags
-		$B pretrain $C --set pretrain.steps="$steps" --set pretrain.eval_every=250 $v --set pretrain.out=runs/gpu/sweep$i |
-			grep -E "held-out|step ($steps|250|500|750)/"
-		grep eval_loss runs/gpu/sweep$i/metrics.jsonl
-	done
-}
-
 case ${1:-} in
-tests | paper | simcse | recipe | sweep) "$@" 2>&1 | tee "$out/$1${2:+-$2}.log" ;;
+tests | paper | simcse | recipe) "$@" 2>&1 | tee "$out/$1${2:+-$2}.log" ;;
 *)
-	echo "usage: scripts/gpu.sh tests|paper|simcse|recipe [base|rl]|sweep" >&2
+	echo "usage: scripts/gpu.sh tests|paper|simcse|recipe [base|rl]" >&2
 	exit 2
 	;;
 esac
