@@ -50,6 +50,8 @@ type Tool struct {
 	// Call runs the tool on arguments that passed the schema. An error is
 	// reported to the model as the result; the loop goes on.
 	Call func(ctx context.Context, args json.RawMessage) (string, error)
+	// Server names the MCP server the tool lives on ("" for local tools).
+	Server string
 }
 
 // Model answers a conversation, calling tools from specs or not.

@@ -167,6 +167,33 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 // Close ends the session (and stops a stdio server).
 func (c *MCPClient) Close() error { return c.session.Close() }
 
+// ConnectAll connects to every server and lists their tools, in the
+// servers' order; closeAll ends every session. On an error the sessions
+// opened so far are closed and the error names the server.
+func ConnectAll(ctx context.Context, servers []MCPServer) (tools []Tool, closeAll func(), err error) {
+	var clients []*MCPClient
+	closeAll = func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+	for _, sv := range servers {
+		c, err := ConnectMCP(ctx, sv)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		clients = append(clients, c)
+		ts, err := c.Tools(ctx)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		tools = append(tools, ts...)
+	}
+	return tools, closeAll, nil
+}
+
 // Changed reports, once, that the server announced a new tool list
 // (notifications/tools/list_changed): the caller lists the tools again.
 func (c *MCPClient) Changed() bool {
@@ -191,7 +218,7 @@ func (c *MCPClient) Tools(ctx context.Context) ([]Tool, error) {
 			return nil, fmt.Errorf("MCP server %q: tool %q: %w", c.server.Name, t.Name, err)
 		}
 		name := t.Name
-		out = append(out, Tool{Spec: Spec{Name: name, Description: t.Description, Parameters: schema},
+		out = append(out, Tool{Spec: Spec{Name: name, Description: t.Description, Parameters: schema}, Server: c.server.Name,
 			Call: func(ctx context.Context, args json.RawMessage) (string, error) {
 				res, err := c.session.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 				if err != nil {

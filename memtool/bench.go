@@ -15,24 +15,28 @@ import (
 	"github.com/agemem/agemem/toolret"
 )
 
-// Judge scores an answer's task completion in [0, 1] (Eq. 4).
+// Judge scores an answer's task completion in [0, 1] (Eq. 4), given what
+// each of the query's gold tools returns (Bench's expected: the simulator's
+// figure, or what a live tool returned in the turn; "" when it never ran).
 type Judge interface {
-	Score(ctx context.Context, q Query, answer string) (float64, error)
+	Score(ctx context.Context, q Query, answer string, expected map[string]string) (float64, error)
 }
 
 // ContainsJudge needs no model: the share of the query's gold tools whose
-// figure (Value) the answer states. It fits the generated benchmark, whose
-// tools return known figures.
+// expected result the answer states verbatim. It fits the generated
+// benchmark, whose tools return known figures (Value); a live tool's whole
+// result is stated verbatim by the oracle but rarely by a model, which the
+// model judge grades instead.
 type ContainsJudge struct{}
 
 // Score implements Judge.
-func (ContainsJudge) Score(_ context.Context, q Query, answer string) (float64, error) {
+func (ContainsJudge) Score(_ context.Context, q Query, answer string, expected map[string]string) (float64, error) {
 	if len(q.Gold) == 0 {
 		return 0, nil
 	}
 	hit := 0
 	for _, g := range q.Gold {
-		if strings.Contains(answer, Value(g)) {
+		if e := expected[g]; e != "" && strings.Contains(answer, e) {
 			hit++
 		}
 	}
@@ -44,15 +48,19 @@ func (ContainsJudge) Score(_ context.Context, q Query, answer string) (float64, 
 // with GPT-4o mini, is such a score).
 type ModelJudge struct{ Model agent.Model }
 
-const judgePrompt = `You grade an assistant's answer. Given the user's question, the figures the right tools return and the answer, reply with one number between 0 and 1: how completely and correctly the answer gives what the question asks for. Reply with the number only.`
+const judgePrompt = `You grade an assistant's answer. Given the user's question, the results the right tools return and the answer, reply with one number between 0 and 1: how completely and correctly the answer gives what the question asks for. Reply with the number only.`
 
 var number = regexp.MustCompile(`[01](?:\.\d+)?|\.\d+`)
 
 // Score implements Judge.
-func (j ModelJudge) Score(ctx context.Context, q Query, answer string) (float64, error) {
+func (j ModelJudge) Score(ctx context.Context, q Query, answer string, expected map[string]string) (float64, error) {
 	var exp []string
 	for _, g := range q.Gold {
-		exp = append(exp, g+" returns "+Value(g))
+		if e := expected[g]; e != "" {
+			exp = append(exp, g+" returns "+e)
+		} else {
+			exp = append(exp, g+" was not called, so what it returns is unknown")
+		}
 	}
 	msg := fmt.Sprintf("Question: %s\nExpected tool results: %s\nAnswer: %s", q.Text, strings.Join(exp, "; "), answer)
 	r, err := j.Model.Chat(ctx, []agent.Message{{Role: "system", Content: judgePrompt}, {Role: "user", Content: msg}}, nil)
@@ -74,8 +82,12 @@ type BenchOptions struct {
 	Agent, Controller agent.Model
 	Judge             Judge
 	KB                *KB
-	Queries           []Query
-	Log               io.Writer
+	// Exec runs the domain tools: nil is the simulator (Simulate), whose
+	// figures the judge knows; live tools (Upstream) are judged by what
+	// they returned in the turn.
+	Exec    Executor
+	Queries []Query
+	Log     io.Writer
 }
 
 // ModeReport is one mode's session.
@@ -123,7 +135,11 @@ func Bench(ctx context.Context, o BenchOptions) (Report, error) {
 	for _, mode := range o.Modes {
 		c := o.Config
 		c.Mode = mode
-		s := &Session{Config: c, Agent: o.Agent, Controller: o.Controller, KB: o.KB, Exec: Simulate}
+		exec := o.Exec
+		if exec == nil {
+			exec = Simulate
+		}
+		s := &Session{Config: c, Agent: o.Agent, Controller: o.Controller, KB: o.KB, Exec: exec}
 		mr := ModeReport{Mode: mode}
 		var gold [][]string
 		var completion []float64
@@ -141,7 +157,7 @@ func Bench(ctx context.Context, o BenchOptions) (Report, error) {
 					fmt.Fprintf(o.Log, "memtool %s: %s\n", mode, t.Error)
 				}
 			}
-			score, err := o.Judge.Score(ctx, q, t.Answer)
+			score, err := o.Judge.Score(ctx, q, t.Answer, expected(q, t, o.Exec == nil))
 			if err != nil {
 				return rep, err
 			}
@@ -157,6 +173,26 @@ func Bench(ctx context.Context, o BenchOptions) (Report, error) {
 		rep.Modes = append(rep.Modes, mr)
 	}
 	return rep, nil
+}
+
+// expected is what each of q's gold tools returns: the simulator's figure,
+// or the result of the tool's last successful call in turn t.
+func expected(q Query, t TurnResult, simulated bool) map[string]string {
+	out := map[string]string{}
+	if simulated {
+		for _, g := range q.Gold {
+			out[g] = Value(g)
+		}
+		return out
+	}
+	for _, st := range t.Trace.Steps {
+		for _, r := range st.Results {
+			if r.OK && slices.Contains(q.Gold, r.Call.Name) {
+				out[r.Call.Name] = r.Result
+			}
+		}
+	}
+	return out
 }
 
 // Oracle is a scripted model that plays every role perfectly, knowing

@@ -24,7 +24,7 @@ import (
 // not share tools.
 type Gateway struct {
 	kb          *KB
-	calls       map[string]func(context.Context, json.RawMessage) (string, error)
+	exec        Executor
 	limit, topK int
 
 	mu   sync.Mutex
@@ -38,31 +38,49 @@ type gatewaySet struct {
 }
 
 // NewGateway indexes the upstream tools (agent.MCPClient.Tools of each
-// server; their Call goes to the server) with emb. Names two servers share
-// are qualified (Qualify), calls still reach the tool by its own name.
+// server; their Call goes to the server) with emb (Upstream).
 func NewGateway(ctx context.Context, emb embed.Embedder, upstream []agent.Tool, c Config) (*Gateway, error) {
 	if c.Limit < 3 || c.TopK < 1 {
 		return nil, fmt.Errorf("memtool gateway: limit %d (at least 3) or top_k %d (at least 1)", c.Limit, c.TopK)
 	}
+	kb, exec, err := Upstream(ctx, emb, upstream)
+	if err != nil {
+		return nil, fmt.Errorf("memtool gateway: %w", err)
+	}
+	return &Gateway{kb: kb, exec: exec, limit: c.Limit, topK: c.TopK, sets: map[string]*gatewaySet{}}, nil
+}
+
+// Upstream makes live tools (MCP servers' tools, agent.ConnectAll) a
+// knowledge base and an Executor that calls each on its server. Names two
+// servers share are qualified with the server's (Qualify: server__name); a
+// call still reaches the tool by its own name. A tool may not take a
+// meta-tool's name.
+func Upstream(ctx context.Context, emb embed.Embedder, upstream []agent.Tool) (*KB, Executor, error) {
 	tools := make([]Tool, len(upstream))
 	for i, t := range upstream {
-		tools[i] = Tool{Spec: t.Spec}
+		tools[i] = Tool{Spec: t.Spec, Server: t.Server}
 		tools[i].Parameters = schemaOrEmpty(t.Parameters)
 	}
 	Qualify(tools)
-	g := &Gateway{calls: map[string]func(context.Context, json.RawMessage) (string, error){}, limit: c.Limit, topK: c.TopK, sets: map[string]*gatewaySet{}}
+	calls := map[string]func(context.Context, json.RawMessage) (string, error){}
 	for i, t := range tools {
 		if t.Name == SearchTools || t.Name == RemoveTools {
-			return nil, fmt.Errorf("memtool gateway: an upstream tool is named %s, the gateway's own", t.Name)
+			return nil, nil, fmt.Errorf("an upstream tool is named %s, a meta-tool's name", t.Name)
 		}
-		g.calls[t.Name] = upstream[i].Call
+		calls[t.Name] = upstream[i].Call
 	}
 	kb, err := NewKB(ctx, emb, tools)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	g.kb = kb
-	return g, nil
+	exec := func(ctx context.Context, t Tool, args json.RawMessage) (string, error) {
+		call, ok := calls[t.Name]
+		if !ok {
+			return "", fmt.Errorf("no upstream tool %q", t.Name)
+		}
+		return call(ctx, args)
+	}
+	return kb, exec, nil
 }
 
 // Len is the number of upstream tools.
@@ -154,10 +172,9 @@ func (g *Gateway) search(ctx context.Context, s *gatewaySet, keywords []string) 
 		if err := json.Unmarshal(t.Parameters, &schema); err != nil || schema == nil {
 			schema = map[string]any{"type": "object"}
 		}
-		call := g.calls[t.Name]
 		s.srv.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: schema},
 			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				out, err := call(ctx, rawArgs(req))
+				out, err := g.exec(ctx, t, rawArgs(req))
 				if err != nil {
 					return textResult(err.Error(), true), nil
 				}

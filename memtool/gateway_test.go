@@ -70,34 +70,105 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 	}
 }
 
-// An MCP client behind the gateway sees only the meta-tools until it
-// searches; the tools found appear (with a list_changed notification),
-// their calls reach the upstream server, removal takes them away, the
-// limit refuses a search that would pass it, and working sets are apart.
-func TestGatewayWorkingSet(t *testing.T) {
+// financeServer is a live MCP server of 18 tools, three figures of six
+// companies ("Acme revenue is 0"), at url; calls counts the calls it ran.
+func financeServer(t *testing.T) (url string, calls *atomic.Int32) {
+	t.Helper()
 	up := mcp.NewServer(&mcp.Implementation{Name: "finance", Version: "1"}, nil)
-	var upstream []agent.Tool
+	calls = new(atomic.Int32)
 	for i, co := range []string{"Acme", "Bolt", "Crane", "Delta", "Ember", "Fjord"} {
 		for j, metric := range []string{"revenue", "stock price", "net income"} {
 			name := fmt.Sprintf("%s_%s", strings.ToLower(co), strings.ReplaceAll(metric, " ", "_"))
 			text := fmt.Sprintf("%s %s is %d", co, metric, 100*i+j)
 			up.AddTool(&mcp.Tool{Name: name, Description: fmt.Sprintf("Returns the %s of %s.", metric, co), InputSchema: map[string]any{"type": "object"}},
 				func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					calls.Add(1)
 					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
 				})
 		}
 	}
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
-	defer hs.Close()
+	t.Cleanup(hs.Close)
+	return hs.URL, calls
+}
+
+// The benchmark over live tools: the knowledge base is an MCP server's
+// tools, every call runs on the server, and the judge compares the answer
+// with what the gold tools returned in the turn. The oracle, which states
+// the results, gets all; an agent that answers without calling gets none,
+// and the model judge is told the figures the server returned.
+func TestBenchLiveTools(t *testing.T) {
+	url, calls := financeServer(t)
 	ctx := context.Background()
-	mc, err := agent.ConnectMCP(ctx, agent.MCPServer{Name: "finance", URL: hs.URL})
+	upstream, closeAll, err := agent.ConnectAll(ctx, []agent.MCPServer{{Name: "finance", URL: url}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mc.Close()
-	if upstream, err = mc.Tools(ctx); err != nil {
+	defer closeAll()
+	kb, exec, err := Upstream(ctx, embed.NewHashing(256, []int{3, 4}), upstream)
+	if err != nil {
 		t.Fatal(err)
 	}
+	qs := []Query{
+		{ID: "1", Text: "What is the revenue of Acme?", Gold: []string{"acme_revenue"}},
+		{ID: "2", Text: "Give me the stock price and net income of Delta.", Gold: []string{"delta_stock_price", "delta_net_income"}},
+		{ID: "3", Text: "How much did Fjord earn, net?", Gold: []string{"fjord_net_income"}},
+	}
+	c := cfg(Autonomous)
+	c.Limit, c.TopK, c.Bench.Turns = 12, 2, 3
+	rep, err := Bench(ctx, BenchOptions{Config: c, Modes: []string{Autonomous}, Agent: oracleFor(kb, qs), Judge: ContainsJudge{}, KB: kb, Exec: exec, Queries: qs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Modes[0].Metrics
+	if rep.Tools != 18 || m.ToolCorrectness != 1 || m.TaskCompletion != 1 {
+		t.Fatalf("live oracle: %d tools, tool correctness %.3f, task completion %.3f", rep.Tools, m.ToolCorrectness, m.TaskCompletion)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Fatalf("the server ran %d calls, want the 4 gold tools", n)
+	}
+	if a := rep.Modes[0].Turns[1].Answer; !strings.Contains(a, "Delta stock price is 301") || !strings.Contains(a, "Delta net income is 302") {
+		t.Fatalf("the answer does not carry the server's results: %q", a)
+	}
+	// An agent that answers at once, with the right figure made up: no
+	// tool ran, so nothing it says is grounded.
+	guess := modelFunc(func([]agent.Message, []agent.Spec) (agent.Reply, error) {
+		return agent.Reply{Message: agent.Message{Role: "assistant", Content: "Acme revenue is 0"}}, nil
+	})
+	var judged []string
+	judge := ModelJudge{Model: modelFunc(func(msgs []agent.Message, _ []agent.Spec) (agent.Reply, error) {
+		judged = append(judged, msgs[1].Content)
+		return agent.Reply{Message: agent.Message{Role: "assistant", Content: "0.5"}}, nil
+	})}
+	rep, err = Bench(ctx, BenchOptions{Config: c, Modes: []string{Autonomous}, Agent: guess, Judge: ContainsJudge{}, KB: kb, Exec: exec, Queries: qs[:1]})
+	if err != nil || rep.Modes[0].Metrics.TaskCompletion != 0 {
+		t.Fatalf("an ungrounded answer: task completion %v (%v), want 0", rep.Modes[0].Metrics.TaskCompletion, err)
+	}
+	if _, err = Bench(ctx, BenchOptions{Config: c, Modes: []string{Autonomous}, Agent: oracleFor(kb, qs), Judge: judge, KB: kb, Exec: exec, Queries: qs[:2]}); err != nil {
+		t.Fatal(err)
+	}
+	if len(judged) != 2 || !strings.Contains(judged[1], "delta_stock_price returns Delta stock price is 301") {
+		t.Fatalf("the model judge was told %q", judged)
+	}
+	// A tool may not shadow a meta-tool.
+	bad := append(slices.Clone(upstream), agent.Tool{Spec: agent.Spec{Name: SearchTools}})
+	if _, _, err := Upstream(ctx, embed.NewHashing(256, []int{3, 4}), bad); err == nil || !strings.Contains(err.Error(), "meta-tool") {
+		t.Fatalf("an upstream SYS_SEARCH_TOOLS: %v", err)
+	}
+}
+
+// An MCP client behind the gateway sees only the meta-tools until it
+// searches; the tools found appear (with a list_changed notification),
+// their calls reach the upstream server, removal takes them away, the
+// limit refuses a search that would pass it, and working sets are apart.
+func TestGatewayWorkingSet(t *testing.T) {
+	url, _ := financeServer(t)
+	ctx := context.Background()
+	upstream, closeAll, err := agent.ConnectAll(ctx, []agent.MCPServer{{Name: "finance", URL: url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
 	c := DefaultConfig()
 	c.Limit, c.TopK = 6, 2
 	g, err := NewGateway(ctx, embed.NewHashing(256, []int{3, 4}), upstream, c)

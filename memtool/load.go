@@ -101,6 +101,9 @@ type Query struct {
 	Text  string   `json:"query"`
 	Gold  []string `json:"gold"`
 	Tools []Tool   `json:"-"`
+	// Relevant are the gold tools as the file names them, [tool_name,
+	// api_name] each (LiveGold reads them as [server, tool]).
+	Relevant [][2]string `json:"-"`
 }
 
 // stbQuery is StableToolBench's solvable_queries layout.
@@ -175,10 +178,12 @@ func LoadQueries(path string) ([]Query, error) {
 				return nil, fmt.Errorf("%s: relevant API %q of %q is not in api_list", where, rel[1], rel[0])
 			}
 			q.Gold = append(q.Gold, name)
+			q.Relevant = append(q.Relevant, [2]string{rel[0], rel[1]})
 		}
 		if len(r.Relevant) == 0 {
-			for _, t := range q.Tools {
+			for j, t := range q.Tools {
 				q.Gold = append(q.Gold, t.Name)
+				q.Relevant = append(q.Relevant, [2]string{r.APIList[j].ToolName, r.APIList[j].APIName})
 			}
 		}
 		out = append(out, q)
@@ -303,6 +308,33 @@ func strictList(data []byte, v any) error {
 			return fmt.Errorf("line %d: %w", line, err)
 		}
 		return jsonerr.Explain(err)
+	}
+	return nil
+}
+
+// LiveGold names each query's gold tools as the live knowledge base does
+// (Upstream): a relevant API [tool_name, api_name] is the tool api_name of
+// the MCP server named tool_name (mcp.servers' name; url1, command1, ...
+// for servers given by flag), qualified as server__name where two servers
+// share the name. A pair with no such tool is an error naming the query.
+func LiveGold(qs []Query, kb *KB) error {
+	for i := range qs {
+		q := &qs[i]
+		gold := make([]string, 0, len(q.Relevant))
+		for _, rel := range q.Relevant {
+			name := ""
+			for _, n := range []string{FunctionName(rel[1]), FunctionName(rel[0] + "__" + rel[1])} {
+				if t, ok := kb.Get(n); ok && t.Server == rel[0] {
+					name = n
+					break
+				}
+			}
+			if name == "" {
+				return fmt.Errorf("query %s: relevant API %q of %q is not a tool of the MCP server %q", q.ID, rel[1], rel[0], rel[0])
+			}
+			gold = append(gold, name)
+		}
+		q.Gold = gold
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
@@ -324,6 +325,30 @@ func MemToolKB(ctx context.Context, cfg config.Config, qs []memtool.Query) (*mem
 	}
 	kb.UseDevice(IndexDevice(cfg))
 	return kb, nil
+}
+
+// MemToolLive is the knowledge base of live MCP servers' tools (memtool
+// bench --live), indexed with the configured embedder, and the executor
+// that calls each on its server; closeAll ends the connections.
+func MemToolLive(ctx context.Context, cfg config.Config, servers []agent.MCPServer) (*memtool.KB, memtool.Executor, func(), error) {
+	if len(servers) == 0 {
+		return nil, nil, nil, fmt.Errorf("no MCP server: name them in mcp.servers, or with --mcp-url or --mcp-command")
+	}
+	emb, err := Embedder(ctx, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tools, closeAll, err := agent.ConnectAll(ctx, servers)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kb, exec, err := memtool.Upstream(ctx, emb, tools)
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	kb.UseDevice(IndexDevice(cfg))
+	return kb, exec, closeAll, nil
 }
 
 // MemToolEnv is MemTool's Autonomous mode as an environment for a policy

@@ -25,7 +25,7 @@ func agentCmd(g *globals) *cobra.Command {
 	var prompt, system, model, native, dev string
 	var memory, asJSON bool
 	var maxSteps int
-	var urls, headers, commands []string
+	var mf mcpFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run one function-calling conversation with memory tools and MCP servers' tools",
@@ -89,24 +89,9 @@ Prints the trace (--json for machines).`,
 					}
 				}
 			}
-			servers := slices.Clone(cfg.MCP.Servers)
-			hdr := map[string]string{}
-			for _, h := range headers {
-				k, v, ok := strings.Cut(h, "=")
-				if !ok || k == "" {
-					return fmt.Errorf("--mcp-header %q: want NAME=VALUE", h)
-				}
-				hdr[k] = v
-			}
-			for i, u := range urls {
-				servers = append(servers, agent.MCPServer{Name: fmt.Sprintf("url%d", i+1), URL: u, Headers: hdr})
-			}
-			for i, c := range commands {
-				args := strings.Fields(c)
-				if len(args) == 0 {
-					return fmt.Errorf("--mcp-command is empty")
-				}
-				servers = append(servers, agent.MCPServer{Name: fmt.Sprintf("command%d", i+1), Command: args})
+			servers, err := mf.servers(cfg)
+			if err != nil {
+				return err
 			}
 			for _, s := range servers {
 				c, err := agent.ConnectMCP(ctx, s)
@@ -142,9 +127,7 @@ Prints the trace (--json for machines).`,
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen2/2.5/3 checkpoint directory, run by the built-in engine (greedy)")
 	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device: auto, cpu, cuda or cuda:N")
 	cmd.Flags().BoolVar(&memory, "memory", false, "add AgeMem's long-term memory tools on memory.path")
-	cmd.Flags().StringArrayVar(&urls, "mcp-url", nil, "an MCP server over streamable HTTP (repeatable)")
-	cmd.Flags().StringArrayVar(&headers, "mcp-header", nil, "NAME=VALUE sent to every --mcp-url server (repeatable)")
-	cmd.Flags().StringArrayVar(&commands, "mcp-command", nil, "an MCP server started over stdio, as one command line (repeatable)")
+	mf.add(cmd)
 	cmd.Flags().IntVar(&maxSteps, "max-steps", 8, "the most model turns")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the trace as JSON")
 	return cmd
@@ -227,4 +210,39 @@ func chatModels(cmd *cobra.Command, cfg config.Config, model, native, dev string
 		return nil, err
 	}
 	return &openai.ChatModel{Client: cl, Model: model, MaxTokens: cfg.Agent.ResponseBudget}, nil
+}
+
+// mcpFlags are the MCP servers a command takes beside the config's
+// mcp.servers: --mcp-url (streamable HTTP, with --mcp-header NAME=VALUE)
+// and --mcp-command (a command line started over stdio).
+type mcpFlags struct{ urls, headers, commands []string }
+
+func (f *mcpFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&f.urls, "mcp-url", nil, "an MCP server over streamable HTTP (repeatable)")
+	cmd.Flags().StringArrayVar(&f.headers, "mcp-header", nil, "NAME=VALUE sent to every --mcp-url server (repeatable)")
+	cmd.Flags().StringArrayVar(&f.commands, "mcp-command", nil, "an MCP server started over stdio, as one command line (repeatable)")
+}
+
+// servers are mcp.servers, then the flags' servers.
+func (f *mcpFlags) servers(cfg config.Config) ([]agent.MCPServer, error) {
+	servers := slices.Clone(cfg.MCP.Servers)
+	hdr := map[string]string{}
+	for _, h := range f.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--mcp-header %q: want NAME=VALUE", h)
+		}
+		hdr[k] = v
+	}
+	for i, u := range f.urls {
+		servers = append(servers, agent.MCPServer{Name: fmt.Sprintf("url%d", i+1), URL: u, Headers: hdr})
+	}
+	for i, c := range f.commands {
+		args := strings.Fields(c)
+		if len(args) == 0 {
+			return nil, fmt.Errorf("--mcp-command is empty")
+		}
+		servers = append(servers, agent.MCPServer{Name: fmt.Sprintf("command%d", i+1), Command: args})
+	}
+	return servers, nil
 }

@@ -222,6 +222,8 @@ func (r *recordingPolicy) Complete(ctx context.Context, msgs []stm.Message) (mem
 
 func memtoolBenchCmd(g *globals) *cobra.Command {
 	var modes, policy, model, native, dev, controller, judgeModel string
+	var live bool
+	var mf mcpFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run the ScaleMCP-style session in each mode and report the paper's metrics",
@@ -229,7 +231,14 @@ func memtoolBenchCmd(g *globals) *cobra.Command {
 session per mode (autonomous, workflow, hybrid; memtool.limit tools at most,
 memtool.top_k per search keyword), the knowledge base being
 memtool.bench.tools indexed with the configured embedder (embed.backend).
-Tools run in a simulator that returns a fixed figure per tool. Prints, per
+Tools run in a simulator that returns a fixed figure per tool. With --live
+the knowledge base is instead the tools of live MCP servers (mcp.servers,
+--mcp-url, --mcp-command), each call going to its server, and a query's
+relevant APIs [tool_name, api_name] name a server and one of its tools
+(servers given by flag are url1, url2, ..., command1, ...); the judge then
+compares the answer with what the gold tools returned in the turn
+(memtool.bench.judge contains: stated verbatim, which the oracle does and a
+model rarely does; model: an LLM's score, --judge-model). Prints, per
 mode, Avg Removal Ratio 3T, Avg Residual 3T, Tool Correctness and Task
 Completion (the paper's Table 2 columns), and the knowledge base's
 recall@top_k of the gold tools (no model involved); writes report.json
@@ -245,7 +254,9 @@ model on the same server.`,
 		Example: `  agemem-train memtool synth --out data/memtool
   agemem-train memtool bench --policy oracle
   agemem-train memtool bench --policy native --native runs/tiny/rl/policy --set memtool.bench.turns=20
-  agemem-train memtool bench --policy openai --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --modes hybrid`,
+  agemem-train memtool bench --policy openai --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b --modes hybrid
+  agemem-train memtool bench --live --mcp-url http://127.0.0.1:3000/mcp --set memtool.bench.queries=my-queries.json \
+    --policy openai --model qwen3:4b --set memtool.bench.judge=model --judge-model qwen3:8b`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
@@ -258,18 +269,33 @@ model on the same server.`,
 			if err != nil {
 				return err
 			}
-			kb, err := roles.MemToolKB(ctx, cfg, qs)
-			if err != nil {
+			o := memtool.BenchOptions{Config: c, Queries: qs, Log: cmd.ErrOrStderr(), Judge: memtool.ContainsJudge{}}
+			source := c.Bench.Tools
+			if live {
+				servers, err := mf.servers(cfg)
+				if err != nil {
+					return err
+				}
+				kb, exec, closeAll, err := roles.MemToolLive(ctx, cfg, servers)
+				if err != nil {
+					return fmt.Errorf("--live: %w", err)
+				}
+				defer closeAll()
+				if err := memtool.LiveGold(qs, kb); err != nil {
+					return fmt.Errorf("%s: %w", c.Bench.Queries, err)
+				}
+				o.KB, o.Exec, source = kb, exec, "the MCP servers' tools"
+			} else if o.KB, err = roles.MemToolKB(ctx, cfg, qs); err != nil {
 				return err
 			}
+			kb := o.KB
 			for _, q := range qs {
 				for _, g := range q.Gold {
 					if _, ok := kb.Get(g); !ok {
-						return fmt.Errorf("%s: query %s: gold tool %q is not in the knowledge base (%s)", c.Bench.Queries, q.ID, g, c.Bench.Tools)
+						return fmt.Errorf("%s: query %s: gold tool %q is not in the knowledge base (%s)", c.Bench.Queries, q.ID, g, source)
 					}
 				}
 			}
-			o := memtool.BenchOptions{Config: c, KB: kb, Queries: qs, Log: cmd.ErrOrStderr(), Judge: memtool.ContainsJudge{}}
 			for _, m := range strings.Split(modes, ",") {
 				if m = strings.TrimSpace(m); m != memtool.Autonomous && m != memtool.Workflow && m != memtool.Hybrid {
 					return fmt.Errorf("--modes: %q is not autonomous, workflow or hybrid", m)
@@ -327,6 +353,8 @@ model on the same server.`,
 	cmd.Flags().StringVar(&dev, "device", "auto", "the native model's device")
 	cmd.Flags().StringVar(&controller, "controller-model", "", "a model on openai.base_url for the prune, search and summary calls (default: the agent)")
 	cmd.Flags().StringVar(&judgeModel, "judge-model", "", "the judge's model on openai.base_url (memtool.bench.judge model)")
+	cmd.Flags().BoolVar(&live, "live", false, "the knowledge base is the tools of live MCP servers (mcp.servers, --mcp-url, --mcp-command), called on them")
+	mf.add(cmd)
 	return cmd
 }
 

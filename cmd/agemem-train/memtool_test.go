@@ -7,10 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
@@ -222,5 +226,99 @@ func TestCLIMemtoolOverOpenAI(t *testing.T) {
 	}
 	if strings.Count(got, "1.000     1.000") != 3 || judged.Load() != 36 {
 		t.Fatalf("want tool correctness and task completion 1 in every mode, 36 judge calls (got %d):\n%s", judged.Load(), got)
+	}
+}
+
+// memtool bench --live: the knowledge base is a live MCP server's tools
+// (given by --mcp-url, so named url1 in the queries' relevant APIs), the
+// oracle's calls run on it, and its answers state what the server returned.
+func TestCLIMemtoolLive(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "weather", Version: "1"}, nil)
+	var calls atomic.Int32
+	for _, city := range []string{"Oslo", "Lima", "Pune", "Kobe"} {
+		for _, what := range []string{"temperature", "rainfall"} {
+			text := fmt.Sprintf("%s %s: %d", city, what, len(city)*len(what))
+			srv.AddTool(&mcp.Tool{Name: strings.ToLower(city) + "_" + what, Description: fmt.Sprintf("Today's %s in %s.", what, city), InputSchema: map[string]any{"type": "object"}},
+				func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+					calls.Add(1)
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, nil
+				})
+		}
+	}
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	defer hs.Close()
+	dir := t.TempDir()
+	query := func(id int, text string, rel ...string) map[string]any {
+		var apis []map[string]any
+		var relevant [][]string
+		for _, r := range rel {
+			server, tool, _ := strings.Cut(r, "/")
+			apis = append(apis, map[string]any{"tool_name": server, "api_name": tool, "api_description": "-"})
+			relevant = append(relevant, []string{server, tool})
+		}
+		return map[string]any{"query_id": id, "query": text, "api_list": apis, "relevant APIs": relevant}
+	}
+	writeQueries := func(name string, qs ...map[string]any) string {
+		b, _ := json.Marshal(qs)
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := writeQueries("queries.json",
+		query(1, "How warm is it in Oslo?", "url1/oslo_temperature"),
+		query(2, "Is it raining in Lima, and how warm is it?", "url1/lima_rainfall", "url1/lima_temperature"))
+	args := []string{"memtool", "bench", "--live", "--mcp-url", hs.URL, "--modes", "autonomous", "--set", "memtool.limit=10", "--set", "memtool.top_k=2",
+		"--set", "memtool.bench.turns=2", "--set", "memtool.bench.out=" + filepath.Join(dir, "out")}
+	got := mustRun(t, append(args, "--set", "memtool.bench.queries="+good)...)
+	if !strings.Contains(got, "8 tools, 2 turns") || !strings.Contains(got, "1.000     1.000") || calls.Load() != 3 {
+		t.Fatalf("live bench (%d calls on the server):\n%s", calls.Load(), got)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out", "report.json"))
+	if err != nil || !strings.Contains(string(b), "Lima rainfall: 32") {
+		t.Fatalf("report.json does not carry the server's results: %v", err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "memtool.bench.queries=" + writeQueries("bad.json", query(7, "Snow in Oslo?", "url1/oslo_snow"))}, `query 7: relevant API "oslo_snow" of "url1" is not a tool of the MCP server "url1"`},
+		{[]string{"--set", "memtool.bench.queries=" + writeQueries("other.json", query(8, "Warm in Oslo?", "weather/oslo_temperature"))}, `"weather" is not a tool of the MCP server`},
+		{[]string{"--set", "memtool.bench.queries=" + good, "--mcp-header", "nocolon"}, `--mcp-header "nocolon"`},
+	} {
+		if _, err := run(t, append(slices.Clone(args), c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+	if _, err := run(t, "memtool", "bench", "--live", "--set", "memtool.bench.queries="+good); err == nil || !strings.Contains(err.Error(), "--live: no MCP server") {
+		t.Errorf("--live without a server: %v", err)
+	}
+}
+
+// The reference "memory" MCP server (npm, over stdio: command1) beside the
+// in-process one (url1) as one live knowledge base: the oracle reads the
+// third-party server's graph with its read_graph tool.
+func TestCLIMemtoolLiveThirdParty(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	server := filepath.Join(testkit.NPM(t), "node_modules", "@modelcontextprotocol", "server-memory", "dist", "index.js")
+	dir := t.TempDir()
+	t.Setenv("MEMORY_FILE_PATH", filepath.Join(dir, "graph.jsonl"))
+	qs := `[{"query_id": 1, "query": "Show me everything in the knowledge graph.",
+	  "api_list": [{"tool_name": "command1", "api_name": "read_graph"}], "relevant APIs": [["command1", "read_graph"]]}]`
+	if err := os.WriteFile(filepath.Join(dir, "q.json"), []byte(qs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := mustRun(t, "memtool", "bench", "--live", "--mcp-command", node+" "+server, "--modes", "autonomous", "--set", "memtool.limit=12",
+		"--set", "memtool.top_k=2", "--set", "memtool.bench.queries="+filepath.Join(dir, "q.json"), "--set", "memtool.bench.out="+filepath.Join(dir, "out"))
+	if !strings.Contains(got, "1 turns") || !strings.Contains(got, "1.000     1.000") {
+		t.Fatalf("live bench over the reference server:\n%s", got)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out", "report.json"))
+	if err != nil || !strings.Contains(string(b), `read_graph: {`) {
+		t.Fatalf("report.json: %v\n%.2000s", err, b)
 	}
 }

@@ -176,26 +176,9 @@ func toolGateway(ctx context.Context, cfg config.Config, enc embed.Embedder) (*m
 	if len(cfg.MCP.Servers) == 0 {
 		return nil, nil, fmt.Errorf("serve.tool_gateway: mcp.servers names no MCP server to put behind the gateway")
 	}
-	var clients []*agent.MCPClient
-	closeAll := func() {
-		for _, c := range clients {
-			c.Close()
-		}
-	}
-	var tools []agent.Tool
-	for _, sv := range cfg.MCP.Servers {
-		c, err := agent.ConnectMCP(ctx, sv)
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("serve.tool_gateway: %w", err)
-		}
-		clients = append(clients, c)
-		ts, err := c.Tools(ctx)
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("serve.tool_gateway: %w", err)
-		}
-		tools = append(tools, ts...)
+	tools, closeAll, err := agent.ConnectAll(ctx, cfg.MCP.Servers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("serve.tool_gateway: %w", err)
 	}
 	gw, err := memtool.NewGateway(ctx, enc, tools, cfg.MemTool)
 	if err != nil {
