@@ -88,15 +88,22 @@ func TestAgentWithMemoryTools(t *testing.T) {
 	}
 }
 
-// TestAgentWithThirdPartyMCPServer: the reference "memory" MCP server
-// (npm, started over stdio with --mcp-command) lends its tools to the loop:
-// the model creates an entity and reads the graph back.
-func TestAgentWithThirdPartyMCPServer(t *testing.T) {
+// memoryServer is node and the reference "memory" MCP server's script
+// (npm: make deps); the test skips without node.
+func memoryServer(t *testing.T) (node, script string) {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed")
 	}
-	server := filepath.Join(testkit.NPM(t), "node_modules", "@modelcontextprotocol", "server-memory", "dist", "index.js")
+	return node, filepath.Join(testkit.NPM(t), "node_modules", "@modelcontextprotocol", "server-memory", "dist", "index.js")
+}
+
+// TestAgentWithThirdPartyMCPServer: the reference "memory" MCP server
+// (npm, started over stdio with --mcp-command) lends its tools to the loop:
+// the model creates an entity and reads the graph back.
+func TestAgentWithThirdPartyMCPServer(t *testing.T) {
+	node, server := memoryServer(t)
 	graph := filepath.Join(t.TempDir(), "graph.jsonl")
 	t.Setenv("MEMORY_FILE_PATH", graph)
 	ts, offered := planServer(t, []openai.ToolCall{
@@ -219,11 +226,7 @@ func TestCLIToolsScore(t *testing.T) {
 // config's mcp.servers, its env reading ${GRAPH} from the environment when
 // it starts; a variable that is not set is an error naming server and key.
 func TestAgentMCPServersFromConfig(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
-	server := filepath.Join(testkit.NPM(t), "node_modules", "@modelcontextprotocol", "server-memory", "dist", "index.js")
+	node, server := memoryServer(t)
 	graph := filepath.Join(t.TempDir(), "graph.jsonl")
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
 	body := fmt.Sprintf("mcp:\n  servers:\n    - name: memory\n      command: [%q, %q]\n      env: {MEMORY_FILE_PATH: \"${GRAPH}\"}\n", node, server)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -296,15 +295,11 @@ func TestCLIMemtoolLive(t *testing.T) {
 	}
 }
 
-// The reference "memory" MCP server (npm, over stdio: command1) beside the
-// in-process one (url1) as one live knowledge base: the oracle reads the
-// third-party server's graph with its read_graph tool.
+// The reference "memory" MCP server (npm, started over stdio, so named
+// command1) as the live knowledge base: the oracle reads its graph with its
+// read_graph tool.
 func TestCLIMemtoolLiveThirdParty(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
-	server := filepath.Join(testkit.NPM(t), "node_modules", "@modelcontextprotocol", "server-memory", "dist", "index.js")
+	node, server := memoryServer(t)
 	dir := t.TempDir()
 	t.Setenv("MEMORY_FILE_PATH", filepath.Join(dir, "graph.jsonl"))
 	qs := `[{"query_id": 1, "query": "Show me everything in the knowledge graph.",
