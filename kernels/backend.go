@@ -134,6 +134,14 @@ type TrainBackend interface {
 	// Dropout: y = x ∘ keep / (1−p), keep drawn from seed as DropoutBits
 	// says (y may be x).
 	Dropout(y, x Tensor, p float64, seed uint64)
+	// DropoutOperand returns Dropout(x) as a new tensor that only MatMul,
+	// MatMulAdd and MatMulBackward read, as their x: a backend whose GEMMs
+	// round that operand to bfloat16 returns it so rounded, made in one
+	// pass in half the memory (LoRA's dropped-out input).
+	DropoutOperand(x Tensor, p float64, seed uint64) Tensor
+	// DropoutAdd: y += x ∘ keep / (1−p), Dropout's mask: the backward of a
+	// dropout accumulated into its input's gradient in one pass.
+	DropoutAdd(y, x Tensor, p float64, seed uint64)
 
 	// MatMulAdd: y += s·x·wᵀ (MatMul's shapes, no bias): a LoRA branch
 	// added into its base projection's output without a temporary.

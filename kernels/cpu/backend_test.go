@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/agemem/agemem/kernels"
@@ -40,5 +41,40 @@ func TestBackendTensorOps(t *testing.T) {
 	}
 	if math.Abs(float64(s[0]+s[1])-1) > 1e-6 {
 		t.Fatalf("softmax row does not sum to 1: %v", s)
+	}
+}
+
+// TestDropoutVariants: DropoutOperand is Dropout into a new tensor (the
+// CPU's GEMMs read float32), and DropoutAdd adds Dropout's output: the
+// same mask, kept elements scaled by 1/(1−p), y untouched where dropped.
+func TestDropoutVariants(t *testing.T) {
+	b := New()
+	x := []float32{1, -2, 3, 0.5, 8, -1, 2, 4, 7, -3}
+	y := []float32{10, 10, 10, 10, 10, 10, 10, 10, 10, 10}
+	xs := b.FromHost(x, len(x))
+	d := b.Zeros(len(x))
+	b.Dropout(d, xs, 0.5, 3)
+	want := b.ToHost(d)
+	kept := 0
+	for i, v := range want {
+		if v != 0 {
+			kept++
+			if v != 2*x[i] {
+				t.Fatalf("Dropout kept element %d as %g, want %g", i, v, 2*x[i])
+			}
+		}
+	}
+	if kept == 0 || kept == len(x) {
+		t.Fatalf("p 0.5 kept %d of %d: the case does not test the mask", kept, len(x))
+	}
+	if got := b.ToHost(b.DropoutOperand(xs, 0.5, 3)); !slices.Equal(got, want) {
+		t.Fatalf("DropoutOperand %v, Dropout %v", got, want)
+	}
+	ys := b.FromHost(y, len(y))
+	b.DropoutAdd(ys, xs, 0.5, 3)
+	for i, v := range b.ToHost(ys) {
+		if v != 10+want[i] {
+			t.Fatalf("DropoutAdd element %d: %g, want %g", i, v, 10+want[i])
+		}
 	}
 }

@@ -61,6 +61,24 @@ func (*Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 	}
 }
 
+// DropoutOperand implements kernels.TrainBackend: the CPU's GEMMs read
+// float32, so it is Dropout into a new tensor.
+func (b *Backend) DropoutOperand(x kernels.Tensor, p float64, seed uint64) kernels.Tensor {
+	y := b.Empty(x.Shape()...)
+	b.Dropout(y, x, p, seed)
+	return y
+}
+
+// DropoutAdd implements kernels.TrainBackend.
+func (*Backend) DropoutAdd(y, x kernels.Tensor, p float64, seed uint64) {
+	yd, thr, scale := data(y), kernels.DropoutThreshold(p), float32(1/(1-p))
+	for i, v := range data(x) {
+		if kernels.DropoutBits(seed, uint64(i)) >= thr {
+			yd[i] += v * scale
+		}
+	}
+}
+
 // MatMulBackward implements kernels.TrainBackend. w may be an uploaded
 // (possibly bf16) weight: it is widened for dx's product, as the reference
 // the GPU's bf16 GEMM is held to; dw does not read w (a bf16 working copy

@@ -26,7 +26,7 @@ extern "C" __global__ void add(float* y, const float* x, long n) {
     if (i < n) y[i] += x[i];
 }
 
-// The kernels over the big activations (add_scaled, dropout, narrow_bf16)
+// The kernels over the big activations (add_scaled, the dropouts, narrow_bf16)
 // take four consecutive elements a thread, launched over ceil(n/4)
 // threads: 16-byte loads and stores where the pointers allow (the same for
 // the whole launch), else one element at a time.
@@ -48,21 +48,61 @@ extern "C" __global__ void add_scaled(float* y, const float* x, float s, long n)
     for (long j = i; j < i + 4 && j < n; j++) y[j] += s * x[j];
 }
 
+// drop4: x's four elements from i as dropout keeps or zeroes them.
+__device__ __forceinline__ float4 drop4(float4 v, long i, unsigned long long seed, unsigned long long thr, float scale) {
+    v.x = keep(seed, i, thr) ? v.x * scale : 0.f;
+    v.y = keep(seed, i + 1, thr) ? v.y * scale : 0.f;
+    v.z = keep(seed, i + 2, thr) ? v.z * scale : 0.f;
+    v.w = keep(seed, i + 3, thr) ? v.w * scale : 0.f;
+    return v;
+}
+
 // dropout: y = x * scale where element i is kept, else 0 (y may be x).
 extern "C" __global__ void dropout(float* y, const float* x, long n, unsigned long long seed,
                                    unsigned long long thr, float scale) {
     long i = 4 * (blockIdx.x * (long)blockDim.x + threadIdx.x);
     if (i >= n) return;
     if (i + 4 <= n && ALIGNED(y, 16) && ALIGNED(x, 16)) {
-        float4 v = *(const float4*)(x + i);
-        v.x = keep(seed, i, thr) ? v.x * scale : 0.f;
-        v.y = keep(seed, i + 1, thr) ? v.y * scale : 0.f;
-        v.z = keep(seed, i + 2, thr) ? v.z * scale : 0.f;
-        v.w = keep(seed, i + 3, thr) ? v.w * scale : 0.f;
-        *(float4*)(y + i) = v;
+        *(float4*)(y + i) = drop4(*(const float4*)(x + i), i, seed, thr, scale);
         return;
     }
     for (long j = i; j < i + 4 && j < n; j++) y[j] = keep(seed, j, thr) ? x[j] * scale : 0.f;
+}
+
+// dropout_bf16: y = bf16(dropout(x)), LoRA's dropped-out input made its
+// GEMM's bf16 operand in one pass (dropout, then narrow_bf16, read and
+// write it twice).
+extern "C" __global__ void dropout_bf16(unsigned short* y, const float* x, long n, unsigned long long seed,
+                                        unsigned long long thr, float scale) {
+    long i = 4 * (blockIdx.x * (long)blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    if (i + 4 <= n && ALIGNED(x, 16) && ALIGNED(y, 8)) {
+        float4 v = drop4(*(const float4*)(x + i), i, seed, thr, scale);
+        uint2 o;
+        o.x = (unsigned)to_bf16(v.x) | ((unsigned)to_bf16(v.y) << 16);
+        o.y = (unsigned)to_bf16(v.z) | ((unsigned)to_bf16(v.w) << 16);
+        *(uint2*)(y + i) = o;
+        return;
+    }
+    for (long j = i; j < i + 4 && j < n; j++) y[j] = to_bf16(keep(seed, j, thr) ? x[j] * scale : 0.f);
+}
+
+// dropout_add: y += dropout(x), the backward of LoRA's dropout added into
+// its input's gradient in one pass.
+extern "C" __global__ void dropout_add(float* y, const float* x, long n, unsigned long long seed,
+                                       unsigned long long thr, float scale) {
+    long i = 4 * (blockIdx.x * (long)blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    if (i + 4 <= n && ALIGNED(y, 16) && ALIGNED(x, 16)) {
+        float4 a = *(float4*)(y + i), b = drop4(*(const float4*)(x + i), i, seed, thr, scale);
+        a.x += b.x;
+        a.y += b.y;
+        a.z += b.z;
+        a.w += b.w;
+        *(float4*)(y + i) = a;
+        return;
+    }
+    for (long j = i; j < i + 4 && j < n; j++) y[j] += keep(seed, j, thr) ? x[j] * scale : 0.f;
 }
 
 // bias_add: y[r, c] += b[c] for rows of n.

@@ -211,24 +211,31 @@ func TestPagedAttentionOnGPU(t *testing.T) {
 // allocation's start, as a Rows view can be).
 var elementwiseCases = []struct{ n, off int }{{1, 0}, {7, 1}, {1024, 0}, {1027, 0}, {1027, 1}}
 
-// elementwiseWant: y + 0.5 x, dropout(x) (p 0.25, seed 12345) and bf16(x)
-// on the CPU backend.
-func elementwiseWant(x, y []float32) [3][]float32 {
+// elementwiseWant: y + 0.5 x, dropout(x) (p 0.25, seed 12345), bf16(x),
+// bf16(dropout(x)) and y + dropout(x) on the CPU backend.
+func elementwiseWant(x, y []float32) [5][]float32 {
 	c := cpu.New()
 	xs, ys := c.FromHost(x, len(x)), c.FromHost(y, len(y))
 	c.AddScaled(ys, xs, 0.5)
 	d := c.Zeros(len(x))
 	c.Dropout(d, xs, 0.25, 12345)
+	ya := c.FromHost(y, len(y))
+	c.DropoutAdd(ya, xs, 0.25, 12345)
+	return [5][]float32{c.ToHost(ys), c.ToHost(d), bf16Of(x), bf16Of(c.ToHost(d)), c.ToHost(ya)}
+}
+
+// bf16Of: x rounded to bfloat16 (to nearest even) and widened back.
+func bf16Of(x []float32) []float32 {
 	w := make([]float32, len(x))
 	for i, v := range x {
 		w[i] = math.Float32frombits(uint32(half.F32ToBF16(v)) << 16)
 	}
-	return [3][]float32{c.ToHost(ys), c.ToHost(d), w}
+	return w
 }
 
-func checkElementwise(t *testing.T, n, off int, got, want [3][]float32) {
+func checkElementwise(t *testing.T, n, off int, got, want [5][]float32) {
 	t.Helper()
-	for k, name := range []string{"add_scaled", "dropout", "narrow_bf16"} {
+	for k, name := range []string{"add_scaled", "dropout", "narrow_bf16", "dropout_bf16", "dropout_add"} {
 		for i := range want[k] {
 			if got[k][i] != want[k][i] {
 				t.Fatalf("%s n %d off %d: element %d is %g, want %g", name, n, off, i, got[k][i], want[k][i])
@@ -238,22 +245,28 @@ func checkElementwise(t *testing.T, n, off int, got, want [3][]float32) {
 }
 
 // TestElementwiseEmulated runs the four-a-thread kernels (add_scaled,
-// dropout, narrow_bf16) through the emulator against the CPU backend.
+// dropout, narrow_bf16, dropout_bf16, dropout_add) through the emulator
+// against the CPU backend.
 func TestElementwiseEmulated(t *testing.T) {
 	bin := emulator(t)
 	for _, s := range elementwiseCases {
 		r := rand.New(rand.NewPCG(uint64(s.n), uint64(s.off)))
 		x, y := rnd(r, s.off+s.n), rnd(r, s.off+s.n)
 		f := emulate(t, bin, "elementwise", []int{s.n, s.off}, x, y)
-		if len(f) != 3*s.n {
-			t.Fatalf("n %d: %d values back, want %d", s.n, len(f), 3*s.n)
+		if len(f) != 5*s.n {
+			t.Fatalf("n %d: %d values back, want %d", s.n, len(f), 5*s.n)
 		}
-		checkElementwise(t, s.n, s.off, [3][]float32{f[:s.n], f[s.n : 2*s.n], f[2*s.n:]}, elementwiseWant(x[s.off:], y[s.off:]))
+		var got [5][]float32
+		for k := range got {
+			got[k] = f[k*s.n : (k+1)*s.n]
+		}
+		checkElementwise(t, s.n, s.off, got, elementwiseWant(x[s.off:], y[s.off:]))
 	}
 }
 
 // TestElementwiseOnGPU is its GPU twin, through the backend's ops on Rows
-// views (off 1 misaligns them).
+// views (off 1 misaligns them); DropoutOperand in BF16 mode is
+// dropout_bf16.
 func TestElementwiseOnGPU(t *testing.T) {
 	g := gpu(t)
 	for _, s := range elementwiseCases {
@@ -261,15 +274,21 @@ func TestElementwiseOnGPU(t *testing.T) {
 		x, y := rnd(r, s.off+s.n), rnd(r, s.off+s.n)
 		xs := g.Rows(g.FromHost(x, s.off+s.n, 1), s.off, s.off+s.n)
 		ys := g.Rows(g.FromHost(y, s.off+s.n, 1), s.off, s.off+s.n)
+		ya := g.Rows(g.FromHost(y, s.off+s.n, 1), s.off, s.off+s.n)
 		g.AddScaled(ys, xs, 0.5)
 		d := g.Rows(g.Zeros(s.off+s.n, 1), s.off, s.off+s.n)
 		g.Dropout(d, xs, 0.25, 12345)
-		w := g.Zeros(s.n, 1)
+		g.DropoutAdd(ya, xs, 0.25, 12345)
 		ids := make([]int, s.n)
 		for i := range ids {
 			ids[i] = i
 		}
+		w, wd := g.Zeros(s.n, 1), g.Zeros(s.n, 1)
 		g.Embedding(w, g.NarrowBF16(xs), ids)
-		checkElementwise(t, s.n, s.off, [3][]float32{g.ToHost(ys), g.ToHost(d), g.ToHost(w)}, elementwiseWant(x[s.off:], y[s.off:]))
+		g.BF16 = true
+		g.Embedding(wd, g.DropoutOperand(xs, 0.25, 12345), ids)
+		g.BF16 = false
+		got := [5][]float32{g.ToHost(ys), g.ToHost(d), g.ToHost(w), g.ToHost(wd), g.ToHost(ya)}
+		checkElementwise(t, s.n, s.off, got, elementwiseWant(x[s.off:], y[s.off:]))
 	}
 }

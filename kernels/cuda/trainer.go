@@ -61,8 +61,36 @@ func (b *Backend) NarrowBF16Into(dst, x kernels.Tensor) {
 
 // Dropout implements kernels.TrainBackend.
 func (b *Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
-	n := y.Len()
-	b.launch("dropout", blocks4(n), 256, 0, ptr(y), ptr(x), int64(n), seed, kernels.DropoutThreshold(p), float32(1/(1-p)))
+	b.dropout("dropout", ptr(y), x, p, seed)
+}
+
+// DropoutOperand implements kernels.TrainBackend: in BF16 mode, where
+// every GEMM rounds its x to bf16 (matmul, MatMulBackward), the dropped-out
+// x is written as bf16 at once (dropout_bf16) instead of in float32 and
+// then narrowed by the GEMM.
+func (b *Backend) DropoutOperand(x kernels.Tensor, p float64, seed uint64) kernels.Tensor {
+	if !b.BF16 {
+		y := b.Empty(x.Shape()...)
+		b.Dropout(y, x, p, seed)
+		return y
+	}
+	defer b.enter()()
+	n := x.Len()
+	y := b.alloc((n+1)/2, append([]int(nil), x.Shape()...))
+	y.bf16 = true
+	b.dropout("dropout_bf16", y.ptr, x, p, seed)
+	return y
+}
+
+// DropoutAdd implements kernels.TrainBackend.
+func (b *Backend) DropoutAdd(y, x kernels.Tensor, p float64, seed uint64) {
+	b.dropout("dropout_add", ptr(y), x, p, seed)
+}
+
+// dropout launches one of the dropout kernels (elementwise.cu) from x into y.
+func (b *Backend) dropout(k string, y uint64, x kernels.Tensor, p float64, seed uint64) {
+	n := x.Len()
+	b.launch(k, blocks4(n), 256, 0, y, ptr(x), int64(n), seed, kernels.DropoutThreshold(p), float32(1/(1-p)))
 }
 
 // MatMulBackward implements kernels.TrainBackend with two cuBLAS GEMMs that

@@ -168,6 +168,18 @@ func TestDataParallelGPU(t *testing.T) {
 			t.Fatalf("ZeRO-2 bf16 on the GPU: step %d loss %.6f, %.6f in f32 on the CPU", s, gl[s], wl[s])
 		}
 	}
+	// LoRA with dropout over a bf16 base on tensor cores (the dropped-out
+	// input made bf16 by dropout_bf16, its backward by dropout_add): the
+	// CPU's losses over the same base as bf16 rounding allows.
+	_, ll, _ := parallelOn(t, dir, []kernels.TrainBackend{cpu.New()}, nil, LearnerOptions{BF16: true}, true)
+	g0.BF16 = true
+	_, gl, _ = parallelOn(t, dir, []kernels.TrainBackend{g0}, nil, LearnerOptions{BF16: true}, true)
+	g0.BF16 = false
+	for s := range ll {
+		if d := math.Abs(gl[s] - ll[s]); d > 5e-3*math.Abs(ll[s]) {
+			t.Fatalf("LoRA bf16 on the GPU: step %d loss %.6f, %.6f on the CPU", s, gl[s], ll[s])
+		}
+	}
 	n, err := cuda.NewNCCL([]kernels.TrainBackend{g0})
 	if err != nil {
 		t.Skipf("NCCL not loaded: %v", err)

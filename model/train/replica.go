@@ -437,8 +437,7 @@ func (d *Replica) linearIn(p *devLinear, x kernels.Tensor, o TrainOptions, act *
 		// The tape's mask (kernels.DropoutBits), drawn on the device; the
 		// backward draws it again rather than keep it.
 		act.dropped, act.dropSeed = true, p.DropoutSeed(o.Seed)
-		xd = be.Empty(x.Shape()...)
-		be.Dropout(xd, x, p.Dropout, act.dropSeed)
+		xd = be.DropoutOperand(x, p.Dropout, act.dropSeed)
 	}
 	act.xa = be.Empty(x.Shape()[0], p.A.W.Shape()[0])
 	be.MatMul(act.xa, xd, p.A.W, nil)
@@ -469,12 +468,10 @@ func (d *Replica) linearBackward(p *devLinear, dx, dy kernels.Tensor, o TrainOpt
 		be.MatMulBackward(dx, p.A.G, nil, dxa, act.in, p.A.W)
 		return
 	}
-	xd := be.Empty(act.in.Shape()...)
-	be.Dropout(xd, act.in, p.Dropout, act.dropSeed)
+	xd := be.DropoutOperand(act.in, p.Dropout, act.dropSeed)
 	dxd := be.Zeros(act.in.Shape()...)
 	be.MatMulBackward(dxd, p.A.G, nil, dxa, xd, p.A.W)
-	be.Dropout(dxd, dxd, p.Dropout, act.dropSeed)
-	be.AddScaled(dx, dxd, 1)
+	be.DropoutAdd(dx, dxd, p.Dropout, act.dropSeed)
 }
 
 func grad(p *DeviceParam) kernels.Tensor {

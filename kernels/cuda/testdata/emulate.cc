@@ -19,10 +19,11 @@
 // emulate paged IN OUT (attention_paged). IN: int32 t, start, heads,
 // kvheads, hd, poolRows, rows[start+t], then float32 q, kpool, vpool.
 // OUT: float32 out.
-// emulate elementwise IN OUT (add_scaled, dropout, narrow_bf16). IN:
-// int32 n, off, then float32 x, y [off+n] (the kernels get x+off, y+off:
-// off 1 misaligns them). OUT: float32 y + 0.5 x, dropout(x) with p 0.25
-// and seed 12345, and bf16(x) widened, each n long.
+// emulate elementwise IN OUT (add_scaled, dropout, narrow_bf16,
+// dropout_bf16, dropout_add). IN: int32 n, off, then float32 x, y [off+n]
+// (the kernels get x+off, y+off: off 1 misaligns them). OUT: float32
+// y + 0.5 x, dropout(x) with p 0.25 and seed 12345, bf16(x) widened,
+// bf16(dropout(x)) widened and y + dropout(x), each n long.
 // emulate encoder IN OUT (encoder_train.cu). IN: int32 t, heads, hd,
 // nseg, bounds[nseg+1], then float32 q, k, v, dout, x, dy [t][heads*hd],
 // w [heads*hd], dpool [nseg][heads*hd]. OUT: float32 out, dq, dk, dv of
@@ -275,17 +276,22 @@ static int elementwise(FILE* in, FILE* o) {
     int n = dims[0], off = dims[1];
     std::vector<float> x(off + n), y(off + n), d(off + n);
     if (!readall(in, {&x, &y})) return 3;
-    std::vector<unsigned short> b(off + n);
+    std::vector<float> ya = y; // dropout_add's y
+    std::vector<unsigned short> b(off + n), db(off + n);
     int g = (n + 3) / 4, nb = (g + 127) / 128;
     launch(nb, 1, [&] { add_scaled(y.data() + off, x.data() + off, 0.5f, n); });
     unsigned long long thr = (unsigned long long)(0.25 * 18446744073709551616.0);
     launch(nb, 1, [&] { dropout(d.data() + off, x.data() + off, n, 12345, thr, 1 / 0.75f); });
     launch(nb, 1, [&] { narrow_bf16(b.data() + off, x.data() + off, n); });
-    std::vector<float> w(n);
-    for (int i = 0; i < n; i++) w[i] = bf(b[off + i]);
+    launch(nb, 1, [&] { dropout_bf16(db.data() + off, x.data() + off, n, 12345, thr, 1 / 0.75f); });
+    launch(nb, 1, [&] { dropout_add(ya.data() + off, x.data() + off, n, 12345, thr, 1 / 0.75f); });
+    std::vector<float> w(n), wd(n);
+    for (int i = 0; i < n; i++) w[i] = bf(b[off + i]), wd[i] = bf(db[off + i]);
     fwrite(y.data() + off, 4, n, o);
     fwrite(d.data() + off, 4, n, o);
     fwrite(w.data(), 4, n, o);
+    fwrite(wd.data(), 4, n, o);
+    fwrite(ya.data() + off, 4, n, o);
     return 0;
 }
 
