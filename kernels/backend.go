@@ -134,6 +134,11 @@ type TrainBackend interface {
 	// Dropout: y = x ∘ keep / (1−p), keep drawn from seed as DropoutBits
 	// says (y may be x).
 	Dropout(y, x Tensor, p float64, seed uint64)
+	// GEMMOperand returns x as MatMul, MatMulAdd and MatMulBackward read
+	// it (their x, or MatMulBackward's dy), for GEMMs that share it: a
+	// backend whose GEMMs round their operands to bfloat16 rounds it once
+	// into a copy that only those GEMMs may read; others return x.
+	GEMMOperand(x Tensor) Tensor
 	// DropoutOperand returns Dropout(x) as a new tensor that only MatMul,
 	// MatMulAdd and MatMulBackward read, as their x: a backend whose GEMMs
 	// round that operand to bfloat16 returns it so rounded, made in one

@@ -61,6 +61,10 @@ func (*Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 	}
 }
 
+// GEMMOperand implements kernels.TrainBackend: the CPU's GEMMs read
+// float32, x itself.
+func (*Backend) GEMMOperand(x kernels.Tensor) kernels.Tensor { return x }
+
 // DropoutOperand implements kernels.TrainBackend: the CPU's GEMMs read
 // float32, so it is Dropout into a new tensor.
 func (b *Backend) DropoutOperand(x kernels.Tensor, p float64, seed uint64) kernels.Tensor {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/agemem/agemem/kernels"
@@ -265,8 +266,8 @@ func TestElementwiseEmulated(t *testing.T) {
 }
 
 // TestElementwiseOnGPU is its GPU twin, through the backend's ops on Rows
-// views (off 1 misaligns them); DropoutOperand in BF16 mode is
-// dropout_bf16.
+// views (off 1 misaligns them); in BF16 mode DropoutOperand is
+// dropout_bf16 and GEMMOperand narrow_bf16.
 func TestElementwiseOnGPU(t *testing.T) {
 	g := gpu(t)
 	for _, s := range elementwiseCases {
@@ -285,10 +286,15 @@ func TestElementwiseOnGPU(t *testing.T) {
 		}
 		w, wd := g.Zeros(s.n, 1), g.Zeros(s.n, 1)
 		g.Embedding(w, g.NarrowBF16(xs), ids)
+		wo := g.Zeros(s.n, 1)
 		g.BF16 = true
 		g.Embedding(wd, g.DropoutOperand(xs, 0.25, 12345), ids)
+		g.Embedding(wo, g.GEMMOperand(xs), ids)
 		g.BF16 = false
-		got := [5][]float32{g.ToHost(ys), g.ToHost(d), g.ToHost(w), g.ToHost(wd), g.ToHost(ya)}
-		checkElementwise(t, s.n, s.off, got, elementwiseWant(x[s.off:], y[s.off:]))
+		want := elementwiseWant(x[s.off:], y[s.off:])
+		checkElementwise(t, s.n, s.off, [5][]float32{g.ToHost(ys), g.ToHost(d), g.ToHost(w), g.ToHost(wd), g.ToHost(ya)}, want)
+		if got := g.ToHost(wo); !slices.Equal(got, want[2]) {
+			t.Fatalf("GEMMOperand in BF16 mode, n %d off %d: %v, want bf16(x) %v", s.n, s.off, got, want[2])
+		}
 	}
 }

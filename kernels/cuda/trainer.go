@@ -64,6 +64,21 @@ func (b *Backend) Dropout(y, x kernels.Tensor, p float64, seed uint64) {
 	b.dropout("dropout", ptr(y), x, p, seed)
 }
 
+// GEMMOperand implements kernels.TrainBackend: in BF16 mode, where every
+// GEMM rounds its operands to bf16, a bf16 copy the GEMMs read as it is
+// (asBF16), made once for all of them.
+func (b *Backend) GEMMOperand(x kernels.Tensor) kernels.Tensor {
+	if !b.BF16 || dev(x).bf16 {
+		return x
+	}
+	defer b.enter()()
+	n := x.Len()
+	y := b.alloc((n+1)/2, append([]int(nil), x.Shape()...))
+	y.bf16 = true
+	b.launch("narrow_bf16", blocks4(n), 256, 0, y.ptr, ptr(x), int64(n))
+	return y
+}
+
 // DropoutOperand implements kernels.TrainBackend: in BF16 mode, where
 // every GEMM rounds its x to bf16 (matmul, MatMulBackward), the dropped-out
 // x is written as bf16 at once (dropout_bf16) instead of in float32 and

@@ -410,15 +410,17 @@ func (d *Replica) headBackward(acts *ReplicaActs, dxfn, dLogp kernels.Tensor) {
 	}
 }
 
-func (d *Replica) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
+// linear runs p on x; xo is x as the GEMMs read it (GEMMOperand(x), made
+// once where several projections read x, or x).
+func (d *Replica) linear(p *devLinear, x, xo kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
 	be := d.be
 	y := be.Empty(x.Shape()[0], p.Out)
 	var bias kernels.Tensor
 	if p.B != nil {
 		bias = p.B.W
 	}
-	be.MatMul(y, x, p.W.W, bias)
-	if xa := d.linearIn(p, x, o, act); xa != nil {
+	be.MatMul(y, xo, p.W.W, bias)
+	if xa := d.linearIn(p, x, xo, o, act); xa != nil {
 		be.MatMulAdd(y, xa, p.LB.W, float32(p.Scale))
 	}
 	return y
@@ -426,13 +428,13 @@ func (d *Replica) linear(p *devLinear, x kernels.Tensor, o TrainOptions, act *de
 
 // linearIn records what linear's backward needs of its input x: x itself
 // and, under LoRA, dropout(x)·A, which it returns (nil without an adapter).
-func (d *Replica) linearIn(p *devLinear, x kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
+func (d *Replica) linearIn(p *devLinear, x, xo kernels.Tensor, o TrainOptions, act *devLinAct) kernels.Tensor {
 	act.in = x
 	if p.A == nil || o.NoAdapter {
 		return nil
 	}
 	be := d.be
-	xd := x
+	xd := xo
 	if o.Dropout && p.Dropout > 0 {
 		// The tape's mask (kernels.DropoutBits), drawn on the device; the
 		// backward draws it again rather than keep it.
@@ -452,10 +454,16 @@ func (d *Replica) linearBackward(p *devLinear, dx, dy kernels.Tensor, o TrainOpt
 	if p.B != nil {
 		db = p.B.G
 	}
-	be.MatMulBackward(dx, p.W.G, db, dy, act.in, p.W.W)
 	if p.A == nil || o.NoAdapter {
+		be.MatMulBackward(dx, p.W.G, db, dy, act.in, p.W.W)
 		return
 	}
+	if db == nil {
+		// The base's GEMMs and B's read dy: rounded once for both (a bias
+		// gradient sums dy itself).
+		dy = be.GEMMOperand(dy)
+	}
+	be.MatMulBackward(dx, p.W.G, db, dy, act.in, p.W.W)
 	// The adapter sees scale·dy: B's gradient and dxa are taken from dy
 	// and scaled where they are small (r wide), not dy where it is large.
 	s := float32(p.Scale)
@@ -552,15 +560,16 @@ func chunkOptions(o TrainOptions, lo int) TrainOptions {
 // residual), or with out false only what Down's backward needs (nil).
 func (d *Replica) mlpForward(li int, xn2 kernels.Tensor, o TrainOptions, m *mlpAct, out bool) kernels.Tensor {
 	mlp := &d.Layers[li].MLP
-	m.gate = d.linear(&mlp.Gate, xn2, o, &m.lin.gate)
-	m.up = d.linear(&mlp.Up, xn2, o, &m.lin.up)
+	xo := d.be.GEMMOperand(xn2) // Gate's and Up's
+	m.gate = d.linear(&mlp.Gate, xn2, xo, o, &m.lin.gate)
+	m.up = d.linear(&mlp.Up, xn2, xo, o, &m.lin.up)
 	m.act = d.be.Empty(m.gate.Shape()...)
 	d.be.SiLUMul(m.act, m.gate, m.up)
 	if !out {
-		d.linearIn(&mlp.Down, m.act, o, &m.lin.down)
+		d.linearIn(&mlp.Down, m.act, m.act, o, &m.lin.down)
 		return nil
 	}
-	return d.linear(&mlp.Down, m.act, o, &m.lin.down)
+	return d.linear(&mlp.Down, m.act, m.act, o, &m.lin.down)
 }
 
 // mlpBackward accumulates into dxn2 the MLP's backward given dy, the
@@ -584,9 +593,10 @@ func (d *Replica) attnForward(li int, x kernels.Tensor, b Batch, o TrainOptions,
 	a.x = x
 	a.xn1 = be.Empty(n, h)
 	be.RMSNorm(a.xn1, x, l.AttnNorm.W, eps)
-	q := d.linear(&at.Q, a.xn1, o, &a.lin.q)
-	k := d.linear(&at.K, a.xn1, o, &a.lin.k)
-	a.v = d.linear(&at.V, a.xn1, o, &a.lin.v)
+	xo := be.GEMMOperand(a.xn1) // Q's, K's and V's
+	q := d.linear(&at.Q, a.xn1, xo, o, &a.lin.q)
+	k := d.linear(&at.K, a.xn1, xo, o, &a.lin.k)
+	a.v = d.linear(&at.V, a.xn1, xo, o, &a.lin.v)
 	if at.QKNorm {
 		a.qPre, a.kPre = q, k
 		q, k = be.Empty(q.Shape()...), be.Empty(k.Shape()...)
@@ -615,7 +625,7 @@ func (d *Replica) attnForward(li int, x kernels.Tensor, b Batch, o TrainOptions,
 	if !keep {
 		a.lse = nil
 	}
-	a.xMid = d.linear(&at.O, a.att, o, &a.lin.o)
+	a.xMid = d.linear(&at.O, a.att, a.att, o, &a.lin.o)
 	be.Add(a.xMid, x)
 	a.xn2 = be.Empty(n, h)
 	be.RMSNorm(a.xn2, a.xMid, l.MLPNorm.W, eps)
