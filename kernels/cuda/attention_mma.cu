@@ -220,9 +220,11 @@ __device__ __forceinline__ float quad_sum(float v) {
 // scaled scores. Grid (ceil(t/MMA_BQ), heads), 128 threads. Dynamic shared
 // memory: 4*MMA_BK*(hd+8) bf16 (K and V, two buffers each). Three blocks
 // an SM (at most 170 registers a thread) hide one another's latency.
-extern "C" __global__ void __launch_bounds__(128, 3) attention_mma(float* out, float* lse, const unsigned short* q, const unsigned short* k,
-                                         const unsigned short* v, int t, int start, int heads, int kvheads, int hd,
-                                         int lse_only) {
+template <int HD>
+__device__ __forceinline__ void attention_mma_impl(float* out, float* lse, const unsigned short* q, const unsigned short* k, const unsigned short* v, int t,
+    int start, int heads, int kvheads, int hd_, int lse_only) {
+    const int hd = HD ? HD : hd_; // HD: the head dimension known when compiled
+
     int h = blockIdx.y, kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int sp = hd + 8, nks = hd / 16, nds = hd / 8, tile = MMA_BK * sp, nk = start + t;
@@ -333,9 +335,11 @@ extern "C" __global__ void __launch_bounds__(128, 3) attention_mma(float* out, f
 // p = exp(scale q.k_j - lse), as attention_bwd_dq (q, k, v, dout bf16).
 // Grid (ceil(t/MMA_BQ), heads), 128 threads. Dynamic shared memory:
 // 4*MMA_BKQ*(hd+8) bf16.
-extern "C" __global__ void attention_mma_dq(float* dq, const unsigned short* q, const unsigned short* k,
-                                            const unsigned short* v, const unsigned short* dout, const float* lse,
-                                            const float* D, int t, int start, int heads, int kvheads, int hd) {
+template <int HD>
+__device__ __forceinline__ void attention_mma_dq_impl(float* dq, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+    const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd_) {
+    const int hd = HD ? HD : hd_; // HD: the head dimension known when compiled
+
     int h = blockIdx.y, kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int sp = hd + 8, nks = hd / 16, nds = hd / 8, tile = MMA_BKQ * sp, nk = start + t;
@@ -447,9 +451,11 @@ __device__ __forceinline__ void stage_q(const Stager& st, unsigned short* qs, un
 // (ceil((start+t)/MMA_BK), kvheads), 128 threads (16 keys a warp). Dynamic
 // shared memory: (2*MMA_BK + 4*MMA_QT)*(hd+8) bf16 (K, V, and two buffers
 // of q and dout tiles) and 4*MMA_QT floats.
-extern "C" __global__ void attention_mma_dkv(float* dk, float* dv, const unsigned short* q, const unsigned short* k,
-                                             const unsigned short* v, const unsigned short* dout, const float* lse,
-                                             const float* D, int t, int start, int heads, int kvheads, int hd) {
+template <int HD>
+__device__ __forceinline__ void attention_mma_dkv_impl(float* dk, float* dv, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+    const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd_) {
+    const int hd = HD ? HD : hd_; // HD: the head dimension known when compiled
+
     int kvh = blockIdx.y, group = heads / kvheads;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int sp = hd + 8, nks = hd / 16, nds = hd / 8, nk = start + t;
@@ -554,4 +560,53 @@ extern "C" __global__ void attention_mma_dkv(float* dk, float* dv, const unsigne
                 *(float2*)(vr + n * 8) = make_float2(b.x + dva[n][2 * r], b.y + dva[n][2 * r + 1]);
             }
     }
+}
+
+// The kernels: each for any head dimension the plan takes (hd a multiple
+// of 16 up to 128), and compiled for 64 and 128, where the k-step and
+// n-tile loops over hd unroll into straight code that ptxas schedules
+// across (Backend.mmaKernel picks).
+extern "C" __global__ void __launch_bounds__(128, 3) attention_mma(float* out, float* lse, const unsigned short* q, const unsigned short* k, const unsigned short* v, int t,
+    int start, int heads, int kvheads, int hd, int lse_only) {
+    attention_mma_impl<0>(out, lse, q, k, v, t, start, heads, kvheads, hd, lse_only);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 3) attention_mma_hd64(float* out, float* lse, const unsigned short* q, const unsigned short* k, const unsigned short* v, int t,
+    int start, int heads, int kvheads, int hd, int lse_only) {
+    attention_mma_impl<64>(out, lse, q, k, v, t, start, heads, kvheads, hd, lse_only);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 3) attention_mma_hd128(float* out, float* lse, const unsigned short* q, const unsigned short* k, const unsigned short* v, int t,
+    int start, int heads, int kvheads, int hd, int lse_only) {
+    attention_mma_impl<128>(out, lse, q, k, v, t, start, heads, kvheads, hd, lse_only);
+}
+
+extern "C" __global__ void attention_mma_dq(float* dq, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+    const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd) {
+    attention_mma_dq_impl<0>(dq, q, k, v, dout, lse, D, t, start, heads, kvheads, hd);
+}
+
+extern "C" __global__ void attention_mma_dq_hd64(float* dq, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+    const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd) {
+    attention_mma_dq_impl<64>(dq, q, k, v, dout, lse, D, t, start, heads, kvheads, hd);
+}
+
+extern "C" __global__ void attention_mma_dq_hd128(float* dq, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+    const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd) {
+    attention_mma_dq_impl<128>(dq, q, k, v, dout, lse, D, t, start, heads, kvheads, hd);
+}
+
+extern "C" __global__ void attention_mma_dkv(float* dk, float* dv, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+    const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd) {
+    attention_mma_dkv_impl<0>(dk, dv, q, k, v, dout, lse, D, t, start, heads, kvheads, hd);
+}
+
+extern "C" __global__ void attention_mma_dkv_hd64(float* dk, float* dv, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+    const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd) {
+    attention_mma_dkv_impl<64>(dk, dv, q, k, v, dout, lse, D, t, start, heads, kvheads, hd);
+}
+
+extern "C" __global__ void attention_mma_dkv_hd128(float* dk, float* dv, const unsigned short* q, const unsigned short* k, const unsigned short* v,
+    const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd) {
+    attention_mma_dkv_impl<128>(dk, dv, q, k, v, dout, lse, D, t, start, heads, kvheads, hd);
 }

@@ -124,7 +124,7 @@ func New(dev int) (*Backend, error) {
 	if b.sm >= 80 {
 		var optin int32
 		cu.DeviceGetAttribute(&optin, 97, b.dev) // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-		for _, k := range []string{"attention_mma", "attention_mma_dq", "attention_mma_dkv"} {
+		for _, k := range mmaKernels() {
 			// 8: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 			if err := cu.FuncSetAttribute(b.fns[k], 8, optin).err("cuFuncSetAttribute " + k); err != nil {
 				return nil, err

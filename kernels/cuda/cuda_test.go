@@ -52,7 +52,7 @@ func TestKernelsAssemble(t *testing.T) {
 	for _, arch := range []string{"80", "90"} {
 		report, err := Assemble(arch)
 		needNVRTC(t, err)
-		for _, k := range []string{"attention_mma", "attention_mma_dq", "attention_mma_dkv"} {
+		for _, k := range mmaKernels() {
 			m := regexp.MustCompile(`Function properties for ` + k + `\n[^\n]*?(\d+) bytes spill stores[^\n]*\n[^\n]*Used (\d+) registers`).FindStringSubmatch(report)
 			if m == nil {
 				t.Fatalf("sm_%s: no ptxas report of %s's registers in:\n%s", arch, k, report)
@@ -93,6 +93,15 @@ func TestEveryLaunchIsAKernel(t *testing.T) {
 	}
 	if launched < 20 {
 		t.Fatalf("only %d launches found", launched)
+	}
+	// The tensor-core kernels are launched by computed name (mmaKernel).
+	for _, k := range mmaKernels() {
+		if defined[k] != 1 {
+			t.Errorf("mmaKernels names %q, defined %d times in the kernel source", k, defined[k])
+		}
+	}
+	if !strings.Contains(mmaKernel("attention_mma_dkv", 128), "_hd128") || mmaKernel("attention_mma", 48) != "attention_mma" {
+		t.Errorf("mmaKernel picks %q for hd 128 and %q for 48", mmaKernel("attention_mma_dkv", 128), mmaKernel("attention_mma", 48))
 	}
 	ptx, err := Compile("80")
 	if err != nil {

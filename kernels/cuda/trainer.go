@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 
 	"github.com/agemem/agemem/kernels"
 )
@@ -220,6 +221,32 @@ const (
 	mmaQueries, mmaKeys, mmaDQKeys, mmaQTile = 64, 64, 32, 32
 )
 
+// mmaHeadDims are the head dimensions the tensor-core kernels are also
+// compiled for (attention_mma.cu's _hdN kernels): their loops over hd are
+// straight code there.
+var mmaHeadDims = []int{64, 128}
+
+// mmaKernel names base's kernel for head dimension hd: the one compiled
+// for it, else the one that takes any.
+func mmaKernel(base string, hd int) string {
+	if slices.Contains(mmaHeadDims, hd) {
+		return fmt.Sprintf("%s_hd%d", base, hd)
+	}
+	return base
+}
+
+// mmaKernels lists every tensor-core attention kernel.
+func mmaKernels() []string {
+	var out []string
+	for _, base := range []string{"attention_mma", "attention_mma_dq", "attention_mma_dkv"} {
+		out = append(out, base)
+		for _, hd := range mmaHeadDims {
+			out = append(out, mmaKernel(base, hd))
+		}
+	}
+	return out
+}
+
 // mmaShared is the dynamic shared memory of the tensor-core kernels for
 // head dimension hd: two buffers of bf16 tiles with rows of hd+8 (the
 // padding keeps ldmatrix's eight rows on distinct banks); dk/dv holds its
@@ -241,7 +268,7 @@ func (b *Backend) attentionMMA(out, lse, q, k, v kernels.Tensor, t, start, heads
 	kb, kc := b.asBF16(k)
 	vb, vc := b.asBF16(v)
 	fwd, _, _ := mmaShared(hd)
-	b.launch2("attention_mma", [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, fwd,
+	b.launch2(mmaKernel("attention_mma", hd), [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, fwd,
 		ptr(out), ptr(lse), qb, kb, vb, int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd), lseOnly)
 	runtime.KeepAlive(qc)
 	runtime.KeepAlive(kc)
@@ -283,9 +310,9 @@ func (b *Backend) AttentionBackwardLSE(dq, dk, dv, dout, out, lse, q, k, v kerne
 		vb, vc := b.asBF16(v)
 		gb, gc := b.asBF16(dout)
 		_, dqs, dkvs := mmaShared(hd)
-		b.launch2("attention_mma_dq", [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, dqs,
+		b.launch2(mmaKernel("attention_mma_dq", hd), [2]int{(t + mmaQueries - 1) / mmaQueries, heads}, 128, dqs,
 			ptr(dq), qb, kb, vb, gb, ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
-		b.launch2("attention_mma_dkv", [2]int{(start + t + mmaKeys - 1) / mmaKeys, kvHeads}, 128, dkvs,
+		b.launch2(mmaKernel("attention_mma_dkv", hd), [2]int{(start + t + mmaKeys - 1) / mmaKeys, kvHeads}, 128, dkvs,
 			ptr(dk), ptr(dv), qb, kb, vb, gb, ptr(lse), ptr(d), int32(t), int32(start), int32(heads), int32(kvHeads), int32(hd))
 		runtime.KeepAlive([]*Tensor{qc, kc, vc, gc})
 		return

@@ -251,8 +251,13 @@ static int mma(FILE* in, FILE* o) {
     int nqb = (t + MMA_BQ - 1) / MMA_BQ;
     // The training forward keeps the lse beside the values; the backward
     // without it runs the lse pass alone, which must agree to the bit.
-    launch(nqb, heads, [&] { attention_mma(out.data(), lse.data(), qb.data(), kb.data(), vb.data(), t, start, heads, kvheads, hd, 0); });
-    launch(nqb, heads, [&] { attention_mma(nullptr, lse2.data(), qb.data(), kb.data(), vb.data(), t, start, heads, kvheads, hd, 1); });
+    // The kernels the backend launches for hd (Backend.mmaKernel): those
+    // compiled for 64 and 128, else those that take any.
+    auto fwd = hd == 64 ? attention_mma_hd64 : hd == 128 ? attention_mma_hd128 : attention_mma;
+    auto dqk = hd == 64 ? attention_mma_dq_hd64 : hd == 128 ? attention_mma_dq_hd128 : attention_mma_dq;
+    auto dkvk = hd == 64 ? attention_mma_dkv_hd64 : hd == 128 ? attention_mma_dkv_hd128 : attention_mma_dkv;
+    launch(nqb, heads, [&] { fwd(out.data(), lse.data(), qb.data(), kb.data(), vb.data(), t, start, heads, kvheads, hd, 0); });
+    launch(nqb, heads, [&] { fwd(nullptr, lse2.data(), qb.data(), kb.data(), vb.data(), t, start, heads, kvheads, hd, 1); });
     if (memcmp(lse.data(), lse2.data(), 4 * lse.size()) != 0) {
         fprintf(stderr, "the lse pass differs from the forward's lse\n");
         return 5;
@@ -262,9 +267,9 @@ static int mma(FILE* in, FILE* o) {
         for (int d = 0; d < hd; d++) a += (double)dout[r * hd + d] * out[r * hd + d];
         D[r] = (float)a;
     }
-    launch(nqb, heads, [&] { attention_mma_dq(dq.data(), qb.data(), kb.data(), vb.data(), gb.data(), lse.data(), D.data(), t, start, heads, kvheads, hd); });
+    launch(nqb, heads, [&] { dqk(dq.data(), qb.data(), kb.data(), vb.data(), gb.data(), lse.data(), D.data(), t, start, heads, kvheads, hd); });
     launch((nk + MMA_BK - 1) / MMA_BK, kvheads, [&] {
-        attention_mma_dkv(dk.data(), dv.data(), qb.data(), kb.data(), vb.data(), gb.data(), lse.data(), D.data(), t, start, heads, kvheads, hd);
+        dkvk(dk.data(), dv.data(), qb.data(), kb.data(), vb.data(), gb.data(), lse.data(), D.data(), t, start, heads, kvheads, hd);
     });
     for (auto* x : {&out, &lse, &dq, &dk, &dv}) fwrite(x->data(), 4, x->size(), o);
     return 0;
