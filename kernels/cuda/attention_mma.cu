@@ -36,8 +36,33 @@
 
 extern __shared__ __align__(16) unsigned short shb[];
 
+// pack2: lo and hi rounded to bf16 (to nearest even) in one register, lo
+// in the low half: one cvt on sm_80 and later, where to_bf16's integer
+// rounding took a handful of instructions a value.
 __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+#if defined(AGEMEM_EMULATE) || __CUDA_ARCH__ < 800
     return (unsigned)to_bf16(lo) | ((unsigned)to_bf16(hi) << 16);
+#else
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#endif
+}
+
+// ex2: 2^x by the SFU alone (ex2.approx.ftz, as FlashAttention-2's
+// fast-math exp2f), results below 2^-126 flushed to zero: the
+// probabilities they would be are below anything a bf16 P or an f32 sum
+// of them at least 1 keeps. exp2f adds a denormal guard of three
+// instructions a value.
+__device__ __forceinline__ float ex2(float x) {
+#if defined(AGEMEM_EMULATE)
+    float r = exp2f(x);
+    return r < 1.17549435e-38f ? 0.f : r;
+#else
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+#endif
 }
 
 // mma16816: c += a . b (16x16 bf16 times 16x8 bf16, f32 accumulators).
@@ -123,13 +148,18 @@ __device__ __forceinline__ void cp_wait() {
 
 // Stager is a thread's share of staging a tile of rows hd wide by 16-byte
 // copies: chunk e = threadIdx.x + k*blockDim.x of a tile is row e/(hd/8),
-// chunk e%(hd/8) of it, stepped without dividing again.
+// chunk e%(hd/8) of it, stepped without dividing again. With the head
+// dimension HD known when compiled (and the kernels' 128 threads), a
+// thread's chunks are column c of rows r, r + 128/(HD/8), ...: as many
+// for every thread, an unrolled run of copies.
+template <int HD>
 struct Stager {
     int r, c, dr, dc, cpr;
 };
 
-__device__ __forceinline__ Stager stager(int hd) {
-    Stager s;
+template <int HD>
+__device__ __forceinline__ Stager<HD> stager(int hd) {
+    Stager<HD> s;
     s.cpr = hd >> 3;
     s.r = threadIdx.x / s.cpr;
     s.c = threadIdx.x - s.r * s.cpr;
@@ -140,7 +170,18 @@ __device__ __forceinline__ Stager stager(int hd) {
 
 // stage: rows r0..r0+n-1 of x (bf16, ld apart) into s [n][sp] by
 // asynchronous 16-byte copies; rows at or past lim are zeros.
-__device__ __forceinline__ void stage(const Stager& st, unsigned short* s, int sp, const unsigned short* x, long ld, int r0, int n, int lim) {
+template <int HD>
+__device__ __forceinline__ void stage(const Stager<HD>& st, unsigned short* s, int sp, const unsigned short* x, long ld, int r0, int n, int lim) {
+    if (HD) {
+        const int dr = 128 / (HD ? HD / 8 : 1); // n is a multiple of it (MMA_BK, MMA_BKQ, MMA_QT)
+        const int col = st.c << 3;
+#pragma unroll
+        for (int k = 0; k < n / dr; k++) {
+            int r = st.r + k * dr, i = r0 + r;
+            cp16(s + r * sp + col, x + (long)min(i, lim - 1) * ld + col, i < lim);
+        }
+        return;
+    }
     for (int r = st.r, c = st.c; r < n;) {
         int i = r0 + r;
         cp16(s + r * sp + (c << 3), x + (long)min(i, lim - 1) * ld + (c << 3), i < lim);
@@ -155,7 +196,8 @@ __device__ __forceinline__ void stage(const Stager& st, unsigned short* s, int s
 
 // stage_kv: K and V (unless !with_v) rows jt*rows.. of a tile into buffer
 // jt%2 at shb (K, then V tile = rows*sp values on); a group of copies.
-__device__ __forceinline__ void stage_kv(const Stager& st, int jt, int rows, int sp, const unsigned short* kb,
+template <int HD>
+__device__ __forceinline__ void stage_kv(const Stager<HD>& st, int jt, int rows, int sp, const unsigned short* kb,
                                          const unsigned short* vb, long kld, int nk, bool with_v) {
     unsigned short* ks = shb + 2 * (jt & 1) * rows * sp;
     stage(st, ks, sp, kb, kld, jt * rows, rows, nk);
@@ -165,7 +207,8 @@ __device__ __forceinline__ void stage_kv(const Stager& st, int jt, int rows, int
 
 // next_kv: waits until tile jt has landed for every thread of the block,
 // having started tile jt+1's copies into the other buffer.
-__device__ __forceinline__ void next_kv(const Stager& st, int jt, int ntiles, int rows, int sp, const unsigned short* kb,
+template <int HD>
+__device__ __forceinline__ void next_kv(const Stager<HD>& st, int jt, int ntiles, int rows, int sp, const unsigned short* kb,
                                         const unsigned short* vb, long kld, int nk, bool with_v) {
     if (jt + 1 < ntiles) {
         stage_kv(st, jt + 1, rows, sp, kb, vb, kld, nk, with_v);
@@ -232,7 +275,7 @@ __device__ __forceinline__ void attention_mma_impl(float* out, float* lse, const
     long qld = (long)heads * hd, kld = (long)kvheads * hd;
     const unsigned short *kb = k + kvh * hd, *vb = v + kvh * hd;
     float sl2 = rsqrtf((float)hd) * LOG2E;
-    Stager st = stager(hd);
+    Stager<HD> st = stager<HD>(hd);
     unsigned qa[MMA_MAXK][4];
     load_a(qa, q + h * hd, qld, iw, t, hd);
     float o[MMA_MAXN][4];
@@ -262,34 +305,43 @@ __device__ __forceinline__ void attention_mma_impl(float* out, float* lse, const
                     mma16816(s[nt + 1], qa[kx], b[2], b[3]);
                 }
             }
-            // Only a tile reaching past the warp's first row needs the mask.
-            bool diag = j0 + MMA_BK - 1 > start + iw;
+            // Only a tile reaching past the warp's first row needs the mask
+            // (a branch the whole warp takes or skips).
+            if (j0 + MMA_BK - 1 > start + iw) {
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (j0 + nt * 8 + 2 * c + (e & 1) > start + iw + g + 8 * (e >> 1)) s[nt][e] = NEG_INF;
+            }
+            // The row maxima of the raw scores: scaling by sl2 > 0 keeps
+            // the maximum, so the scale joins the exponent's FMA.
             float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
             for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float x = s[nt][e] * sl2;
-                    if (diag && j0 + nt * 8 + 2 * c + (e & 1) > start + iw + g + 8 * (e >> 1)) x = NEG_INF;
-                    s[nt][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                }
+                for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
             float cr[2], mb[2];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                float mn = fmaxf(m[r], quad_max(mx[r]));
+                float mn = fmaxf(m[r], quad_max(mx[r]) * sl2);
                 mb[r] = mn == NEG_INF ? 0.f : mn; // a row with no key yet: keep zeros
-                cr[r] = exp2f(m[r] - mb[r]);
+                cr[r] = ex2(m[r] - mb[r]);
                 m[r] = mn;
                 l[r] *= cr[r];
             }
+            // The probabilities, packed as P.V's A fragments at once (half
+            // the registers of the f32 scores).
+            unsigned pa[4][4];
 #pragma unroll
-            for (int nt = 0; nt < 8; nt++)
+            for (int nt = 0; nt < 8; nt++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    s[nt][e] = exp2f(s[nt][e] - mb[e >> 1]);
+                    s[nt][e] = ex2(fmaf(s[nt][e], sl2, -mb[e >> 1]));
                     l[e >> 1] += s[nt][e];
                 }
+                if (nt & 1) a_from_c(pa[nt >> 1], s[nt - 1], s[nt]);
+            }
             if (!lse_only) {
 #pragma unroll
                 for (int n = 0; n < MMA_MAXN; n++) {
@@ -300,15 +352,13 @@ __device__ __forceinline__ void attention_mma_impl(float* out, float* lse, const
                 }
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++) {
-                    unsigned pa[4];
-                    a_from_c(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
                     for (int n = 0; n < MMA_MAXN; n += 2) {
                         if (n >= nds) break;
                         unsigned b[4];
                         ldsm<true>(b, vs + (kk * 16 + bt_row(lane)) * sp + n * 8 + bt_col(lane));
-                        mma16816(o[n], pa, b[0], b[1]);
-                        mma16816(o[n + 1], pa, b[2], b[3]);
+                        mma16816(o[n], pa[kk], b[0], b[1]);
+                        mma16816(o[n + 1], pa[kk], b[2], b[3]);
                     }
                 }
             }
@@ -347,7 +397,7 @@ __device__ __forceinline__ void attention_mma_dq_impl(float* dq, const unsigned 
     long qld = (long)heads * hd, kld = (long)kvheads * hd;
     const unsigned short *kb = k + kvh * hd, *vb = v + kvh * hd;
     float scale = rsqrtf((float)hd), sl2 = scale * LOG2E;
-    Stager st = stager(hd);
+    Stager<HD> st = stager<HD>(hd);
     unsigned qa[MMA_MAXK][4], ga[MMA_MAXK][4];
     load_a(qa, q + h * hd, qld, iw, t, hd);
     load_a(ga, dout + h * hd, qld, iw, t, hd);
@@ -387,16 +437,20 @@ __device__ __forceinline__ void attention_mma_dq_impl(float* dq, const unsigned 
                     mma16816(dp[nt + 1], ga[kx], b[2], b[3]);
                 }
             }
-            bool diag = j0 + MMA_BKQ - 1 > start + iw;
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = e >> 1;
-                    bool masked = diag && j0 + nt * 8 + 2 * c + (e & 1) > start + iw + g + 8 * r;
-                    float p = masked ? 0.f : exp2f(s[nt][e] * sl2 - L2[r]);
-                    s[nt][e] = p * (dp[nt][e] - Dr[r]); // ds
+                    s[nt][e] = ex2(fmaf(s[nt][e], sl2, -L2[r])) * (dp[nt][e] - Dr[r]); // ds
                 }
+            if (j0 + MMA_BKQ - 1 > start + iw) { // the diagonal tile: its masked scores
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (j0 + nt * 8 + 2 * c + (e & 1) > start + iw + g + 8 * (e >> 1)) s[nt][e] = 0.f;
+            }
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
                 unsigned da[4];
@@ -431,7 +485,8 @@ __device__ __forceinline__ void attention_mma_dq_impl(float* dq, const unsigned 
 // stage_q: query tile i0.. of head h for attention_mma_dkv: q and dout rows
 // into qs and gs by asynchronous copies, the rows' lse (log2 units) and D
 // into ls and Ds.
-__device__ __forceinline__ void stage_q(const Stager& st, unsigned short* qs, unsigned short* gs, float* ls, float* Ds,
+template <int HD>
+__device__ __forceinline__ void stage_q(const Stager<HD>& st, unsigned short* qs, unsigned short* gs, float* ls, float* Ds,
                                         const unsigned short* q, const unsigned short* dout, const float* lse,
                                         const float* D, int h, int i0, int t, int heads, int hd) {
     long qld = (long)heads * hd;
@@ -462,7 +517,7 @@ __device__ __forceinline__ void attention_mma_dkv_impl(float* dk, float* dv, con
     int jb = blockIdx.x * MMA_BK, jw = jb + warp * 16;
     long kld = (long)kvheads * hd;
     float scale = rsqrtf((float)hd), sl2 = scale * LOG2E;
-    Stager st = stager(hd);
+    Stager<HD> st = stager<HD>(hd);
     unsigned short* ks = shb;              // [MMA_BK][sp]
     unsigned short* vs = ks + MMA_BK * sp; // [MMA_BK][sp]
     unsigned short* qt = vs + MMA_BK * sp; // buffer b: q [MMA_QT][sp] at qt + 2*b*MMA_QT*sp, dout after it
@@ -476,14 +531,19 @@ __device__ __forceinline__ void attention_mma_dkv_impl(float* dk, float* dv, con
     int nq = (t - ilo + MMA_QT - 1) / MMA_QT, ntot = group * nq;
     stage_q(st, qt, qt + MMA_QT * sp, lt, lt + MMA_QT, q, dout, lse, D, kvh * group, ilo, t, heads, hd);
     cp_commit();
+    // Tile it is the group's head gi, queries i0..: the next tile's head
+    // and first query follow by counting (no division a tile).
+    int gi = 0, i0 = ilo, iend = ilo + nq * MMA_QT;
     for (int it = 0; it < ntot; it++) {
-        int gi = it / nq, i0 = ilo + (it - gi * nq) * MMA_QT, b = it & 1;
+        int b = it & 1;
         const unsigned short* qs = qt + 2 * b * MMA_QT * sp;
         const unsigned short* gs = qs + MMA_QT * sp;
         const float* ls = lt + 2 * b * MMA_QT;
         const float* Ds = ls + MMA_QT;
+        int gn = gi, in = i0 + MMA_QT;
+        if (in == iend) gn++, in = ilo;
         if (it + 1 < ntot) {
-            int gn = (it + 1) / nq, in = ilo + (it + 1 - gn * nq) * MMA_QT, bn = b ^ 1;
+            int bn = b ^ 1;
             unsigned short* qn = qt + 2 * bn * MMA_QT * sp;
             stage_q(st, qn, qn + MMA_QT * sp, lt + 2 * bn * MMA_QT, lt + 2 * bn * MMA_QT + MMA_QT, q, dout, lse, D,
                     kvh * group + gn, in, t, heads, hd);
@@ -520,11 +580,22 @@ __device__ __forceinline__ void attention_mma_dkv_impl(float* dk, float* dv, con
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int j = jw + g + 8 * (e >> 1), il = nt * 8 + 2 * c + (e & 1), i = i0 + il;
-                    float p = i < t && j <= start + i ? exp2f(st[nt][e] * sl2 - ls[il]) : 0.f;
+                    int il = nt * 8 + 2 * c + (e & 1);
+                    float p = ex2(fmaf(st[nt][e], sl2, -ls[il]));
                     dpt[nt][e] = p * (dpt[nt][e] - Ds[il]); // ds
                     st[nt][e] = p;
                 }
+            // A tile past the last query, or whose first query comes before
+            // the warp's last key: the pairs outside the causal triangle.
+            if (i0 + MMA_QT > t || jw + 15 > start + i0) {
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int j = jw + g + 8 * (e >> 1), i = i0 + nt * 8 + 2 * c + (e & 1);
+                        if (i >= t || j > start + i) st[nt][e] = dpt[nt][e] = 0.f;
+                    }
+            }
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
                 unsigned pa[4], da[4];
@@ -545,6 +616,8 @@ __device__ __forceinline__ void attention_mma_dkv_impl(float* dk, float* dv, con
             }
         }
         __syncthreads(); // buffer b is free for tile it+2
+        gi = gn;
+        i0 = in;
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
