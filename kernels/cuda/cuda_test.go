@@ -76,7 +76,7 @@ func TestEveryLaunchIsAKernel(t *testing.T) {
 	if len(defined) < 20 {
 		t.Fatalf("%d kernels found in the source", len(defined))
 	}
-	launch := regexp.MustCompile(`\.launch2?\("(\w+)"`)
+	launch := regexp.MustCompile(`\.(?:launch2?|dropout)\("(\w+)"`)
 	files, _ := filepath.Glob("*.go")
 	launched := 0
 	for _, f := range files {
