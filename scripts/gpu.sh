@@ -4,7 +4,8 @@
 #
 #   scripts/gpu.sh tests    the GPU tests of kernels/cuda, model/qwen,
 #                           model/bert, model/train and model/simcse, then
-#                           their benchmarks
+#                           their benchmarks (tests quick: the attention and
+#                           elementwise kernels and the GPU training steps)
 #   scripts/gpu.sh paper    the paper's GRPO step (7B and 4B shapes; its
 #                           warm-up rollout's device time by kernel) beside
 #                           PyTorch + PEFT (peft_anchor.py), then over a Q8_0
@@ -50,6 +51,14 @@ run() {
 
 tests() {
 	local pat='CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA|Profile|Decode|Paged'
+	if [ "${1:-}" = quick ]; then
+		# The kernels and training path changed since the last GPU run (about
+		# a minute): the tensor-core attention, the elementwise kernels, the
+		# replica's GPU steps.
+		run kernels/cuda -test.count=1 -test.v -test.run 'MMA|Elementwise|Kernels|Ops'
+		run model/train -test.count=1 -test.v -test.run 'GPU'
+		return
+	fi
 	run kernels/cuda -test.count=1 -test.v -test.run "$pat"
 	run model/qwen -test.count=1 -test.v -test.run "$pat"
 	run model/bert -test.count=1 -test.v -test.run "$pat"
@@ -97,7 +106,7 @@ recipe() {
 case ${1:-} in
 tests | paper | simcse | recipe) "$@" 2>&1 | tee "$out/$1${2:+-$2}.log" ;;
 *)
-	echo "usage: scripts/gpu.sh tests|paper|simcse|recipe [base|rl]" >&2
+	echo "usage: scripts/gpu.sh tests [quick]|paper|simcse|recipe [base|rl]" >&2
 	exit 2
 	;;
 esac
