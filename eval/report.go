@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/agemem/agemem/chart"
@@ -53,6 +54,9 @@ func (s Stat) String() string { return fmt.Sprintf("%.3f ± %.3f", s.Mean, s.SE)
 func writeJSONFile(path string, v any) error {
 	raw, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return os.WriteFile(path, append(raw, '\n'), 0o644)

@@ -141,18 +141,20 @@ func TestAgentOnTheNativeEngine(t *testing.T) {
 
 // TestCLILoCoMo: synth writes LoCoMo's layout; score reads predictions,
 // prints F1 by category, writes per-question scores, and names a bad
-// prediction line.
+// prediction line. Outputs go into directories that do not exist yet, as
+// the README's data/ does on a fresh clone.
 func TestCLILoCoMo(t *testing.T) {
 	dir := t.TempDir()
-	data := filepath.Join(dir, "locomo.json")
+	data := filepath.Join(dir, "data", "locomo.json")
 	mustRun(t, "locomo", "synth", "--samples", "2", "--sessions", "4", "--out", data)
 	preds := filepath.Join(dir, "preds.jsonl")
 	os.WriteFile(preds, []byte(`{"sample_id": "conv-1", "qa_index": 0, "prediction": "I do not know", "context": ["D1:1"]}`+"\n"), 0o644)
-	out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds, "--out", filepath.Join(dir, "scores.jsonl"))
+	scores := filepath.Join(dir, "runs", "scores.jsonl")
+	out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds, "--out", scores)
 	if !strings.Contains(out, "overall") || !strings.Contains(out, "questions have no prediction") {
 		t.Fatalf("table:\n%s", out)
 	}
-	if raw := mustRead(t, filepath.Join(dir, "scores.jsonl")); !strings.Contains(string(raw), `"qa_index":0`) {
+	if raw := mustRead(t, scores); !strings.Contains(string(raw), `"qa_index":0`) {
 		t.Fatalf("scores: %s", raw)
 	}
 	os.WriteFile(preds, []byte("{\"sample_id\": \"conv-1\", \"qa_index\": \"zero\"}\n"), 0o644)
@@ -168,7 +170,7 @@ func TestCLILoCoMoRun(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "locomo.json")
 	mustRun(t, "locomo", "synth", "--samples", "2", "--sessions", "5", "--out", data)
-	preds := filepath.Join(dir, "preds.jsonl")
+	preds := filepath.Join(dir, "runs", "rag", "preds.jsonl") // directories made for it
 	mustRun(t, "locomo", "run", "--data", data, "--method", "rag", "--k", "3", "--retrieval-only", "--out", preds)
 	out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds)
 	if !strings.Contains(out, "evidence recall:") {

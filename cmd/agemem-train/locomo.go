@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -54,7 +55,7 @@ locomo command reads the real file the same way.`,
 			if err != nil {
 				return err
 			}
-			return os.WriteFile(out, raw, 0o644)
+			return writeFile(out, raw)
 		},
 	}
 	synth.Flags().IntVar(&samples, "samples", 10, "conversations")
@@ -94,7 +95,7 @@ writes each question's score as JSONL, --json the table.`,
 				return fmt.Errorf("%s: %w", predictions, err)
 			}
 			if scores != "" {
-				f, err := os.Create(scores)
+				f, err := create(scores)
 				if err != nil {
 					return err
 				}
@@ -170,6 +171,11 @@ extracted into one note. A database keeps each chunking's pages apart.`,
 			if data == "" || out == "" {
 				return fmt.Errorf("--data and --out are required")
 			}
+			// The predictions are written after the run: their directory
+			// is made now, so a run does not end unable to save.
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return err
+			}
 			if method != "rag" && method != "full-context" && method != "ta-mem" && method != "agemem" {
 				return fmt.Errorf("--method %q: want rag, full-context, ta-mem or agemem", method)
 			}
@@ -239,7 +245,7 @@ extracted into one note. A database keeps each chunking's pages apart.`,
 			if err != nil {
 				return err
 			}
-			f, err := os.Create(out)
+			f, err := create(out)
 			if err != nil {
 				return err
 			}

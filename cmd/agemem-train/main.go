@@ -54,7 +54,7 @@ reasoning) with a policy, and reports how well the policy used its memory.`,
 		if profile == "" {
 			return nil
 		}
-		f, err := os.Create(profile)
+		f, err := create(profile)
 		if err != nil {
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}

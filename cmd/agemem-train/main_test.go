@@ -468,7 +468,7 @@ func cliPolicy(t *testing.T, dir string, n int) (data, model string) {
 func TestCLIEvalExtraMethods(t *testing.T) {
 	dir := t.TempDir()
 	data, model := cliPolicy(t, dir, 20)
-	sets := []string{"--set", "data.eval=" + data, "--set", "eval.tasks=2", "--set", "eval.out=" + filepath.Join(dir, "eval.json"),
+	sets := []string{"--set", "data.eval=" + data, "--set", "eval.tasks=2", "--set", "eval.out=" + filepath.Join(dir, "reports", "eval.json"),
 		"--set", "agent.response_budget=8", "--set", "agent.max_steps=1", "--set", "episode.stage1_max_turns=1", "--set", "episode.stage2_max_turns=1",
 		"--norl", model, "--trained", model}
 	out := mustRun(t, append([]string{"eval", "--method", "Answer-Only=" + model, "--method", "LTM-only=" + model + ",tools=ltm"}, sets...)...)
@@ -476,10 +476,10 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 		t.Fatalf("table:\n%s", out)
 	}
 	var rows []map[string]any
-	if err := json.Unmarshal(mustRead(t, filepath.Join(dir, "eval.json")), &rows); err != nil || len(rows) != 5 || rows[3]["policy"] != "Answer-Only" {
+	if err := json.Unmarshal(mustRead(t, filepath.Join(dir, "reports", "eval.json")), &rows); err != nil || len(rows) != 5 || rows[3]["policy"] != "Answer-Only" {
 		t.Fatalf("eval.json: %v %v", err, rows)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "eval.png")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "reports", "eval.png")); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ method, want string }{
@@ -500,7 +500,7 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 	defer ts.Close()
 	api := append([]string{"eval", "--method", "Server=openai:m", "--set", "openai.base_url=" + ts.URL + "/v1", "--set", "openai.format=tools"}, sets...)
 	out = mustRun(t, api...)
-	if err := json.Unmarshal(mustRead(t, filepath.Join(dir, "eval.json")), &rows); err != nil || len(rows) != 4 || rows[3]["policy"] != "Server" {
+	if err := json.Unmarshal(mustRead(t, filepath.Join(dir, "reports", "eval.json")), &rows); err != nil || len(rows) != 4 || rows[3]["policy"] != "Server" {
 		t.Fatalf("eval.json with an API row: %v %v\n%s", err, rows, out)
 	}
 	if mq := rows[3]["mq"].(map[string]any)["mean"].(float64); mq <= 0 {

@@ -157,6 +157,9 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 			if out == "" {
 				return fmt.Errorf("--out is required")
 			}
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return err
+			}
 			e, err := roles.MemToolEnv(cmd.Context(), cfg, tmpl)
 			if err != nil {
 				return err
@@ -173,7 +176,7 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 					return err
 				}
 			}
-			f, err := os.Create(out)
+			f, err := create(out)
 			if err != nil {
 				return err
 			}

@@ -251,6 +251,14 @@ func create(path string) (*os.File, error) {
 	return os.Create(path)
 }
 
+// writeFile writes b to path, making its directory.
+func writeFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 func writeRunFile(path string, runs map[string]toolret.Run, tag string) error {
 	f, err := create(path)
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,7 +61,7 @@ writes each query's values as JSONL.`,
 				rows = append(rows, row{k, m, n, skipped})
 			}
 			if out != "" {
-				f, err := os.Create(out)
+				f, err := create(out)
 				if err != nil {
 					return err
 				}
