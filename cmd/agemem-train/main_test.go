@@ -517,7 +517,7 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 	}
 	// A task file that cannot be scored (no tasks; HotpotQA's test split,
 	// without answers) is named, and the last table is kept.
-	before := mustRead(t, filepath.Join(dir, "eval.json"))
+	before := mustRead(t, filepath.Join(dir, "reports", "eval.json"))
 	empty, unanswered := filepath.Join(dir, "empty.json"), filepath.Join(dir, "test.json")
 	os.WriteFile(empty, []byte("[]\n"), 0o644)
 	os.WriteFile(unanswered, []byte(`[{"_id":"q1","question":"Who?","supporting_facts":[],"context":[["A",["A is here."]]]}]`), 0o644)
@@ -526,7 +526,7 @@ func TestCLIEvalExtraMethods(t *testing.T) {
 		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "data.eval: "+want) {
 			t.Errorf("data.eval=%s: %v", file, err)
 		}
-		if b := mustRead(t, filepath.Join(dir, "eval.json")); !bytes.Equal(b, before) {
+		if b := mustRead(t, filepath.Join(dir, "reports", "eval.json")); !bytes.Equal(b, before) {
 			t.Errorf("data.eval=%s rewrote eval.json", file)
 		}
 	}
