@@ -105,6 +105,9 @@ type Report struct {
 	// them have no prediction (not scored).
 	Questions int `json:"questions"`
 	Missing   int `json:"missing"`
+	// Answered is how many predictions state an answer (retrieval-only
+	// predictions carry only their context).
+	Answered int `json:"answered"`
 	// Agent is the retrieval agent's use of its tools by category, when
 	// the predictions carry it (the paper's Figure 2, its turns and token
 	// usage).
@@ -150,6 +153,9 @@ func Score(samples []Sample, preds []Prediction) (Report, []Scored, error) {
 			Prediction: p.Prediction, F1: ScoreQA(q, p.Prediction), Recall: EvidenceRecall(q, p.Context), HasContext: p.Context != nil,
 			AMemF1: AMemF1(p.Prediction, q.Answer), BLEU1: BLEU1(p.Prediction, q.Answer)}
 		out = append(out, sc)
+		if strings.TrimSpace(p.Prediction) != "" {
+			rep.Answered++
+		}
 		for _, k := range []string{Categories[q.Category], "overall"} {
 			if k == "overall" && q.Category == 5 {
 				continue
@@ -216,13 +222,13 @@ func Score(samples []Sample, preds []Prediction) (Report, []Scored, error) {
 // Print writes the table: F1 by category (LoCoMo's order), overall, and
 // evidence recall.
 func (r Report) Print(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "category\tquestions\tF1")
 	var cats []int
 	for n := range Categories {
 		cats = append(cats, n)
 	}
 	sort.Ints(cats)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "category\tquestions\tF1")
 	for _, n := range cats {
 		if c, ok := r.ByCategory[Categories[n]]; ok {
 			fmt.Fprintf(tw, "%d %s\t%d\t%.4f\n", n, Categories[n], c.N, c.Mean)
@@ -243,6 +249,9 @@ func (r Report) Print(w io.Writer) {
 			fmt.Fprintf(tw, "overall (1-4)\t%d\t%.4f\t%.4f\n", a.N, a.F1, a.BLEU1)
 		}
 		tw.Flush()
+	}
+	if r.Answered == 0 && r.Overall.N > 0 {
+		fmt.Fprintln(w, "no prediction states an answer, so every F1 above is 0 (retrieval-only predictions are measured by evidence recall)")
 	}
 	if r.Recall.N > 0 {
 		fmt.Fprintf(w, "evidence recall: %.4f over %d predictions with a context\n", r.Recall.Mean, r.Recall.N)

@@ -172,14 +172,18 @@ func TestCLILoCoMoRun(t *testing.T) {
 	mustRun(t, "locomo", "synth", "--samples", "2", "--sessions", "5", "--out", data)
 	preds := filepath.Join(dir, "runs", "rag", "preds.jsonl") // directories made for it
 	mustRun(t, "locomo", "run", "--data", data, "--method", "rag", "--k", "3", "--retrieval-only", "--out", preds)
+	// Retrieval-only predictions have no answers: the zero F1s say why.
 	out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds)
-	if !strings.Contains(out, "evidence recall:") {
+	if !strings.Contains(out, "evidence recall:") || !strings.Contains(out, "no prediction states an answer") {
 		t.Fatalf("score:\n%s", out)
 	}
 	ts, _ := planServer(t, nil) // answers "done: <prompt>" at once
 	mustRun(t, "locomo", "run", "--data", data, "--method", "full-context", "--set", "openai.base_url="+ts.URL+"/v1", "--model", "m", "--out", preds)
 	if raw := mustRead(t, preds); !strings.Contains(string(raw), `"prediction":"done:`) {
 		t.Fatalf("predictions: %.300s", raw)
+	}
+	if out := mustRun(t, "locomo", "score", "--data", data, "--predictions", preds); !strings.Contains(out, "overall") || strings.Contains(out, "no prediction states") {
+		t.Fatalf("score of answers:\n%s", out)
 	}
 	if _, err := run(t, "locomo", "run", "--data", data, "--method", "full-context", "--retrieval-only", "--out", preds); err == nil || !strings.Contains(err.Error(), "--method rag or ta-mem") {
 		t.Fatalf("retrieval-only without a retriever: %v", err)
