@@ -138,7 +138,7 @@ func TestCLIExportAndOllamaEpisode(t *testing.T) {
 	if _, err := run(t, "init-model", "--preset", "tiny", "--tokenizer", tokPath, "--out", model); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(dir, "tiny.gguf")
+	file := filepath.Join(dir, "gguf", "tiny.gguf") // a directory export makes
 	out, err := runCombined(t, "export", "--outtype", "q8_0", "--out", file, model)
 	if err != nil || !strings.Contains(out, "wrote "+file) || !strings.Contains(out, " Q8_0") || strings.Contains(out, "map[") ||
 		!regexp.MustCompile(`step (\d+)/(\d+) tensors written`).MatchString(out) {

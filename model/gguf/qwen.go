@@ -110,9 +110,13 @@ func ExportQwen(dir string, w io.Writer, o ExportOptions) (Summary, error) {
 	return s, WriteProgress(w, kvs, tensors, o.Progress)
 }
 
-// ExportQwenFile writes the export to path, through a temporary file that
-// is renamed into place, so a failed export leaves no partial file.
+// ExportQwenFile writes the export to path (making its directory),
+// through a temporary file that is renamed into place, so a failed export
+// leaves no partial file.
 func ExportQwenFile(dir, path string, o ExportOptions) (Summary, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return Summary{}, err
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".gguf-*")
 	if err != nil {
 		return Summary{}, err
