@@ -261,6 +261,6 @@ result loads in agemem, transformers, vLLM, and exports to GGUF.`,
 	}
 	cmd.Flags().StringVar(&base, "base", "", "base model directory")
 	cmd.Flags().StringVar(&adapter, "adapter", "", "adapter directory (adapter_config.json, adapter_model.safetensors)")
-	cmd.Flags().StringVar(&out, "out", "", "output directory (default: the config's model.path with model.init)")
+	cmd.Flags().StringVar(&out, "out", "", "output directory for the merged model (required)")
 	return cmd
 }
