@@ -17,8 +17,9 @@ type mmaShape struct{ t, start, heads, kvh, hd int }
 // mmaShapes cover partial query blocks and key tiles, a prefix (start),
 // groups of 1, 2 and 3 heads, every head_dim the kernels take in k-steps
 // of 16 up to 128, fewer queries than a warp's 16 rows, and enough key
-// and query tiles that both staging buffers are reused.
-var mmaShapes = []mmaShape{{70, 0, 4, 2, 128}, {50, 29, 3, 1, 64}, {17, 0, 2, 2, 16}, {9, 60, 2, 1, 48}, {150, 40, 6, 2, 32}}
+// and query tiles that both staging buffers are reused; the last is the
+// Qwen2.5-7B shape's group of 7 heads a KV head, after a prefix.
+var mmaShapes = []mmaShape{{70, 0, 4, 2, 128}, {50, 29, 3, 1, 64}, {17, 0, 2, 2, 16}, {9, 60, 2, 1, 48}, {150, 40, 6, 2, 32}, {100, 37, 7, 1, 128}}
 
 // mmaInputs draws q, k, v and dout for s.
 func mmaInputs(s mmaShape, seed uint64) (q, k, v, dout []float32) {
