@@ -172,8 +172,13 @@ __device__ __forceinline__ Stager<HD> stager(int hd) {
 // asynchronous 16-byte copies; rows at or past lim are zeros.
 template <int HD>
 __device__ __forceinline__ void stage(const Stager<HD>& st, unsigned short* s, int sp, const unsigned short* x, long ld, int r0, int n, int lim) {
+    // Every tile's rows (MMA_BK, MMA_BKQ, MMA_QT) a multiple of the rows
+    // the 128 threads copy at once, else some rows would not be staged.
+    static_assert(HD == 0 || (MMA_BK % (HD ? 1024 / HD : 1) == 0 && MMA_BKQ % (HD ? 1024 / HD : 1) == 0 &&
+                              MMA_QT % (HD ? 1024 / HD : 1) == 0),
+                  "a head dimension whose staging rows do not divide the tiles");
     if (HD) {
-        const int dr = 128 / (HD ? HD / 8 : 1); // n is a multiple of it (MMA_BK, MMA_BKQ, MMA_QT)
+        const int dr = 128 / (HD ? HD / 8 : 1);
         const int col = st.c << 3;
 #pragma unroll
         for (int k = 0; k < n / dr; k++) {
@@ -267,7 +272,6 @@ template <int HD>
 __device__ __forceinline__ void attention_mma_impl(float* out, float* lse, const unsigned short* q, const unsigned short* k, const unsigned short* v, int t,
     int start, int heads, int kvheads, int hd_, int lse_only) {
     const int hd = HD ? HD : hd_; // HD: the head dimension known when compiled
-
     int h = blockIdx.y, kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int sp = hd + 8, nks = hd / 16, nds = hd / 8, tile = MMA_BK * sp, nk = start + t;
@@ -389,7 +393,6 @@ template <int HD>
 __device__ __forceinline__ void attention_mma_dq_impl(float* dq, const unsigned short* q, const unsigned short* k, const unsigned short* v,
     const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd_) {
     const int hd = HD ? HD : hd_; // HD: the head dimension known when compiled
-
     int h = blockIdx.y, kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int sp = hd + 8, nks = hd / 16, nds = hd / 8, tile = MMA_BKQ * sp, nk = start + t;
@@ -510,7 +513,6 @@ template <int HD>
 __device__ __forceinline__ void attention_mma_dkv_impl(float* dk, float* dv, const unsigned short* q, const unsigned short* k, const unsigned short* v,
     const unsigned short* dout, const float* lse, const float* D, int t, int start, int heads, int kvheads, int hd_) {
     const int hd = HD ? HD : hd_; // HD: the head dimension known when compiled
-
     int kvh = blockIdx.y, group = heads / kvheads;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     int sp = hd + 8, nks = hd / 16, nds = hd / 8, nk = start + t;
