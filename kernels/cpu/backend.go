@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/half"
+	"github.com/agemem/agemem/kernels/vec"
 )
 
 // Tensor is a CPU tensor: a host slice, or a weight held as f32 or bf16.
@@ -23,7 +25,16 @@ func (t *Tensor) Bytes() int {
 }
 
 // Backend is the pure-Go CPU backend.
-type Backend struct{}
+type Backend struct {
+	// BF16: GEMMs on bf16 weights round their activations to bf16, as the
+	// CUDA backend's GEMMs on bf16 weights and ggml's bf16 matmul do, and
+	// those of at least 4 rows (a prefill, a batch) run on AVX512_BF16's
+	// VDPBF16PS where the CPU has it: twice the float32 FMA's products an
+	// instruction, and no widening of the weights. device.Open sets it for
+	// inference; training keeps it off (its backward widens the weights
+	// against float32 activations, and its gradients are checked so).
+	BF16 bool
+}
 
 // New returns the CPU backend.
 func New() *Backend { return &Backend{} }
@@ -114,7 +125,7 @@ func (*Backend) Embedding(out, table kernels.Tensor, ids []int) {
 }
 
 // MatMul implements kernels.Backend.
-func (*Backend) MatMul(y, x, w, bias kernels.Tensor) {
+func (be *Backend) MatMul(y, x, w, bias kernels.Tensor) {
 	wt := host(w)
 	yd, xd := data(y), data(x)
 	var b []float32
@@ -122,7 +133,22 @@ func (*Backend) MatMul(y, x, w, bias kernels.Tensor) {
 		b = data(bias)
 	}
 	if wt.w != nil {
-		MatMul(yd, xd, *wt.w, b, len(xd)/wt.w.Cols)
+		m := len(xd) / wt.w.Cols
+		if be.BF16 && wt.w.BF16 != nil {
+			if m >= 4 && vec.HasBF16Dot {
+				matMulBF16Dot(yd, xd, *wt.w, b, m)
+				return
+			}
+			// The same rounding on every path, so a row's product does
+			// not depend on how many rows share its GEMM beyond the
+			// order of float32 sums (continuous batching).
+			xr := make([]float32, len(xd))
+			for i, v := range xd {
+				xr[i] = half.BF16ToF32(half.F32ToBF16(v))
+			}
+			xd = xr
+		}
+		MatMul(yd, xd, *wt.w, b, m)
 		return
 	}
 	n, k := wt.Dims[0], wt.Dims[1]

@@ -4,6 +4,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/half"
 )
 
 func randVec(r *rand.Rand, n int) []float32 {
@@ -182,6 +185,63 @@ func TestMatMulRowsDoNotDependOnTheBatch(t *testing.T) {
 						t.Fatalf("k %d, n %d: row %d of %d: %v alone, %v in the batch", k, n, i, m, one[j], all[i*n+j])
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestMatMulBF16Activations: with Backend.BF16 a GEMM on bf16 weights is
+// x rounded to bf16 times the weights (float64 sums of the same products)
+// on every path (VDPBF16PS tiles from 4 rows where the CPU has them, the
+// float32 kernels below), for shapes that leave partial row blocks and
+// output panels and an odd k, with a bias; with BF16 off x stays float32.
+func TestMatMulBF16Activations(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, s := range []struct{ m, k, n int }{{4, 64, 32}, {7, 33, 45}, {13, 96, 100}, {3, 64, 32}} {
+		x, wf, bias := make([]float32, s.m*s.k), make([]float32, s.n*s.k), make([]float32, s.n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		bits := make([]uint16, len(wf))
+		for i := range wf {
+			bits[i] = half.F32ToBF16(float32(r.NormFloat64()))
+			wf[i] = half.BF16ToF32(bits[i])
+		}
+		for i := range bias {
+			bias[i] = float32(r.NormFloat64())
+		}
+		want := func(round bool) []float64 {
+			out := make([]float64, s.m*s.n)
+			for i := range s.m {
+				for j := range s.n {
+					acc := float64(bias[j])
+					for p := range s.k {
+						xv := x[i*s.k+p]
+						if round {
+							xv = half.BF16ToF32(half.F32ToBF16(xv))
+						}
+						acc += float64(xv) * float64(wf[j*s.k+p])
+					}
+					out[i*s.n+j] = acc
+				}
+			}
+			return out
+		}
+		for _, on := range []bool{false, true} {
+			b := &Backend{BF16: on}
+			y := b.Zeros(s.m, s.n)
+			b.MatMul(y, b.FromHost(x, s.m, s.k), b.Upload(kernels.Weight{Rows: s.n, Cols: s.k, BF16: bits}), b.FromHost(bias, s.n))
+			ref, other := want(on), want(!on)
+			var far, farOther float64
+			for i, v := range b.ToHost(y) {
+				far = max(far, math.Abs(float64(v)-ref[i]))
+				farOther = max(farOther, math.Abs(float64(v)-other[i]))
+			}
+			if far > 1e-4 {
+				t.Fatalf("%+v BF16 %v: off the reference by %g", s, on, far)
+			}
+			if farOther < 10*far {
+				t.Fatalf("%+v BF16 %v: %g from the reference, %g from the other rounding: the case does not tell them apart", s, on, far, farOther)
 			}
 		}
 	}

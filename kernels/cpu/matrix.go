@@ -79,6 +79,66 @@ func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 	})
 }
 
+// matMulBF16Dot is MatMul for bf16 weights with x rounded to bf16 (to
+// nearest even), on vec.GemmBF16x6x32's tiles of 6 rows by 32 outputs:
+// x is rounded once into rows of pairs, each worker packs a panel of 32
+// weight rows pair index by pair index (the layout the tile broadcasts
+// against) and runs every 6 rows of x over it. Rows and outputs past m and
+// n, and an odd k's last pair, are zeros.
+func matMulBF16Dot(y, x []float32, w Matrix, bias []float32, m int) {
+	k, n := w.Cols, w.Rows
+	kp, mp := (k+1)/2, (m+5)/6*6
+	xb := make([]uint32, mp*kp)
+	parallelFor(m, k, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row, out := x[i*k:(i+1)*k], xb[i*kp:(i+1)*kp]
+			for p := range out {
+				v := uint32(half.F32ToBF16(row[2*p]))
+				if 2*p+1 < k {
+					v |= uint32(half.F32ToBF16(row[2*p+1])) << 16
+				}
+				out[p] = v
+			}
+		}
+	})
+	parallelFor((n+31)/32, 32*k*m, func(lo, hi int) {
+		wp := make([]uint32, kp*32)
+		var tile [6 * 32]float32
+		for pn := lo; pn < hi; pn++ {
+			j0 := pn * 32
+			for c := range 32 {
+				j := j0 + c
+				if j >= n {
+					for p := range kp {
+						wp[p*32+c] = 0
+					}
+					continue
+				}
+				row := w.BF16[j*k : (j+1)*k]
+				for p := range k / 2 {
+					wp[p*32+c] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
+				}
+				if k%2 == 1 {
+					wp[(kp-1)*32+c] = uint32(row[k-1])
+				}
+			}
+			cols := min(32, n-j0)
+			for i0 := 0; i0 < m; i0 += 6 {
+				vec.GemmBF16x6x32(xb[i0*kp:], kp, wp, kp, tile[:], 32)
+				for r := range min(6, m-i0) {
+					yr := y[(i0+r)*n+j0 : (i0+r)*n+j0+cols]
+					copy(yr, tile[r*32:r*32+cols])
+					if bias != nil {
+						for c := range yr {
+							yr[c] += bias[j0+c]
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
 // widen16 writes the values of w's flat positions [lo, hi), bf16 or f16,
 // as float32.
 func widen16(dst []float32, w Matrix, lo, hi int) {

@@ -18,15 +18,21 @@ import (
 
 var fallbackOnce sync.Once
 
-// Open returns the backend for spec. Messages (the device chosen, or the
-// CPU fallback) go to log, which may be nil.
+// inferenceCPU is the CPU backend as Open gives it (BF16 GEMMs on bf16
+// weights); OpenTrainers turns that off for training.
+func inferenceCPU() *cpu.Backend { return &cpu.Backend{BF16: true} }
+
+// Open returns the backend for spec, for inference: the CPU backend rounds
+// activations to bf16 for GEMMs on bf16 weights (cpu.Backend.BF16), as the
+// CUDA backend does. Messages (the device chosen, or the CPU fallback) go
+// to log, which may be nil.
 func Open(spec string, log io.Writer) (kernels.Backend, error) {
 	if log == nil {
 		log = io.Discard
 	}
 	switch {
 	case spec == "cpu":
-		return cpu.New(), nil
+		return inferenceCPU(), nil
 	case spec == "auto" || spec == "":
 		g, err := cuda.New(0)
 		if err == nil {
@@ -37,7 +43,7 @@ func Open(spec string, log io.Writer) (kernels.Backend, error) {
 			return nil, err
 		}
 		fallbackOnce.Do(func() { fmt.Fprintln(log, "no CUDA device found; using CPU") })
-		return cpu.New(), nil
+		return inferenceCPU(), nil
 	case spec == "cuda" || strings.HasPrefix(spec, "cuda:"):
 		n := 0
 		if i, ok := strings.CutPrefix(spec, "cuda:"); ok {
@@ -87,6 +93,9 @@ func OpenTrainers(specs []string, bf16 bool, log io.Writer) ([]kernels.TrainBack
 		if g, ok := be.(*cuda.Backend); ok {
 			g.BF16 = bf16
 			gpus++
+		}
+		if c, ok := be.(*cpu.Backend); ok {
+			c.BF16 = false // the replica's backward and its checks are float32
 		}
 		bes = append(bes, tr)
 	}

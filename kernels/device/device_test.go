@@ -5,11 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/cuda"
 )
 
 func TestOpen(t *testing.T) {
-	if be, err := Open("cpu", nil); err != nil || be.Name() != "cpu" {
+	// For inference the CPU rounds activations to bf16 on bf16 weights, as
+	// the GPU does.
+	if be, err := Open("cpu", nil); err != nil || be.Name() != "cpu" || !be.(*cpu.Backend).BF16 {
 		t.Fatalf("cpu: %v", err)
 	}
 	var log bytes.Buffer
@@ -54,9 +57,14 @@ func TestOpenEncoderTrainer(t *testing.T) {
 }
 
 func TestOpenTrainers(t *testing.T) {
-	bes, reduce, err := OpenTrainers([]string{"cpu", "cpu"}, false, nil)
+	bes, reduce, err := OpenTrainers([]string{"cpu", "cpu"}, true, nil)
 	if err != nil || len(bes) != 2 || reduce.Name() != "host memory" {
 		t.Fatalf("cpu, cpu: %d devices, %v, %v", len(bes), reduce, err)
+	}
+	for i, be := range bes {
+		if be.(*cpu.Backend).BF16 { // training's backward and its checks are float32
+			t.Errorf("training device %d rounds activations to bf16", i)
+		}
 	}
 	for _, tc := range []struct {
 		specs []string

@@ -5,6 +5,7 @@
 package vec
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/agemem/agemem/kernels/half"
@@ -250,3 +251,36 @@ func axpyGeneric(y, x []float32, a float32) {
 		y[i] += a * x[i]
 	}
 }
+
+// GemmBF16x6x32 sets a 6×32 tile of y (rows ldy apart) to x·w over kp
+// pair indices: x holds 6 rows of bfloat16 pairs (low half the even
+// element), rows ldx pairs apart; w holds, for each pair index p, the
+// pairs of 32 columns (w[p*32+c]); each pair's two products are summed
+// in float32. On AVX512_BF16 (HasBF16Dot) one VDPBF16PS does 16 of them.
+// A prefill's activations rounded to bf16 times bf16 weights, as ggml's
+// bf16 matmul computes them.
+func GemmBF16x6x32(x []uint32, ldx int, w []uint32, kp int, y []float32, ldy int) {
+	if kp < 0 || len(w) < kp*32 || len(x) < 5*ldx+kp || len(y) < 5*ldy+32 || ldx < kp || ldy < 32 {
+		panic(fmt.Sprintf("vec: GemmBF16x6x32 of %d pairs over x %d (ld %d), w %d, y %d (ld %d)", kp, len(x), ldx, len(w), len(y), ldy))
+	}
+	gemmBF16x6x32(x, ldx, w, kp, y, ldy)
+}
+
+// gemmBF16x6x32Generic is GemmBF16x6x32 in Go, the odd element's product
+// added first, as VDPBF16PS's definition does.
+func gemmBF16x6x32Generic(x []uint32, ldx int, w []uint32, kp int, y []float32, ldy int) {
+	for r := range 6 {
+		for c := range 32 {
+			var acc float32
+			for p := range kp {
+				a, b := x[r*ldx+p], w[p*32+c]
+				acc += bf16Hi(a) * bf16Hi(b)
+				acc += bf16Lo(a) * bf16Lo(b)
+			}
+			y[r*ldy+c] = acc
+		}
+	}
+}
+
+func bf16Lo(v uint32) float32 { return math.Float32frombits(v << 16) }
+func bf16Hi(v uint32) float32 { return math.Float32frombits(v &^ 0xffff) }

@@ -231,3 +231,18 @@ func axpy(y, x []float32, a float32) {
 	}
 	axpyGeneric(y[n8:], x[n8:len(y)], a)
 }
+
+// HasBF16Dot reports whether GemmBF16x6x32 runs on AVX512_BF16's
+// VDPBF16PS (every bf16 pair product summed in float32 in one instruction).
+var HasBF16Dot = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 && cpu.X86.HasAVX512VL
+
+//go:noescape
+func gemmBF16x6x32AVX512(x *uint32, ldx int, w *uint32, kp int, y *float32, ldy int)
+
+func gemmBF16x6x32(x []uint32, ldx int, w []uint32, kp int, y []float32, ldy int) {
+	if HasBF16Dot && kp > 0 {
+		gemmBF16x6x32AVX512(&x[0], ldx, &w[0], kp, &y[0], ldy)
+		return
+	}
+	gemmBF16x6x32Generic(x, ldx, w, kp, y, ldy)
+}

@@ -53,3 +53,10 @@ func scaleMax(x []float32, s float32) float32 { return scaleMaxGeneric(x, s) }
 func scale(x []float32, s float32) { scaleGeneric(x, s) }
 
 func axpy(y, x []float32, a float32) { axpyGeneric(y, x[:len(y)], a) }
+
+// HasBF16Dot reports whether GemmBF16x6x32 runs on AVX512_BF16.
+const HasBF16Dot = false
+
+func gemmBF16x6x32(x []uint32, ldx int, w []uint32, kp int, y []float32, ldy int) {
+	gemmBF16x6x32Generic(x, ldx, w, kp, y, ldy)
+}
