@@ -135,7 +135,7 @@ func (be *Backend) MatMul(y, x, w, bias kernels.Tensor) {
 	if wt.w != nil {
 		m := len(xd) / wt.w.Cols
 		if be.BF16 && wt.w.BF16 != nil {
-			if m >= 4 && vec.HasBF16Dot {
+			if m >= 4 && vec.HasBF16Dot && wt.w.Cols%32 == 0 {
 				matMulBF16Dot(yd, xd, *wt.w, b, m)
 				return
 			}

@@ -192,12 +192,13 @@ func TestMatMulRowsDoNotDependOnTheBatch(t *testing.T) {
 
 // TestMatMulBF16Activations: with Backend.BF16 a GEMM on bf16 weights is
 // x rounded to bf16 times the weights (float64 sums of the same products)
-// on every path (VDPBF16PS tiles from 4 rows where the CPU has them, the
-// float32 kernels below), for shapes that leave partial row blocks and
-// output panels and an odd k, with a bias; with BF16 off x stays float32.
+// on every path (VDPBF16PS tiles from 4 rows where the CPU has them and k
+// is a multiple of 32, the float32 kernels otherwise), for shapes that
+// leave partial row and output groups and an odd k, with a bias; with
+// BF16 off x stays float32.
 func TestMatMulBF16Activations(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, s := range []struct{ m, k, n int }{{4, 64, 32}, {7, 33, 45}, {13, 96, 100}, {3, 64, 32}} {
+	for _, s := range []struct{ m, k, n int }{{4, 64, 32}, {7, 33, 45}, {13, 96, 45}, {6, 64, 47}, {3, 64, 32}} {
 		x, wf, bias := make([]float32, s.m*s.k), make([]float32, s.n*s.k), make([]float32, s.n)
 		for i := range x {
 			x[i] = float32(r.NormFloat64())

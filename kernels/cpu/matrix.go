@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/half"
@@ -80,54 +81,92 @@ func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 }
 
 // matMulBF16Dot is MatMul for bf16 weights with x rounded to bf16 (to
-// nearest even), on vec.GemmBF16x6x32's tiles of 6 rows by 32 outputs:
-// x is rounded once into rows of pairs, each worker packs a panel of 32
-// weight rows pair index by pair index (the layout the tile broadcasts
-// against) and runs every 6 rows of x over it. Rows and outputs past m and
-// n, and an odd k's last pair, are zeros.
+// nearest even), on vec.DotBF16x4x4's tiles of 4 rows by 4 outputs: x is
+// rounded once (its rows padded to a multiple of 4 with zeros), and each
+// worker takes groups of 4 weight rows, read as stored, over every 4 rows
+// of x. A last group of fewer than 4 weight rows is copied beside zero
+// rows. k a multiple of 32 (every Qwen width), else the caller's path.
 func matMulBF16Dot(y, x []float32, w Matrix, bias []float32, m int) {
 	k, n := w.Cols, w.Rows
-	kp, mp := (k+1)/2, (m+5)/6*6
-	xb := make([]uint32, mp*kp)
+	mp := (m + 3) / 4 * 4
+	xb := make([]uint16, mp*k)
 	parallelFor(m, k, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			row, out := x[i*k:(i+1)*k], xb[i*kp:(i+1)*kp]
-			for p := range out {
-				v := uint32(half.F32ToBF16(row[2*p]))
-				if 2*p+1 < k {
-					v |= uint32(half.F32ToBF16(row[2*p+1])) << 16
+		for i, v := range x[lo*k : hi*k] {
+			xb[lo*k+i] = half.F32ToBF16(v)
+		}
+	})
+	parallelFor((n+3)/4, 4*k*m, func(lo, hi int) {
+		var tile [16]float32
+		for g := lo; g < hi; g++ {
+			j0 := 4 * g
+			wr, cols := w.BF16[j0*k:], min(4, n-j0)
+			if cols < 4 {
+				wr = make([]uint16, 4*k)
+				copy(wr, w.BF16[j0*k:n*k])
+			}
+			for i0 := 0; i0 < m; i0 += 4 {
+				vec.DotBF16x4x4(xb[i0*k:], k, wr, k, k, &tile)
+				for r := range min(4, m-i0) {
+					yr := y[(i0+r)*n+j0 : (i0+r)*n+j0+cols]
+					copy(yr, tile[4*r:4*r+cols])
+					if bias != nil {
+						for c := range yr {
+							yr[c] += bias[j0+c]
+						}
+					}
 				}
-				out[p] = v
 			}
 		}
 	})
-	parallelFor((n+31)/32, 32*k*m, func(lo, hi int) {
-		wp := make([]uint32, kp*32)
-		var tile [6 * 32]float32
+}
+
+// matMulQ8Tiles is matMulQ8's prefill on vec.GemmQ8x6x16's tiles of 6
+// rows by 16 outputs (AVX-512 VNNI), the decode's arithmetic (ggml's),
+// each block summed in int32: x's quants (xq, block scales xd) are
+// regrouped once with their blocks' −128·sums, and each worker packs a
+// panel of 16 weight rows block by block, four quants a word offset to
+// unsigned, and runs every 6 rows of x over it. Padded rows and columns
+// have scale 0.
+func matMulQ8Tiles(y []float32, xq []int8, xd []float32, w Matrix, bias []float32, m int) {
+	k, n := w.Cols, w.Rows
+	nb, ldx, mp := k/kernels.QK8, k/4, (m+5)/6*6
+	xg := make([]uint32, mp*ldx)
+	copy(unsafe.Slice((*int8)(unsafe.Pointer(&xg[0])), m*k), xq)
+	xdp, xc := make([]float32, mp*nb), make([]int32, mp*nb)
+	copy(xdp, xd)
+	vec.Q8Sums(xc[:m*nb], xq)
+	for i := range xc {
+		xc[i] *= -128
+	}
+	q := unsafe.Slice((*uint32)(unsafe.Pointer(&w.Q8[0])), len(w.Q8)/4)
+	parallelFor((n+15)/16, 16*k*m, func(lo, hi int) {
+		wp, wd := make([]uint32, nb*128), make([]float32, nb*16)
+		var tile [6 * 16]float32
 		for pn := lo; pn < hi; pn++ {
-			j0 := pn * 32
-			for c := range 32 {
+			j0 := pn * 16
+			for c := range 16 {
 				j := j0 + c
 				if j >= n {
-					for p := range kp {
-						wp[p*32+c] = 0
+					for b := range nb {
+						wd[b*16+c] = 0
 					}
 					continue
 				}
-				row := w.BF16[j*k : (j+1)*k]
-				for p := range k / 2 {
-					wp[p*32+c] = uint32(row[2*p]) | uint32(row[2*p+1])<<16
-				}
-				if k%2 == 1 {
-					wp[(kp-1)*32+c] = uint32(row[k-1])
+				row, scales := q[j*ldx:(j+1)*ldx], w.Q8Scale[j*nb:(j+1)*nb]
+				for b, d := range scales {
+					wd[b*16+c] = d
+					dst, src := wp[b*128+c:], row[b*8:b*8+8]
+					for g, v := range src {
+						dst[g*16] = v ^ 0x80808080
+					}
 				}
 			}
-			cols := min(32, n-j0)
+			cols := min(16, n-j0)
 			for i0 := 0; i0 < m; i0 += 6 {
-				vec.GemmBF16x6x32(xb[i0*kp:], kp, wp, kp, tile[:], 32)
+				vec.GemmQ8x6x16(xg[i0*ldx:], ldx, xdp[i0*nb:], xc[i0*nb:], nb, wp, wd, nb, tile[:], 16)
 				for r := range min(6, m-i0) {
 					yr := y[(i0+r)*n+j0 : (i0+r)*n+j0+cols]
-					copy(yr, tile[r*32:r*32+cols])
+					copy(yr, tile[r*16:r*16+cols])
 					if bias != nil {
 						for c := range yr {
 							yr[c] += bias[j0+c]
@@ -172,6 +211,10 @@ func matMulQ8(y, x []float32, w Matrix, bias []float32, m int) {
 	xq, xd := make([]int8, m*k), make([]float32, m*nb)
 	for b := range m * nb {
 		xd[b] = half.F16ToF32(kernels.QuantizeQ8Block(xq[b*kernels.QK8:(b+1)*kernels.QK8], x[b*kernels.QK8:(b+1)*kernels.QK8]))
+	}
+	if m >= 4 && vec.HasQ8Gemm {
+		matMulQ8Tiles(y, xq, xd, w, bias, m)
+		return
 	}
 	if m >= 4 {
 		xf := make([]float32, m*k)

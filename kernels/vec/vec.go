@@ -252,35 +252,67 @@ func axpyGeneric(y, x []float32, a float32) {
 	}
 }
 
-// GemmBF16x6x32 sets a 6×32 tile of y (rows ldy apart) to x·w over kp
-// pair indices: x holds 6 rows of bfloat16 pairs (low half the even
-// element), rows ldx pairs apart; w holds, for each pair index p, the
-// pairs of 32 columns (w[p*32+c]); each pair's two products are summed
-// in float32. On AVX512_BF16 (HasBF16Dot) one VDPBF16PS does 16 of them.
-// A prefill's activations rounded to bf16 times bf16 weights, as ggml's
-// bf16 matmul computes them.
-func GemmBF16x6x32(x []uint32, ldx int, w []uint32, kp int, y []float32, ldy int) {
-	if kp < 0 || len(w) < kp*32 || len(x) < 5*ldx+kp || len(y) < 5*ldy+32 || ldx < kp || ldy < 32 {
-		panic(fmt.Sprintf("vec: GemmBF16x6x32 of %d pairs over x %d (ld %d), w %d, y %d (ld %d)", kp, len(x), ldx, len(w), len(y), ldy))
+// DotBF16x4x4 sets out[4r+c] to the dot product of row r of x and row c
+// of w, 4 rows each of k bfloat16 values (rows ldx and ldw apart), the
+// products summed in float32: a prefill's activations rounded to bf16
+// times bf16 weights, as ggml's bf16 matmul computes them, read as stored.
+// On AVX512_BF16 (HasBF16Dot) and k a multiple of 32, VDPBF16PS takes 32
+// values of a row pair an instruction.
+func DotBF16x4x4(x []uint16, ldx int, w []uint16, ldw int, k int, out *[16]float32) {
+	if k < 0 || ldx < k || ldw < k || len(x) < 3*ldx+k || len(w) < 3*ldw+k {
+		panic(fmt.Sprintf("vec: DotBF16x4x4 of %d values over x %d (ld %d), w %d (ld %d)", k, len(x), ldx, len(w), ldw))
 	}
-	gemmBF16x6x32(x, ldx, w, kp, y, ldy)
+	dotBF16x4x4(x, ldx, w, ldw, k, out)
 }
 
-// gemmBF16x6x32Generic is GemmBF16x6x32 in Go, the odd element's product
-// added first, as VDPBF16PS's definition does.
-func gemmBF16x6x32Generic(x []uint32, ldx int, w []uint32, kp int, y []float32, ldy int) {
-	for r := range 6 {
-		for c := range 32 {
+// dotBF16x4x4Generic is DotBF16x4x4 in Go.
+func dotBF16x4x4Generic(x []uint16, ldx int, w []uint16, ldw int, k int, out *[16]float32) {
+	for r := range 4 {
+		for c := range 4 {
 			var acc float32
-			for p := range kp {
-				a, b := x[r*ldx+p], w[p*32+c]
-				acc += bf16Hi(a) * bf16Hi(b)
-				acc += bf16Lo(a) * bf16Lo(b)
+			for i := range k {
+				acc += half.BF16ToF32(x[r*ldx+i]) * half.BF16ToF32(w[c*ldw+i])
+			}
+			out[4*r+c] = acc
+		}
+	}
+}
+
+// GemmQ8x6x16 sets a 6×16 tile of y (rows ldy apart) to the product of 6
+// rows of Q8_0 activations and 16 columns of Q8_0 weights over nb blocks
+// of 32, ggml's q8_0 arithmetic: each block's 32 products summed exactly
+// in int32, then scaled by both blocks' scales into a float32 sum. x holds
+// each row's quants as 8 four-byte groups a block, rows ldx groups apart;
+// xd the rows' block scales and xc their −128·Σ quants (Q8Sums times
+// −128), rows ldd apart. For each block, w holds 8 groups of the 16
+// columns' four quants offset to unsigned (q XOR 0x80; column c's in word
+// c of a 16-word group), and wd their scales. On AVX-512 VNNI (HasQ8Gemm)
+// one VPDPBUSD takes a group of all 16 columns.
+func GemmQ8x6x16(x []uint32, ldx int, xd []float32, xc []int32, ldd int, w []uint32, wd []float32, nb int, y []float32, ldy int) {
+	if nb < 0 || ldx < 8*nb || ldd < nb || len(x) < 5*ldx+8*nb || len(xd) < 5*ldd+nb || len(xc) < 5*ldd+nb ||
+		len(w) < nb*128 || len(wd) < nb*16 || ldy < 16 || len(y) < 5*ldy+16 {
+		panic(fmt.Sprintf("vec: GemmQ8x6x16 of %d blocks over x %d (ld %d), xd %d, xc %d (ld %d), w %d, wd %d, y %d (ld %d)",
+			nb, len(x), ldx, len(xd), len(xc), ldd, len(w), len(wd), len(y), ldy))
+	}
+	gemmQ8x6x16(x, ldx, xd, xc, ldd, w, wd, nb, y, ldy)
+}
+
+// gemmQ8x6x16Generic is GemmQ8x6x16 in Go.
+func gemmQ8x6x16Generic(x []uint32, ldx int, xd []float32, xc []int32, ldd int, w []uint32, wd []float32, nb int, y []float32, ldy int) {
+	for r := range 6 {
+		for c := range 16 {
+			var acc float32
+			for b := range nb {
+				s := xc[r*ldd+b]
+				for g := range 8 {
+					xv, wv := x[r*ldx+b*8+g], w[b*128+g*16+c]
+					for t := range 4 {
+						s += int32(int8(xv>>(8*t))) * int32(uint8(wv>>(8*t)))
+					}
+				}
+				acc += float32(s) * (xd[r*ldd+b] * wd[b*16+c])
 			}
 			y[r*ldy+c] = acc
 		}
 	}
 }
-
-func bf16Lo(v uint32) float32 { return math.Float32frombits(v << 16) }
-func bf16Hi(v uint32) float32 { return math.Float32frombits(v &^ 0xffff) }

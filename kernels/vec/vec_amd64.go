@@ -232,17 +232,31 @@ func axpy(y, x []float32, a float32) {
 	axpyGeneric(y[n8:], x[n8:len(y)], a)
 }
 
-// HasBF16Dot reports whether GemmBF16x6x32 runs on AVX512_BF16's
+// HasBF16Dot reports whether DotBF16x4x4 runs on AVX512_BF16's
 // VDPBF16PS (every bf16 pair product summed in float32 in one instruction).
 var HasBF16Dot = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 && cpu.X86.HasAVX512VL
 
 //go:noescape
-func gemmBF16x6x32AVX512(x *uint32, ldx int, w *uint32, kp int, y *float32, ldy int)
+func dotBF16x4x4AVX512(x *uint16, ldx int, w *uint16, ldw int, k32 int, out *float32)
 
-func gemmBF16x6x32(x []uint32, ldx int, w []uint32, kp int, y []float32, ldy int) {
-	if HasBF16Dot && kp > 0 {
-		gemmBF16x6x32AVX512(&x[0], ldx, &w[0], kp, &y[0], ldy)
+func dotBF16x4x4(x []uint16, ldx int, w []uint16, ldw int, k int, out *[16]float32) {
+	if HasBF16Dot && k >= 32 && k%32 == 0 {
+		dotBF16x4x4AVX512(&x[0], ldx, &w[0], ldw, k/32, &out[0])
 		return
 	}
-	gemmBF16x6x32Generic(x, ldx, w, kp, y, ldy)
+	dotBF16x4x4Generic(x, ldx, w, ldw, k, out)
+}
+
+// HasQ8Gemm reports whether GemmQ8x6x16 runs on AVX-512 VNNI (zmm).
+var HasQ8Gemm = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VNNI
+
+//go:noescape
+func gemmQ8x6x16VNNI(x *uint32, ldx int, xd *float32, xc *int32, ldd int, w *uint32, wd *float32, nb int, y *float32, ldy int)
+
+func gemmQ8x6x16(x []uint32, ldx int, xd []float32, xc []int32, ldd int, w []uint32, wd []float32, nb int, y []float32, ldy int) {
+	if HasQ8Gemm && nb > 0 {
+		gemmQ8x6x16VNNI(&x[0], ldx, &xd[0], &xc[0], ldd, &w[0], &wd[0], nb, &y[0], ldy)
+		return
+	}
+	gemmQ8x6x16Generic(x, ldx, xd, xc, ldd, w, wd, nb, y, ldy)
 }

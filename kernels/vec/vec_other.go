@@ -54,9 +54,16 @@ func scale(x []float32, s float32) { scaleGeneric(x, s) }
 
 func axpy(y, x []float32, a float32) { axpyGeneric(y, x[:len(y)], a) }
 
-// HasBF16Dot reports whether GemmBF16x6x32 runs on AVX512_BF16.
+// HasBF16Dot reports whether DotBF16x4x4 runs on AVX512_BF16.
 const HasBF16Dot = false
 
-func gemmBF16x6x32(x []uint32, ldx int, w []uint32, kp int, y []float32, ldy int) {
-	gemmBF16x6x32Generic(x, ldx, w, kp, y, ldy)
+func dotBF16x4x4(x []uint16, ldx int, w []uint16, ldw int, k int, out *[16]float32) {
+	dotBF16x4x4Generic(x, ldx, w, ldw, k, out)
+}
+
+// HasQ8Gemm reports whether GemmQ8x6x16 runs on AVX-512 VNNI.
+const HasQ8Gemm = false
+
+func gemmQ8x6x16(x []uint32, ldx int, xd []float32, xc []int32, ldd int, w []uint32, wd []float32, nb int, y []float32, ldy int) {
+	gemmQ8x6x16Generic(x, ldx, xd, xc, ldd, w, wd, nb, y, ldy)
 }

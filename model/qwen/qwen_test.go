@@ -259,9 +259,9 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 // A model held as Q8_0 blocks (quantize q8_0) computes what the float64
 // reference computes from the dequantized weights with each matmul's input
 // quantized to Q8_0 blocks (as ggml's q8_0 matmul does), in a prefill
-// (tiles widened from the blocks) and in cached decoding (the 8-bit dot
-// kernel), and stays near the unquantized model; an unknown quantization
-// is refused.
+// (AVX-512 VNNI integer tiles where the CPU has them, else tiles widened
+// from the blocks) and in cached decoding (the 8-bit dot kernel), and
+// stays near the unquantized model; an unknown quantization is refused.
 func TestQuantizedQ8MatchesReference(t *testing.T) {
 	tokens := []int{1, 17, 300, 42, 42, 7, 511, 0, 99, 256, 3}
 	for _, dtype := range []safetensors.DType{safetensors.F32, safetensors.BF16, safetensors.F16} {
