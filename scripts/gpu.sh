@@ -52,9 +52,8 @@ run() {
 tests() {
 	local pat='CUDA|Ops|Kernels|Trainer|Allocator|TopK|GPU|MMA|Profile|Decode|Paged'
 	if [ "${1:-}" = quick ]; then
-		# The kernels and training path changed since the last GPU run (about
-		# a minute): the tensor-core attention, the elementwise kernels, the
-		# replica's GPU steps.
+		# The tensor-core attention, the elementwise kernels and the
+		# replica's GPU steps: about a minute.
 		run kernels/cuda -test.count=1 -test.v -test.run 'MMA|Elementwise|Kernels|Ops'
 		run model/train -test.count=1 -test.v -test.run 'GPU'
 		return

@@ -20,7 +20,6 @@ __device__ float warp_sum(float v) {
 // warps split the keys. Dynamic shared memory: (nwarps * (hd + 2)) floats.
 __device__ void attend_row(float* o, const float* qr, const float* kc, const float* vc, const int* rows,
                            const int* valid, int jlo, int jhi, int kvheads, int kvh, int hd) {
-    extern __shared__ float sh[];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int per = (hd + 31) / 32;
     float scale = rsqrtf((float)hd);
@@ -138,7 +137,6 @@ extern "C" __global__ void attention_batch(float* out, const float* q, const uns
 extern "C" __global__ void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                                               const float* q, const float* k, const float* v,
                                               int start, int heads, int kvheads, int hd) {
-    extern __shared__ float sh[];
     int i = blockIdx.x / heads, h = blockIdx.x % heads;
     int kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -277,7 +275,6 @@ __device__ __forceinline__ void add_weighted_rows(float acc[4], float w, const f
 // (32*(hd|1) + 32*hd + ATT_NQ*hd) floats.
 extern "C" __global__ void attention_tiled(float* out, float* lse, const float* q, const float* k, const float* v,
                                            int t, int start, int heads, int kvheads, int hd, int lse_only) {
-    extern __shared__ float sh[];
     int h = blockIdx.y, kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int i0 = blockIdx.x * ATT_NQ, i = i0 + warp;
@@ -337,7 +334,6 @@ extern "C" __global__ void attention_rowdot(float* D, const float* dout, const f
 extern "C" __global__ void attention_bwd_dq(float* dq, const float* q, const float* k, const float* v,
                                             const float* dout, const float* lse, const float* D,
                                             int t, int start, int heads, int kvheads, int hd) {
-    extern __shared__ float sh[];
     int h = blockIdx.y, kvh = h / (heads / kvheads);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int i0 = blockIdx.x * ATT_NQ, i = i0 + warp;
@@ -385,7 +381,6 @@ extern "C" __global__ void attention_bwd_dq(float* dq, const float* q, const flo
 extern "C" __global__ void attention_bwd_dkv(float* dk, float* dv, const float* q, const float* k, const float* v,
                                              const float* dout, const float* lse, const float* D,
                                              int t, int start, int heads, int kvheads, int hd) {
-    extern __shared__ float sh[];
     int kvh = blockIdx.y, group = heads / kvheads;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int nk = start + t;

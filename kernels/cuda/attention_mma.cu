@@ -185,16 +185,16 @@ __device__ __forceinline__ void stage(const Stager<HD>& st, unsigned short* s, i
             int r = st.r + k * dr, i = r0 + r;
             cp16(s + r * sp + col, x + (long)min(i, lim - 1) * ld + col, i < lim);
         }
-        return;
-    }
-    for (int r = st.r, c = st.c; r < n;) {
-        int i = r0 + r;
-        cp16(s + r * sp + (c << 3), x + (long)min(i, lim - 1) * ld + (c << 3), i < lim);
-        r += st.dr;
-        c += st.dc;
-        if (c >= st.cpr) {
-            c -= st.cpr;
-            r++;
+    } else {
+        for (int r = st.r, c = st.c; r < n;) {
+            int i = r0 + r;
+            cp16(s + r * sp + (c << 3), x + (long)min(i, lim - 1) * ld + (c << 3), i < lim);
+            r += st.dr;
+            c += st.dc;
+            if (c >= st.cpr) {
+                c -= st.cpr;
+                r++;
+            }
         }
     }
 }

@@ -2,6 +2,11 @@
 
 #define NEG_INF __int_as_float(0xff800000)
 
+// The launch's dynamic shared memory as floats, for the kernels that size
+// it at launch (declared once: a declaration in each kernel draws NVRTC's
+// linkage warning, #1556).
+extern __shared__ float sh[];
+
 // Block reduction helpers over blockDim.x threads (a power of two <= 1024).
 __device__ float block_sum(float v, float* s) {
     s[threadIdx.x] = v;

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 // The kernels' CUDA C, one file per op family (each forward beside its
@@ -80,8 +81,17 @@ func Assemble(arch string) (report string, err error) {
 // cubin: machine code, ptxas verbose) and returns it with the log.
 func nvrtcCompile(target string, cubin bool) ([]byte, string, error) {
 	nv := &libs.nvrtc
+	src := source
+	if cubin {
+		// NVRTC 13 caches what ptxas made (keyed by the PTX, as the
+		// driver's JIT cache), and a hit returns the cubin without ptxas's
+		// report. CUDA_CACHE_DISABLE would turn that off, but a static Go
+		// binary's os.Setenv never reaches the C library's getenv, so the
+		// PTX is made unique instead: a variable no kernel reads.
+		src += fmt.Sprintf("\n__device__ int agemem_assemble_nonce = %d;\n", time.Now().UnixNano()&0x7fffffff)
+	}
 	var prog uintptr
-	if r := nv.CreateProgram(&prog, cstr(source), cstr("agemem.cu"), 0, nil, nil); r != 0 {
+	if r := nv.CreateProgram(&prog, cstr(src), cstr("agemem.cu"), 0, nil, nil); r != 0 {
 		return nil, "", fmt.Errorf("nvrtcCreateProgram: %d", r)
 	}
 	defer nv.DestroyProgram(&prog)

@@ -9,7 +9,6 @@
 // be null. Shared memory: a float a thread (the reductions).
 extern "C" __global__ void layernorm_backward(float* dx, float* dw, float* db, const float* dy, const float* x,
                                               const float* w, int d, float eps) {
-    extern __shared__ float sh[];
     float* s = sh;
     long o = (long)blockIdx.x * d;
     float acc = 0.f;
@@ -109,7 +108,6 @@ __device__ void seg_probs(float* p, float* c, float* red, const float* q, const 
 extern "C" __global__ void segment_attention_drop(float* out, const float* q, const float* k, const float* v,
                                                   const int* span, int heads, int hd, int t, int longest,
                                                   unsigned long long seed, unsigned long long thr, float inv) {
-    extern __shared__ float sh[];
     float *p = sh, *c = sh + longest, *red = sh + 2 * longest;
     int i = blockIdx.x / heads, h = blockIdx.x % heads;
     int lo = span[2 * i], hi = span[2 * i + 1];
@@ -131,7 +129,6 @@ extern "C" __global__ void segment_attention_backward(float* dq, float* dk, floa
                                                       const float* q, const float* k, const float* v,
                                                       const int* span, int heads, int hd, int t, int longest,
                                                       unsigned long long seed, unsigned long long thr, float inv) {
-    extern __shared__ float sh[];
     float *p = sh, *c = sh + longest, *dp = sh + 2 * longest, *red = sh + 3 * longest;
     int i = blockIdx.x / heads, h = blockIdx.x % heads;
     int lo = span[2 * i], hi = span[2 * i + 1];
