@@ -128,30 +128,47 @@ func TestMatMulTAndRMSNorm(t *testing.T) {
 	}
 }
 
-// TestMatMulBF16 checks both bf16 paths (decode rows, prefill tiles) against
-// float64 on the widened weights, with ragged tile edges.
-func TestMatMulBF16(t *testing.T) {
+// TestMatMul16 checks every path of bf16 and f16 weights (decode rows,
+// prefill tiles of widened weights, and f16's AVX-512 tiles where k is a
+// multiple of 16) against float64 on the widened weights, with ragged
+// edges: m not a multiple of 4 and a last group of fewer than 4 weight rows.
+func TestMatMul16(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
-	for _, m := range []int{1, 3, 5, 33} {
-		const k, n = 1030, 37
-		x := randVec(r, m*k)
-		w := Matrix{Rows: n, Cols: k, BF16: make([]uint16, n*k)}
-		for i := range w.BF16 {
-			w.BF16[i] = uint16(math.Float32bits(float32(r.NormFloat64())) >> 16)
-		}
-		b := randVec(r, n)
-		y := make([]float32, m*n)
-		MatMul(y, x, w, b, m)
-		row := make([]float32, k)
-		for j := range n {
-			w.RowTo(row, j)
-			for i := range m {
-				want := float64(b[j])
-				for c := range k {
-					want += float64(x[i*k+c]) * float64(row[c])
+	for _, f16 := range []bool{false, true} {
+		for _, k := range []int{1030, 1024} {
+			for _, m := range []int{1, 3, 5, 33} {
+				const n = 37
+				x := randVec(r, m*k)
+				w := Matrix{Rows: n, Cols: k}
+				bits := make([]uint16, n*k)
+				for i := range bits {
+					v := float32(r.NormFloat64())
+					if f16 {
+						bits[i] = half.F32ToF16(v)
+					} else {
+						bits[i] = half.F32ToBF16(v)
+					}
 				}
-				if math.Abs(float64(y[i*n+j])-want) > 1e-3 {
-					t.Fatalf("m=%d y[%d,%d] = %g want %g", m, i, j, y[i*n+j], want)
+				if f16 {
+					w.F16 = bits
+				} else {
+					w.BF16 = bits
+				}
+				b := randVec(r, n)
+				y := make([]float32, m*n)
+				MatMul(y, x, w, b, m)
+				row := make([]float32, k)
+				for j := range n {
+					w.RowTo(row, j)
+					for i := range m {
+						want := float64(b[j])
+						for c := range k {
+							want += float64(x[i*k+c]) * float64(row[c])
+						}
+						if math.Abs(float64(y[i*n+j])-want) > 1e-3 {
+							t.Fatalf("f16 %v k %d m %d: y[%d,%d] = %g want %g", f16, k, m, i, j, y[i*n+j], want)
+						}
+					}
 				}
 			}
 		}

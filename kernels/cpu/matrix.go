@@ -46,6 +46,10 @@ func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 		MatMulT(y, x, w.F32, bias, m, k, n)
 		return
 	}
+	if m >= 4 && vec.Has16Dot && k%16 == 0 {
+		matMul16Dot(y, x, w, bias, m)
+		return
+	}
 	if m >= 4 {
 		// Prefill: widen each 16-bit tile once and reuse it across all rows.
 		matMulTiled(y, x, bias, m, k, n, func(j0, j1, k0, k1 int, buf []float32) ([]float32, int) {
@@ -81,31 +85,58 @@ func MatMul(y, x []float32, w Matrix, bias []float32, m int) {
 }
 
 // matMulBF16Dot is MatMul for bf16 weights with x rounded to bf16 (to
-// nearest even), on vec.DotBF16x4x4's tiles of 4 rows by 4 outputs: x is
-// rounded once (its rows padded to a multiple of 4 with zeros), and each
-// worker takes groups of 4 weight rows, read as stored, over every 4 rows
-// of x. A last group of fewer than 4 weight rows is copied beside zero
-// rows. k a multiple of 32 (every Qwen width), else the caller's path.
+// nearest even), on vec.DotBF16x4x4's tiles: x is rounded once (its rows
+// padded to a multiple of 4 with zeros). k a multiple of 32 (every Qwen
+// width), else the caller's path.
 func matMulBF16Dot(y, x []float32, w Matrix, bias []float32, m int) {
-	k, n := w.Cols, w.Rows
-	mp := (m + 3) / 4 * 4
-	xb := make([]uint16, mp*k)
+	k := w.Cols
+	xb := make([]uint16, (m+3)/4*4*k)
 	parallelFor(m, k, func(lo, hi int) {
 		for i, v := range x[lo*k : hi*k] {
 			xb[lo*k+i] = half.F32ToBF16(v)
 		}
 	})
+	matMul4x4(y, w.BF16, bias, m, w.Rows, k, func(i0 int, wr []uint16, tile *[16]float32) {
+		vec.DotBF16x4x4(xb[i0*k:], k, wr, k, k, tile)
+	})
+}
+
+// matMul16Dot is MatMul's prefill for 16-bit weights on vec.Dot16x4x4's
+// tiles (float32 activations; the weights widened in registers as they
+// are read, not into a float32 copy first). k a multiple of 16.
+func matMul16Dot(y, x []float32, w Matrix, bias []float32, m int) {
+	k := w.Cols
+	if m%4 != 0 {
+		xp := make([]float32, (m+3)/4*4*k)
+		copy(xp, x[:m*k])
+		x = xp
+	}
+	bits, f16 := w.BF16, w.F16 != nil
+	if f16 {
+		bits = w.F16
+	}
+	matMul4x4(y, bits, bias, m, w.Rows, k, func(i0 int, wr []uint16, tile *[16]float32) {
+		vec.Dot16x4x4(x[i0*k:], k, wr, k, k, f16, tile)
+	})
+}
+
+// matMul4x4 runs y[m, n] = x W^T (+ bias) on tiles of 4 rows of x by 4
+// rows of w ([n, k] 16-bit values, read as stored): each worker takes
+// groups of 4 weight rows and runs dot over every 4 rows of x (whose
+// rows the caller pads to a multiple of 4). A last group of fewer than 4
+// weight rows is copied beside zero rows.
+func matMul4x4(y []float32, w []uint16, bias []float32, m, n, k int, dot func(i0 int, wr []uint16, tile *[16]float32)) {
 	parallelFor((n+3)/4, 4*k*m, func(lo, hi int) {
 		var tile [16]float32
 		for g := lo; g < hi; g++ {
 			j0 := 4 * g
-			wr, cols := w.BF16[j0*k:], min(4, n-j0)
+			wr, cols := w[j0*k:], min(4, n-j0)
 			if cols < 4 {
 				wr = make([]uint16, 4*k)
-				copy(wr, w.BF16[j0*k:n*k])
+				copy(wr, w[j0*k:n*k])
 			}
 			for i0 := 0; i0 < m; i0 += 4 {
-				vec.DotBF16x4x4(xb[i0*k:], k, wr, k, k, &tile)
+				dot(i0, wr, &tile)
 				for r := range min(4, m-i0) {
 					yr := y[(i0+r)*n+j0 : (i0+r)*n+j0+cols]
 					copy(yr, tile[4*r:4*r+cols])

@@ -50,6 +50,62 @@ func TestDotBF16x4x4(t *testing.T) {
 	t.Logf("AVX512_BF16: %v", HasBF16Dot)
 }
 
+// TestDot16x4x4: the AVX-512 tiles (where the CPU has them) and the Go
+// one, for f16 and bf16 weights, against a float64 sum of the same
+// float32 × 16-bit products, for whole 16-value steps (one and many), a
+// length the Go tile takes alone (40), and rows wider than the values
+// used; the halves include subnormals and the largest finite value, which
+// VCVTPH2PS must widen exactly.
+func TestDot16x4x4(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, f16 := range []bool{true, false} {
+		widen, narrow := half.BF16ToF32, half.F32ToBF16
+		if f16 {
+			widen, narrow = half.F16ToF32, half.F32ToF16
+		}
+		for _, k := range []int{0, 16, 40, 96, 896} {
+			ldx, ldw := k+3, k+48
+			x, w := make([]float32, 3*ldx+k), make([]uint16, 3*ldw+k)
+			for i := range x {
+				x[i] = float32(r.NormFloat64())
+			}
+			for i := range w {
+				w[i] = narrow(float32(r.NormFloat64()))
+				if f16 && i%97 == 5 {
+					w[i] = 0x0001 | uint16(r.IntN(2))<<15 // the smallest subnormal
+				}
+				if f16 && i%97 == 11 {
+					w[i] = 0x7bff // 65504
+				}
+			}
+			for name, f := range map[string]func([]float32, int, []uint16, int, int, bool, *[16]float32){
+				"dispatch": Dot16x4x4, "generic": dot16x4x4Generic,
+			} {
+				var out [16]float32
+				for i := range out {
+					out[i] = float32(math.NaN()) // every element is written
+				}
+				f(x, ldx, w, ldw, k, f16, &out)
+				for row := range 4 {
+					for c := range 4 {
+						var want, mag float64
+						for i := range k {
+							v := float64(x[row*ldx+i]) * float64(widen(w[c*ldw+i]))
+							want += v
+							mag += math.Abs(v)
+						}
+						got := float64(out[4*row+c])
+						if math.IsNaN(got) || math.Abs(got-want) > 1e-6*mag+1e-30 {
+							t.Fatalf("%s f16 %v k %d: out[%d][%d] = %g, want %g (products' magnitude %g)", name, f16, k, row, c, got, want, mag)
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("AVX-512: %v", Has16Dot)
+}
+
 // TestGemmQ8x6x16: the VNNI tile (where the CPU has it) and the Go one
 // against float64 sums of the exact block dot products times both scales,
 // with w's quants offset to unsigned and xc undoing it, over 0, 1 and many

@@ -278,6 +278,36 @@ func dotBF16x4x4Generic(x []uint16, ldx int, w []uint16, ldw int, k int, out *[1
 	}
 }
 
+// Dot16x4x4 sets out[4r+c] to the dot product of row r of x (float32)
+// and row c of w (bfloat16, or IEEE half if f16), 4 rows each of k values
+// (rows ldx and ldw apart), the products summed in float32: a prefill's
+// activations times 16-bit weights read as stored. With AVX-512
+// (Has16Dot) and k a multiple of 16, the weights are widened 16 a load
+// in registers (VCVTPH2PS for halves) into the FMAs' operand.
+func Dot16x4x4(x []float32, ldx int, w []uint16, ldw int, k int, f16 bool, out *[16]float32) {
+	if k < 0 || ldx < k || ldw < k || len(x) < 3*ldx+k || len(w) < 3*ldw+k {
+		panic(fmt.Sprintf("vec: Dot16x4x4 of %d values over x %d (ld %d), w %d (ld %d)", k, len(x), ldx, len(w), ldw))
+	}
+	dot16x4x4(x, ldx, w, ldw, k, f16, out)
+}
+
+// dot16x4x4Generic is Dot16x4x4 in Go.
+func dot16x4x4Generic(x []float32, ldx int, w []uint16, ldw int, k int, f16 bool, out *[16]float32) {
+	widen := half.BF16ToF32
+	if f16 {
+		widen = half.F16ToF32
+	}
+	for r := range 4 {
+		for c := range 4 {
+			var acc float32
+			for i := range k {
+				acc += x[r*ldx+i] * widen(w[c*ldw+i])
+			}
+			out[4*r+c] = acc
+		}
+	}
+}
+
 // GemmQ8x6x16 sets a 6×16 tile of y (rows ldy apart) to the product of 6
 // rows of Q8_0 activations and 16 columns of Q8_0 weights over nb blocks
 // of 32, ggml's q8_0 arithmetic: each block's 32 products summed exactly

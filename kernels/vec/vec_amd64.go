@@ -247,6 +247,27 @@ func dotBF16x4x4(x []uint16, ldx int, w []uint16, ldw int, k int, out *[16]float
 	dotBF16x4x4Generic(x, ldx, w, ldw, k, out)
 }
 
+// Has16Dot reports whether Dot16x4x4 runs on AVX-512 (zmm FMAs over
+// weights widened in registers).
+var Has16Dot = cpu.X86.HasAVX512F
+
+//go:noescape
+func dotF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, k16 int, out *float32)
+
+//go:noescape
+func dotBF16F32x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, k16 int, out *float32)
+
+func dot16x4x4(x []float32, ldx int, w []uint16, ldw int, k int, f16 bool, out *[16]float32) {
+	switch {
+	case !Has16Dot || k < 16 || k%16 != 0:
+		dot16x4x4Generic(x, ldx, w, ldw, k, f16, out)
+	case f16:
+		dotF16x4x4AVX512(&x[0], ldx, &w[0], ldw, k/16, &out[0])
+	default:
+		dotBF16F32x4x4AVX512(&x[0], ldx, &w[0], ldw, k/16, &out[0])
+	}
+}
+
 // HasQ8Gemm reports whether GemmQ8x6x16 runs on AVX-512 VNNI (zmm).
 var HasQ8Gemm = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VNNI
 

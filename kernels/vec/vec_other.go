@@ -61,6 +61,13 @@ func dotBF16x4x4(x []uint16, ldx int, w []uint16, ldw int, k int, out *[16]float
 	dotBF16x4x4Generic(x, ldx, w, ldw, k, out)
 }
 
+// Has16Dot reports whether Dot16x4x4 runs on AVX-512.
+const Has16Dot = false
+
+func dot16x4x4(x []float32, ldx int, w []uint16, ldw int, k int, f16 bool, out *[16]float32) {
+	dot16x4x4Generic(x, ldx, w, ldw, k, f16, out)
+}
+
 // HasQ8Gemm reports whether GemmQ8x6x16 runs on AVX-512 VNNI.
 const HasQ8Gemm = false
 
