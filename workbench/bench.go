@@ -8,9 +8,9 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/internal/par"
 	"github.com/agemem/agemem/toolmem"
 )
 
@@ -192,7 +192,7 @@ func (d *Data) Bench(ctx context.Context, tasks []Task, o BenchOptions) (Result,
 	if o.Online {
 		workers = 1
 	}
-	forEach(len(test), workers, func(i int) {
+	par.Each(len(test), workers, func(i int) {
 		results[i] = play(test[i])
 	}, func(done, i int) {
 		logf("test %d/%d correct=%v %q\n", done, len(test), results[i].r.Correct, test[i].Query)
@@ -233,31 +233,6 @@ func (res *Result) score(test []Task, runs []Run) {
 	for k, v := range byDomain {
 		res.ByDomain[k] = statOf(v)
 	}
-}
-
-// forEach runs f(0), ..., f(n-1) on up to workers goroutines, calling
-// after(done, i) under a lock as each ends.
-func forEach(n, workers int, f func(i int), after func(done, i int)) {
-	var mu sync.Mutex
-	done := 0
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(max(workers, 1), max(n, 1)) {
-		wg.Go(func() {
-			for i := range next {
-				f(i)
-				mu.Lock()
-				done++
-				after(done, i)
-				mu.Unlock()
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
 }
 
 // Disliked are the tools of the failed entries that no correct entry

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/agemem/agemem/fittext"
+	"github.com/agemem/agemem/internal/par"
 )
 
 // SearchStats are a search run's means per query.
@@ -63,7 +64,7 @@ func (d *Data) SearchBench(ctx context.Context, tasks []Task, s *fittext.Search,
 	runs := make([]Run, len(test))
 	outs := make([]fittext.Outcome, len(test))
 	errs := make([]error, len(test))
-	forEach(len(test), parallel, func(i int) {
+	par.Each(len(test), parallel, func(i int) {
 		runs[i], outs[i], errs[i] = d.PlaySearch(ctx, s, test[i])
 	}, func(done, i int) {
 		if log != nil {

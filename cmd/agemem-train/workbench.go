@@ -24,14 +24,14 @@ import (
 )
 
 func toolsRunCmd(g *globals) *cobra.Command {
-	var envName, dataDir, memory, model, native, dev, extractor, out, memDB, agentKind, retrieval, recall string
+	var envName, dataDir, memory, model, native, dev, extractor, out, memDB, agentKind, retrieval, recall, functions, python string
 	var taskFiles []string
 	var online, hard bool
-	var maxSteps, limit, parallel int
+	var maxSteps, limit, parallel, memorySize int
 	ad := toolmem.DefaultAdaptive()
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Play a tool-use benchmark with and without MemToolAgent's memory (WorkBench)",
+		Short: "Play a tool-use benchmark with and without MemToolAgent's memory (WorkBench, NESTFUL)",
 		Long: `Plays WorkBench (--env workbench): the sandbox of a workplace (emails,
 calendar, web analytics, project tasks, customers, company directory; the
 published data is embedded, --data DIR reads another copy) and its 27 tools,
@@ -54,6 +54,16 @@ both plays both. Prints accuracy per domain with standard errors, exact
 match, wrong side effects, the memory's size and the entries recalled;
 writes report.json (every run's calls and scores) and accuracy.png to --out.
 
+--env nestful plays NESTFUL (nested call sequences; --data its
+nestful_data.jsonl) as MemToolAgent does: the model answers each query
+with a JSON list of calls under the paper's prompt (Figure 18); the first
+--limit samples (default 500) are the test set and the next --memory-size
+(500) populate the memory, a failure stored with the extractor's critique.
+Prints NESTFUL's metrics (function and parameter F1, partial and full
+sequence accuracy, and with --functions DIR, NESTFUL's
+executable_functions folder, the win rate: the calls executed by python3
+return the gold answer) and writes report.json.
+
 --agent dfsdt plays FitText's agent instead (fittext section, dfsdt keys):
 ToolLLM's depth-first search-based decision tree over the model's turns,
 each branch in its own sandbox (its calls replayed into a fresh one), a
@@ -66,11 +76,12 @@ alone and the pseudo-tools it writes retrieve WorkBench's functions;
 The memory options are the function-calling loop's and do not apply.`,
 		Example: `  agemem-train tools run --env workbench --memory both --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b
   agemem-train tools run --env workbench --memory on --native runs/qwen2.5-7b-instruct --tasks analytics_queries_and_answers.csv --limit 20
+  agemem-train tools run --env nestful --data NESTFUL/data_v2/nestful_data.jsonl --functions NESTFUL/data_v2/executable_functions --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b
   agemem-train tools run --env workbench --agent dfsdt --retrieval none,single,memetic --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:8b`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if envName != "workbench" {
-				return fmt.Errorf("--env %q: the environment is workbench", envName)
+			if envName != "workbench" && envName != "nestful" {
+				return fmt.Errorf("--env %q: want workbench or nestful", envName)
 			}
 			switch {
 			case maxSteps < 1:
@@ -126,11 +137,55 @@ The memory options are the function-calling loop's and do not apply.`,
 			default:
 				return fmt.Errorf("--agent %q: want react or dfsdt", agentKind)
 			}
+			if envName == "nestful" {
+				for _, f := range []string{"tasks", "online", "hard-preference", "max-steps"} {
+					if cmd.Flags().Changed(f) {
+						return fmt.Errorf("--%s is WorkBench's; --env nestful asks for a call sequence in one turn", f)
+					}
+				}
+				if agentKind != "react" {
+					return fmt.Errorf("--agent %s: --env nestful plays the function-calling agent (react)", agentKind)
+				}
+				if dataDir == "" {
+					return fmt.Errorf("--env nestful needs --data: NESTFUL's nestful_data.jsonl (its GitHub release's data_v2, or the Hugging Face export)")
+				}
+			} else if cmd.Flags().Changed("functions") || cmd.Flags().Changed("memory-size") {
+				return fmt.Errorf("--functions and --memory-size are NESTFUL's (--env nestful)")
+			}
 			cfg, err := g.load()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
+			// newMemory is MemToolAgent's memory for one run: in memory, or in
+			// --memory-db's namespace, which must be empty.
+			newMemory := func(emb embed.Embedder) (*toolmem.Memory, func(), error) {
+				var st ltm.Store = ltm.NewMemory(uint64(cfg.Seed))
+				done := func() {}
+				if memDB != "" {
+					db, err := ltm.OpenSQLite(memDB, roles.StoreOptions(cfg))
+					if err != nil {
+						return nil, nil, err
+					}
+					done = func() { db.Close() }
+					if st, err = db.Namespace(cfg.Memory.Namespace); err != nil {
+						db.Close()
+						return nil, nil, err
+					}
+					if n, _ := st.Count(ctx); n > 0 {
+						db.Close()
+						return nil, nil, fmt.Errorf("--memory-db %s: namespace %q already holds %d entries; a benchmark builds its memory from nothing (set memory.namespace)", memDB, cfg.Memory.Namespace, n)
+					}
+				}
+				return &toolmem.Memory{Store: st, Embedder: emb, Count: counter}, done, nil
+			}
+			if envName == "nestful" {
+				if !cmd.Flags().Changed("out") {
+					out = "runs/nestful"
+				}
+				return nestfulRun(cmd, cfg, nestfulOptions{data: dataDir, functions: functions, python: python, model: model, native: native, dev: dev,
+					extractor: extractor, out: out, limit: limit, memorySize: memorySize, parallel: parallel, modes: modes}, newMemory)
+			}
 			data := workbench.Default()
 			if dataDir != "" {
 				if data, err = workbench.Load(dataDir); err != nil {
@@ -186,21 +241,12 @@ The memory options are the function-calling loop's and do not apply.`,
 			for _, on := range modes {
 				o := workbench.BenchOptions{Model: m, Extractor: ext, Online: online, HardPreference: hard, Limits: agent.Limits{MaxSteps: maxSteps}, Log: cmd.ErrOrStderr(), Parallel: parallel}
 				if on {
-					var st ltm.Store = ltm.NewMemory(uint64(cfg.Seed))
-					if memDB != "" {
-						db, err := ltm.OpenSQLite(memDB, roles.StoreOptions(cfg))
-						if err != nil {
-							return err
-						}
-						defer db.Close()
-						if st, err = db.Namespace(cfg.Memory.Namespace); err != nil {
-							return err
-						}
-						if n, _ := st.Count(ctx); n > 0 {
-							return fmt.Errorf("--memory-db %s: namespace %q already holds %d entries; a benchmark builds its memory from nothing (set memory.namespace)", memDB, cfg.Memory.Namespace, n)
-						}
+					mem, done, err := newMemory(emb)
+					if err != nil {
+						return err
 					}
-					o.Memory = &toolmem.Memory{Store: st, Embedder: emb, Count: counter}
+					defer done()
+					o.Memory = mem
 				}
 				r, err := data.Bench(ctx, tasks, o)
 				if err != nil {
@@ -212,8 +258,11 @@ The memory options are the function-calling loop's and do not apply.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&envName, "env", "workbench", "the benchmark environment (workbench)")
-	f.StringVar(&dataDir, "data", "", "a WorkBench sandbox directory (default: the embedded one)")
+	f.StringVar(&envName, "env", "workbench", "the benchmark: workbench or nestful")
+	f.StringVar(&dataDir, "data", "", "workbench: a sandbox directory (default: the embedded one); nestful: NESTFUL's nestful_data.jsonl (required)")
+	f.StringVar(&functions, "functions", "", "nestful: NESTFUL's executable_functions folder, for the win rate (run with python3)")
+	f.StringVar(&python, "python", "python3", "nestful: the Python interpreter that runs --functions")
+	f.IntVar(&memorySize, "memory-size", 500, "nestful: the samples after the test set that populate the memory (the paper's 500)")
 	f.StringArrayVar(&taskFiles, "tasks", nil, "a queries-and-answers CSV file (repeatable; default: the embedded analytics, calendar and email sets)")
 	f.StringVar(&memory, "memory", "both", "on (MemToolAgent's memory), off, or both")
 	f.StringVar(&model, "model", "", "the agent's model on openai.base_url (default openai.model), or ollama:NAME (Ollama, native tools)")
@@ -223,7 +272,7 @@ The memory options are the function-calling loop's and do not apply.`,
 	f.BoolVar(&online, "online", false, "also store every test query's entry as it is scored")
 	f.BoolVar(&hard, "hard-preference", false, "Hard Preference Guiding: drop from the agent's tools those only the recalled failures used")
 	f.IntVar(&maxSteps, "max-steps", 10, "model turns per query")
-	f.IntVar(&limit, "limit", 0, "play only the first N queries (0: all)")
+	f.IntVar(&limit, "limit", 0, "play only the first N queries (0: all; nestful: the test set, default the paper's first 500)")
 	f.IntVar(&parallel, "parallel", 4, "test queries played at once (on the native engine their calls decode together)")
 	f.StringVar(&agentKind, "agent", "react", "react (the function-calling loop) or dfsdt (FitText's tree search)")
 	f.StringVar(&retrieval, "retrieval", "memetic", "dfsdt: the FitText strategies its pseudo-tools retrieve with, comma-separated, or none")

@@ -1,6 +1,7 @@
-// Package par runs a loop over an index range on every core, for the
-// host-side conversions of model loading (bf16 to float32, float32 to bf16
-// or Q8_0) that a 7B model makes 7.6 billion times.
+// Package par runs loops in parallel: over an index range on every core,
+// for the host-side conversions of model loading (bf16 to float32, float32
+// to bf16 or Q8_0) that a 7B model makes 7.6 billion times, and over a
+// benchmark's queries on a fixed number of workers.
 package par
 
 import (
@@ -33,5 +34,32 @@ func For(n, piece int, f func(lo, hi int)) {
 			f(lo, hi)
 		}(lo, min(lo+piece, n))
 	}
+	wg.Wait()
+}
+
+// Each calls f(i) for every i in [0, n) on up to workers goroutines (at
+// least one), taking indices in order, and after(done, i) once f(i)
+// returns, one call at a time (done counts the finished calls: progress
+// lines), and returns when all are done.
+func Each(n, workers int, f func(i int), after func(done, i int)) {
+	var mu sync.Mutex
+	done := 0
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(max(workers, 1), max(n, 1)) {
+		wg.Go(func() {
+			for i := range next {
+				f(i)
+				mu.Lock()
+				done++
+				after(done, i)
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
 	wg.Wait()
 }

@@ -1,6 +1,7 @@
 package par
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -30,4 +31,31 @@ func TestForCoversEachIndexOnce(t *testing.T) {
 			t.Fatalf("n %d piece %d: %d calls, want %d", c.n, c.piece, calls.Load(), want)
 		}
 	}
+}
+
+// TestEachCallsEveryIndexOnce: every index once on any worker count (0
+// meaning one), with after reporting a count that rises to n.
+func TestEachCallsEveryIndexOnce(t *testing.T) {
+	for _, workers := range []int{0, 1, 3, 50} {
+		const n = 37
+		var mu sync.Mutex
+		seen := make([]int, n)
+		var dones []int
+		Each(n, workers, func(i int) {
+			mu.Lock()
+			seen[i]++
+			mu.Unlock()
+		}, func(done, i int) { dones = append(dones, done) })
+		for i, k := range seen {
+			if k != 1 {
+				t.Fatalf("workers %d: index %d called %d times", workers, i, k)
+			}
+		}
+		for i, d := range dones {
+			if d != i+1 {
+				t.Fatalf("workers %d: after's counts %v", workers, dones)
+			}
+		}
+	}
+	Each(0, 4, func(int) { t.Fatal("f called on an empty range") }, func(int, int) {})
 }
