@@ -77,6 +77,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseWordPieceJSON -fuzztime $(FUZZTIME) ./model/bert/
 	$(GO) test -run '^$$' -fuzz FuzzLoadCollection -fuzztime $(FUZZTIME) ./memtool/
 	$(GO) test -run '^$$' -fuzz FuzzSequenceRatio -fuzztime $(FUZZTIME) ./fittext/
+	$(GO) test -run '^$$' -fuzz FuzzParseCalls -fuzztime $(FUZZTIME) ./nestful/
 
 # The serve soak: mixed chat, streaming, memory API, malformed and abandoned
 # requests from 16 clients of 8 tenants; zero 5xx, goroutines and heap back.
