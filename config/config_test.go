@@ -88,6 +88,7 @@ func TestLoadErrors(t *testing.T) {
 		{"repeated key", "serve:\n  keys:\n    - {key: abcdefgh12, namespace: a}\n    - {key: abcdefgh12, namespace: b}\n", nil, []string{"serve.keys[1].key", "repeats"}},
 		{"bad duration", "serve:\n  request_timeout: soon\n", nil, []string{":2:", "serve.request_timeout", "duration"}},
 		{"zero duration", "serve:\n  session_ttl: 0s\n", nil, []string{"serve.session_ttl", "positive"}},
+		{"negative kv budget", "serve:\n  kv_budget: -16\n", nil, []string{"serve.kv_budget", "-16"}},
 		{"bad device", "model:\n  device: gpu\n", nil, []string{"model.device", `"gpu" is not auto, cpu, cuda or cuda:N`}},
 		{"bad quantize", "model:\n  quantize: q4_0\n", nil, []string{"model.quantize", `"q4_0": want q8_0`}},
 		{"bad zero stage", "model:\n  zero_stage: 3\n", nil, []string{"model.zero_stage", "3: want 0"}},

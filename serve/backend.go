@@ -41,14 +41,16 @@ type Batched struct {
 // NewBatched starts the scheduler for p. maxBatch 1 turns batching off;
 // system, if not empty, is a system prompt whose cache is computed once and
 // shared by every conversation that starts with it; prefixCache positions
-// of finished requests' caches are kept for later turns (0: none). onStep
-// observes each decoding step (metrics).
-func NewBatched(p *decode.Generator, maxBatch int, system string, prefixCache int, onStep func(seqs, tokens int)) (*Batched, error) {
+// of finished requests' caches are kept for later turns (0: none);
+// kvBudget positions, when positive, hold every live sequence's keys and
+// values (paged, decode.SchedulerOptions.KVBudget). onStep observes each
+// decoding step (metrics).
+func NewBatched(p *decode.Generator, maxBatch int, system string, prefixCache, kvBudget int, onStep func(seqs, tokens int)) (*Batched, error) {
 	budget := prefixCache
 	if budget == 0 {
 		budget = -1
 	}
-	sc := decode.NewScheduler(p.Model, p.Tokenizer, decode.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep, PrefixBudget: budget})
+	sc := decode.NewScheduler(p.Model, p.Tokenizer, decode.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep, PrefixBudget: budget, KVBudget: kvBudget})
 	if system != "" {
 		// The rendered system turn is a prefix of every conversation's
 		// prompt ids; its last eight tokens are left out so that a

@@ -82,6 +82,14 @@ type Config struct {
 	// (which resends everything before it) prefills only what is new; 0
 	// keeps only the system prompt's.
 	PrefixCache int `yaml:"prefix_cache"`
+	// KVBudget, when positive, is the key/value positions the native
+	// backend holds for the requests decoding at once, in one paged pool
+	// allocated at start: requests join as blocks free up, the last to
+	// join gives its blocks back (and is recomputed later) when the
+	// running ones need more, and a request whose prompt plus max_tokens
+	// exceed it is refused (400). 0: each sequence's cache grows as it
+	// needs, bounded only by max_batch.
+	KVBudget int `yaml:"kv_budget"`
 	// ToolGateway serves MemTool's tool gateway at /mcp/tools: the tools
 	// of the config's mcp.servers behind SYS_SEARCH_TOOLS and
 	// SYS_REMOVE_TOOLS, a working set per namespace (memtool.limit, top_k).
@@ -170,6 +178,7 @@ func (sv Config) Validate() error {
 	e.AtLeast("max_sessions", sv.MaxSessions, 1)
 	e.AtLeast("max_sessions_per_namespace", sv.MaxSessionsPerNamespace, 1)
 	e.AtLeast("prefix_cache", sv.PrefixCache, 0)
+	e.AtLeast("kv_budget", sv.KVBudget, 0)
 	e.OneOf("log_format", sv.LogFormat, "json", "text")
 	return e.Err()
 }

@@ -3,6 +3,8 @@ package serve
 import (
 	"strconv"
 
+	"github.com/agemem/agemem/model/decode"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -40,6 +42,12 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return float64(s.admit.active()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_sessions", Help: "Server-side sessions held."},
 			func() float64 { return float64(s.sessions.len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_kv_cache_blocks", Help: "Blocks of the paged KV pool (serve.kv_budget; 0 without)."},
+			func() float64 { return float64(s.kv().Blocks) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_kv_cache_peak_blocks", Help: "The most KV pool blocks held at once."},
+			func() float64 { return float64(s.kv().Peak) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "agemem_kv_preempted_total", Help: "Sequences that gave their KV blocks back to be recomputed later."},
+			func() float64 { return float64(s.kv().Preempted) }),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -51,3 +59,11 @@ func (m *metrics) observe(route string, code int, seconds float64) {
 
 // step records one decoding step of the scheduler.
 func (m *metrics) step(seqs, _ int) { m.batch.Observe(float64(seqs)) }
+
+// kv is the native backend's paged KV pool's figures (zeros without one).
+func (s *Server) kv() decode.KVStats {
+	if b, ok := s.be.(*Batched); ok {
+		return b.Scheduler.KV()
+	}
+	return decode.KVStats{}
+}

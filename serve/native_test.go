@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -48,12 +49,38 @@ func randomPolicy(t testing.TB) *decode.Generator {
 // each request's first policy call is exactly what the policy produces
 // alone (greedy: sampling from a random model's flat distribution turns
 // on rounding), and a model that writes no valid response gets
-// 422 while the server keeps serving.
+// 422 while the server keeps serving. With serve.kv_budget the same holds
+// with every live sequence's keys and values in a pool of 1,024
+// positions (one request's limit: the others wait or are preempted).
 func TestNativeBackendBatchesAndMatchesThePolicy(t *testing.T) {
+	for _, budget := range []int{0, 1024} {
+		t.Run("kv_budget="+strconv.Itoa(budget), func(t *testing.T) { testNativeBackend(t, budget) })
+	}
+}
+
+// A KV budget no request fits in is refused at start, naming the keys.
+func TestKVBudgetBelowARequestIsRefused(t *testing.T) {
+	c := testConfig(t)
+	c.Serve.KVBudget, c.Serve.MaxPromptTokens, c.Serve.MaxTokens = 1000, 1000, 16
+	db, err := ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = New(with(c.options(), func(o *Options) { o.Policy, o.Store = randomPolicy(t), db }))
+	if err == nil || !strings.Contains(err.Error(), "serve.kv_budget 1000 is below a request's largest prompt (1000") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func testNativeBackend(t *testing.T, budget int) {
 	pol := randomPolicy(t)
 	c := testConfig(t)
 	c.Agent.MaxSteps = 2
 	c.Serve.MaxBatch = 4
+	if budget > 0 {
+		c.Serve.KVBudget, c.Serve.MaxPromptTokens, c.Serve.MaxTokens = budget, budget-16, 16
+	}
 	db, err := ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +133,15 @@ func TestNativeBackendBatchesAndMatchesThePolicy(t *testing.T) {
 	if count == nil || single == nil || count[1] == single[1] {
 		t.Fatalf("no decoding step held more than one sequence:\n%s", m)
 	}
+	blocks := regexp.MustCompile(`agemem_kv_cache_blocks (\d+)`).FindStringSubmatch(m)
+	peak := regexp.MustCompile(`agemem_kv_cache_peak_blocks (\d+)`).FindStringSubmatch(m)
+	if blocks == nil || peak == nil {
+		t.Fatalf("no KV pool series:\n%s", m)
+	}
+	if b, p := atoi(blocks[1]), atoi(peak[1]); b != budget/decode.KVBlock || p > b || (budget > 0) != (p > 0) {
+		t.Fatalf("kv_budget %d: %d blocks, peak %d", budget, b, p)
+	}
+	t.Logf("kv_budget %d: %s blocks, peak %s; %s", budget, blocks[1], peak[1], regexp.MustCompile(`agemem_kv_preempted_total \d+`).FindString(m))
 	// Streaming through the scheduler: the status is held until answer text,
 	// so a model that never answers still gets its 422.
 	r := do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", "hello", "stream", true, "seed", 1, "max_tokens", 8))
@@ -119,4 +155,9 @@ func TestNativeBackendBatchesAndMatchesThePolicy(t *testing.T) {
 	if r := do(t, "GET", ts.URL+"/v1/memories", aliceKey, nil); r.Status != 200 {
 		t.Fatalf("still serving: %d", r.Status)
 	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

@@ -98,7 +98,17 @@ func New(o Options) (*Server, error) {
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
 	if s.be == nil {
-		if s.be, err = NewBatched(o.Policy, sv.MaxBatch, sys, sv.PrefixCache, s.metrics.step); err != nil {
+		prompt, resp := sv.MaxPromptTokens, sv.MaxTokens
+		if prompt == 0 {
+			prompt = s.agent.ContextBudget
+		}
+		if resp == 0 {
+			resp = s.agent.ResponseBudget
+		}
+		if sv.KVBudget > 0 && sv.KVBudget < prompt+resp {
+			return nil, fmt.Errorf("serve.kv_budget %d is below a request's largest prompt (%d: serve.max_prompt_tokens, else agent.context_budget) plus its max tokens (%d: serve.max_tokens, else agent.response_budget): such a request could never run; raise kv_budget or lower those", sv.KVBudget, prompt, resp)
+		}
+		if s.be, err = NewBatched(o.Policy, sv.MaxBatch, sys, sv.PrefixCache, sv.KVBudget, s.metrics.step); err != nil {
 			return nil, err
 		}
 	}

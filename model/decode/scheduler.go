@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/qwen"
@@ -30,6 +31,16 @@ type SchedulerOptions struct {
 	// PrefixBudget bounds the positions kept for prefix reuse (finished
 	// sequences' caches; 0: 1<<16, negative: no reuse beyond SetPrefix).
 	PrefixBudget int
+	// KVBudget, when positive, keeps the live sequences' keys and values
+	// in one pool of that many positions, in blocks of KVBlock (paged, as
+	// vLLM): a request joins when the blocks for its next chunk are free,
+	// and when the running ones need a block the pool does not have, the
+	// last to join gives its blocks back and waits at the head of the
+	// queue, to be recomputed (prompt and tokens so far) when blocks free
+	// up. Memory is then the budget however many requests arrive; a
+	// request whose prompt plus max tokens exceed it is refused. 0: each
+	// sequence's cache grows as it needs.
+	KVBudget int
 }
 
 // Scheduler runs generation requests that arrive at any time in shared
@@ -51,6 +62,12 @@ type Scheduler struct {
 	// finished sequence's, so a conversation's next request prefills only
 	// what is new (serve's sessions).
 	prefixes *PrefixCache
+
+	// pool holds the live sequences' keys and values with KVBudget (nil
+	// without); only the loop's goroutine touches it. preempted counts the
+	// sequences that gave their blocks back.
+	pool            *qwen.Pool
+	peak, preempted atomic.Int64
 }
 
 type schedSeq struct {
@@ -61,7 +78,12 @@ type schedSeq struct {
 
 	cache *qwen.Cache
 	next  []int // tokens still to feed: the prompt's rest, then the last sample
-	rng   *rand.Rand
+	// src is the cached prefix the sequence starts from (srcN positions),
+	// looked up once when it first asks to join.
+	src     *qwen.Cache
+	srcN    int
+	matched bool
+	rng     *rand.Rand
 	gen   Generation
 	err   error
 	ready chan struct{}
@@ -76,6 +98,12 @@ func NewScheduler(m *qwen.Model, dec Detokenizer, o SchedulerOptions) *Scheduler
 		o.PrefillChunk = 512
 	}
 	sc := &Scheduler{m: m, dec: dec, opt: o, in: make(chan *schedSeq), closed: make(chan struct{}), prefixes: NewPrefixCache(max(o.PrefixBudget, 0))}
+	if o.KVBudget > 0 {
+		var err error
+		if sc.pool, err = m.NewPool((o.KVBudget+KVBlock-1)/KVBlock, KVBlock); err != nil {
+			panic(err) // unreachable: at least one block of KVBlock positions
+		}
+	}
 	sc.done.Add(1)
 	go sc.loop()
 	return sc
@@ -100,6 +128,15 @@ func (sc *Scheduler) SetPrefix(ids []int) error {
 // Prefixes is the scheduler's prefix cache (its hit counts).
 func (sc *Scheduler) Prefixes() *PrefixCache { return sc.prefixes }
 
+// KV reports the paged pool's blocks, the most held at once and the
+// sequences preempted so far (zeros without KVBudget).
+func (sc *Scheduler) KV() KVStats {
+	if sc.pool == nil {
+		return KVStats{}
+	}
+	return KVStats{Blocks: sc.pool.Blocks(), Peak: int(sc.peak.Load()), Preempted: int(sc.preempted.Load())}
+}
+
 // Generate continues prompt and returns when the sequence is finished,
 // calling onToken (if not nil) with each token as it is sampled, from the
 // scheduler's goroutine. Sampling is as in Model.Generate with the
@@ -115,6 +152,9 @@ func (sc *Scheduler) Generate(ctx context.Context, prompt []int, s Sampling, onT
 	}
 	if n := len(prompt) + s.MaxTokens; sc.m.MaxPositions > 0 && n > sc.m.MaxPositions {
 		return Generation{}, fmt.Errorf("prompt plus max tokens (%d) exceeds the model's %d positions", n, sc.m.MaxPositions)
+	}
+	if n := len(prompt) + s.MaxTokens; sc.pool != nil && (n+KVBlock-1)/KVBlock > sc.pool.Blocks() {
+		return Generation{}, fmt.Errorf("prompt plus max tokens (%d) exceeds the KV cache budget of %d positions", n, sc.pool.Blocks()*KVBlock)
 	}
 	q := &schedSeq{ctx: ctx, prompt: prompt, s: s, onToken: onToken, ready: make(chan struct{})}
 	select {
@@ -139,8 +179,22 @@ func (sc *Scheduler) loop() {
 	var live, waiting []*schedSeq
 	finish := func(q *schedSeq, err error) {
 		q.err = err
-		if err == nil && sc.opt.PrefixBudget >= 0 {
-			sc.prefixes.Put(fed(q.prompt, q.gen), q.cache)
+		if err == nil && sc.opt.PrefixBudget >= 0 && q.cache != nil {
+			c := q.cache
+			if sc.pool != nil {
+				// Kept outside the pool, as the prefix budget counts it:
+				// a finished sequence's blocks go back to the live ones.
+				c = sc.m.NewCache(c.Len)
+				if c.Fill(q.cache, q.cache.Len) != nil {
+					c = nil
+				}
+			}
+			if c != nil {
+				sc.prefixes.Put(fed(q.prompt, q.gen), c)
+			}
+		}
+		if q.cache != nil {
+			q.cache.Release()
 		}
 		q.cache = nil
 		close(q.ready)
@@ -171,12 +225,6 @@ func (sc *Scheduler) loop() {
 				break drain
 			}
 		}
-		for len(live) < sc.opt.MaxBatch && len(waiting) > 0 {
-			q := waiting[0]
-			waiting = waiting[1:]
-			sc.admit(q)
-			live = append(live, q)
-		}
 		// Sequences whose caller went away leave before the step.
 		kept := live[:0]
 		for _, q := range live {
@@ -187,6 +235,43 @@ func (sc *Scheduler) loop() {
 			kept = append(kept, q)
 		}
 		live = kept
+		// With a pool, the running sequences' next chunks come first: when
+		// the pool cannot hold them, the last to join gives its blocks back.
+		used := 0
+		for sc.pool != nil {
+			used = 0
+			for _, q := range live {
+				used += q.cache.BlocksNeeded(min(len(q.next), sc.opt.PrefillChunk))
+			}
+			if used <= sc.pool.Free() || len(live) <= 1 {
+				break
+			}
+			q := live[len(live)-1]
+			live = live[:len(live)-1]
+			q.cache.Release()
+			q.cache, q.next = nil, nil
+			waiting = append([]*schedSeq{q}, waiting...)
+			sc.preempted.Add(1)
+		}
+		for len(live) < sc.opt.MaxBatch && len(waiting) > 0 {
+			q := waiting[0]
+			if err := q.ctx.Err(); err != nil {
+				waiting = waiting[1:]
+				finish(q, err)
+				continue
+			}
+			if sc.pool != nil {
+				// First come, first served: the head waits for room.
+				need := sc.joinBlocks(q)
+				if len(live) > 0 && used+need > sc.pool.Free() {
+					break
+				}
+				used += need
+			}
+			waiting = waiting[1:]
+			sc.admit(q)
+			live = append(live, q)
+		}
 		if len(live) == 0 {
 			continue
 		}
@@ -205,6 +290,9 @@ func (sc *Scheduler) loop() {
 			}
 			live = nil
 			continue
+		}
+		if sc.pool != nil {
+			sc.peak.Store(int64(sc.pool.Peak()))
 		}
 		if sc.opt.OnStep != nil {
 			sc.opt.OnStep(len(live), fed)
@@ -243,14 +331,44 @@ func (sc *Scheduler) loop() {
 	}
 }
 
-// admit gives a new sequence its cache, starting from the longest cached
+// all is what a (re)joining sequence has: its prompt, then the tokens it
+// sampled before it was preempted.
+func (q *schedSeq) all() []int { return append(slices.Clip(q.prompt), q.gen.Tokens...) }
+
+// match looks the sequence's cached prefix up once.
+func (sc *Scheduler) match(q *schedSeq) {
+	if !q.matched {
+		q.src, q.srcN = sc.prefixes.Match(q.prompt)
+		q.matched = true
+	}
+}
+
+// joinBlocks is the pool blocks q takes to join: its prefix's copy and its
+// first chunk.
+func (sc *Scheduler) joinBlocks(q *schedSeq) int {
+	sc.match(q)
+	n := len(q.all())
+	return (min(n, q.srcN+sc.opt.PrefillChunk) + KVBlock - 1) / KVBlock
+}
+
+// admit gives a sequence its cache, starting from the longest cached
 // prefix of its prompt (the system prompt's, or an earlier turn's of the
-// same conversation) when there is one.
+// same conversation) when there is one; a preempted sequence recomputes
+// its prompt and the tokens it had, and goes on sampling where it was.
 func (sc *Scheduler) admit(q *schedSeq) {
 	maxT := len(q.prompt) + q.s.MaxTokens
-	q.rng = rand.New(rand.NewPCG(q.s.Seed, 0))
-	q.cache, q.next = sc.m.NewCache(maxT), q.prompt
-	if src, n := sc.prefixes.Match(q.prompt); n > 0 && q.cache.Fill(src, n) == nil {
-		q.next = q.prompt[n:]
+	if q.rng == nil {
+		q.rng = rand.New(rand.NewPCG(q.s.Seed, 0))
+	}
+	if sc.pool != nil {
+		q.cache = sc.m.NewPagedCache(sc.pool, maxT)
+	} else {
+		q.cache = sc.m.NewCache(maxT)
+	}
+	all := q.all()
+	q.next = all
+	sc.match(q)
+	if n := q.srcN; n > 0 && q.cache.Fill(q.src, n) == nil {
+		q.next = all[n:]
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,8 +14,24 @@ import (
 
 // Requests arriving at different moments share decoding steps, and each
 // gets what it would get alone from Model.Generate: same tokens, same
-// log-probabilities (within float rounding of the batched matmul).
+// log-probabilities (within float rounding of the batched matmul). With a
+// KV budget of 48 positions (3 blocks: the longest request's 39 positions
+// fit, four together do not) the requests take turns in the pool, some
+// preempted and recomputed, and still get the same.
 func TestSchedulerMatchesGenerateAlone(t *testing.T) {
+	for _, budget := range []int{0, 48} {
+		kv := testSchedulerMatchesGenerateAlone(t, budget)
+		if budget == 0 && kv != (KVStats{}) {
+			t.Fatalf("no budget, yet KV stats %+v", kv)
+		}
+		if budget > 0 && (kv.Blocks != 3 || kv.Peak > 3 || kv.Peak < 2 || kv.Preempted == 0) {
+			t.Fatalf("budget %d: %+v (want 3 blocks, at most 3 held, some preempted)", budget, kv)
+		}
+		t.Logf("budget %d: %+v", budget, kv)
+	}
+}
+
+func testSchedulerMatchesGenerateAlone(t *testing.T, budget int) KVStats {
 	m := tinyModel(t, "tiny-qwen3")
 	sys := []int{40, 41, 42, 43, 44, 45, 46, 47}
 	prompts := [][]int{
@@ -46,7 +63,7 @@ func TestSchedulerMatchesGenerateAlone(t *testing.T) {
 	var arrived sync.WaitGroup
 	arrived.Add(len(prompts) - 1)
 	var firstStep sync.Once
-	sc := NewScheduler(m, nil, SchedulerOptions{MaxBatch: 4, PrefillChunk: 5, OnStep: func(seqs, _ int) {
+	sc := NewScheduler(m, nil, SchedulerOptions{MaxBatch: 4, PrefillChunk: 5, KVBudget: budget, OnStep: func(seqs, _ int) {
 		firstStep.Do(func() {
 			arrived.Wait()
 			time.Sleep(20 * time.Millisecond)
@@ -95,6 +112,13 @@ func TestSchedulerMatchesGenerateAlone(t *testing.T) {
 	if maxBatch.Load() > 4 {
 		t.Fatalf("a step held %d sequences, above MaxBatch 4", maxBatch.Load())
 	}
+	if budget > 0 {
+		// One request larger than the whole pool is refused, by name.
+		if _, err := sc.Generate(context.Background(), prompts[3], Sampling{MaxTokens: 40}, nil); err == nil || !strings.Contains(err.Error(), "exceeds the KV cache budget of 48 positions") {
+			t.Fatalf("a request over the budget: %v", err)
+		}
+	}
+	return sc.KV()
 }
 
 func TestSchedulerCancelAndClose(t *testing.T) {
