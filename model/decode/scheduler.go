@@ -84,9 +84,9 @@ type schedSeq struct {
 	srcN    int
 	matched bool
 	rng     *rand.Rand
-	gen   Generation
-	err   error
-	ready chan struct{}
+	gen     Generation
+	err     error
+	ready   chan struct{}
 }
 
 // NewScheduler starts a scheduler over m; dec decodes for stop strings.
