@@ -11,7 +11,6 @@ import (
 	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/nestful"
-	"github.com/agemem/agemem/roles"
 	"github.com/agemem/agemem/toolmem"
 )
 
@@ -51,23 +50,9 @@ func nestfulRun(cmd *cobra.Command, cfg config.Config, o nestfulOptions, newMemo
 			return fmt.Errorf("--data %s: %d samples, all in the test set (--limit %d): none left to populate the memory (--memory on or both)", o.data, len(samples), nTest)
 		}
 	}
-	m, err := chatModels(cmd, cfg, o.model, o.native, o.dev, o.parallel)
+	m, ext, emb, err := memoryAgent(cmd, cfg, o.model, o.native, o.dev, o.extractor, o.parallel)
 	if err != nil {
 		return err
-	}
-	ext := m
-	if o.extractor != "" {
-		if ext, err = chatModel(cmd, cfg, o.extractor, "", o.dev); err != nil {
-			return err
-		}
-	}
-	h, err := roles.NewHelpers(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	var emb embed.Embedder = cfg.Embed.Hashing()
-	if h.Embedder != nil {
-		emb = h.Embedder
 	}
 	var results []nestful.Result
 	for _, on := range o.modes {

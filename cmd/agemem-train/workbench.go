@@ -219,23 +219,9 @@ The memory options are the function-calling loop's and do not apply.`,
 				}
 				return writeBench(cmd, out, results)
 			}
-			m, err := chatModels(cmd, cfg, model, native, dev, parallel)
+			m, ext, emb, err := memoryAgent(cmd, cfg, model, native, dev, extractor, parallel)
 			if err != nil {
 				return err
-			}
-			ext := m
-			if extractor != "" {
-				if ext, err = chatModel(cmd, cfg, extractor, "", dev); err != nil {
-					return err
-				}
-			}
-			h, err := roles.NewHelpers(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			var emb embed.Embedder = cfg.Embed.Hashing()
-			if h.Embedder != nil {
-				emb = h.Embedder
 			}
 			var results []workbench.Result
 			for _, on := range modes {
@@ -283,6 +269,31 @@ The memory options are the function-calling loop's and do not apply.`,
 	f.IntVar(&ad.PeakNumber, "peak", ad.PeakNumber, "adaptive recall: the peak that sets the count (1 or 2)")
 	f.IntVar(&ad.Fallback, "fallback", ad.Fallback, "adaptive recall: entries recalled when the curve has no peak (0: all)")
 	return cmd
+}
+
+// memoryAgent is MemToolAgent's cast for a benchmark run: the acting
+// model, the memory extractor (--extractor-model, else the agent's own)
+// and the embedder of the memory's queries (embed.backend's, else feature
+// hashing).
+func memoryAgent(cmd *cobra.Command, cfg config.Config, model, native, dev, extractor string, parallel int) (m, ext agent.Model, emb embed.Embedder, err error) {
+	if m, err = chatModels(cmd, cfg, model, native, dev, parallel); err != nil {
+		return nil, nil, nil, err
+	}
+	ext = m
+	if extractor != "" {
+		if ext, err = chatModel(cmd, cfg, extractor, "", dev); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	h, err := roles.NewHelpers(cmd.Context(), cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	emb = cfg.Embed.Hashing()
+	if h.Embedder != nil {
+		emb = h.Embedder
+	}
+	return m, ext, emb, nil
 }
 
 // writeBench prints the results and writes report.json and accuracy.png.
