@@ -146,9 +146,18 @@ func TestScoreHandWorked(t *testing.T) {
 		{"a call short", `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}]`,
 			Scores{0.8, 0.8, 2.0 / 3, false}},
 		// add instead of multiply, one extra call: names 2 of 4 predicted
-		// (P 1/2, R 2/3: F1 4/7); params 4 of 8 (P 1/2, R 2/3); calls 2 of 3.
+		// (P 1/2, R 2/3: F1 4/7); divide is fed add's output, not
+		// multiply's, so it is wrong too: params 3 of 8 (P 3/8, R 1/2: F1
+		// 3/7); calls 1 of 3.
 		{"a wrong and an extra call", `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "add", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}, {"name": "add", "label": "$var_4", "arguments": {"arg_0": 1, "arg_1": 1}}, {"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_2.result$", "arg_1": 32}}]`,
-			Scores{4.0 / 7, 4.0 / 7, 2.0 / 3, false}},
+			Scores{4.0 / 7, 3.0 / 7, 1.0 / 3, false}},
+		// An extra call first: the others still feed the same outputs.
+		// Names P 3/4, R 1 (F1 6/7); params P 6/8, R 1 (F1 6/7); calls 3/3.
+		{"an extra call first", `[{"name": "add", "label": "x", "arguments": {"arg_0": 1, "arg_1": 1}}, {"name": "rectangle_area", "label": "a", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "b", "arguments": {"arg_0": "$a.result$", "arg_1": 2}}, {"name": "divide", "label": "c", "arguments": {"arg_0": "$b.result$", "arg_1": 32}}]`,
+			Scores{6.0 / 7, 6.0 / 7, 1, false}},
+		// A label used twice: a reference is to the latest before it.
+		{"a label rebound", `[{"name": "rectangle_area", "label": "v", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "v", "arguments": {"arg_0": "$v.result$", "arg_1": 2}}, {"name": "divide", "label": "v", "arguments": {"arg_0": "$v.result$", "arg_1": 32}}]`,
+			Scores{1, 1, 1, true}},
 		{"nothing", `[]`, Scores{0, 0, 0, false}},
 	}
 	for _, c := range cases {

@@ -1,6 +1,8 @@
 package nestful
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -11,10 +13,11 @@ import (
 // Scores are NESTFUL's metrics of one predicted sequence against the gold.
 //
 // Calls are compared in a canonical form: the name and the arguments, each
-// reference to an earlier output ("$var_2.result$") rewritten as the
-// position of the call that produced it ("$#1.result$"), so a model that
-// labels its outputs differently ("$out1", "var_2") is not marked wrong
-// for that, while one that feeds the wrong output is.
+// reference to an earlier output ("$var_2.result$") rewritten as what that
+// output is: the canonical form of the call that produced it (by a hash),
+// and the field. So a model that labels its outputs differently ("$out1",
+// "var_2") or puts an extra call before them is not marked wrong for
+// that, while one that feeds the wrong output is.
 type Scores struct {
 	// F1Function is the F1 of the predicted function names against the
 	// gold's, as multisets.
@@ -98,23 +101,25 @@ type canon struct {
 // "$label$" or "$label.field$" (the label itself may start with '$').
 var ref = regexp.MustCompile(`^\$(\$?[^$.]+)(?:\.([^$]*))?\$$`)
 
-// canonical writes each call with references by position.
+// canonical writes each call with its references resolved to the calls
+// they name (the latest earlier call of that label, as executing the
+// sequence binds it).
 func canonical(calls []Call) []canon {
-	pos := map[string]int{}
+	made := map[string]string{} // label -> the hash of the call that made it
 	out := make([]canon, len(calls))
 	for i, c := range calls {
 		args := map[string]any{}
 		var params []string
 		for k, v := range c.Arguments {
-			v = byPosition(v, pos)
+			v = resolved(v, made)
 			args[k] = v
 			params = append(params, c.Name+"\x00"+k+"\x00"+valueKey(v))
 		}
-		out[i] = canon{key: c.Name + "\x00" + valueKey(args), params: params}
+		key := c.Name + "\x00" + valueKey(args)
+		out[i] = canon{key: key, params: params}
 		if l := labelOf(c.Label); l != "" {
-			if _, seen := pos[l]; !seen {
-				pos[l] = i
-			}
+			h := sha256.Sum256([]byte(key))
+			made[l] = hex.EncodeToString(h[:12])
 		}
 	}
 	return out
@@ -122,37 +127,37 @@ func canonical(calls []Call) []canon {
 
 func labelOf(l string) string { return strings.TrimLeft(strings.TrimSpace(l), "$") }
 
-// byPosition rewrites references to the labels in pos, in v and whatever
-// lists and objects it holds.
-func byPosition(v any, pos map[string]int) any {
+// resolved rewrites references to the labels in made, in v and whatever
+// lists and objects it holds; numbers compare by value.
+func resolved(v any, made map[string]string) any {
 	switch x := v.(type) {
 	case json.Number:
-		// Compared by value: 20 and 20.0 are the same argument.
+		// 20 and 20.0 are the same argument.
 		if f, err := x.Float64(); err == nil {
 			return f
 		}
 		return x
 	case string:
 		if m := ref.FindStringSubmatch(x); m != nil {
-			if i, ok := pos[labelOf(m[1])]; ok {
+			if h, ok := made[labelOf(m[1])]; ok {
 				field := m[2]
 				if field == "" {
 					field = "result"
 				}
-				return fmt.Sprintf("$#%d.%s$", i, field)
+				return "$#" + h + "." + field + "$"
 			}
 		}
 		return x
 	case []any:
 		out := make([]any, len(x))
 		for i, e := range x {
-			out[i] = byPosition(e, pos)
+			out[i] = resolved(e, made)
 		}
 		return out
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[k] = byPosition(e, pos)
+			out[k] = resolved(e, made)
 		}
 		return out
 	}
