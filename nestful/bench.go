@@ -23,8 +23,11 @@ DO NOT try to answer the user question, just invoke the tools needed to respond 
 // a line of '=' between entries; a correct entry's critic is "correct tool
 // calls"). With nothing recalled it is the instructions alone.
 func Prompt(s Sample, recalled []toolmem.Entry) string {
-	tools, _ := json.Marshal(s.Tools)
-	p := strings.Replace(Instructions, "{TOOLS}", string(tools), 1)
+	var tools strings.Builder
+	enc := json.NewEncoder(&tools)
+	enc.SetEscapeHTML(false) // "<" as written, not \u003c
+	enc.Encode(s.Tools)
+	p := strings.Replace(Instructions, "{TOOLS}", strings.TrimSpace(tools.String()), 1)
 	if len(recalled) == 0 {
 		return p
 	}
@@ -58,12 +61,16 @@ type Run struct {
 	// sequence. Every metric is then 0.
 	Error      string `json:"error,omitempty"`
 	ParseError string `json:"parse_error,omitempty"`
+	// BadCalls counts elements of the answer's list that were not calls.
+	BadCalls int `json:"bad_calls,omitempty"`
 	Scores
 	// Win is set when the calls were executed: whether they returned the
-	// gold answer; ExecError is why they did not run through.
-	Win       *bool  `json:"win,omitempty"`
-	ExecError string `json:"exec_error,omitempty"`
-	Recalled  int    `json:"recalled"`
+	// gold answer (Answer, as Python prints it); ExecError is why they did
+	// not run through.
+	Win        *bool  `json:"win,omitempty"`
+	ExecAnswer string `json:"exec_answer,omitempty"`
+	ExecError  string `json:"exec_error,omitempty"`
+	Recalled   int    `json:"recalled"`
 	// PromptTokens and CompletionTokens are the model's counts, where it
 	// reports them.
 	PromptTokens     int `json:"prompt_tokens"`
@@ -107,11 +114,13 @@ func statOf(v []float64) Stat {
 
 // Result is a benchmark run.
 type Result struct {
-	Memory     bool `json:"memory"`
-	F1Function Stat `json:"f1_function"`
-	F1Param    Stat `json:"f1_param"`
-	Partial    Stat `json:"partial_sequence"`
-	Full       Stat `json:"full_sequence"`
+	Memory bool `json:"memory"`
+	// F1Function and F1Param are over the corpus (macro F1, the
+	// scorer's): no per-sample spread.
+	F1Function float64 `json:"f1_function"`
+	F1Param    float64 `json:"f1_param"`
+	Partial    Stat    `json:"partial_sequence"`
+	Full       Stat    `json:"full_sequence"`
 	// Win is over the executed samples (none without an Executor).
 	Win Stat `json:"win_rate"`
 	// Unparsed counts answers with no call sequence in them, Errors the
@@ -157,25 +166,20 @@ func Play(ctx context.Context, m agent.Model, ex *Executor, s Sample, system str
 		return r, nil
 	}
 	r.Answer, r.PromptTokens, r.CompletionTokens = rep.Message.Content, rep.PromptTokens, rep.CompletionTokens
-	r.Calls, err = ParseCalls(r.Answer)
+	r.Calls, r.BadCalls, err = ParseCalls(r.Answer)
 	if err != nil {
 		r.ParseError = err.Error()
 	}
 	r.Scores = Score(r.Calls, s.Output)
-	if err == nil && ex != nil {
-		win := false
-		got, err := ex.Run(ctx, r.Calls)
+	if ex != nil {
+		o, err := ex.Run(ctx, s, r.Calls)
 		if ctx.Err() != nil {
 			return r, ctx.Err()
 		}
 		if err != nil {
-			r.ExecError = err.Error()
-		} else {
-			win = Equal(got, s.GoldAnswer)
+			o.Error = err.Error()
 		}
-		r.Win = &win
-	} else if ex != nil {
-		r.Win = new(bool)
+		r.Win, r.ExecAnswer, r.ExecError = &o.Win, o.Answer, o.Error
 	}
 	return r, nil
 }
@@ -255,12 +259,14 @@ func Bench(ctx context.Context, test, memory []Sample, o BenchOptions) (Result, 
 	}, func(done, i int) {
 		logf("test %d/%d full=%v partial=%.2f\n", done, len(test), runs[i].Full, runs[i].Partial)
 	})
-	var f1f, f1p, part, full, win []float64
+	var part, full, win []float64
+	var preds, golds [][]Call
 	for i, r := range runs {
 		if errs[i] != nil {
 			return res, errs[i]
 		}
-		f1f, f1p, part = append(f1f, r.F1Function), append(f1p, r.F1Param), append(part, r.Partial)
+		preds, golds = append(preds, r.Calls), append(golds, test[i].Output)
+		part = append(part, r.Partial)
 		full = append(full, b2f(r.Full))
 		if r.Win != nil {
 			win = append(win, b2f(*r.Win))
@@ -273,7 +279,8 @@ func Bench(ctx context.Context, test, memory []Sample, o BenchOptions) (Result, 
 		}
 		res.PromptTokens += float64(r.PromptTokens) / float64(len(runs))
 	}
-	res.F1Function, res.F1Param, res.Partial, res.Full, res.Win = statOf(f1f), statOf(f1p), statOf(part), statOf(full), statOf(win)
+	res.F1Function, res.F1Param = CorpusF1(preds, golds)
+	res.Partial, res.Full, res.Win = statOf(part), statOf(full), statOf(win)
 	res.Runs = runs
 	return res, nil
 }
@@ -301,7 +308,7 @@ func Print(w io.Writer, rs []Result) {
 		for _, run := range r.Runs {
 			rec += float64(run.Recalled) / float64(len(r.Runs))
 		}
-		fmt.Fprintf(w, "%-10s %-15s %-15s %-15s %-15s %-15s %-8d %-6d %-11d %.1f\n", name, fmtStat(r.F1Function), fmtStat(r.F1Param), fmtStat(r.Partial), fmtStat(r.Full), win, r.Unparsed, r.Errors, r.MemorySize, rec)
+		fmt.Fprintf(w, "%-10s %-15.3f %-15.3f %-15s %-15s %-15s %-8d %-6d %-11d %.1f\n", name, r.F1Function, r.F1Param, fmtStat(r.Partial), fmtStat(r.Full), win, r.Unparsed, r.Errors, r.MemorySize, rec)
 	}
 	for _, r := range rs {
 		for _, run := range r.Runs {

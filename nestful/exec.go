@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,21 +12,30 @@ import (
 	"time"
 )
 
-// Executor runs a call sequence with NESTFUL's own implementations of its
-// functions (data_v2/executable_functions: basic_functions.py for the
-// MathQA operations, func_file_map.json naming the file of each coding
-// function), in a Python process per sequence, as the benchmark's win
-// rate is defined: a prediction wins when executing it returns the gold
-// answer. Arguments are passed by name when the function has parameters of
-// those names, else by position, in the order of their names (arg_0,
-// arg_1, ..., arg_10: the data's names for the MathQA operations, which
-// func_file_map.json's implementations call otherwise); "$var_1.result$"
-// is the output of the call labelled $var_1 (a field of it when the
-// output is an object with that key).
+// Executor computes NESTFUL's win rate: a prediction wins when executing
+// its calls with the benchmark's own implementations of its functions
+// (data_v2/executable_functions: basic_functions.py for the MathQA
+// operations, func_file_map.json naming the file of each coding function)
+// returns the gold answer. It runs the scorer's rules (src/scorer.py,
+// calculate_win_score) in a Python process a sequence:
+//
+//   - a function defined in basic_functions.py is taken from there, any
+//     other from the file func_file_map.json names, the file loaded
+//     afresh for each call;
+//   - arguments are passed by position, in the order they were written;
+//     "$var_1.result$" (or "$var_1.result") is the output named result
+//     of the call labelled $var_1;
+//   - each call's output is named by its tool's one output parameter (a
+//     tool with none or several fails the sequence), and the answer is
+//     the last call's;
+//   - a float answer is rounded to the gold's decimal places, a tuple
+//     read as a list, then compared with ==.
+//
+// Any error, and a sequence over the time limit, is a loss.
 type Executor struct {
 	Dir     string        // the executable_functions folder
 	Python  string        // the interpreter (default python3)
-	Timeout time.Duration // a sequence's limit (default 10 s): the functions are arbitrary code
+	Timeout time.Duration // a sequence's limit (default 10 s, the scorer's alarm)
 }
 
 // NewExecutor checks that dir holds NESTFUL's functions and that the
@@ -50,77 +58,79 @@ func NewExecutor(dir, python string) (*Executor, error) {
 // marker starts the harness's answer line: the functions may print.
 const marker = "\x1enestful\x1e"
 
-// harness executes the calls read from stdin and writes the last call's
-// output, or the error that stopped the sequence, after the marker.
-const harness = `import importlib.util, inspect, json, os, re, sys
+// harness reads {"calls", "tools", "gold"} and writes {"win", "answer"}
+// or {"error"} after the marker.
+const harness = `import importlib.util, json, os, sys
 d = sys.argv[1]
+req = json.loads(sys.stdin.read())
+basic = set()
+for line in open(os.path.join(d, "basic_functions.py")):
+    if line.startswith("def "):
+        s = line.strip()[4:]
+        basic.add(s[:s.index("(")])
 fmap = json.load(open(os.path.join(d, "func_file_map.json")))
-mods = {}
-def load(f):
-    if f not in mods:
-        spec = importlib.util.spec_from_file_location(f[:-3], os.path.join(d, f))
-        m = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(m)
-        mods[f] = m
-    return mods[f]
 def func(name):
-    fn = getattr(load(fmap.get(name, "basic_functions.py")), name, None)
-    if not callable(fn):
-        raise NameError("no function named %r" % name)
-    return fn
-env = {}
-def value(v):
-    if isinstance(v, str) and len(v) > 2 and v[0] == "$" and v[-1] == "$" and "$" not in v[1:-1].lstrip("$"):
-        label, _, field = v[1:-1].lstrip("$").partition(".")
-        if label not in env:
-            raise KeyError("no earlier output labelled %r" % label)
-        out = env[label]
-        if isinstance(out, dict) and field in out:
-            return out[field]
-        if field in ("", "result"):
-            return out
-        raise KeyError("output %r has no field %r" % (label, field))
-    if isinstance(v, list):
-        return [value(x) for x in v]
-    if isinstance(v, dict):
-        return {k: value(x) for k, x in v.items()}
-    return v
-def natural(k):
-    m = re.match(r"^(.*?)(\d+)$", k)
-    return (m.group(1), int(m.group(2))) if m else (k, -1)
-def call(fn, args):
-    try:
-        ps = inspect.signature(fn).parameters.values()
-        if all(k in {p.name for p in ps} for k in args) or any(p.kind == p.VAR_KEYWORD for p in ps):
-            return fn(**args)
-    except (TypeError, ValueError):
-        pass
-    return fn(*[args[k] for k in sorted(args, key=natural)])
-res = {"result": None}
+    f = "basic_functions.py" if name in basic else fmap[name]
+    spec = importlib.util.spec_from_file_location(f, os.path.join(d, f))
+    m = importlib.util.module_from_spec(spec)
+    sys.modules[f] = m
+    spec.loader.exec_module(m)
+    return getattr(m, name)
+def listit(t):
+    return list(map(listit, t)) if isinstance(t, (list, tuple)) else t
+def answer(calls, tools):
+    results = {}
+    for c in calls:
+        label = c["label"].replace("$", "")
+        spec = [s for s in tools if s["name"] == c["name"]][0]
+        outs = list((spec.get("output_parameters") or spec.get("output_parameter") or {}).keys())
+        args = []
+        for k, v in c["arguments"].items():
+            if type(v) == str and v.startswith("$") and v.endswith("$"):
+                ref, out = v[1:-1].split(".", 1)
+                v = results[ref][out]
+            elif type(v) == str and v.startswith("$var"):
+                ref, out = v[1:].split(".", 1)
+                v = results[ref][out]
+            args.append(v)
+        res = func(c["name"])(*args)
+        if len(outs) != 1:
+            raise ValueError("%s has %d output parameters" % (c["name"], len(outs)))
+        results[label] = {outs[0]: res}
+    return next(iter(results[calls[-1]["label"].replace("$", "")].values()))
 try:
-    for c in json.load(sys.stdin):
-        out = call(func(c["name"]), {k: value(a) for k, a in (c.get("arguments") or {}).items()})
-        env[str(c.get("label", "")).lstrip("$")] = out
-        res["result"] = out
+    got = answer(req["calls"], req["tools"])
+    gold = req["gold"]
+    if type(gold) == float and type(got) == float and "." in str(gold):
+        got = round(got, len(str(gold).split(".")[1]))
+    win = got == gold or (type(got) == tuple and type(gold) == list and listit(got) == gold)
+    out = {"win": bool(win), "answer": repr(got)}
 except BaseException as e:
-    res = {"error": "%s: %s" % (type(e).__name__, e)}
-try:
-    line = json.dumps(res, allow_nan=False)
-except (TypeError, ValueError):
-    line = json.dumps({"result": repr(res.get("result"))})
-sys.stdout.write("\n` + marker + `" + line + "\n")
+    out = {"win": False, "error": "%s: %s" % (type(e).__name__, e)}
+sys.stdout.write("\n` + marker + `" + json.dumps(out) + "\n")
 `
 
-// Run executes calls and returns the last one's output. An error is the
-// sequence's (an unknown function, a bad argument, a reference to no
-// earlier output, the time limit): the prediction does not win.
-func (e *Executor) Run(ctx context.Context, calls []Call) (any, error) {
+// Outcome is one executed prediction.
+type Outcome struct {
+	Win    bool   `json:"win"`
+	Answer string `json:"answer,omitempty"` // the answer as Python prints it
+	Error  string `json:"error,omitempty"`  // why the calls did not run through
+}
+
+// Run executes calls with s's tools and compares the answer with s's
+// gold answer. An error is the harness's own failure (the interpreter
+// would not start, the time limit): the prediction does not win.
+func (e *Executor) Run(ctx context.Context, s Sample, calls []Call) (Outcome, error) {
 	if len(calls) == 0 {
-		return nil, errors.New("nestful: no calls to execute")
+		return Outcome{Error: "no calls"}, nil
 	}
-	in, err := json.Marshal(calls)
+	gold := s.GoldAnswer
+	if len(gold) == 0 {
+		gold = json.RawMessage("null")
+	}
+	in, err := json.Marshal(map[string]any{"calls": calls, "tools": s.Tools, "gold": gold})
 	if err != nil {
-		return nil, err
+		return Outcome{}, err
 	}
 	limit := e.Timeout
 	if limit <= 0 {
@@ -134,7 +144,7 @@ func (e *Executor) Run(ctx context.Context, calls []Call) (any, error) {
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	runErr := cmd.Run()
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("nestful: executing the calls: %w", ctx.Err())
+		return Outcome{}, fmt.Errorf("nestful: executing the calls: %w", ctx.Err())
 	}
 	i := strings.LastIndex(out.String(), marker)
 	if i < 0 {
@@ -142,17 +152,11 @@ func (e *Executor) Run(ctx context.Context, calls []Call) (any, error) {
 		if len(msg) > 300 {
 			msg = msg[len(msg)-300:]
 		}
-		return nil, fmt.Errorf("nestful: the Python harness gave no answer (%v): %s", runErr, msg)
+		return Outcome{}, fmt.Errorf("nestful: the Python harness gave no answer (%v): %s", runErr, msg)
 	}
-	var res struct {
-		Result any    `json:"result"`
-		Error  string `json:"error"`
+	var o Outcome
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String()[i+len(marker):])), &o); err != nil {
+		return Outcome{}, fmt.Errorf("nestful: the Python harness's answer: %w", err)
 	}
-	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String()[i+len(marker):])), &res); err != nil {
-		return nil, fmt.Errorf("nestful: the Python harness's answer: %w", err)
-	}
-	if res.Error != "" {
-		return nil, errors.New(res.Error)
-	}
-	return res.Result, nil
+	return o, nil
 }

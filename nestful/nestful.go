@@ -24,24 +24,91 @@ type Sample struct {
 	Input  string `json:"input"`
 	Output []Call `json:"output"` // the gold sequence
 	Tools  []Tool `json:"tools"`
-	// GoldAnswer is what executing Output returns.
-	GoldAnswer any `json:"gold_answer"`
+	// GoldAnswer is what executing Output returns, as JSON.
+	GoldAnswer json.RawMessage `json:"gold_answer"`
 }
 
 // Call is one function call of a sequence: its output is labelled
 // ("$var_1") and a later argument "$var_1.result$" is that output.
 type Call struct {
-	Name      string         `json:"name"`
-	Label     string         `json:"label,omitempty"`
-	Arguments map[string]any `json:"arguments"`
+	Name      string `json:"name"`
+	Label     string `json:"label,omitempty"`
+	Arguments Args   `json:"arguments"`
+	// badArgs: the call's arguments were not an object (the scorer still
+	// counts its name; it cannot run).
+	badArgs bool
+}
+
+// UnmarshalJSON reads a call: a name (a string), an optional label and
+// arguments in their order. Arguments that are not an object are kept as
+// none, marked, as NESTFUL's scorer keeps such a call's name.
+func (c *Call) UnmarshalJSON(b []byte) error {
+	// Keys as written (Go's field matching ignores case; Python's does not).
+	var r map[string]json.RawMessage
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	var name string
+	if raw, ok := r["name"]; !ok || json.Unmarshal(raw, &name) != nil {
+		return errors.New("a call without a name")
+	}
+	*c = Call{Name: name}
+	if raw, ok := r["label"]; ok {
+		var l any
+		if json.Unmarshal(raw, &l) == nil && l != nil {
+			if s, ok := l.(string); ok {
+				c.Label = s
+			} else {
+				c.Label = pyStr(l)
+			}
+		}
+	}
+	if raw, ok := r["arguments"]; ok {
+		if err := c.Arguments.UnmarshalJSON(raw); err != nil {
+			c.Arguments, c.badArgs = nil, true
+		}
+	}
+	return nil
 }
 
 // Tool is a function's specification as the data gives it.
 type Tool struct {
-	Name            string         `json:"name"`
-	Description     string         `json:"description"`
-	Parameters      map[string]any `json:"parameters"`
-	OutputParameter map[string]any `json:"output_parameter,omitempty"`
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Parameters  map[string]any `json:"parameters"`
+	// The output's name: output_parameters in the scorer, output_parameter
+	// in some copies of the data.
+	OutputParameters map[string]any `json:"output_parameters,omitempty"`
+	OutputParameter  map[string]any `json:"output_parameter,omitempty"`
+	// raw is the specification as the data wrote it (every key, in its
+	// order): what the prompt shows and the executor reads.
+	raw json.RawMessage
+}
+
+// UnmarshalJSON reads a tool and keeps its text.
+func (t *Tool) UnmarshalJSON(b []byte) error {
+	type plain Tool
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*t = Tool(p)
+	t.raw = append(json.RawMessage(nil), b...)
+	return nil
+}
+
+// MarshalJSON writes the tool as the data wrote it (its fields when made
+// in code).
+func (t Tool) MarshalJSON() ([]byte, error) {
+	if len(t.raw) > 0 {
+		var b bytes.Buffer
+		if err := json.Compact(&b, t.raw); err != nil {
+			return nil, err
+		}
+		return b.Bytes(), nil
+	}
+	type plain Tool
+	return json.Marshal(plain(t))
 }
 
 // Load reads NESTFUL records: JSON lines (the GitHub release) or one JSON
@@ -131,16 +198,12 @@ func decode(raw []byte) (Sample, error) {
 		return s, fmt.Errorf("sample %s: tools: %w", s.ID, err)
 	}
 	if len(r.GoldAnswer) > 0 {
-		if err := json.Unmarshal(r.GoldAnswer, &s.GoldAnswer); err != nil {
-			return s, fmt.Errorf("sample %s: gold_answer: %w", s.ID, err)
-		}
-		// The Hugging Face export's gold_answer is text: JSON text when it
-		// parses as JSON, else the answer is that string.
-		if str, ok := s.GoldAnswer.(string); ok {
-			var v any
-			if json.Unmarshal([]byte(str), &v) == nil {
-				s.GoldAnswer = v
-			}
+		s.GoldAnswer = r.GoldAnswer
+		// The Hugging Face export's gold_answer is text: the JSON it
+		// holds when it parses as JSON, else the answer is that string.
+		var str string
+		if json.Unmarshal(r.GoldAnswer, &str) == nil && json.Valid([]byte(str)) {
+			s.GoldAnswer = json.RawMessage(str)
 		}
 	}
 	return s, nil
@@ -158,22 +221,7 @@ func unwrap(raw json.RawMessage, v any) error {
 		}
 		raw = json.RawMessage(text)
 	}
-	return decodeNumbers(raw, v)
-}
-
-// decodeNumbers decodes JSON keeping each number as written (2 and 2.0
-// stay an int and a float when the calls run in Python, as the benchmark
-// runs them) and refusing trailing data.
-func decodeNumbers(raw []byte, v any) error {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	if err := d.Decode(v); err != nil {
-		return err
-	}
-	if d.More() {
-		return errors.New("data after the JSON value")
-	}
-	return nil
+	return json.Unmarshal(raw, v)
 }
 
 var (
@@ -184,9 +232,11 @@ var (
 // ParseCalls reads the model's answer back as a call sequence: the whole
 // answer as JSON, else a fenced code block, else the text from the first
 // '[' to the last ']' (a reasoning model's <think> block dropped first).
-// A single call object is a sequence of one. An answer with no sequence
-// in it is an error quoting its start.
-func ParseCalls(text string) ([]Call, error) {
+// A single call object is a sequence of one. An element of the list that
+// is not a call (not an object, or without a string name) is left out and
+// counted in bad, as NESTFUL's scorer counts a call it cannot parse. An
+// answer with no list in it is an error quoting its start.
+func ParseCalls(text string) (calls []Call, bad int, err error) {
 	text = strings.TrimSpace(thinkBlock.ReplaceAllString(text, ""))
 	try := []string{text}
 	for _, m := range codeBlock.FindAllStringSubmatch(text, -1) {
@@ -197,18 +247,27 @@ func ParseCalls(text string) ([]Call, error) {
 	}
 	for _, t := range try {
 		t = strings.TrimSpace(t)
-		var calls []Call
-		if err := decodeNumbers([]byte(t), &calls); err == nil {
-			return calls, nil
+		var elems []json.RawMessage
+		if err := json.Unmarshal([]byte(t), &elems); err == nil {
+			calls, bad = nil, 0
+			for _, e := range elems {
+				var c Call
+				if err := json.Unmarshal(e, &c); err != nil {
+					bad++
+					continue
+				}
+				calls = append(calls, c)
+			}
+			return calls, bad, nil
 		}
 		var one Call
-		if err := decodeNumbers([]byte(t), &one); err == nil && one.Name != "" {
-			return []Call{one}, nil
+		if json.Unmarshal([]byte(t), &one) == nil {
+			return []Call{one}, 0, nil
 		}
 	}
 	quote := text
 	if len(quote) > 120 {
 		quote = quote[:120] + "..."
 	}
-	return nil, fmt.Errorf("nestful: no JSON list of calls in the answer %q", quote)
+	return nil, 0, fmt.Errorf("nestful: no JSON list of calls in the answer %q", quote)
 }

@@ -1,13 +1,17 @@
 package nestful
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,12 +60,14 @@ func TestLoadReadsBothLayouts(t *testing.T) {
 			t.Fatalf("%s: %d records, want 3", name, len(got))
 		}
 		for _, s := range got[:2] {
-			if len(s.Output) != 3 || s.Output[1].Arguments["arg_0"] != "$var_1.result$" || s.Output[1].Arguments["arg_1"] != json.Number("2") || len(s.Tools) != 3 || s.GoldAnswer != 12.5 {
+			a0, _ := s.Output[1].Arguments.Get("arg_0")
+			a1, _ := s.Output[1].Arguments.Get("arg_1")
+			if len(s.Output) != 3 || a0 != "$var_1.result$" || a1 != json.Number("2") || len(s.Tools) != 3 || string(s.GoldAnswer) != "12.5" {
 				t.Fatalf("%s: sample %s read as %+v", name, s.ID, s)
 			}
 		}
-		if got[2].ID != "7" || got[2].GoldAnswer != "abc" {
-			t.Fatalf("%s: a numeric id and a plain-string answer read as %q, %v", name, got[2].ID, got[2].GoldAnswer)
+		if got[2].ID != "7" || string(got[2].GoldAnswer) != `"abc"` {
+			t.Fatalf("%s: a numeric id and a plain-string answer read as %q, %s", name, got[2].ID, got[2].GoldAnswer)
 		}
 	}
 }
@@ -71,7 +77,7 @@ func TestLoadNamesTheBadRecord(t *testing.T) {
 		rhombus + "\n{not json\n":                                         "bad.jsonl:2:",
 		`{"sample_id": "x", "input": "", "output": []}`:                   "sample x: no input",
 		`{"sample_id": "x", "input": "q", "output": []}`:                  "sample x: no gold calls",
-		`{"sample_id": "x", "input": "q", "output": [{"arguments": {}}]}`: "gold call 1 has no name",
+		`{"sample_id": "x", "input": "q", "output": [{"arguments": {}}]}`: "a call without a name",
 		`{"sample_id": "x", "input": "q", "output": "[{"}`:                "sample x: output",
 		"\n\n": "no NESTFUL records",
 	} {
@@ -86,23 +92,34 @@ func TestLoadNamesTheBadRecord(t *testing.T) {
 }
 
 func TestParseCalls(t *testing.T) {
-	seq := `[{"name": "add", "arguments": {"arg_0": 1, "arg_1": 2}, "label": "$var_1"}]`
+	seq := `[{"name": "add", "arguments": {"arg_1": 2, "arg_0": 1.0}, "label": "$var_1"}]`
 	for _, text := range []string{
 		seq,
 		"Here you go:\n```json\n" + seq + "\n```\nDone.",
 		"<think>maybe [1, 2]?</think>\nThe calls are " + seq + " as asked.",
-		`{"name": "add", "arguments": {"arg_0": 1, "arg_1": 2}, "label": "$var_1"}`,
+		`{"name": "add", "arguments": {"arg_1": 2, "arg_0": 1.0}, "label": "$var_1"}`,
 	} {
-		calls, err := ParseCalls(text)
-		if err != nil || len(calls) != 1 || calls[0].Name != "add" || calls[0].Arguments["arg_1"] != json.Number("2") {
-			t.Errorf("%.50q: %+v, %v", text, calls, err)
+		calls, bad, err := ParseCalls(text)
+		if err != nil || bad != 0 || len(calls) != 1 || calls[0].Name != "add" {
+			t.Fatalf("%.50q: %+v, %d, %v", text, calls, bad, err)
+		}
+		// In the order written, numbers as written.
+		if a := calls[0].Arguments; len(a) != 2 || a[0] != (Arg{"arg_1", json.Number("2")}) || a[1] != (Arg{"arg_0", json.Number("1.0")}) {
+			t.Fatalf("%.50q: arguments %v", text, a)
 		}
 	}
-	if calls, err := ParseCalls("[]"); err != nil || len(calls) != 0 {
+	if calls, _, err := ParseCalls("[]"); err != nil || len(calls) != 0 {
 		t.Errorf("an empty list: %v, %v", calls, err)
 	}
+	// Elements that are not calls are counted and left out; arguments that
+	// are not an object keep the call, marked.
+	// Keys are case-sensitive, as in Python: "Name" is no name.
+	calls, bad, err := ParseCalls(`[1, {"arguments": {}}, {"name": 3}, {"Name": "h"}, {"name": "f", "arguments": [1]}, {"name": "g"}]`)
+	if err != nil || bad != 4 || len(calls) != 2 || !calls[0].badArgs || calls[1].badArgs {
+		t.Fatalf("%+v, %d, %v", calls, bad, err)
+	}
 	for _, text := range []string{"", "The answer is 12.5.", `[{"name": "add", "arguments": {`} {
-		if _, err := ParseCalls(text); err == nil || !strings.Contains(err.Error(), "no JSON list of calls") {
+		if _, _, err := ParseCalls(text); err == nil || !strings.Contains(err.Error(), "no JSON list of calls") {
 			t.Errorf("%q: error %v", text, err)
 		}
 	}
@@ -110,94 +127,156 @@ func TestParseCalls(t *testing.T) {
 
 func parse(t *testing.T, s string) []Call {
 	t.Helper()
-	calls, err := ParseCalls(s)
+	calls, _, err := ParseCalls(s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return calls
 }
 
-// TestScoreHandWorked: each metric on cases worked by hand against the
-// rhombus sample's gold sequence (rectangle_area, multiply, divide).
+// TestScoreHandWorked: the sequence scores on cases worked by hand
+// against the rhombus sample's gold sequence, written as NESTFUL's scorer
+// writes calls:
+//
+//	rectangle_area(arg_0 = 20, arg_1 = 10)
+//	multiply(arg_0 = $var_1.result$, arg_1 = 2)
+//	divide(arg_0 = $var_2.result$, arg_1 = 32)
 func TestScoreHandWorked(t *testing.T) {
 	var s Sample
 	if err := json.Unmarshal([]byte(rhombus), &s); err != nil {
 		t.Fatal(err)
 	}
-	gold := s.Output
+	rect := `{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_1": 10, "arg_0": 20}}`
+	mul := `{"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}`
+	div := `{"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_2.result$", "arg_1": 32}}`
 	cases := []struct {
 		name string
 		pred string
 		want Scores
 	}{
-		{"the gold itself", `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}, {"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_2.result$", "arg_1": 32}}]`,
-			Scores{1, 1, 1, true}},
-		// Other labels, 20.0 for 20: the same sequence.
-		{"relabelled", `[{"name": "rectangle_area", "label": "a", "arguments": {"arg_1": 10, "arg_0": 20.0}}, {"name": "multiply", "label": "$b", "arguments": {"arg_0": "$a.result$", "arg_1": 2}}, {"name": "divide", "label": "c", "arguments": {"arg_0": "$b.result$", "arg_1": 32}}]`,
-			Scores{1, 1, 1, true}},
-		// divide by 16: names 3/3; params 5 of 6 (P = R = 5/6); calls 2 of 3.
-		{"one wrong value", `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}, {"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_2.result$", "arg_1": 16}}]`,
-			Scores{1, 5.0 / 6, 2.0 / 3, false}},
-		// divide reads the area, not the product: the reference is what is wrong.
-		{"wrong reference", `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}, {"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_1.result$", "arg_1": 32}}]`,
-			Scores{1, 5.0 / 6, 2.0 / 3, false}},
-		// Two calls, both right: names P 1, R 2/3 (F1 0.8); params 4 of 4
-		// against 4 of 6 (F1 0.8); calls 2 of 3.
-		{"a call short", `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}]`,
-			Scores{0.8, 0.8, 2.0 / 3, false}},
-		// add instead of multiply, one extra call: names 2 of 4 predicted
-		// (P 1/2, R 2/3: F1 4/7); divide is fed add's output, not
-		// multiply's, so it is wrong too: params 3 of 8 (P 3/8, R 1/2: F1
-		// 3/7); calls 1 of 3.
-		{"a wrong and an extra call", `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "add", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}, {"name": "add", "label": "$var_4", "arguments": {"arg_0": 1, "arg_1": 1}}, {"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_2.result$", "arg_1": 32}}]`,
-			Scores{4.0 / 7, 3.0 / 7, 1.0 / 3, false}},
-		// An extra call first: the others still feed the same outputs.
-		// Names P 3/4, R 1 (F1 6/7); params P 6/8, R 1 (F1 6/7); calls 3/3.
-		{"an extra call first", `[{"name": "add", "label": "x", "arguments": {"arg_0": 1, "arg_1": 1}}, {"name": "rectangle_area", "label": "a", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "b", "arguments": {"arg_0": "$a.result$", "arg_1": 2}}, {"name": "divide", "label": "c", "arguments": {"arg_0": "$b.result$", "arg_1": 32}}]`,
-			Scores{6.0 / 7, 6.0 / 7, 1, false}},
-		// A label used twice: a reference is to the latest before it.
-		{"a label rebound", `[{"name": "rectangle_area", "label": "v", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "v", "arguments": {"arg_0": "$v.result$", "arg_1": 2}}, {"name": "divide", "label": "v", "arguments": {"arg_0": "$v.result$", "arg_1": 32}}]`,
-			Scores{1, 1, 1, true}},
-		{"nothing", `[]`, Scores{0, 0, 0, false}},
+		// Arguments in another order are the same call (they are sorted).
+		{"the gold itself", "[" + rect + "," + mul + "," + div + "]", Scores{1, true}},
+		// References are compared as written: other labels miss the two
+		// calls that use them.
+		{"other labels", "[" + strings.ReplaceAll(strings.ReplaceAll(rect+","+mul+","+div, "var_1", "a"), "var_2", "b") + "]", Scores{1.0 / 3, false}},
+		// str(20.0) is "20.0": the first call differs.
+		{"20.0 for 20", "[" + strings.Replace(rect, "20", "20.0", 1) + "," + mul + "," + div + "]", Scores{2.0 / 3, false}},
+		{"a wrong value", "[" + rect + "," + mul + "," + strings.Replace(div, "32", "16", 1) + "]", Scores{2.0 / 3, false}},
+		{"a wrong reference", "[" + rect + "," + mul + "," + strings.Replace(div, "var_2", "var_1", 1) + "]", Scores{2.0 / 3, false}},
+		// A reference missing its closing '$' gets it.
+		{"an open reference", "[" + rect + "," + strings.Replace(mul, "result$", "result", 1) + "," + div + "]", Scores{1, true}},
+		// Two of three: aligned with a gap for divide.
+		{"a call short", "[" + rect + "," + mul + "]", Scores{2.0 / 3, false}},
+		// An extra call first: the alignment pairs each gold call with a
+		// gap, then the prediction's four with gaps (0 of 7).
+		{"an extra call first", `[{"name": "add", "label": "$x", "arguments": {"arg_0": 1, "arg_1": 1}},` + rect + "," + mul + "," + div + "]", Scores{0, false}},
+		// Arguments that are not an object: "multiply({})".
+		{"arguments not an object", "[" + rect + `, {"name": "multiply", "label": "$var_2", "arguments": [1, 2]},` + div + "]", Scores{2.0 / 3, false}},
+		{"nothing", `[]`, Scores{0, false}},
 	}
 	for _, c := range cases {
-		got := Score(parse(t, c.pred), gold)
-		near := func(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
-		if !near(got.F1Function, c.want.F1Function) || !near(got.F1Param, c.want.F1Param) || !near(got.Partial, c.want.Partial) || got.Full != c.want.Full {
+		if got := Score(parse(t, c.pred), s.Output); math.Abs(got.Partial-c.want.Partial) > 1e-12 || got.Full != c.want.Full {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
 }
 
-func TestEqual(t *testing.T) {
+// TestCorpusF1HandWorked: macro F1 over two samples, worked by hand (and
+// checked against scikit-learn's MultiLabelBinarizer and f1_score(average=
+// "macro") where python3 has it, TestCorpusF1MatchesScikitLearn).
+//
+// Names: the gold's classes are rectangle_area, multiply, divide, add;
+// the prediction misses divide and adds subtract (not a gold class, so
+// ignored): F1 1, 1, 0, 1, macro 3/4. Slots: eight gold classes; four
+// predicted right (F1 1, "arg_1 = 2" F1 2/3 for its extra positive under
+// add), four missed: macro (3 + 2/3)/8 = 11/24.
+func TestCorpusF1HandWorked(t *testing.T) {
+	var s Sample
+	if err := json.Unmarshal([]byte(rhombus), &s); err != nil {
+		t.Fatal(err)
+	}
+	g2 := parse(t, `[{"name": "add", "label": "$v1", "arguments": {"arg_0": 1, "arg_1": 2}}, {"name": "add", "label": "$v2", "arguments": {"arg_0": "$v1.result$", "arg_1": 3}}]`)
+	p1 := s.Output[:2]
+	p2 := parse(t, `[{"name": "add", "label": "$v1", "arguments": {"arg_0": 1, "arg_1": 2}}, {"name": "subtract", "label": "$v2", "arguments": {"arg_0": "$v1.result$", "arg_1": 3}}]`)
+	names, params := CorpusF1([][]Call{p1, p2}, [][]Call{s.Output, g2})
+	if math.Abs(names-0.75) > 1e-12 || math.Abs(params-11.0/24) > 1e-12 {
+		t.Fatalf("names %v (want 0.75), params %v (want 11/24)", names, params)
+	}
+	if n, p := CorpusF1([][]Call{s.Output}, [][]Call{s.Output}); n != 1 || p != 1 {
+		t.Fatalf("the gold against itself: %v, %v", n, p)
+	}
+	if n, p := CorpusF1([][]Call{nil}, [][]Call{s.Output}); n != 0 || p != 0 {
+		t.Fatalf("nothing predicted: %v, %v", n, p)
+	}
+}
+
+// TestPyRepr: values as Python's str and repr print them, the cases
+// worked by hand from CPython's rules, and (where python3 runs) a sweep
+// of values against python3 itself.
+func TestPyRepr(t *testing.T) {
 	for _, c := range []struct {
-		got, want any
-		eq        bool
+		v    any
+		want string
 	}{
-		{12.5, 12.5, true}, {0.1 + 0.2, 0.3, true}, {12.5, 12.6, false}, {1e-9, 0.0, false},
-		{"12.5", 12.5, false}, {"abc", "abc", true}, {true, true, true}, {true, 1.0, false},
-		{[]any{1.0, 2.0}, []any{1.0, 2.0000000001}, true}, {[]any{1.0}, []any{1.0, 2.0}, false},
-		{map[string]any{"a": 1.0}, map[string]any{"a": 1.0}, true}, {map[string]any{"a": 1.0}, map[string]any{"b": 1.0}, false},
-		{nil, nil, true}, {nil, 0.0, false},
+		{json.Number("20"), "20"}, {json.Number("-0"), "0"}, {json.Number("20.0"), "20.0"}, {json.Number("2e3"), "2000.0"},
+		{json.Number("0.1"), "0.1"}, {json.Number("1e16"), "1e+16"}, {json.Number("1234567890123456.0"), "1234567890123456.0"},
+		{json.Number("0.0001"), "0.0001"}, {json.Number("0.00001"), "1e-05"}, {json.Number("-1.5e-7"), "-1.5e-07"},
+		{json.Number("123456789012345678901234567890"), "123456789012345678901234567890"},
+		{json.Number("1e400"), "inf"}, {true, "True"}, {nil, "None"},
+		{[]any{json.Number("1"), "a", json.Number("2.50")}, "[1, 'a', 2.5]"},
+		{Object{{"k", "it's"}, {"n", []any{}}}, `{'k': "it's", 'n': []}`},
+		{[]any{"a\nb\\", `'"`}, `['a\nb\\', '\'"']`},
 	} {
-		if Equal(c.got, c.want) != c.eq {
-			t.Errorf("Equal(%v, %v) = %v", c.got, c.want, !c.eq)
+		if got := pyRepr(c.v); got != c.want {
+			t.Errorf("repr(%v) = %s, want %s", c.v, got, c.want)
+		}
+	}
+	if pyStr("plain") != "plain" || pyStr(json.Number("3")) != "3" {
+		t.Error("str of a string or number")
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 for the sweep")
+	}
+	lits := []string{`0`, `-7`, `1.0`, `0.5`, `1e-4`, `9.999e-5`, `1e15`, `9999999999999998.0`, `1e16`, `12345678.9`, `3.14159265358979`, `1e100`, `-2.5e-300`,
+		`5e-324`, `1.7976931348623157e308`, `[1, [2.0, "x"], {"a": null, "b": true}]`, `"tab\there"`, `"q'uote\"s"`, `"\u00e9"`}
+	cmd := exec.Command("python3", "-c", `import json,sys
+for l in sys.stdin.read().split("\n"):
+    print(repr(json.loads(l)))`)
+	cmd.Stdin = strings.NewReader(strings.Join(lits, "\n"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(want) != len(lits) {
+		t.Fatalf("python3 printed %d lines for %d values", len(want), len(lits))
+	}
+	for i, l := range lits {
+		v, err := decodeOrdered([]byte(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pyRepr(v); got != want[i] {
+			t.Errorf("%s: %s, python3 %s", l, got, want[i])
 		}
 	}
 }
 
 // functions writes an executable_functions folder in NESTFUL's layout.
+// divide is also in func_file_map.json, with other parameter names: the
+// scorer takes basic_functions.py's first.
 func functions(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
 		"basic_functions.py": "import math\ndef rectangle_area(arg_0, arg_1):\n    return arg_0 * arg_1\n" +
 			"def multiply(arg_0, arg_1):\n    return arg_0 * arg_1\ndef divide(arg_0, arg_1):\n    return arg_0 / arg_1\n" +
-			"def add(arg_0, arg_1):\n    print('adding', arg_0, arg_1)\n    return arg_0 + arg_1\n",
-		"py_code_file_1.py":  "def stats(numbers):\n    return {'total': sum(numbers), 'count': len(numbers)}\n",
+			"def add(arg_0, arg_1):\n    print('adding', arg_0, arg_1)\n    return arg_0 + arg_1\n" +
+			"def pair(a, b):\n    return (a, b)\n",
+		"py_code_file_1.py":  "def divide(x):\n    return 'the wrong divide'\ndef stats(numbers):\n    return {'total': sum(numbers), 'count': len(numbers)}\n",
 		"py_code_file_2.py":  "def spin(n):\n    while True:\n        n += 1\n",
-		"py_code_file_3.py":  "def sub(a, b):\n    return a - b\ndef seq(*xs):\n    return list(xs)\ndef kinds(*xs):\n    return [type(x).__name__ for x in xs]\n",
-		"func_file_map.json": `{"stats": "py_code_file_1.py", "spin": "py_code_file_2.py", "sub": "py_code_file_3.py", "seq": "py_code_file_3.py", "kinds": "py_code_file_3.py"}`,
+		"py_code_file_3.py":  "def kinds(*xs):\n    return [type(x).__name__ for x in xs]\n",
+		"func_file_map.json": `{"divide": "py_code_file_1.py", "stats": "py_code_file_1.py", "spin": "py_code_file_2.py", "kinds": "py_code_file_3.py"}`,
 	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
@@ -214,53 +293,78 @@ func needPython(t *testing.T) {
 	}
 }
 
-func TestExecutorRunsTheSequence(t *testing.T) {
+// sample is the rhombus sample with more tools and another gold answer.
+func sample(t *testing.T, gold string, tools ...string) Sample {
+	t.Helper()
+	var s Sample
+	if err := json.Unmarshal([]byte(rhombus), &s); err != nil {
+		t.Fatal(err)
+	}
+	s.GoldAnswer = json.RawMessage(gold)
+	for _, tl := range tools {
+		var x Tool
+		if err := json.Unmarshal([]byte(tl), &x); err != nil {
+			t.Fatal(err)
+		}
+		s.Tools = append(s.Tools, x)
+	}
+	return s
+}
+
+// TestExecutorFollowsTheScorer: the win rate's rules, each on a case.
+func TestExecutorFollowsTheScorer(t *testing.T) {
 	needPython(t)
 	ex, err := NewExecutor(functions(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var s Sample
-	if err := json.Unmarshal([]byte(rhombus), &s); err != nil {
-		t.Fatal(err)
+	one := func(name string) string {
+		return `{"name": "` + name + `", "description": "", "parameters": {}, "output_parameters": {"result": {}}}`
 	}
-	got, err := ex.Run(ctx, s.Output)
-	if err != nil || !Equal(got, s.GoldAnswer) {
-		t.Fatalf("the gold sequence: %v, %v; want %v", got, err, s.GoldAnswer)
+	s := sample(t, "12.5", one("add"), one("stats"), one("spin"), one("kinds"), one("pair"),
+		`{"name": "two", "description": "", "parameters": {}, "output_parameters": {"a": {}, "b": {}}}`)
+	run := func(gold, calls string) Outcome {
+		t.Helper()
+		s.GoldAnswer = json.RawMessage(gold)
+		o, err := ex.Run(ctx, s, parse(t, calls))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
 	}
-	// A function's output object: a field of it by name; a print does not
-	// get in the way.
-	got, err = ex.Run(ctx, parse(t, `[{"name": "stats", "label": "$var_1", "arguments": {"numbers": [1, 2, 4]}}, {"name": "add", "label": "$var_2", "arguments": {"arg_0": "$var_1.total$", "arg_1": "$var_1.count$"}}]`))
-	if err != nil || !Equal(got, 10.0) {
-		t.Fatalf("fields of an object output: %v, %v", got, err)
-	}
-	// Names the function does not have: by position, arg_2 before arg_10.
-	got, err = ex.Run(ctx, parse(t, `[{"name": "sub", "label": "$var_1", "arguments": {"arg_1": 1, "arg_0": 10}}]`))
-	if err != nil || !Equal(got, 9.0) {
-		t.Fatalf("sub(arg_0=10, arg_1=1) by position: %v, %v", got, err)
-	}
-	got, err = ex.Run(ctx, parse(t, `[{"name": "seq", "label": "$var_1", "arguments": {"arg_10": 10, "arg_2": 2, "arg_0": 0, "arg_1": 1}}]`))
-	if err != nil || !Equal(got, []any{0.0, 1.0, 2.0, 10.0}) {
-		t.Fatalf("arguments in their names' numeric order: %v, %v", got, err)
-	}
-	// Numbers reach Python as written: 2 an int, 2.0 a float.
-	got, err = ex.Run(ctx, parse(t, `[{"name": "kinds", "label": "$var_1", "arguments": {"arg_0": 2, "arg_1": 2.0, "arg_2": "2"}}]`))
-	if err != nil || !Equal(got, []any{"int", "float", "str"}) {
-		t.Fatalf("argument types: %v, %v", got, err)
-	}
-	for seq, want := range map[string]string{
-		`[{"name": "nope", "label": "$var_1", "arguments": {}}]`:                                     "no function named 'nope'",
-		`[{"name": "add", "label": "$var_1", "arguments": {"arg_0": "$var_9.result$", "arg_1": 1}}]`: "no earlier output labelled 'var_9'",
-		`[{"name": "add", "label": "$var_1", "arguments": {"x": 1}}]`:                                "TypeError",
-		`[{"name": "divide", "label": "$var_1", "arguments": {"arg_0": 1, "arg_1": 0}}]`:             "ZeroDivisionError",
+	for _, c := range []struct {
+		why, gold, calls string
+		win              bool
+		answer, err      string
+	}{
+		{"the gold sequence (divide from basic_functions.py, not the map's)", "12.5", `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}, {"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_2.result$", "arg_1": 32}}]`, true, "12.5", ""},
+		// By position in the order written, whatever the names: 10 / -50.
+		{"positional, in order", "-5.0", `[{"name": "divide", "label": "$v", "arguments": {"arg_1": 10, "arg_0": -50}}]`, false, "-0.2", ""},
+		// Rounded to the gold's one decimal place.
+		{"rounded to the gold's decimals", "0.3", `[{"name": "divide", "label": "$v", "arguments": {"arg_0": 1, "arg_1": 3}}]`, true, "0.3", ""},
+		{"an int is not rounded", "0", `[{"name": "divide", "label": "$v", "arguments": {"arg_0": 1, "arg_1": 3}}]`, false, "0.3333333333333333", ""},
+		{"1 == 1.0", "1", `[{"name": "divide", "label": "$v", "arguments": {"arg_0": 3, "arg_1": 3}}]`, true, "1.0", ""},
+		{"a tuple is a list", "[1, 2]", `[{"name": "pair", "label": "$v", "arguments": {"a": 1, "b": 2}}]`, true, "(1, 2)", ""},
+		{"an open reference, a print on the way", "3", `[{"name": "add", "label": "$var_1", "arguments": {"arg_0": 1, "arg_1": 1}}, {"name": "add", "label": "$var_2", "arguments": {"arg_0": "$var_1.result", "arg_1": 1}}]`, true, "3", ""},
+		{"numbers as written", `["int", "float", "str"]`, `[{"name": "kinds", "label": "$v", "arguments": {"x": 2, "y": 2.0, "z": "2"}}]`, true, "['int', 'float', 'str']", ""},
+		{"a field other than the output's", "0", `[{"name": "stats", "label": "$v", "arguments": {"n": [1, 2]}}, {"name": "add", "label": "$w", "arguments": {"arg_0": "$v.total$", "arg_1": 1}}]`, false, "", "KeyError"},
+		{"a function not in the sample's tools", "0", `[{"name": "sub", "label": "$v", "arguments": {}}]`, false, "", "IndexError"},
+		{"a tool with two outputs", "0", `[{"name": "two", "label": "$v", "arguments": {}}]`, false, "", "KeyError"},
+		{"a reference to nothing", "0", `[{"name": "add", "label": "$v", "arguments": {"arg_0": "$var_9.result$", "arg_1": 1}}]`, false, "", "KeyError: 'var_9'"},
+		{"a failing call", "0", `[{"name": "divide", "label": "$v", "arguments": {"arg_0": 1, "arg_1": 0}}]`, false, "", "ZeroDivisionError"},
+		{"no label", "2", `[{"name": "add", "arguments": {"arg_0": 1, "arg_1": 1}}]`, false, "", "KeyError: 'label'"},
 	} {
-		if _, err := ex.Run(ctx, parse(t, seq)); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: error %v, want %q", seq, err, want)
+		o := run(c.gold, c.calls)
+		if o.Win != c.win || (c.answer != "" && o.Answer != c.answer) || !strings.Contains(o.Error, c.err) || (c.err == "") != (o.Error == "") {
+			t.Errorf("%s: %+v, want win %v, answer %q, error %q", c.why, o, c.win, c.answer, c.err)
 		}
 	}
+	if o, err := ex.Run(ctx, s, nil); err != nil || o.Win {
+		t.Errorf("no calls: %+v, %v", o, err)
+	}
 	ex.Timeout = 500 * time.Millisecond
-	if _, err := ex.Run(ctx, parse(t, `[{"name": "spin", "label": "$var_1", "arguments": {"n": 0}}]`)); err == nil || !strings.Contains(err.Error(), "deadline") {
+	if _, err := ex.Run(ctx, s, parse(t, `[{"name": "spin", "label": "$v", "arguments": {"n": 0}}]`)); err == nil || !strings.Contains(err.Error(), "deadline") {
 		t.Errorf("a function that never returns: %v", err)
 	}
 	if _, err := NewExecutor(t.TempDir(), ""); err == nil || !strings.Contains(err.Error(), "executable_functions") {
@@ -314,10 +418,11 @@ func TestBenchWithAndWithoutMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// t1 full; t2 one call of three (names F1 0.5, params F1 0.5, partial
-	// 1/3, executes to 200, not 12.5); t3 unparsed (all 0).
+	// t1 full; t2 one call of three (partial 1/3, executes to 200, not
+	// 12.5); t3 unparsed (0). Names over the corpus: rectangle_area F1
+	// 4/5, multiply and divide 1/2 each: macro 0.6.
 	if off.Full.Mean != 1.0/3 || off.Win.Mean != 1.0/3 || off.Win.N != 3 || off.Unparsed != 1 ||
-		math.Abs(off.F1Function.Mean-0.5) > 1e-12 || math.Abs(off.Partial.Mean-4.0/9) > 1e-12 {
+		math.Abs(off.F1Function-0.6) > 1e-12 || math.Abs(off.Partial.Mean-4.0/9) > 1e-12 {
 		t.Fatalf("without memory: %+v", off)
 	}
 	if strings.Contains(m.systems["rhombus one"], "Example Query") {
@@ -362,5 +467,131 @@ func TestBenchScoresAModelErrorAsAFailure(t *testing.T) {
 	cancel()
 	if _, err := Bench(ctx, []Sample{s}, nil, BenchOptions{Model: failing{}}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled run: %v", err)
+	}
+}
+
+// TestCorpusF1MatchesScikitLearn: macroF1 against scikit-learn's own
+// MultiLabelBinarizer and f1_score(average="macro") on 200 random corpora
+// (labels the gold lacks, empty rows, repeats), where a python3 with
+// scikit-learn is found ($NESTFUL_SKLEARN_PYTHON, else python3 and
+// /usr/bin/python3; Debian's python3-sklearn).
+func TestCorpusF1MatchesScikitLearn(t *testing.T) {
+	var py string
+	for _, p := range []string{os.Getenv("NESTFUL_SKLEARN_PYTHON"), "python3", "/usr/bin/python3"} {
+		if p != "" && exec.Command(p, "-c", "import sklearn").Run() == nil {
+			py = p
+			break
+		}
+	}
+	if py == "" {
+		t.Skip("no python3 with scikit-learn")
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	type corpus struct{ Gold, Pred [][]string }
+	var cs []corpus
+	for range 200 {
+		var c corpus
+		for range 1 + r.IntN(6) {
+			row := func(vocab int) []string {
+				out := []string{}
+				for range r.IntN(4) {
+					out = append(out, fmt.Sprintf("l%d", r.IntN(vocab)))
+				}
+				return out
+			}
+			c.Gold, c.Pred = append(c.Gold, row(5)), append(c.Pred, row(7))
+		}
+		if len(c.Gold[0]) == 0 {
+			c.Gold[0] = []string{"l0"} // the binarizer needs one gold label
+		}
+		cs = append(cs, c)
+	}
+	in, _ := json.Marshal(cs)
+	cmd := exec.Command(py, "-c", `import json, sys, warnings
+warnings.simplefilter("ignore")
+from sklearn.metrics import f1_score
+from sklearn.preprocessing import MultiLabelBinarizer
+for c in json.load(sys.stdin):
+    b = MultiLabelBinarizer().fit(c["Gold"])
+    print(repr(float(f1_score(b.transform(c["Gold"]), b.transform(c["Pred"]), average="macro"))))`)
+	cmd.Stdin = bytes.NewReader(in)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) != len(cs) {
+		t.Fatalf("%d answers for %d corpora", len(lines), len(cs))
+	}
+	for i, c := range cs {
+		want, _ := strconv.ParseFloat(lines[i], 64)
+		if got := macroF1(c.Gold, c.Pred); math.Abs(got-want) > 1e-12 {
+			t.Fatalf("corpus %d %+v: %v, scikit-learn %v", i, c, got, want)
+		}
+	}
+}
+
+// TestCallStringsMatchPython: the "name(arg = value, ...)" strings of
+// random calls against python3 writing them as the scorer does (its
+// f-strings over json.loads' values, the arguments sorted), so Python's
+// own str() is the reference for every value kind.
+func TestCallStringsMatchPython(t *testing.T) {
+	needPython(t)
+	r := rand.New(rand.NewPCG(4, 2))
+	vals := []string{`0`, `-3`, `20`, `20.0`, `1e-7`, `2.5e17`, `0.1`, `"$var_1.result$"`, `"$var_2.result"`, `"text, with (parens)"`,
+		`"it's"`, `true`, `null`, `[1, "a", 2.0, [null]]`, `{"k": [1.5, "x"], "j": false}`, `"\u00e9\t"`, `12345678901234567890`}
+	var lines []string
+	var calls []Call
+	for range 300 {
+		var args []string
+		for k := range 1 + r.IntN(4) {
+			args = append(args, fmt.Sprintf(`"%c%d": %s`, 'a'+rune(r.IntN(3)), k, vals[r.IntN(len(vals))]))
+		}
+		line := fmt.Sprintf(`{"name": "f%d", "arguments": {%s}}`, r.IntN(3), strings.Join(args, ", "))
+		var c Call
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatal(err)
+		}
+		lines, calls = append(lines, line), append(calls, c)
+	}
+	cmd := exec.Command("python3", "-c", `import json, sys
+for l in sys.stdin.read().split("\n"):
+    f = json.loads(l)
+    args = []
+    for key, val in f["arguments"].items():
+        if type(val) == str and val.startswith("$") and not val.endswith("$"):
+            val = val + "$"
+        args.append(f"{key} = {val}")
+    print(json.dumps(f["name"] + "(" + ", ".join(sorted(args)) + ")"))`)
+	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n"))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimSpace(string(out)), "\n")
+	got := apiStrings(calls, true)
+	for i := range calls {
+		var w string
+		json.Unmarshal([]byte(want[i]), &w)
+		if got[i] != w {
+			t.Fatalf("%s:\n got %s\nwant %s", lines[i], got[i], w)
+		}
+	}
+}
+
+// TestPromptShowsTheToolsAsWritten: Figure 18's prompt carries each tool
+// as the data wrote it (every key, in order, "<" not escaped), and a
+// recalled failure with its critique.
+func TestPromptShowsTheToolsAsWritten(t *testing.T) {
+	tool := `{"name": "f", "description": "a < b", "parameters": {"x": {"type": "int"}}, "output_parameters": {"result": {}}, "extra": 1}`
+	s := sample(t, "1", tool)
+	s.Tools = s.Tools[len(s.Tools)-1:]
+	p := Prompt(s, nil)
+	if !strings.Contains(p, `[{"name":"f","description":"a < b","parameters":{"x":{"type":"int"}},"output_parameters":{"result":{}},"extra":1}]`) || strings.Contains(p, "Example Query") {
+		t.Fatalf("%s", p)
+	}
+	p = Prompt(s, []toolmem.Entry{{Query: "q", Actions: []string{`{"name":"f"}`}, Feedback: 0, Reflection: "wrong x"}})
+	if !strings.Contains(p, "Example Query: q\nTool Calls Used: [{\"name\":\"f\"}]\nReflection/Critic: wrong x\n") {
+		t.Fatalf("%s", p)
 	}
 }

@@ -1,230 +1,234 @@
 package nestful
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"math"
-	"regexp"
+	"sort"
 	"strings"
 )
 
-// Scores are NESTFUL's metrics of one predicted sequence against the gold.
+// NESTFUL's metrics, as its scorer (src/scorer.py of the benchmark's
+// repository) computes them. A call is written "name(arg = value, ...)",
+// its arguments sorted, each value as Python prints it (so 20 and 20.0
+// differ, and a reference is compared as written: "$var_1.result$"; a
+// predicted "$var_1.result" gets its closing '$').
 //
-// Calls are compared in a canonical form: the name and the arguments, each
-// reference to an earlier output ("$var_2.result$") rewritten as what that
-// output is: the canonical form of the call that produced it (by a hash),
-// and the field. So a model that labels its outputs differently ("$out1",
-// "var_2") or puts an extra call before them is not marked wrong for
-// that, while one that feeds the wrong output is.
+//   - partial sequence: the share of positions where the predicted and
+//     gold calls agree, after aligning the two lists when their lengths
+//     differ (a name missing on one side becomes a gap);
+//   - full sequence: every position agrees;
+//   - F1 function and F1 param: macro F1 over the corpus (scikit-learn's
+//     MultiLabelBinarizer fitted on the gold): the labels are function
+//     names, one set a sample, and "arg = value" slots, one set per
+//     function name of a sample; a predicted label the gold never has is
+//     ignored, as the binarizer drops it.
+
+// Scores are one sample's sequence scores.
 type Scores struct {
-	// F1Function is the F1 of the predicted function names against the
-	// gold's, as multisets.
-	F1Function float64 `json:"f1_function"`
-	// F1Param is the F1 of the (function, parameter, value) triples.
-	F1Param float64 `json:"f1_param"`
-	// Partial is the share of the gold calls (name and every argument)
-	// the prediction contains (as multisets).
 	Partial float64 `json:"partial_sequence"`
-	// Full is whether the prediction is the gold sequence, call for call.
-	Full bool `json:"full_sequence"`
+	Full    bool    `json:"full_sequence"`
 }
 
 // Score compares pred with gold.
 func Score(pred, gold []Call) Scores {
-	pc, gc := canonical(pred), canonical(gold)
+	g, p := align(apiStrings(gold, false), apiStrings(pred, true))
 	var s Scores
-	var pn, gn, pp, gp []string
-	for i := range pc {
-		pn = append(pn, pred[i].Name)
-		pp = append(pp, pc[i].params...)
+	if len(g) == 0 {
+		return s
 	}
-	for i := range gc {
-		gn = append(gn, gold[i].Name)
-		gp = append(gp, gc[i].params...)
+	same := 0
+	for i := range g {
+		if g[i] == p[i] {
+			same++
+		}
 	}
-	s.F1Function = f1(pn, gn)
-	s.F1Param = f1(pp, gp)
-	var pk, gk []string
-	for _, c := range pc {
-		pk = append(pk, c.key)
-	}
-	for _, c := range gc {
-		gk = append(gk, c.key)
-	}
-	if len(gk) > 0 {
-		s.Partial = float64(overlap(pk, gk)) / float64(len(gk))
-	}
-	s.Full = len(pk) == len(gk)
-	for i := 0; s.Full && i < len(pk); i++ {
-		s.Full = pk[i] == gk[i]
-	}
+	s.Partial = float64(same) / float64(len(g))
+	s.Full = same == len(g)
 	return s
 }
 
-// f1 is the F1 of two multisets; two empty ones agree (1).
-func f1(pred, gold []string) float64 {
-	if len(pred) == 0 && len(gold) == 0 {
-		return 1
-	}
-	tp := float64(overlap(pred, gold))
-	if tp == 0 {
-		return 0
-	}
-	p, r := tp/float64(len(pred)), tp/float64(len(gold))
-	return 2 * p * r / (p + r)
-}
-
-// overlap is the size of the multiset intersection.
-func overlap(a, b []string) int {
-	n := map[string]int{}
-	for _, x := range b {
-		n[x]++
-	}
-	k := 0
-	for _, x := range a {
-		if n[x] > 0 {
-			n[x]--
-			k++
-		}
-	}
-	return k
-}
-
-type canon struct {
-	key    string   // name and arguments
-	params []string // name, parameter, value
-}
-
-// ref is an argument that is a whole reference to an earlier output:
-// "$label$" or "$label.field$" (the label itself may start with '$').
-var ref = regexp.MustCompile(`^\$(\$?[^$.]+)(?:\.([^$]*))?\$$`)
-
-// canonical writes each call with its references resolved to the calls
-// they name (the latest earlier call of that label, as executing the
-// sequence binds it).
-func canonical(calls []Call) []canon {
-	made := map[string]string{} // label -> the hash of the call that made it
-	out := make([]canon, len(calls))
+// apiStrings writes each call as "name(arg = value, ...)", the arguments
+// sorted; a call whose arguments were not an object has "name({})".
+func apiStrings(calls []Call, pred bool) []string {
+	out := make([]string, len(calls))
 	for i, c := range calls {
-		args := map[string]any{}
-		var params []string
-		for k, v := range c.Arguments {
-			v = resolved(v, made)
-			args[k] = v
-			params = append(params, c.Name+"\x00"+k+"\x00"+valueKey(v))
+		if c.badArgs {
+			out[i] = c.Name + "({})"
+			continue
 		}
-		key := c.Name + "\x00" + valueKey(args)
-		out[i] = canon{key: key, params: params}
-		if l := labelOf(c.Label); l != "" {
-			h := sha256.Sum256([]byte(key))
-			made[l] = hex.EncodeToString(h[:12])
-		}
+		args := slots(c, pred)
+		sort.Strings(args)
+		out[i] = c.Name + "(" + strings.Join(args, ", ") + ")"
 	}
 	return out
 }
 
-func labelOf(l string) string { return strings.TrimLeft(strings.TrimSpace(l), "$") }
-
-// resolved rewrites references to the labels in made, in v and whatever
-// lists and objects it holds; numbers compare by value.
-func resolved(v any, made map[string]string) any {
-	switch x := v.(type) {
-	case json.Number:
-		// 20 and 20.0 are the same argument.
-		if f, err := x.Float64(); err == nil {
-			return f
+// slots are a call's "arg = value" strings; a predicted reference missing
+// its closing '$' gets it.
+func slots(c Call, pred bool) []string {
+	out := make([]string, 0, len(c.Arguments))
+	for _, a := range c.Arguments {
+		v := a.Value
+		if s, ok := v.(string); ok && pred && strings.HasPrefix(s, "$") && !strings.HasSuffix(s, "$") {
+			v = s + "$"
 		}
-		return x
-	case string:
-		if m := ref.FindStringSubmatch(x); m != nil {
-			if h, ok := made[labelOf(m[1])]; ok {
-				field := m[2]
-				if field == "" {
-					field = "result"
-				}
-				return "$#" + h + "." + field + "$"
-			}
-		}
-		return x
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = resolved(e, made)
-		}
-		return out
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = resolved(e, made)
-		}
-		return out
+		out = append(out, a.Key+" = "+pyStr(v))
 	}
-	return v
+	return out
 }
 
-// valueKey is v's JSON (objects with sorted keys; 20 and 20.0 alike).
-func valueKey(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
+// align pads the two lists to one length when they differ: walking both,
+// equal names pair up, and otherwise the gold's call pairs with a gap (and
+// once the gold is done, the prediction's rest with gaps).
+func align(gold, pred []string) ([]string, []string) {
+	if len(gold) == len(pred) {
+		return gold, pred
 	}
-	return string(b)
+	name := func(s string) string { n, _, _ := strings.Cut(s, "("); return n }
+	var g, p []string
+	i, j := 0, 0
+	for i < len(gold) || j < len(pred) {
+		switch {
+		case i < len(gold) && j < len(pred) && name(gold[i]) == name(pred[j]):
+			g, p = append(g, gold[i]), append(p, pred[j])
+			i, j = i+1, j+1
+		case i < len(gold):
+			g, p = append(g, gold[i]), append(p, "")
+			i++
+		default:
+			g, p = append(g, ""), append(p, pred[j])
+			j++
+		}
+	}
+	return g, p
 }
 
-// Equal reports whether an executed answer matches the gold one: numbers
-// within a relative 1e-6 (Python's float arithmetic and JSON's round trip
-// are not exact), lists item by item, objects key by key, anything else
-// by its JSON.
-func Equal(got, want any) bool {
-	if n, ok := number(want); ok {
-		want = n
-	}
-	switch w := want.(type) {
-	case float64:
-		g, ok := number(got)
-		if !ok {
-			return false
-		}
-		return g == w || math.Abs(g-w) <= 1e-6*math.Max(math.Abs(g), math.Abs(w))
-	case bool:
-		g, ok := got.(bool)
-		return ok && g == w
-	case []any:
-		g, ok := got.([]any)
-		if !ok || len(g) != len(w) {
-			return false
-		}
-		for i := range w {
-			if !Equal(g[i], w[i]) {
-				return false
-			}
-		}
-		return true
-	case map[string]any:
-		g, ok := got.(map[string]any)
-		if !ok || len(g) != len(w) {
-			return false
-		}
-		for k, wv := range w {
-			gv, ok := g[k]
-			if !ok || !Equal(gv, wv) {
-				return false
-			}
-		}
-		return true
-	}
-	return valueKey(got) == valueKey(want)
+// labels are one sample's labels for the corpus F1s: its function names,
+// and its slots by function name (a name called twice keeps the slots of
+// its last call, as the scorer's map does).
+type labels struct {
+	names []string
+	slots map[string][]string
 }
 
-func number(v any) (float64, bool) {
-	switch x := v.(type) {
-	case float64:
-		return x, true
-	case json.Number:
-		f, err := x.Float64()
-		return f, err == nil
+func labelsOf(calls []Call, pred bool) labels {
+	l := labels{slots: map[string][]string{}}
+	for _, c := range calls {
+		l.names = append(l.names, c.Name)
+		if c.badArgs {
+			l.slots[c.Name] = nil
+			continue
+		}
+		l.slots[c.Name] = slots(c, pred)
 	}
-	return 0, false
+	return l
+}
+
+// CorpusF1 is the macro F1 of the function names and of the slots over
+// samples, each a (predicted, gold) pair.
+func CorpusF1(pred, gold [][]Call) (names, params float64) {
+	var gn, pn, gs, ps [][]string
+	for i := range gold {
+		g, p := labelsOf(gold[i], false), labelsOf(pred[i], true)
+		gn, pn = append(gn, g.names), append(pn, p.names)
+		keys := map[string]bool{}
+		for k := range g.slots {
+			keys[k] = true
+		}
+		for k := range p.slots {
+			keys[k] = true
+		}
+		for k := range keys {
+			gs, ps = append(gs, g.slots[k]), append(ps, p.slots[k])
+		}
+	}
+	return macroF1(gn, pn), macroF1(gs, ps)
+}
+
+// macroF1 is scikit-learn's f1_score(average="macro") over multi-label
+// rows binarised by the gold's labels: each label's F1 (0 where it has
+// no true or predicted positive) averaged over the labels.
+// (TestCorpusF1MatchesScikitLearn holds it to scikit-learn itself.)
+func macroF1(gold, pred [][]string) float64 {
+	type counts struct{ tp, fp, fn int }
+	c := map[string]*counts{}
+	for _, row := range gold {
+		for _, l := range row {
+			if c[l] == nil {
+				c[l] = &counts{}
+			}
+		}
+	}
+	if len(c) == 0 {
+		return 0
+	}
+	if len(c) == 1 {
+		// One column: scikit-learn reads it as a binary target and
+		// averages the F1 of both values that occur, 1 and 0.
+		var only string
+		for l := range c {
+			only = l
+		}
+		var t, p []bool
+		for i := range gold {
+			t, p = append(t, setOf(gold[i])[only]), append(p, setOf(pred[i])[only])
+		}
+		return binaryMacroF1(t, p)
+	}
+	for i := range gold {
+		g, p := setOf(gold[i]), setOf(pred[i])
+		for l := range g {
+			if p[l] {
+				c[l].tp++
+			} else {
+				c[l].fn++
+			}
+		}
+		for l := range p {
+			if x := c[l]; x != nil && !g[l] {
+				x.fp++
+			}
+		}
+	}
+	var sum float64
+	for _, x := range c {
+		if d := 2*x.tp + x.fp + x.fn; d > 0 {
+			sum += 2 * float64(x.tp) / float64(d)
+		}
+	}
+	return sum / float64(len(c))
+}
+
+// binaryMacroF1 is the F1 of value true and of value false (each where
+// it occurs in either list), averaged.
+func binaryMacroF1(t, p []bool) float64 {
+	var sum float64
+	n := 0
+	for _, v := range []bool{true, false} {
+		tp, fp, fn, seen := 0, 0, 0, false
+		for i := range t {
+			seen = seen || t[i] == v || p[i] == v
+			switch {
+			case t[i] == v && p[i] == v:
+				tp++
+			case p[i] == v:
+				fp++
+			case t[i] == v:
+				fn++
+			}
+		}
+		if seen {
+			n++
+			if d := 2*tp + fp + fn; d > 0 {
+				sum += 2 * float64(tp) / float64(d)
+			}
+		}
+	}
+	return sum / float64(n)
+}
+
+func setOf(xs []string) map[string]bool {
+	m := make(map[string]bool, len(xs))
+	for _, x := range xs {
+		m[x] = true
+	}
+	return m
 }
