@@ -225,7 +225,8 @@ func (sc *Scheduler) loop() {
 				break drain
 			}
 		}
-		// Sequences whose caller went away leave before the step.
+		// Sequences whose caller went away leave before the step, the
+		// waiting ones too (their callers must not wait for a turn).
 		kept := live[:0]
 		for _, q := range live {
 			if err := q.ctx.Err(); err != nil {
@@ -235,6 +236,15 @@ func (sc *Scheduler) loop() {
 			kept = append(kept, q)
 		}
 		live = kept
+		still := waiting[:0]
+		for _, q := range waiting {
+			if err := q.ctx.Err(); err != nil {
+				finish(q, err)
+				continue
+			}
+			still = append(still, q)
+		}
+		waiting = still
 		// With a pool, the running sequences' next chunks come first: when
 		// the pool cannot hold them, the last to join gives its blocks back.
 		used := 0
@@ -255,11 +265,6 @@ func (sc *Scheduler) loop() {
 		}
 		for len(live) < sc.opt.MaxBatch && len(waiting) > 0 {
 			q := waiting[0]
-			if err := q.ctx.Err(); err != nil {
-				waiting = waiting[1:]
-				finish(q, err)
-				continue
-			}
 			if sc.pool != nil {
 				// First come, first served: the head waits for room.
 				need := sc.joinBlocks(q)

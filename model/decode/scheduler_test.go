@@ -152,3 +152,35 @@ func TestSchedulerCancelAndClose(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// A caller who gives up while its request waits behind a full batch gets
+// its error at the next step, not when the batch frees a place.
+func TestSchedulerReleasesAWaitingCallerThatGaveUp(t *testing.T) {
+	m := tinyModel(t, "tiny-qwen2")
+	sc := NewScheduler(m, nil, SchedulerOptions{MaxBatch: 1})
+	defer sc.Close()
+	ctxA, stopA := context.WithCancel(context.Background())
+	defer stopA()
+	started := make(chan struct{})
+	var once sync.Once
+	doneA := make(chan error, 1)
+	go func() {
+		_, err := sc.Generate(ctxA, []int{1, 2, 3}, Sampling{MaxTokens: m.MaxPositions - 3}, func(int) { once.Do(func() { close(started) }) })
+		doneA <- err
+	}()
+	<-started
+	ctxB, stopB := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer stopB()
+	if _, err := sc.Generate(ctxB, []int{4, 5}, Sampling{MaxTokens: 5}, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the waiting request: %v", err)
+	}
+	select {
+	case err := <-doneA:
+		t.Fatalf("the running request ended first (%v): the waiting caller was held until its place came", err)
+	default:
+	}
+	stopA()
+	if err := <-doneA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the running request: %v", err)
+	}
+}
