@@ -21,7 +21,11 @@ import (
 // AGEMEM_LOAD_SECONDS (default 30) against the tiny policy `make demo`
 // trains (AGEMEM_SERVE_POLICY overrides the directory), once with
 // continuous batching (serve.max_batch 32) and once without (1), printed
-// side by side. Every non-200 answer is an error.
+// side by side, then batching with the KV caches in a paged pool of
+// serve.kv_budget 8,448 positions (one request's limit: prompt 8,192 plus
+// 256 tokens), whose peak is printed beside what the unbounded run's
+// caches would have held. Every answer but 200 and the model's own 422 (a
+// response format it broke) is an error.
 func BenchmarkServeLoad(b *testing.B) {
 	dir := os.Getenv("AGEMEM_SERVE_POLICY")
 	if dir == "" {
@@ -47,9 +51,10 @@ func BenchmarkServeLoad(b *testing.B) {
 	cfg.Agent.ResponseBudget, cfg.Agent.SystemPrompt = 256, memtools.PromptCompact
 	cfg.Serve.KeysEnv = ""
 	cfg.Serve.MaxConcurrent = 32
-	run := func(maxBatch int) LoadReport {
+	var kv decode.KVStats
+	run := func(maxBatch, kvBudget int) LoadReport {
 		c := cfg
-		c.Serve.MaxBatch = maxBatch
+		c.Serve.MaxBatch, c.Serve.KVBudget = maxBatch, kvBudget
 		c.Memory.Path = filepath.Join(b.TempDir(), "m.db")
 		p, err := decode.LoadGenerator(cpu.New(), dir, "", decode.Sampling{MaxTokens: c.Agent.ResponseBudget})
 		if err != nil {
@@ -71,21 +76,37 @@ func BenchmarkServeLoad(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		kv = s.kv()
 		return rep
 	}
 	for range b.N {
-		batched := run(32)
-		single := run(1)
+		// The pooled run first: a cold start would count against it.
+		paged := run(32, 8448)
+		pagedKV := kv
+		batched := run(32, 0)
+		single := run(1, 0)
+		kv = pagedKV
 		fmt.Printf("serve load, batching (max_batch 32):  %s\n", batched)
 		fmt.Printf("serve load, no batching (max_batch 1): %s\n", single)
 		fmt.Printf("serve load: batching / no batching = %.2fx requests/s, %.2fx tokens/s\n",
 			batched.RPS()/single.RPS(), batched.TokensPerSecond()/single.TokensPerSecond())
+		fmt.Printf("serve load, kv_budget 8448: %s\n", paged)
+		fmt.Printf("serve load: kv_budget 8448 / unbounded = %.2fx requests/s; KV peak %d positions of the pool's %d, %d preempted\n",
+			paged.RPS()/batched.RPS(), kv.Peak*decode.KVBlock, kv.Blocks*decode.KVBlock, kv.Preempted)
+		b.ReportMetric(paged.RPS(), "req/s-kv-budget")
+		b.ReportMetric(float64(kv.Peak*decode.KVBlock), "kv-peak-positions")
 		b.ReportMetric(batched.RPS(), "req/s")
 		b.ReportMetric(single.RPS(), "req/s-unbatched")
 		b.ReportMetric(batched.TokensPerSecond(), "tok/s")
 		b.ReportMetric(float64(batched.P99.Milliseconds()), "p99-ms")
-		if len(batched.Errors)+len(single.Errors) > 0 {
-			b.Errorf("errors: batched %v, unbatched %v", batched.Errors, single.Errors)
+		// 422 is the model's own answer (a response format it broke), not
+		// the server's failure.
+		for name, r := range map[string]LoadReport{"batched": batched, "unbatched": single, "kv budget": paged} {
+			for code, n := range r.Errors {
+				if code != "422" {
+					b.Errorf("%s: %d answers %s", name, n, code)
+				}
+			}
 		}
 	}
 }

@@ -180,16 +180,11 @@ func (sc *Scheduler) loop() {
 	finish := func(q *schedSeq, err error) {
 		q.err = err
 		if err == nil && sc.opt.PrefixBudget >= 0 && q.cache != nil {
-			c := q.cache
-			if sc.pool != nil {
-				// Kept outside the pool, as the prefix budget counts it:
-				// a finished sequence's blocks go back to the live ones.
-				c = sc.m.NewCache(c.Len)
-				if c.Fill(q.cache, q.cache.Len) != nil {
-					c = nil
-				}
-			}
-			if c != nil {
+			// A compact copy, outside any pool: the prefix budget counts
+			// positions held, and a grown cache holds up to twice what it
+			// filled (halving what the budget keeps); a paged sequence's
+			// blocks go back to the live ones.
+			if c := sc.m.NewCache(q.cache.Len); c.Fill(q.cache, q.cache.Len) == nil {
 				sc.prefixes.Put(fed(q.prompt, q.gen), c)
 			}
 		}
