@@ -313,16 +313,18 @@ func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, d
 				continue
 			}
 			// A finished sequence gives its blocks back at once; the prefix
-			// cache keeps a contiguous copy.
+			// cache keeps a compact contiguous copy (a grown cache holds
+			// up to twice what it filled, and the budget counts what is
+			// held).
 			done[i] = q.cache
-			if pool != nil {
-				if pc != nil {
-					c := m.NewCache(q.cache.Len)
-					if err := c.Fill(q.cache, q.cache.Len); err != nil {
-						return nil, st, err
-					}
-					done[i] = c
+			if pc != nil {
+				c := m.NewCache(q.cache.Len)
+				if err := c.Fill(q.cache, q.cache.Len); err != nil {
+					return nil, st, err
 				}
+				done[i] = c
+				q.cache.Release()
+			} else if pool != nil {
 				q.cache.Release()
 			}
 			q.cache = nil
