@@ -222,24 +222,7 @@ func (sc *Scheduler) loop() {
 		}
 		// Sequences whose caller went away leave before the step, the
 		// waiting ones too (their callers must not wait for a turn).
-		kept := live[:0]
-		for _, q := range live {
-			if err := q.ctx.Err(); err != nil {
-				finish(q, err)
-				continue
-			}
-			kept = append(kept, q)
-		}
-		live = kept
-		still := waiting[:0]
-		for _, q := range waiting {
-			if err := q.ctx.Err(); err != nil {
-				finish(q, err)
-				continue
-			}
-			still = append(still, q)
-		}
-		waiting = still
+		live, waiting = dropGone(live, finish), dropGone(waiting, finish)
 		// With a pool, the running sequences' next chunks come first: when
 		// the pool cannot hold them, the last to join gives its blocks back.
 		used := 0
@@ -297,7 +280,7 @@ func (sc *Scheduler) loop() {
 		if sc.opt.OnStep != nil {
 			sc.opt.OnStep(len(live), fed)
 		}
-		kept = live[:0]
+		kept := live[:0]
 		for j, q := range live {
 			q.next = q.next[len(toks[j]):]
 			if len(q.next) > 0 { // still prefilling: these logits predict prompt tokens
@@ -329,6 +312,20 @@ func (sc *Scheduler) loop() {
 		}
 		live = kept
 	}
+}
+
+// dropGone finishes the sequences whose caller went away and returns the
+// others, in order.
+func dropGone(qs []*schedSeq, finish func(*schedSeq, error)) []*schedSeq {
+	kept := qs[:0]
+	for _, q := range qs {
+		if err := q.ctx.Err(); err != nil {
+			finish(q, err)
+			continue
+		}
+		kept = append(kept, q)
+	}
+	return kept
 }
 
 // all is what a (re)joining sequence has: its prompt, then the tokens it
