@@ -66,18 +66,18 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzExecute -fuzztime $(FUZZTIME) ./agent/
 	$(GO) test -run '^$$' -fuzz FuzzOpen -fuzztime $(FUZZTIME) ./model/safetensors/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./model/tokenizer/
-	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME) ./config/
+	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME) ./setup/
 	$(GO) test -run '^$$' -fuzz FuzzStreamHotpot -fuzztime $(FUZZTIME) ./env/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./locomo/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./bench/locomo/
 	$(GO) test -run '^$$' -fuzz FuzzParseToolCalls -fuzztime $(FUZZTIME) ./model/chat/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./memtools/
 	$(GO) test -run '^$$' -fuzz FuzzConfigOverWeights -fuzztime $(FUZZTIME) ./model/qwen/
-	$(GO) test -run '^$$' -fuzz FuzzParseNotes -fuzztime $(FUZZTIME) ./tamem/
-	$(GO) test -run '^$$' -fuzz FuzzParseAction -fuzztime $(FUZZTIME) ./workbench/
+	$(GO) test -run '^$$' -fuzz FuzzParseNotes -fuzztime $(FUZZTIME) ./papers/tamem/
+	$(GO) test -run '^$$' -fuzz FuzzParseAction -fuzztime $(FUZZTIME) ./bench/workbench/
 	$(GO) test -run '^$$' -fuzz FuzzParseWordPieceJSON -fuzztime $(FUZZTIME) ./model/bert/
-	$(GO) test -run '^$$' -fuzz FuzzLoadCollection -fuzztime $(FUZZTIME) ./memtool/
-	$(GO) test -run '^$$' -fuzz FuzzSequenceRatio -fuzztime $(FUZZTIME) ./fittext/
-	$(GO) test -run '^$$' -fuzz FuzzParseCalls -fuzztime $(FUZZTIME) ./nestful/
+	$(GO) test -run '^$$' -fuzz FuzzLoadCollection -fuzztime $(FUZZTIME) ./papers/memtool/
+	$(GO) test -run '^$$' -fuzz FuzzSequenceRatio -fuzztime $(FUZZTIME) ./papers/fittext/
+	$(GO) test -run '^$$' -fuzz FuzzParseCalls -fuzztime $(FUZZTIME) ./bench/nestful/
 
 # The serve soak: mixed chat, streaming, memory API, malformed and abandoned
 # requests from 16 clients of 8 tenants; zero 5xx, goroutines and heap back.
@@ -93,7 +93,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./embed/ ./kernels/...
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./memtools/...
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./model/qwen/
-	$(GO) test -run '^$$' -bench GenerateKV -benchtime 3x ./model/decode/
+	$(GO) test -run '^$$' -bench GenerateKV -benchtime 3x ./model/engine/
 	$(GO) test -run '^$$' -bench TrainStep -benchtime 3x ./model/train/
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./model/tokenizer/
 	$(GO) test -run '^$$' -bench Encoder -benchtime 3x ./model/bert/
@@ -102,23 +102,23 @@ bench: deps
 	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession' -benchtime 1x -timeout 10m ./serve/
 
 # The embedded default (configs/tiny.yaml; README, "Demo results"): step-wise
-# GRPO (AgeMem) from the shipped tiny policy (models/tiny, AgeMem-noRL: what
+# GRPO (AgeMem) from the shipped tiny policy (checkpoints/tiny, AgeMem-noRL: what
 # `make base` trains), then the held-out table (No-Memory, AgeMem-noRL,
 # AgeMem) on EVAL_TASKS tasks of a seed training never saw. About 7
 # minutes on 2 cores (6.4 measured 2026-11-26 from a clean clone; the VM's
 # speed varies by a fifth), GRPO 5.5 of them. POLICY names another starting policy
 # (`make demo-full` passes the one `make base` just trained).
-POLICY ?= models/tiny
+POLICY ?= checkpoints/tiny
 CFG := configs/tiny.yaml
 TINY := runs/tiny
 # GRPO at temperature 0.7 (at 1.0 a fifth as many rollouts earn task
 # reward), 40 steps of 4 tasks x 8 rollouts at lr 2e-4, without the KL
-# term (rl.beta=0, as DAPO and Dr. GRPO): from models/tiny it learns to
+# term (rl.beta=0, as DAPO and Dr. GRPO): from checkpoints/tiny it learns to
 # store the relayed facts its teacher never stored. With the paper's beta
 # 0.1 runs could unlearn it: once every rollout of a group stores the fact
 # the advantages are zero and only KL's pull toward the SFT reference, whose
 # habit is the blind spot, is left (seeds 1-4, seed-2 set: +0.065 to +0.243
-# with KL, +0.192 to +0.239 without, on the previous models/tiny; README,
+# with KL, +0.192 to +0.239 without, on the previous checkpoints/tiny; README,
 # "Demo results").
 DEMORL := --set rl.temperature=0.7 --set rl.lr=2e-4 --set rl.steps=40 --set rl.batch_tasks=4 --set rl.beta=0
 DEMOSET := --set model.path=$(POLICY) --set rl.init=$(POLICY) --set eval.tasks=$(EVAL_TASKS)
@@ -128,7 +128,7 @@ demo: build
 	$(BIN)/agemem-train train --config $(CFG) $(DEMOSET) $(DEMORL)
 	$(BIN)/agemem-train eval --config $(CFG) $(DEMOSET)
 
-# models/tiny from nothing, byte for byte, about 51 minutes on 2 cores:
+# checkpoints/tiny from nothing, byte for byte, about 51 minutes on 2 cores:
 # synthetic tasks, a tokenizer learned on them (the words pre-tokenizer), a
 # tiny Qwen2 (3 layers, hidden 96; no QK-norm: induction forms about twice
 # as fast as in Qwen3) pretrained from random weights to copy (sentences of
@@ -175,9 +175,9 @@ base-data: build
 
 # A policy that answers as well as copies (README, "Demo results": AgeMem-noRL
 # J 0.708 and 0.657 on the two held-out sets, against the earlier
-# models/tiny's 0.601 and 0.591, both measured before the teacher's blind
+# checkpoints/tiny's 0.601 and 0.591, both measured before the teacher's blind
 # spot and Stage 1's rotating phrasings; with today's teacher +0.005 to
-# +0.034 over models/tiny on four sets, before the teacher reasoned its
+# +0.034 over checkpoints/tiny on four sets, before the teacher reasoned its
 # comparisons out), about 56 minutes on 2 cores:
 # base's data, tokenizer and model,
 # copy pretraining three times as long (4,500 steps: held-out copy loss

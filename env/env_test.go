@@ -14,7 +14,7 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 )
 
 func TestLoadHotpotOfficialFormat(t *testing.T) {
@@ -312,7 +312,7 @@ func TestContextFullEndsTheEpisodeNotTheRun(t *testing.T) {
 	WriteHotpot(&buf, NewSynth(5).Generate(1))
 	var task Task
 	StreamHotpot(&buf, func(t Task) error { task = t; return nil })
-	full := overflowing{NewOracle(task, 0, 0, 1), 12, fmt.Errorf("conversation 0: %w", &decode.PromptTooLongError{Tokens: 5000, Limit: 4096})}
+	full := overflowing{NewOracle(task, 0, 0, 1), 12, fmt.Errorf("conversation 0: %w", &engine.PromptTooLongError{Tokens: 5000, Limit: 4096})}
 	res := runEpisode(t, full, task)
 	if !res.ContextFull || res.HasAnswer || res.EM != 0 {
 		t.Fatalf("context full %v, answered %v", res.ContextFull, res.HasAnswer)

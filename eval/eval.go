@@ -16,15 +16,14 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/rl/rollout"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 // Method is one row of the table.
@@ -45,7 +44,7 @@ type Method struct {
 
 // Options are an evaluation's inputs.
 type Options struct {
-	Config  config.Config
+	Config  setup.Config
 	Tasks   []env.Task
 	Methods []Method
 	Log     io.Writer // progress (nil: none)
@@ -90,11 +89,11 @@ type Row struct {
 
 // Run plays every task with every policy and scores them.
 func Run(ctx context.Context, o Options) ([]Row, error) {
-	h, err := roles.NewHelpers(ctx, o.Config)
+	h, err := setup.NewHelpers(ctx, o.Config)
 	if err != nil {
 		return nil, err
 	}
-	rew, err := roles.Reward(ctx, o.Config, h)
+	rew, err := setup.Reward(ctx, o.Config, h)
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +121,9 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 
 // play runs one rollout of every task: scripted and API policies one task
 // at a time, a model directory all tasks decoded together.
-func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.Task, p Method, log io.Writer) ([]env.Outcome, error) {
+func play(ctx context.Context, cfg setup.Config, h setup.Helpers, tasks []env.Task, p Method, log io.Writer) ([]env.Outcome, error) {
 	if p.Dir == "" {
-		e := roles.AgeMem(cfg, h, tasks, nil)
+		e := setup.AgeMem(cfg, h, tasks, nil)
 		var outs []env.Outcome
 		var pr *train.Progress
 		if log != nil {
@@ -156,13 +155,13 @@ func play(ctx context.Context, cfg config.Config, h roles.Helpers, tasks []env.T
 	if err != nil {
 		return nil, err
 	}
-	pol, err := decode.LoadGenerator(be, p.Dir, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+	pol, err := engine.LoadGenerator(be, p.Dir, "", engine.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
 	if err != nil {
 		return nil, err
 	}
 	defer pol.Model.Close()
-	pol.Prefixes = decode.NewPrefixCache(len(tasks) * pol.Model.MaxPositions)
-	e := roles.AgeMem(cfg, h, tasks, pol.Tokenizer)
+	pol.Prefixes = engine.NewPrefixCache(len(tasks) * pol.Model.MaxPositions)
+	e := setup.AgeMem(cfg, h, tasks, pol.Tokenizer)
 	idx := make([]int, len(tasks))
 	for i := range idx {
 		idx[i] = i

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/rl/reward"
+	"github.com/agemem/agemem/setup"
 )
 
 func tasks(t *testing.T, n int) []env.Task {
@@ -30,7 +30,7 @@ func tasks(t *testing.T, n int) []env.Task {
 	return ts
 }
 
-func oracleRow(t *testing.T, c config.Config, ts []env.Task) (Row, error) {
+func oracleRow(t *testing.T, c setup.Config, ts []env.Task) (Row, error) {
 	t.Helper()
 	rows, err := Run(context.Background(), Options{Config: c, Tasks: ts, Methods: []Method{{Name: "oracle", Scripted: "oracle"}}})
 	if err != nil {
@@ -45,7 +45,7 @@ func oracleRow(t *testing.T, c config.Config, ts []env.Task) (Row, error) {
 // changes what Filter_context removes, so the contexts answered from differ.
 func TestEvalUsesTheConfiguredEmbedder(t *testing.T) {
 	ts := tasks(t, 6)
-	c := config.Default()
+	c := setup.Default()
 	hashing, err := oracleRow(t, c, ts)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func fakeOllama(t *testing.T, reply string) string {
 // from rl.init.
 func TestEvalUsesTheConfiguredJudge(t *testing.T) {
 	ts := tasks(t, 4)
-	c := config.Default()
+	c := setup.Default()
 	c.Ollama.Host = fakeOllama(t, "0.25")
 	c.Reward.Judge, c.Reward.JudgeModel = "ollama", "judge"
 	row, err := oracleRow(t, c, ts)
@@ -109,7 +109,7 @@ func TestEvalUsesTheConfiguredJudge(t *testing.T) {
 	if row.J.Mean != 0.25 || row.EM.Mean != 1 {
 		t.Fatalf("J %v, EM %v: the Ollama judge's 0.25 was not used", row.J, row.EM)
 	}
-	c = config.Default()
+	c = setup.Default()
 	c.Reward.Judge, c.RL.Init = "policy", filepath.Join(t.TempDir(), "no-policy")
 	if _, err := oracleRow(t, c, ts); err == nil || !strings.Contains(err.Error(), "rl.init") {
 		t.Fatalf("a policy judge without a policy: %v", err)
@@ -132,7 +132,7 @@ func TestStatIsMeanAndStandardError(t *testing.T) {
 func TestEvalReportsProgress(t *testing.T) {
 	var log bytes.Buffer
 	ts := tasks(t, 20)
-	if _, err := Run(context.Background(), Options{Config: config.Default(), Tasks: ts, Log: &log,
+	if _, err := Run(context.Background(), Options{Config: setup.Default(), Tasks: ts, Log: &log,
 		Methods: []Method{{Name: "No-Memory", Scripted: "no-memory"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestEvalReportsProgress(t *testing.T) {
 // guesses; a bad subset is an error naming the row.
 func TestMethodsPlayTheirToolSubset(t *testing.T) {
 	ts := tasks(t, 6)
-	rows, err := Run(context.Background(), Options{Config: config.Default(), Tasks: ts, Methods: []Method{
+	rows, err := Run(context.Background(), Options{Config: setup.Default(), Tasks: ts, Methods: []Method{
 		{Name: "both", Scripted: "oracle"}, {Name: "LTM-only", Scripted: "oracle", Tools: "ltm"}, {Name: "STM-only", Scripted: "oracle", Tools: "stm"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestMethodsPlayTheirToolSubset(t *testing.T) {
 	if stmOnly.ToolCalls["Add_memory"] != 0 || stmOnly.ToolCalls["Filter_context"] == 0 || stmOnly.MQ.Mean != 0 || stmOnly.EM.Mean == 1 {
 		t.Fatalf("STM-only %v, MQ %v, EM %v", stmOnly.ToolCalls, stmOnly.MQ, stmOnly.EM)
 	}
-	_, err = Run(context.Background(), Options{Config: config.Default(), Tasks: ts, Methods: []Method{{Name: "odd", Scripted: "oracle", Tools: "rag"}}})
+	_, err = Run(context.Background(), Options{Config: setup.Default(), Tasks: ts, Methods: []Method{{Name: "odd", Scripted: "oracle", Tools: "rag"}}})
 	if err == nil || !strings.Contains(err.Error(), "odd") || !strings.Contains(err.Error(), "subset") {
 		t.Fatalf("a bad subset: %v", err)
 	}

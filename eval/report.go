@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"text/tabwriter"
 
-	"github.com/agemem/agemem/chart"
+	"github.com/agemem/agemem/internal/chart"
 	"github.com/agemem/agemem/memtools"
 )
 

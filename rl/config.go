@@ -70,7 +70,7 @@ type Config struct {
 
 // DefaultConfig is the paper's K 8, β 0.1 and the common PPO clip 0.2.
 func DefaultConfig() Config {
-	return Config{Init: "models/tiny", K: 8, BatchTasks: 2, Steps: 6,
+	return Config{Init: "checkpoints/tiny", K: 8, BatchTasks: 2, Steps: 6,
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1},
 		Clip:           0.2, Beta: 0.1, Eps: 1e-6, ScaleRewards: "group", Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
 		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, MaxRounds: 1, ValEvery: 10, ValTasks: 200, Out: "runs/tiny/rl"}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
 	"github.com/agemem/agemem/memtools"
@@ -19,7 +18,7 @@ import (
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/sft"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 // coin is a scripted policy for SFT data: it acknowledges Stage 1 facts
@@ -72,7 +71,7 @@ func TestGRPORaisesTheMeanReward(t *testing.T) {
 
 // sftCoin fine-tunes c's rl.init on the coin's episodes of c's tasks
 // (answering with probability p) and returns the policy.
-func sftCoin(t *testing.T, c config.Config, p float64) string {
+func sftCoin(t *testing.T, c setup.Config, p float64) string {
 	t.Helper()
 	// SFT data from the scripted coin on the same tasks.
 	var tasks []env.Task
@@ -84,7 +83,7 @@ func sftCoin(t *testing.T, c config.Config, p float64) string {
 	r := rand.New(rand.NewPCG(1, 2))
 	for rep := range 8 {
 		for i, tk := range tasks {
-			res, err := env.RunEpisode(context.Background(), coin{r, p}, roles.Runtime(c, roles.Helpers{}, nil)(uint64(rep*100+i)), tk, c.EpisodeConfig())
+			res, err := env.RunEpisode(context.Background(), coin{r, p}, setup.Runtime(c, setup.Helpers{}, nil)(uint64(rep*100+i)), tk, c.EpisodeConfig())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +97,7 @@ func sftCoin(t *testing.T, c config.Config, p float64) string {
 	c.Model.Path = c.RL.Init
 	c.SFT.Data, c.SFT.Out = data, filepath.Join(t.TempDir(), "sft")
 	c.SFT.Steps, c.SFT.BatchTokens, c.SFT.EvalFraction, c.SFT.EvalEvery, c.SFT.SaveEvery = 60, 2048, 0.1, 0, 0
-	so := roles.SFT(c)
+	so := setup.SFT(c)
 	so.Log = io.Discard
 	sres, err := sft.Run(context.Background(), so)
 	if err != nil {
@@ -109,7 +108,7 @@ func sftCoin(t *testing.T, c config.Config, p float64) string {
 
 // coinEpisodes shapes c's episodes as the coin plays them: one fact turn,
 // no distractors, one call a turn.
-func coinEpisodes(c *config.Config) {
+func coinEpisodes(c *setup.Config) {
 	c.Agent.MaxSteps, c.Agent.ResponseBudget = 1, 24
 	c.Episode.Stage1MaxTurns, c.Episode.Stage2MaxTurns = 1, 0
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
@@ -18,12 +17,12 @@ import (
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/rl"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 // microSetup writes synthetic tasks, a small tokenizer learned on them and
 // a random micro Qwen3, and returns a config that trains it for two steps.
-func microSetup(t testing.TB) config.Config {
+func microSetup(t testing.TB) setup.Config {
 	dir := t.TempDir()
 	var buf bytes.Buffer
 	env.WriteHotpot(&buf, env.NewSynth(3).Generate(6))
@@ -46,7 +45,7 @@ func microSetup(t testing.TB) config.Config {
 	if err := qwen.InitRandom(model, mc, safetensors.F32, 1); err != nil {
 		t.Fatal(err)
 	}
-	c := config.Default()
+	c := setup.Default()
 	c.Data.Train = data
 	c.Agent.SystemPrompt, c.Agent.ResponseBudget, c.Agent.MaxSteps = "compact", 12, 1
 	c.Episode.Stage1MaxTurns, c.Episode.Stage2MaxTurns = 2, 1
@@ -56,8 +55,8 @@ func microSetup(t testing.TB) config.Config {
 }
 
 // run trains c's rl.init as agemem-train train does.
-func run(c config.Config, resume string) (rl.Result, error) {
-	o, err := roles.GRPO(context.Background(), c, io.Discard)
+func run(c setup.Config, resume string) (rl.Result, error) {
+	o, err := setup.GRPO(context.Background(), c, io.Discard)
 	if err != nil {
 		return rl.Result{}, err
 	}
@@ -189,7 +188,7 @@ func TestRolloutProgress(t *testing.T) {
 	c := microSetup(t)
 	c.RL.Steps = 1
 	var log bytes.Buffer
-	o, err := roles.GRPO(context.Background(), c, &log)
+	o, err := setup.GRPO(context.Background(), c, &log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/safetensors"
@@ -159,7 +159,7 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			return nil, "", err
 		}
 		for _, m := range engines {
-			pol := decode.NewGenerator(m, tok, decode.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget})
+			pol := engine.NewGenerator(m, tok, engine.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget})
 			pol.Template, pol.KVBudget = tmpl, rc.KVBudget
 			if rc.PrefixCache {
 				// Each rollout's calls resend its growing context: keep
@@ -169,7 +169,7 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 				if rc.KVBudget > 0 {
 					keep = min(keep, rc.KVBudget)
 				}
-				pol.Prefixes = decode.NewPrefixCache(keep)
+				pol.Prefixes = engine.NewPrefixCache(keep)
 			}
 			pols = append(pols, pol)
 		}
@@ -187,12 +187,12 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		}
 		st.ComputedTokens = st.RolloutTokens
 		for _, p := range pols {
-			g := p.(*decode.Generator)
+			g := p.(*engine.Generator)
 			if pc := g.Prefixes; pc != nil {
 				st.ComputedTokens -= int(pc.Reused)
 			}
 			kv := g.KV()
-			st.KVPeak, st.Recomputed = max(st.KVPeak, kv.Peak*decode.KVBlock), st.Recomputed+kv.Preempted
+			st.KVPeak, st.Recomputed = max(st.KVPeak, kv.Peak*engine.KVBlock), st.Recomputed+kv.Preempted
 		}
 		adv, err := grpo.GroupAdvantages(pl.rewards, rc.K, rc.Eps, rc.ScaleRewards)
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/rl"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 // TestKeepBest: with validation every step, the run logs val_j before the
@@ -24,7 +24,7 @@ func TestKeepBest(t *testing.T) {
 	for _, keep := range []bool{true, false} {
 		c := microSetup(t)
 		c.RL.Steps, c.RL.SaveEvery, c.RL.ValEvery, c.RL.KeepBest = 4, 0, 1, keep
-		o, err := roles.GRPO(context.Background(), c, &bytes.Buffer{})
+		o, err := setup.GRPO(context.Background(), c, &bytes.Buffer{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 )
 
 // Backend is the policy a server runs. It hands each request a policy with
@@ -34,8 +34,8 @@ type Gen struct {
 // Batched serves a Qwen policy through a continuous-batching scheduler:
 // the policy calls of all concurrent requests decode in shared steps.
 type Batched struct {
-	Generator *decode.Generator
-	Scheduler *decode.Scheduler
+	Generator *engine.Generator
+	Scheduler *engine.Scheduler
 }
 
 // NewBatched starts the scheduler for p. maxBatch 1 turns batching off;
@@ -43,14 +43,14 @@ type Batched struct {
 // shared by every conversation that starts with it; prefixCache positions
 // of finished requests' caches are kept for later turns (0: none);
 // kvBudget positions, when positive, hold every live sequence's keys and
-// values (paged, decode.SchedulerOptions.KVBudget). onStep observes each
+// values (paged, engine.SchedulerOptions.KVBudget). onStep observes each
 // decoding step (metrics).
-func NewBatched(p *decode.Generator, maxBatch int, system string, prefixCache, kvBudget int, onStep func(seqs, tokens int)) (*Batched, error) {
+func NewBatched(p *engine.Generator, maxBatch int, system string, prefixCache, kvBudget int, onStep func(seqs, tokens int)) (*Batched, error) {
 	budget := prefixCache
 	if budget == 0 {
 		budget = -1
 	}
-	sc := decode.NewScheduler(p.Model, p.Tokenizer, decode.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep, PrefixBudget: budget, KVBudget: kvBudget})
+	sc := engine.NewScheduler(p.Model, p.Tokenizer, engine.SchedulerOptions{MaxBatch: maxBatch, OnStep: onStep, PrefixBudget: budget, KVBudget: kvBudget})
 	if system != "" {
 		// The rendered system turn is a prefix of every conversation's
 		// prompt ids; its last eight tokens are left out so that a
@@ -81,7 +81,7 @@ func (n *Batched) Close() { n.Scheduler.Close() }
 func (n *Batched) Policy(g Gen) memtools.Policy {
 	s := n.Generator.Sampling
 	s.Temperature, s.TopP, s.MaxTokens, s.Seed = g.Temperature, g.TopP, g.MaxTokens, g.Seed
-	sp := decode.Scheduled{Generator: n.Generator, Scheduler: n.Scheduler, Sampling: s, MaxPromptTokens: g.MaxPromptTokens}
+	sp := engine.Scheduled{Generator: n.Generator, Scheduler: n.Scheduler, Sampling: s, MaxPromptTokens: g.MaxPromptTokens}
 	if g.Progress == nil {
 		return sp
 	}
@@ -92,7 +92,7 @@ func (n *Batched) Policy(g Gen) memtools.Policy {
 // the request's writer can decode them at its own pace: the scheduler's
 // goroutine only appends an id.
 type streamingPolicy struct {
-	sp       decode.Scheduled
+	sp       engine.Scheduled
 	progress func(text func() string)
 	mu       sync.Mutex
 	ids      []int

@@ -10,11 +10,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/decode"
-	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/model/engine"
 )
 
 // chatResponse is a chat.completion object; AgeMem adds the agent loop's
@@ -239,7 +239,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 // agent.max_steps on well-formed tool calls answers with finish_reason
 // "length", as a response cut by max_tokens does.
 func outcome(tr memtools.Trace, err error) *apiError {
-	var tooLong *decode.PromptTooLongError
+	var tooLong *engine.PromptTooLongError
 	switch {
 	case err == nil && !tr.HasAnswer && tr.FormatErrors > 0:
 		return &apiError{Status: http.StatusUnprocessableEntity, Type: "invalid_model_output", Code: "tool_format_error",

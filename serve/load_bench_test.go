@@ -14,7 +14,7 @@ import (
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 )
 
 // BenchmarkServeLoad is the load test: 32 clients on loopback for
@@ -51,12 +51,12 @@ func BenchmarkServeLoad(b *testing.B) {
 	cfg.Agent.ResponseBudget, cfg.Agent.SystemPrompt = 256, memtools.PromptCompact
 	cfg.Serve.KeysEnv = ""
 	cfg.Serve.MaxConcurrent = 32
-	var kv decode.KVStats
+	var kv engine.KVStats
 	run := func(maxBatch, kvBudget int) LoadReport {
 		c := cfg
 		c.Serve.MaxBatch, c.Serve.KVBudget = maxBatch, kvBudget
 		c.Memory.Path = filepath.Join(b.TempDir(), "m.db")
-		p, err := decode.LoadGenerator(cpu.New(), dir, "", decode.Sampling{MaxTokens: c.Agent.ResponseBudget})
+		p, err := engine.LoadGenerator(cpu.New(), dir, "", engine.Sampling{MaxTokens: c.Agent.ResponseBudget})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -92,9 +92,9 @@ func BenchmarkServeLoad(b *testing.B) {
 			batched.RPS()/single.RPS(), batched.TokensPerSecond()/single.TokensPerSecond())
 		fmt.Printf("serve load, kv_budget 8448: %s\n", paged)
 		fmt.Printf("serve load: kv_budget 8448 / unbounded = %.2fx requests/s; KV peak %d positions of the pool's %d, %d preempted\n",
-			paged.RPS()/batched.RPS(), kv.Peak*decode.KVBlock, kv.Blocks*decode.KVBlock, kv.Preempted)
+			paged.RPS()/batched.RPS(), kv.Peak*engine.KVBlock, kv.Blocks*engine.KVBlock, kv.Preempted)
 		b.ReportMetric(paged.RPS(), "req/s-kv-budget")
-		b.ReportMetric(float64(kv.Peak*decode.KVBlock), "kv-peak-positions")
+		b.ReportMetric(float64(kv.Peak*engine.KVBlock), "kv-peak-positions")
 		b.ReportMetric(batched.RPS(), "req/s")
 		b.ReportMetric(single.RPS(), "req/s-unbatched")
 		b.ReportMetric(batched.TokensPerSecond(), "tok/s")

@@ -3,7 +3,7 @@ package serve
 import (
 	"strconv"
 
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -61,9 +61,9 @@ func (m *metrics) observe(route string, code int, seconds float64) {
 func (m *metrics) step(seqs, _ int) { m.batch.Observe(float64(seqs)) }
 
 // kv is the native backend's paged KV pool's figures (zeros without one).
-func (s *Server) kv() decode.KVStats {
+func (s *Server) kv() engine.KVStats {
 	if b, ok := s.be.(*Batched); ok {
 		return b.Scheduler.KV()
 	}
-	return decode.KVStats{}
+	return engine.KVStats{}
 }

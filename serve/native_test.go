@@ -15,14 +15,14 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
 )
 
 // randomPolicy is a random tiny Qwen3 with the real Qwen3 tokenizer.
-func randomPolicy(t testing.TB) *decode.Generator {
+func randomPolicy(t testing.TB) *engine.Generator {
 	t.Helper()
 	p := testkit.QwenTokenizer(t)
 	if _, err := os.Stat(p); err != nil {
@@ -42,7 +42,7 @@ func randomPolicy(t testing.TB) *decode.Generator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return decode.NewGenerator(m, tok, decode.Sampling{MaxTokens: 16})
+	return engine.NewGenerator(m, tok, engine.Sampling{MaxTokens: 16})
 }
 
 // The native backend over HTTP: concurrent requests share decoding steps,
@@ -138,7 +138,7 @@ func testNativeBackend(t *testing.T, budget int) {
 	if blocks == nil || peak == nil {
 		t.Fatalf("no KV pool series:\n%s", m)
 	}
-	if b, p := atoi(blocks[1]), atoi(peak[1]); b != budget/decode.KVBlock || p > b || (budget > 0) != (p > 0) {
+	if b, p := atoi(blocks[1]), atoi(peak[1]); b != budget/engine.KVBlock || p > b || (budget > 0) != (p > 0) {
 		t.Fatalf("kv_budget %d: %d blocks, peak %d", budget, b, p)
 	}
 	t.Logf("kv_budget %d: %s blocks, peak %s; %s", budget, blocks[1], peak[1], regexp.MustCompile(`agemem_kv_preempted_total \d+`).FindString(m))

@@ -3,9 +3,9 @@ package serve
 import (
 	"sync"
 
+	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/ollama"
 )
 
 // Ollama serves a policy that runs on an Ollama server: each policy call

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
-	"github.com/agemem/agemem/ollama"
+	"github.com/agemem/agemem/llm/ollama"
 )
 
 // ollamaChat is a stand-in Ollama whose model stores what the user says

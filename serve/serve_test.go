@@ -20,9 +20,9 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/ollama"
 )
 
 const (

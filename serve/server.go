@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/memtool"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
+	"github.com/agemem/agemem/papers/memtool"
 )
 
 // Options assemble a server.
@@ -35,7 +35,7 @@ type Options struct {
 	// Backend is the policy; or Policy, which New serves through a
 	// continuous-batching scheduler (serve.max_batch).
 	Backend  Backend
-	Policy   *decode.Generator
+	Policy   *engine.Generator
 	Store    *ltm.SQLite
 	Embedder embed.Embedder
 	// Summarizer, if set, replaces the extractive summariser of

@@ -10,15 +10,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/llm/ollama"
+	"github.com/agemem/agemem/llm/openai"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/decode"
-	"github.com/agemem/agemem/ollama"
-	"github.com/agemem/agemem/openai"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/model/engine"
+	"github.com/agemem/agemem/setup"
 )
 
 func agentCmd(g *globals) *cobra.Command {
@@ -69,7 +68,7 @@ Prints the trace (--json for machines).`,
 				return err
 			}
 			if memory {
-				db, err := ltm.OpenSQLite(cfg.Memory.Path, roles.StoreOptions(cfg))
+				db, err := ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
 				if err != nil {
 					return err
 				}
@@ -78,7 +77,7 @@ Prints the trace (--json for machines).`,
 				if err != nil {
 					return err
 				}
-				h, err := roles.NewHelpers(ctx, cfg)
+				h, err := setup.NewHelpers(ctx, cfg)
 				if err != nil {
 					return err
 				}
@@ -158,34 +157,34 @@ func printAgentTrace(w io.Writer, tools []string, tr agent.Trace) {
 // chatModel is the agent.Model the flags name: a local checkpoint on the
 // built-in engine (native), else the model on the OpenAI-compatible server.
 // A native model stays loaded for the process's life.
-func chatModel(cmd *cobra.Command, cfg config.Config, model, native, dev string) (agent.Model, error) {
+func chatModel(cmd *cobra.Command, cfg setup.Config, model, native, dev string) (agent.Model, error) {
 	return chatModels(cmd, cfg, model, native, dev, 1)
 }
 
 // nativeGenerator loads a local checkpoint on the --device's backend,
 // sampling agent.response_budget tokens a reply.
-func nativeGenerator(cmd *cobra.Command, cfg config.Config, native, dev string) (*decode.Generator, error) {
+func nativeGenerator(cmd *cobra.Command, cfg setup.Config, native, dev string) (*engine.Generator, error) {
 	be, err := device.Open(dev, cmd.ErrOrStderr())
 	if err != nil {
 		return nil, err
 	}
-	return decode.LoadGenerator(be, native, "", decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+	return engine.LoadGenerator(be, native, "", engine.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
 }
 
 // chatModels is chatModel for parallel agents: on the native engine, more
 // than one puts their calls on a continuous-batching scheduler, so that they
 // decode together.
-func chatModels(cmd *cobra.Command, cfg config.Config, model, native, dev string, parallel int) (agent.Model, error) {
+func chatModels(cmd *cobra.Command, cfg setup.Config, model, native, dev string, parallel int) (agent.Model, error) {
 	if native != "" {
 		g, err := nativeGenerator(cmd, cfg, native, dev)
 		if err != nil {
 			return nil, err
 		}
 		if parallel > 1 {
-			return decode.ChatModel{Generator: g, Scheduler: decode.NewScheduler(g.Model, g.Tokenizer, decode.SchedulerOptions{MaxBatch: parallel})}, nil
+			return engine.ChatModel{Generator: g, Scheduler: engine.NewScheduler(g.Model, g.Tokenizer, engine.SchedulerOptions{MaxBatch: parallel})}, nil
 		}
-		g.Prefixes = decode.NewPrefixCache(g.Model.MaxPositions)
-		return decode.ChatModel{Generator: g}, nil
+		g.Prefixes = engine.NewPrefixCache(g.Model.MaxPositions)
+		return engine.ChatModel{Generator: g}, nil
 	}
 	if model == "" {
 		model = cfg.OpenAI.Model
@@ -224,7 +223,7 @@ func (f *mcpFlags) add(cmd *cobra.Command) {
 }
 
 // servers are mcp.servers, then the flags' servers.
-func (f *mcpFlags) servers(cfg config.Config) ([]agent.MCPServer, error) {
+func (f *mcpFlags) servers(cfg setup.Config) ([]agent.MCPServer, error) {
 	servers := slices.Clone(cfg.MCP.Servers)
 	hdr := map[string]string{}
 	for _, h := range f.headers {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/llm/openai"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/openai"
 )
 
 // planServer is an OpenAI-compatible server whose model makes the calls of

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 func dataCmd(g *globals) *cobra.Command {
@@ -131,7 +131,7 @@ memories came back, then the verdict; README, "Demo results").`,
 				if n > 0 && tasks >= n {
 					return errStop
 				}
-				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)).ForgettingRelayed(forgetRelayed).ReasoningAloud(reason).Offering(cfg.Tools.Offered()), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
+				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)).ForgettingRelayed(forgetRelayed).ReasoningAloud(reason).Offering(cfg.Tools.Offered()), setup.Runtime(cfg, setup.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
 				if err != nil {
 					return err
 				}

@@ -14,22 +14,21 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/llm/ollama"
+	"github.com/agemem/agemem/llm/openai"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
-	"github.com/agemem/agemem/ollama"
-	"github.com/agemem/agemem/openai"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 // ollamaPolicy is an AgeMem policy on the Ollama server (ollama.host, in
 // ollama.format).
-func ollamaPolicy(cmd *cobra.Command, cfg config.Config, model string, s decode.Sampling) (memtools.Policy, error) {
+func ollamaPolicy(cmd *cobra.Command, cfg setup.Config, model string, s engine.Sampling) (memtools.Policy, error) {
 	c, err := cfg.Ollama.Connect()
 	if err != nil {
 		return nil, err
@@ -44,7 +43,7 @@ func ollamaPolicy(cmd *cobra.Command, cfg config.Config, model string, s decode.
 
 // openaiPolicy is an AgeMem policy on the OpenAI-compatible server at
 // openai.base_url (model: openai.model when empty; in openai.format).
-func openaiPolicy(cfg config.Config, model string, s decode.Sampling) (memtools.Policy, error) {
+func openaiPolicy(cfg setup.Config, model string, s engine.Sampling) (memtools.Policy, error) {
 	if model == "" {
 		model = cfg.OpenAI.Model
 	}
@@ -62,7 +61,7 @@ func openaiPolicy(cfg config.Config, model string, s decode.Sampling) (memtools.
 
 // policyFor builds the policy for one task: a scripted one, or the native,
 // Ollama or OpenAI-compatible model (shared across tasks).
-func policyFor(name string, t env.Task, cfg config.Config, native, ol, oa memtools.Policy) (memtools.Policy, error) {
+func policyFor(name string, t env.Task, cfg setup.Config, native, ol, oa memtools.Policy) (memtools.Policy, error) {
 	switch name {
 	case "ollama":
 		if ol == nil {
@@ -89,7 +88,7 @@ func policyFor(name string, t env.Task, cfg config.Config, native, ol, oa memtoo
 
 func episodeCmd(g *globals) *cobra.Command {
 	var data, taskID, policyNames, modelDir, adapterDir, dev, ollamaModel, openaiModel string
-	var sampling decode.Sampling
+	var sampling engine.Sampling
 	var first int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -129,18 +128,18 @@ openai.format).`,
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")
 			}
-			var native *decode.Generator
+			var native *engine.Generator
 			if modelDir != "" {
 				sampling.MaxTokens = cfg.Agent.ResponseBudget
 				be, err := device.Open(dev, cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}
-				if native, err = decode.LoadGenerator(be, modelDir, adapterDir, sampling, cfg.Model.Generation()); err != nil {
+				if native, err = engine.LoadGenerator(be, modelDir, adapterDir, sampling, cfg.Model.Generation()); err != nil {
 					return err
 				}
 				defer native.Model.Close()
-				native.Prefixes = decode.NewPrefixCache(native.Model.MaxPositions)
+				native.Prefixes = engine.NewPrefixCache(native.Model.MaxPositions)
 			}
 			var ol memtools.Policy
 			if ollamaModel != "" {
@@ -154,7 +153,7 @@ openai.format).`,
 					return err
 				}
 			}
-			helpers, err := roles.NewHelpers(cmd.Context(), cfg)
+			helpers, err := setup.NewHelpers(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -199,7 +198,7 @@ openai.format).`,
 				}
 				for i, t := range tasks {
 					p, _ := policyFor(name, t, cfg, nativeOrNil(native), ol, oa)
-					rt := roles.Runtime(cfg, helpers, nil)(uint64(cfg.Seed) + uint64(i))
+					rt := setup.Runtime(cfg, helpers, nil)(uint64(cfg.Seed) + uint64(i))
 					if native != nil {
 						rt.Context = stm.New(native.Tokenizer) // count tokens as the model does
 						if cfg.Tools.Summarizer == "policy" {
@@ -333,8 +332,8 @@ func printTrace(w io.Writer, t env.Task, r env.Result) {
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
 
-// nativeOrNil keeps a nil *decode.Generator from becoming a non-nil interface.
-func nativeOrNil(p *decode.Generator) memtools.Policy {
+// nativeOrNil keeps a nil *engine.Generator from becoming a non-nil interface.
+func nativeOrNil(p *engine.Generator) memtools.Policy {
 	if p == nil {
 		return nil
 	}

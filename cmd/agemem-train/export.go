@@ -10,12 +10,12 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/gguf"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
-	"github.com/agemem/agemem/ollama"
 )
 
 func exportCmd(g *globals) *cobra.Command {

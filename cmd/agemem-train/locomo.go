@@ -14,17 +14,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/bench/locomo"
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/locomo"
+	"github.com/agemem/agemem/llm/ollama"
+	"github.com/agemem/agemem/llm/openai"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
-	"github.com/agemem/agemem/ollama"
-	"github.com/agemem/agemem/openai"
-	"github.com/agemem/agemem/roles"
-	"github.com/agemem/agemem/tamem"
+	"github.com/agemem/agemem/papers/tamem"
+	"github.com/agemem/agemem/setup"
 )
 
 func locomoCmd(g *globals) *cobra.Command {
@@ -204,13 +203,13 @@ extracted into one note. A database keeps each chunking's pages apart.`,
 			var r locomo.Retriever
 			switch {
 			case method == "rag":
-				emb, err := roles.Embedder(ctx, cfg)
+				emb, err := setup.Embedder(ctx, cfg)
 				if err != nil {
 					return err
 				}
 				r = &locomo.RAG{Embedder: emb}
 			case method == "ta-mem" && retrievalOnly:
-				emb, err := roles.Embedder(ctx, cfg)
+				emb, err := setup.Embedder(ctx, cfg)
 				if err != nil {
 					return err
 				}
@@ -343,9 +342,9 @@ func (c chunking) extractor(m agent.Model, emb embed.Embedder) (tamem.Extractor,
 	return nil, "", fmt.Errorf("--chunking %q: want llm, fixed or semantic", c.Kind)
 }
 
-func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locomo.Sample, dbPath string, ch chunking, budget, parallel int, progress func(int)) ([]locomo.Prediction, error) {
+func taMem(cmd *cobra.Command, cfg setup.Config, m agent.Model, samples []locomo.Sample, dbPath string, ch chunking, budget, parallel int, progress func(int)) ([]locomo.Prediction, error) {
 	ctx := cmd.Context()
-	emb, err := roles.Embedder(ctx, cfg)
+	emb, err := setup.Embedder(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -419,7 +418,7 @@ func taMem(cmd *cobra.Command, cfg config.Config, m agent.Model, samples []locom
 }
 
 // ageMem answers with an AgeMem policy on the memory runtime.
-func ageMem(cmd *cobra.Command, cfg config.Config, samples []locomo.Sample, model, native, dev string, chunk int) ([]locomo.Prediction, error) {
+func ageMem(cmd *cobra.Command, cfg setup.Config, samples []locomo.Sample, model, native, dev string, chunk int) ([]locomo.Prediction, error) {
 	ctx := cmd.Context()
 	var p memtools.Policy
 	var tok stm.Tokenizer
@@ -429,7 +428,7 @@ func ageMem(cmd *cobra.Command, cfg config.Config, samples []locomo.Sample, mode
 		if err != nil {
 			return nil, err
 		}
-		g.Prefixes = decode.NewPrefixCache(g.Model.MaxPositions)
+		g.Prefixes = engine.NewPrefixCache(g.Model.MaxPositions)
 		p, tok = g, g.Tokenizer
 	case isOllama:
 		c, err := cfg.Ollama.Connect()
@@ -454,11 +453,11 @@ func ageMem(cmd *cobra.Command, cfg config.Config, samples []locomo.Sample, mode
 		}
 		p = cfg.OpenAI.Generator(c, model, openai.Format(cfg.OpenAI.Format), cfg.Agent.ResponseBudget)
 	}
-	h, err := roles.NewHelpers(ctx, cfg)
+	h, err := setup.NewHelpers(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	a := locomo.AgeMem{NewRuntime: roles.Runtime(cfg, h, tok), System: cfg.Agent.Prompt(cfg.Tools.Offered()), Limits: cfg.Agent.Limits(), Chunk: chunk}
+	a := locomo.AgeMem{NewRuntime: setup.Runtime(cfg, h, tok), System: cfg.Agent.Prompt(cfg.Tools.Offered()), Limits: cfg.Agent.Limits(), Chunk: chunk}
 	total := 0
 	for _, s := range samples {
 		total += len(s.QA)

@@ -9,16 +9,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/setup"
 )
 
 // globals are the flags every subcommand shares.
-type globals struct{ config.Flags }
+type globals struct{ setup.Flags }
 
-func (g *globals) load() (config.Config, error) { return g.Load() }
+func (g *globals) load() (setup.Config, error) { return g.Load() }
 
 // loadData loads the config and defaults *data to data.train.
-func (g *globals) loadData(data *string) (config.Config, error) {
+func (g *globals) loadData(data *string) (setup.Config, error) {
 	cfg, err := g.Load()
 	if err == nil && *data == "" {
 		*data = cfg.Data.Train

@@ -14,13 +14,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/chart"
-	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/internal/chart"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/papers/memtool"
 	"github.com/agemem/agemem/rl"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 func memtoolCmd(g *globals) *cobra.Command {
@@ -100,7 +100,7 @@ agemem-train train writes. Evaluate with memtool bench --policy native
 			if err != nil {
 				return err
 			}
-			o, err := roles.MemToolGRPO(cmd.Context(), cfg, cmd.ErrOrStderr())
+			o, err := setup.MemToolGRPO(cmd.Context(), cfg, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -160,7 +160,7 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 				return err
 			}
-			e, err := roles.MemToolEnv(cmd.Context(), cfg, tmpl)
+			e, err := setup.MemToolEnv(cmd.Context(), cfg, tmpl)
 			if err != nil {
 				return err
 			}
@@ -279,7 +279,7 @@ model on the same server.`,
 				if err != nil {
 					return err
 				}
-				kb, exec, closeAll, err := roles.MemToolLive(ctx, cfg, servers)
+				kb, exec, closeAll, err := setup.MemToolLive(ctx, cfg, servers)
 				if err != nil {
 					return fmt.Errorf("--live: %w", err)
 				}
@@ -288,7 +288,7 @@ model on the same server.`,
 					return fmt.Errorf("%s: %w", c.Bench.Queries, err)
 				}
 				o.KB, o.Exec, source = kb, exec, "the MCP servers' tools"
-			} else if o.KB, err = roles.MemToolKB(ctx, cfg, qs); err != nil {
+			} else if o.KB, err = setup.MemToolKB(ctx, cfg, qs); err != nil {
 				return err
 			}
 			kb := o.KB

@@ -18,8 +18,8 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/testkit"
-	"github.com/agemem/agemem/memtool"
-	"github.com/agemem/agemem/openai"
+	"github.com/agemem/agemem/llm/openai"
+	"github.com/agemem/agemem/papers/memtool"
 )
 
 // memtool synth writes a benchmark that memtool bench reads; the oracle

@@ -17,7 +17,7 @@ import (
 	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -166,7 +166,7 @@ func tokenizeCmd() *cobra.Command {
 
 func generateCmd() *cobra.Command {
 	var dir, system, adapter, dev, quantize string
-	var s decode.Sampling
+	var s engine.Sampling
 	cmd := &cobra.Command{
 		Use:   "generate",
 		Short: "Chat with a model from the terminal, streaming its replies",
@@ -183,7 +183,7 @@ keeping the conversation. An empty line or end of input stops.`,
 			if err != nil {
 				return err
 			}
-			p, err := decode.LoadGenerator(be, dir, adapter, s, qwen.Options{Quantize: quantize})
+			p, err := engine.LoadGenerator(be, dir, adapter, s, qwen.Options{Quantize: quantize})
 			if err != nil {
 				return err
 			}
@@ -213,7 +213,7 @@ keeping the conversation. An empty line or end of input stops.`,
 					reply.WriteString(piece)
 					fmt.Fprint(out, piece)
 				}
-				_, err = decode.GenerateStream(context.Background(), m, tok.Encode(text), s, tok, stream)
+				_, err = engine.GenerateStream(context.Background(), m, tok.Encode(text), s, tok, stream)
 				if err != nil {
 					return err
 				}

@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/bench/nestful"
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/nestful"
-	"github.com/agemem/agemem/toolmem"
+	"github.com/agemem/agemem/papers/memtoolagent"
+	"github.com/agemem/agemem/setup"
 )
 
 type nestfulOptions struct {
@@ -23,7 +23,7 @@ type nestfulOptions struct {
 // nestfulRun is `tools run --env nestful`: MemToolAgent's NESTFUL
 // protocol, the first --limit samples (500) the test set and the next
 // --memory-size (500) the memory's, played with and without the memory.
-func nestfulRun(cmd *cobra.Command, cfg config.Config, o nestfulOptions, newMemory func(embed.Embedder) (*toolmem.Memory, func(), error)) error {
+func nestfulRun(cmd *cobra.Command, cfg setup.Config, o nestfulOptions, newMemory func(embed.Embedder) (*memtoolagent.Memory, func(), error)) error {
 	ctx := cmd.Context()
 	samples, err := nestful.Load(o.data)
 	if err != nil {

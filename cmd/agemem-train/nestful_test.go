@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/nestful"
-	"github.com/agemem/agemem/openai"
+	"github.com/agemem/agemem/bench/nestful"
+	"github.com/agemem/agemem/llm/openai"
 )
 
 // TestCLINestful: `tools run --env nestful` on NESTFUL-format data through

@@ -20,10 +20,10 @@ import (
 
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/qwen"
-	"github.com/agemem/agemem/ollama"
 )
 
 // ollamaStub answers the calls export and episode make, as Ollama does.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/openai"
+	"github.com/agemem/agemem/llm/openai"
 )
 
 // toolServer is an OpenAI-compatible server whose model uses the memory

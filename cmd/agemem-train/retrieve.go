@@ -13,16 +13,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/chart"
-	"github.com/agemem/agemem/config"
-	"github.com/agemem/agemem/fittext"
-	"github.com/agemem/agemem/memtool"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/bench/toolret"
+	"github.com/agemem/agemem/internal/chart"
+	"github.com/agemem/agemem/llm/ollama"
+	"github.com/agemem/agemem/llm/openai"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
-	"github.com/agemem/agemem/ollama"
-	"github.com/agemem/agemem/openai"
-	"github.com/agemem/agemem/roles"
-	"github.com/agemem/agemem/toolret"
+	"github.com/agemem/agemem/papers/fittext"
+	"github.com/agemem/agemem/papers/memtool"
+	"github.com/agemem/agemem/setup"
 )
 
 func toolsRetrieveCmd(g *globals) *cobra.Command {
@@ -102,7 +101,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 				ds.Queries = ds.Queries[:first]
 			}
 			ctx := cmd.Context()
-			emb, err := roles.Embedder(ctx, cfg)
+			emb, err := setup.Embedder(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -110,7 +109,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 			if err != nil {
 				return err
 			}
-			kb.UseDevice(roles.IndexDevice(cfg))
+			kb.UseDevice(setup.IndexDevice(cfg))
 			fc := cfg.FitText
 			if k > 0 {
 				fc.K = k
@@ -125,7 +124,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 					if err != nil {
 						return err
 					}
-					tx := decode.NewTexter(gen, parallel)
+					tx := engine.NewTexter(gen, parallel)
 					defer tx.Close()
 					r.LLM = tx
 				} else if r.LLM, err = fittextLLM(cmd, cfg, model, dev); err != nil {
@@ -274,7 +273,7 @@ func writeRunFile(path string, runs map[string]toolret.Run, tag string) error {
 // fittextLLM is the model on the OpenAI-compatible server as a
 // fittext.LLM: one user message, sampled at the temperature each operator
 // asks for.
-func fittextLLM(cmd *cobra.Command, cfg config.Config, model, dev string) (fittext.LLM, error) {
+func fittextLLM(cmd *cobra.Command, cfg setup.Config, model, dev string) (fittext.LLM, error) {
 	m, err := chatModel(cmd, cfg, model, "", dev)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/sft"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 func sftCmd(g *globals) *cobra.Command {
@@ -43,7 +43,7 @@ prompts and reports how many responses the AgeMem parser accepts.`,
 			if genEval < 0 {
 				return fmt.Errorf("--gen-eval %d: want 0 (none) or more", genEval)
 			}
-			o := roles.SFT(cfg)
+			o := setup.SFT(cfg)
 			o.Resume, o.Log, o.TTY, o.GenEval = resume, cmd.ErrOrStderr(), isatty.IsTerminal(os.Stderr.Fd()), genEval
 			if genEval > 0 {
 				if o.GenDevice, err = device.Open(cfg.Model.Device, o.Log); err != nil {
@@ -101,7 +101,7 @@ starts from (model.path). Not needed for pretrained checkpoints.`,
 			if err != nil {
 				return err
 			}
-			o := roles.Pretrain(cfg)
+			o := setup.Pretrain(cfg)
 			o.Resume, o.Log, o.TTY = resume, cmd.ErrOrStderr(), isatty.IsTerminal(os.Stderr.Fd())
 			res, err := pretrain.Run(cmd.Context(), o)
 			if err != nil {

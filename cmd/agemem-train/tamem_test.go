@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/internal/testkit"
-	"github.com/agemem/agemem/openai"
-	"github.com/agemem/agemem/tamem"
+	"github.com/agemem/agemem/llm/openai"
+	"github.com/agemem/agemem/papers/tamem"
 )
 
 // TestCLILoCoMoTAMem: `locomo run --method ta-mem` over an OpenAI-compatible

@@ -11,7 +11,7 @@ import (
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/tokenizer"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 func tokenizerCmd(g *globals) *cobra.Command {
@@ -60,7 +60,7 @@ format the parser demands.`,
 				texts = append(texts, t.Context...)
 				texts = append(texts, t.Distractors...)
 				if n < episodes {
-					res, err := env.RunEpisode(context.Background(), env.NewOracle(t, 0, 0, uint64(cfg.Seed)), roles.Runtime(cfg, roles.Helpers{}, nil)(uint64(n)), t, cfg.EpisodeConfig())
+					res, err := env.RunEpisode(context.Background(), env.NewOracle(t, 0, 0, uint64(cfg.Seed)), setup.Runtime(cfg, setup.Helpers{}, nil)(uint64(n)), t, cfg.EpisodeConfig())
 					if err != nil {
 						return err
 					}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/toolret"
+	"github.com/agemem/agemem/bench/toolret"
 )
 
 func toolsCmd(g *globals) *cobra.Command {

@@ -13,15 +13,14 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 func trainCmd(g *globals) *cobra.Command {
@@ -77,7 +76,7 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 
 // printPlan is --dry-run: the config is valid (it loaded), the model's
 // config.json is read, and the memory of a step is estimated.
-func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
+func printPlan(w io.Writer, cfg setup.Config, deviceGiB float64) error {
 	mc, err := qwen.LoadConfig(cfg.RL.Init)
 	if err != nil {
 		return fmt.Errorf("rl.init: %w", err)
@@ -251,9 +250,9 @@ func printPlan(w io.Writer, cfg config.Config, deviceGiB float64) error {
 	return nil
 }
 
-// runGRPO trains rl.init in the AgeMem environment (roles.GRPO).
-func runGRPO(ctx context.Context, cfg config.Config, resume string, log io.Writer) (rl.Result, error) {
-	o, err := roles.GRPO(ctx, cfg, log)
+// runGRPO trains rl.init in the AgeMem environment (setup.GRPO).
+func runGRPO(ctx context.Context, cfg setup.Config, resume string, log io.Writer) (rl.Result, error) {
+	o, err := setup.GRPO(ctx, cfg, log)
 	if err != nil {
 		return rl.Result{}, err
 	}
@@ -372,7 +371,7 @@ same table as the trained ones.`,
 					return fmt.Errorf("--method %q: the table already has a row %q", m, name)
 				}
 				method := eval.Method{Name: name, Dir: dir, Tools: tools}
-				greedy := decode.Sampling{Seed: uint64(cfg.Seed)}
+				greedy := engine.Sampling{Seed: uint64(cfg.Seed)}
 				if model, ok := strings.CutPrefix(dir, "ollama:"); ok {
 					if method.Policy, err = ollamaPolicy(cmd, cfg, model, greedy); err != nil {
 						return fmt.Errorf("--method %q: %w", m, err)

@@ -12,15 +12,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/chart"
-	"github.com/agemem/agemem/config"
+	"github.com/agemem/agemem/bench/workbench"
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/fittext"
+	"github.com/agemem/agemem/internal/chart"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/decode"
-	"github.com/agemem/agemem/roles"
-	"github.com/agemem/agemem/toolmem"
-	"github.com/agemem/agemem/workbench"
+	"github.com/agemem/agemem/model/engine"
+	"github.com/agemem/agemem/papers/fittext"
+	"github.com/agemem/agemem/papers/memtoolagent"
+	"github.com/agemem/agemem/setup"
 )
 
 func toolsRunCmd(g *globals) *cobra.Command {
@@ -28,7 +27,7 @@ func toolsRunCmd(g *globals) *cobra.Command {
 	var taskFiles []string
 	var online, hard bool
 	var maxSteps, limit, parallel, memorySize int
-	ad := toolmem.DefaultAdaptive()
+	ad := memtoolagent.DefaultAdaptive()
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Play a tool-use benchmark with and without MemToolAgent's memory (WorkBench, NESTFUL)",
@@ -94,17 +93,17 @@ The memory options are the function-calling loop's and do not apply.`,
 			if err := ad.Check(); err != nil {
 				return fmt.Errorf("--radius, --peak, --fallback: %w", err)
 			}
-			var counter toolmem.Counter = ad
+			var counter memtoolagent.Counter = ad
 			switch k, isTop := strings.CutPrefix(recall, "top-"); {
 			case recall == "dynamic":
 			case recall == "gap":
-				counter = toolmem.Gap{}
+				counter = memtoolagent.Gap{}
 			case isTop:
 				n, err := strconv.Atoi(k)
 				if err != nil || n < 1 {
 					return fmt.Errorf("--recall %q: top-K needs a count K of 1 or more", recall)
 				}
-				counter = toolmem.TopK(n)
+				counter = memtoolagent.TopK(n)
 			default:
 				return fmt.Errorf("--recall %q: want dynamic (the paper's), top-K or gap", recall)
 			}
@@ -159,11 +158,11 @@ The memory options are the function-calling loop's and do not apply.`,
 			ctx := cmd.Context()
 			// newMemory is MemToolAgent's memory for one run: in memory, or in
 			// --memory-db's namespace, which must be empty.
-			newMemory := func(emb embed.Embedder) (*toolmem.Memory, func(), error) {
+			newMemory := func(emb embed.Embedder) (*memtoolagent.Memory, func(), error) {
 				var st ltm.Store = ltm.NewMemory(uint64(cfg.Seed))
 				done := func() {}
 				if memDB != "" {
-					db, err := ltm.OpenSQLite(memDB, roles.StoreOptions(cfg))
+					db, err := ltm.OpenSQLite(memDB, setup.StoreOptions(cfg))
 					if err != nil {
 						return nil, nil, err
 					}
@@ -177,7 +176,7 @@ The memory options are the function-calling loop's and do not apply.`,
 						return nil, nil, fmt.Errorf("--memory-db %s: namespace %q already holds %d entries; a benchmark builds its memory from nothing (set memory.namespace)", memDB, cfg.Memory.Namespace, n)
 					}
 				}
-				return &toolmem.Memory{Store: st, Embedder: emb, Count: counter}, done, nil
+				return &memtoolagent.Memory{Store: st, Embedder: emb, Count: counter}, done, nil
 			}
 			if envName == "nestful" {
 				if !cmd.Flags().Changed("out") {
@@ -275,7 +274,7 @@ The memory options are the function-calling loop's and do not apply.`,
 // model, the memory extractor (--extractor-model, else the agent's own)
 // and the embedder of the memory's queries (embed.backend's, else feature
 // hashing).
-func memoryAgent(cmd *cobra.Command, cfg config.Config, model, native, dev, extractor string, parallel int) (m, ext agent.Model, emb embed.Embedder, err error) {
+func memoryAgent(cmd *cobra.Command, cfg setup.Config, model, native, dev, extractor string, parallel int) (m, ext agent.Model, emb embed.Embedder, err error) {
 	if m, err = chatModels(cmd, cfg, model, native, dev, parallel); err != nil {
 		return nil, nil, nil, err
 	}
@@ -285,7 +284,7 @@ func memoryAgent(cmd *cobra.Command, cfg config.Config, model, native, dev, extr
 			return nil, nil, nil, err
 		}
 	}
-	h, err := roles.NewHelpers(cmd.Context(), cfg)
+	h, err := setup.NewHelpers(cmd.Context(), cfg)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -316,7 +315,7 @@ func writeBench(cmd *cobra.Command, out string, results []workbench.Result) erro
 // searchBench plays the tasks with FitText's search, once per retrieval
 // strategy ("none": every function visible). On the native engine the
 // agent and the strategies' calls share one generator and its scheduler.
-func searchBench(cmd *cobra.Command, cfg config.Config, data *workbench.Data, tasks []workbench.Task, retrievals []string, model, native, dev string, parallel int) ([]workbench.Result, error) {
+func searchBench(cmd *cobra.Command, cfg setup.Config, data *workbench.Data, tasks []workbench.Task, retrievals []string, model, native, dev string, parallel int) ([]workbench.Result, error) {
 	ctx := cmd.Context()
 	var m agent.Model
 	var llm fittext.LLM
@@ -325,9 +324,9 @@ func searchBench(cmd *cobra.Command, cfg config.Config, data *workbench.Data, ta
 		if err != nil {
 			return nil, err
 		}
-		tx := decode.NewTexter(g, max(parallel, 2))
+		tx := engine.NewTexter(g, max(parallel, 2))
 		defer tx.Close()
-		m, llm = decode.ChatModel{Generator: g, Scheduler: tx.Scheduler()}, tx
+		m, llm = engine.ChatModel{Generator: g, Scheduler: tx.Scheduler()}, tx
 	} else {
 		var err error
 		if m, err = chatModels(cmd, cfg, model, "", dev, parallel); err != nil {
@@ -337,7 +336,7 @@ func searchBench(cmd *cobra.Command, cfg config.Config, data *workbench.Data, ta
 			return nil, err
 		}
 	}
-	emb, err := roles.Embedder(ctx, cfg)
+	emb, err := setup.Embedder(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agemem/agemem/fittext"
-	"github.com/agemem/agemem/openai"
-	"github.com/agemem/agemem/workbench"
+	"github.com/agemem/agemem/bench/workbench"
+	"github.com/agemem/agemem/llm/openai"
+	"github.com/agemem/agemem/papers/fittext"
 )
 
 // TestCLIWorkBench: `tools run --env workbench` plays WorkBench's queries

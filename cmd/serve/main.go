@@ -17,23 +17,22 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/memtool"
+	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/decode"
-	"github.com/agemem/agemem/ollama"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/model/engine"
+	"github.com/agemem/agemem/papers/memtool"
 	"github.com/agemem/agemem/serve"
+	"github.com/agemem/agemem/setup"
 )
 
 type globals struct {
-	config.Flags
+	setup.Flags
 	namespace string
 }
 
-func (g *globals) load() (config.Config, error) {
+func (g *globals) load() (setup.Config, error) {
 	cfg, err := g.Load()
 	if err != nil {
 		return cfg, err
@@ -106,30 +105,30 @@ SIGINT or SIGTERM finishes the requests in flight and stops.`,
 	return root
 }
 
-func logger(cfg config.Config) *slog.Logger {
+func logger(cfg setup.Config) *slog.Logger {
 	if cfg.Serve.LogFormat == "text" {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, nil))
 }
 
-func openStore(cfg config.Config) (*ltm.SQLite, error) {
+func openStore(cfg setup.Config) (*ltm.SQLite, error) {
 	if cfg.Memory.Store != "sqlite" {
 		return nil, fmt.Errorf("memory.store is %q: serve keeps users' memory in a sqlite store", cfg.Memory.Store)
 	}
-	return ltm.OpenSQLite(cfg.Memory.Path, roles.StoreOptions(cfg))
+	return ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
 }
 
 // run serves until ctx ends. be, if not nil, replaces the configured policy
 // (tests serve a scripted one).
-func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
+func run(ctx context.Context, cfg setup.Config, be serve.Backend) error {
 	log := logger(cfg)
 	db, err := openStore(cfg)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	helpers, err := roles.NewHelpers(ctx, cfg)
+	helpers, err := setup.NewHelpers(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -149,7 +148,7 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 		if err != nil {
 			return err
 		}
-		o.Policy, err = decode.LoadGenerator(dev, cfg.Serve.Policy, cfg.Serve.Adapter, decode.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+		o.Policy, err = engine.LoadGenerator(dev, cfg.Serve.Policy, cfg.Serve.Adapter, engine.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
 		if err != nil {
 			return fmt.Errorf("serve.policy %s: %w", cfg.Serve.Policy, err)
 		}
@@ -172,7 +171,7 @@ func run(ctx context.Context, cfg config.Config, be serve.Backend) error {
 
 // toolGateway connects to every server of mcp.servers and indexes their
 // tools for the gateway; closeAll ends the connections.
-func toolGateway(ctx context.Context, cfg config.Config, enc embed.Embedder) (*memtool.Gateway, func(), error) {
+func toolGateway(ctx context.Context, cfg setup.Config, enc embed.Embedder) (*memtool.Gateway, func(), error) {
 	if len(cfg.MCP.Servers) == 0 {
 		return nil, nil, fmt.Errorf("serve.tool_gateway: mcp.servers names no MCP server to put behind the gateway")
 	}
@@ -191,7 +190,7 @@ func toolGateway(ctx context.Context, cfg config.Config, enc embed.Embedder) (*m
 // ollamaBackend drives serve.policy on the Ollama server in ollama.format;
 // raw prompts use the chat family the model was published with (else its
 // architecture's), and num_ctx stays within its context length.
-func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error) {
+func ollamaBackend(ctx context.Context, cfg setup.Config) (serve.Backend, error) {
 	c, err := cfg.Ollama.Connect()
 	if err != nil {
 		return nil, err
@@ -209,11 +208,11 @@ func ollamaBackend(ctx context.Context, cfg config.Config) (serve.Backend, error
 
 // embedder is the configured enc(.): the server, the MCP server and the
 // memory CLI must embed alike, or retrieval compares unlike vectors.
-func embedder(ctx context.Context, cfg config.Config) (embed.Embedder, error) {
-	return roles.Embedder(ctx, cfg)
+func embedder(ctx context.Context, cfg setup.Config) (embed.Embedder, error) {
+	return setup.Embedder(ctx, cfg)
 }
 
-func listenAndServe(ctx context.Context, cfg config.Config, s *serve.Server, log *slog.Logger) error {
+func listenAndServe(ctx context.Context, cfg setup.Config, s *serve.Server, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", cfg.Serve.Addr)
 	if err != nil {
 		s.Close()

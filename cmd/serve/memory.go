@@ -12,10 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 // session is an open namespace of the configured SQLite store.
@@ -23,7 +22,7 @@ type session struct {
 	db  *ltm.SQLite
 	ns  ltm.Store
 	enc embed.Embedder
-	cfg config.Config
+	cfg setup.Config
 }
 
 func open(g *globals) (*session, error) {
@@ -34,7 +33,7 @@ func open(g *globals) (*session, error) {
 	if cfg.Memory.Store != "sqlite" {
 		return nil, fmt.Errorf("memory.store is %q: the memory commands administer a sqlite store", cfg.Memory.Store)
 	}
-	db, err := ltm.OpenSQLite(cfg.Memory.Path, roles.StoreOptions(cfg))
+	db, err := ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
 	if err != nil {
 		return nil, err
 	}

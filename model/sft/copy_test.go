@@ -14,7 +14,7 @@ import (
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -55,7 +55,7 @@ func TestSFTTeachesInContextCopying(t *testing.T) {
 		t.Fatal(err)
 	}
 	copied := func(dir string) int {
-		g, err := decode.LoadGenerator(cpu.New(), dir, "", decode.Sampling{MaxTokens: 4})
+		g, err := engine.LoadGenerator(cpu.New(), dir, "", engine.Sampling{MaxTokens: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestSFTTeachesCopyingToldFacts(t *testing.T) {
 	}
 	const n = 60
 	answered := func(dir string) (ok, multi int) {
-		g, err := decode.LoadGenerator(cpu.New(), dir, "", decode.Sampling{MaxTokens: 8})
+		g, err := engine.LoadGenerator(cpu.New(), dir, "", engine.Sampling{MaxTokens: 8})
 		if err != nil {
 			t.Fatal(err)
 		}

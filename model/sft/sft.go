@@ -15,7 +15,7 @@ import (
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/decode"
+	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/pretrain"
@@ -294,7 +294,7 @@ func FormatEval(ctx context.Context, be kernels.Backend, w *train.Weights[float3
 	if err != nil {
 		return 0, 0, err
 	}
-	pol := decode.NewGenerator(m, tok, decode.Sampling{MaxTokens: min(maxTokens, 256)})
+	pol := engine.NewGenerator(m, tok, engine.Sampling{MaxTokens: min(maxTokens, 256)})
 	pol.Template = tmpl
 	var convs [][]stm.Message
 	for _, e := range ex[:min(n, len(ex))] {

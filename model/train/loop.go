@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agemem/agemem/chart"
+	"github.com/agemem/agemem/internal/chart"
 )
 
 // Loop is the skeleton every training run shares (SFT, GRPO, SimCSE):

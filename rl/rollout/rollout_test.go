@@ -7,12 +7,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agemem/agemem/config"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/rl/rollout"
-	"github.com/agemem/agemem/roles"
+	"github.com/agemem/agemem/setup"
 )
 
 // echo answers every conversation in the AgeMem format and records the
@@ -47,7 +46,7 @@ func (e *echo) CompleteBatch(_ context.Context, convs [][]stm.Message) ([]memtoo
 
 // ageMem is the paper's environment over tasks, built as training builds it.
 func ageMem(ts []env.Task) *env.AgeMem {
-	return roles.AgeMem(config.Default(), roles.Helpers{}, ts, nil)
+	return setup.AgeMem(setup.Default(), setup.Helpers{}, ts, nil)
 }
 
 func indices(n int) []int {

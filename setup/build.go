@@ -1,0 +1,400 @@
+// Package roles builds, from the config, what every command runs with:
+// the models that play the runtime's supporting roles (the embedder enc(.)
+// — feature hashing, a BERT-family encoder or an Ollama model — the
+// summariser and the judges), the runtime of an episode, AgeMem's
+// environment and its reward. Training, evaluation, episodes and serve
+// all wire them here, so what is evaluated is what was trained.
+package setup
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/llm/ollama"
+	"github.com/agemem/agemem/llm/openai"
+	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/bert"
+	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/model/engine"
+	"github.com/agemem/agemem/model/pretrain"
+	"github.com/agemem/agemem/model/qwen"
+	"github.com/agemem/agemem/model/sft"
+	"github.com/agemem/agemem/model/tokenizer"
+	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/papers/memtool"
+	"github.com/agemem/agemem/rl"
+	"github.com/agemem/agemem/rl/reward"
+	"github.com/agemem/agemem/rl/rollout"
+)
+
+// Embedder is embed.backend: hashing, encoder (embed.path), ollama or
+// openai (embed.model on that server). An encoder or Ollama model is loaded (and probed) here,
+// so a missing model fails at start-up.
+func Embedder(ctx context.Context, cfg Config) (embed.Embedder, error) {
+	e := cfg.Embed
+	switch e.Backend {
+	case "encoder":
+		be, err := device.Open(e.Device, os.Stderr)
+		if err != nil {
+			return nil, fmt.Errorf("embed.device: %w", err)
+		}
+		enc, err := bert.LoadEncoder(e.Path, e.Pooling, e.BatchTokens, be)
+		if err != nil {
+			return nil, fmt.Errorf("embed.path: %w", err)
+		}
+		return enc, nil
+	case "ollama":
+		c, err := cfg.Ollama.Connect()
+		if err != nil {
+			return nil, err
+		}
+		oe, err := ollama.NewEmbedder(ctx, c, e.Model)
+		if err != nil {
+			return nil, fmt.Errorf("embed.model: %w", err)
+		}
+		oe.KeepAlive = cfg.Ollama.KeepAlive
+		return oe, nil
+	case "openai":
+		c, err := cfg.OpenAI.Connect()
+		if err != nil {
+			return nil, err
+		}
+		oe, err := openai.NewEmbedder(ctx, c, e.Model)
+		if err != nil {
+			return nil, fmt.Errorf("embed.model: %w", err)
+		}
+		return oe, nil
+	}
+	return embed.NewHashing(e.Dim, e.CharNgrams), nil
+}
+
+// StoreOptions are the SQLite memory store's options: memory.sync, and
+// embed.device for the top-k of large namespaces (IndexDevice).
+func StoreOptions(cfg Config) ltm.SQLiteOptions {
+	return ltm.SQLiteOptions{SyncFull: cfg.Memory.Sync == "full", Device: IndexDevice(cfg)}
+}
+
+// IndexDevice is embed.device for the top-k of large indexes (memory
+// namespaces, tool knowledge bases), opened when the first one needs it;
+// nil when it is the CPU (whose own scan beats a CPU top-k kernel).
+func IndexDevice(cfg Config) func() kernels.TopKer {
+	var (
+		once sync.Once
+		be   kernels.TopKer
+	)
+	return func() kernels.TopKer {
+		once.Do(func() {
+			d, err := device.Open(cfg.Embed.Device, os.Stderr)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "embed.device: %v; top-k stays on the CPU\n", err)
+				return
+			}
+			if t, ok := d.(kernels.TopKer); ok && d.Name() != "cpu" {
+				be = t
+			}
+		})
+		return be
+	}
+}
+
+// Helpers are the runtime's embedder and summariser when the config asks
+// for more than the built-in ones (hashing, extractive); a nil field keeps
+// the built-in one.
+type Helpers struct {
+	Embedder   embed.Embedder
+	Summarizer memtools.Summarizer
+}
+
+// NewHelpers loads the configured helpers once, for every runtime of a run.
+func NewHelpers(ctx context.Context, cfg Config) (Helpers, error) {
+	var h Helpers
+	if cfg.Embed.Backend != "hashing" {
+		var err error
+		if h.Embedder, err = Embedder(ctx, cfg); err != nil {
+			return h, err
+		}
+	}
+	if cfg.Tools.Summarizer == "ollama" {
+		c, err := cfg.Ollama.Connect()
+		if err != nil {
+			return h, err
+		}
+		if err := c.HasModel(ctx, cfg.Tools.SummarizerModel); err != nil {
+			return h, fmt.Errorf("tools.summarizer_model: %w", err)
+		}
+		p := cfg.Ollama.Generator(c, cfg.Agent, cfg.Tools.SummarizerModel, ollama.Chat)
+		p.Temperature = 0
+		h.Summarizer = memtools.PolicySummarizer{Policy: p}
+	}
+	if cfg.Tools.Summarizer == "openai" {
+		c, err := cfg.OpenAI.Connect()
+		if err != nil {
+			return h, err
+		}
+		p := cfg.OpenAI.Generator(c, cfg.Tools.SummarizerModel, openai.Chat, cfg.Agent.ResponseBudget)
+		p.Temperature = 0
+		h.Summarizer = memtools.PolicySummarizer{Policy: p}
+	}
+	return h, nil
+}
+
+// Apply puts the helpers into a runtime built with the built-in ones.
+func (h Helpers) Apply(rt *memtools.Runtime) *memtools.Runtime {
+	if h.Embedder != nil {
+		rt.Embedder = h.Embedder
+	}
+	if h.Summarizer != nil {
+		rt.Summarizer = h.Summarizer
+	}
+	return rt
+}
+
+// Runtime returns the factory of fresh runtimes for episodes: an
+// in-memory long-term store (its ids drawn from the seed: a rollout's M),
+// an empty context counted with tok (the model's tokenizer; nil counts
+// words), the configured embedder and summariser.
+func Runtime(cfg Config, h Helpers, tok stm.Tokenizer) func(seed uint64) *memtools.Runtime {
+	if tok == nil {
+		tok = stm.Words{}
+	}
+	return func(seed uint64) *memtools.Runtime {
+		return h.Apply(&memtools.Runtime{
+			Store:      ltm.NewMemory(seed),
+			Context:    stm.New(tok),
+			Embedder:   cfg.Embed.Hashing(),
+			Summarizer: memtools.Extractive{MaxTokens: cfg.Tools.SummaryMaxTokens, Tokenizer: tok},
+			Options:    cfg.Tools,
+		})
+	}
+}
+
+// AgeMem is the paper's environment over tasks as training and evaluation
+// both play it: the episode and agent sections, runtimes from Runtime.
+func AgeMem(cfg Config, h Helpers, tasks []env.Task, tok stm.Tokenizer) *env.AgeMem {
+	return &env.AgeMem{Tasks: tasks, Episode: cfg.EpisodeConfig(), NewRuntime: Runtime(cfg, h, tok)}
+}
+
+// Reward is the reward section with its judges, built the same way for
+// training and evaluation: HotpotQA F1 or EM, token-F1 storage and cosine
+// relevance with the configured embedder by default; judges set to ollama
+// ask reward.judge_model on the server; judges set to policy ask the
+// starting policy (rl.init), loaded here on the CPU and frozen, so a judge
+// never drifts with what it judges.
+func Reward(ctx context.Context, cfg Config, h Helpers) (reward.AgeMem, error) {
+	r := cfg.Reward
+	emb := h.Embedder
+	if emb == nil {
+		emb = cfg.Embed.Hashing()
+	}
+	j := reward.Judges{Task: reward.F1Judge{}, Storage: reward.F1Storage{Threshold: r.StorageF1Threshold},
+		Relevance: reward.CosineRelevance{Embedder: emb}}
+	if r.Judge == "em" {
+		j.Task = reward.EMJudge{}
+	}
+	set := func(p memtools.Policy, name string) {
+		if r.Judge == name {
+			j.Task = reward.LLMJudge{Policy: p}
+		}
+		if r.StorageJudge == name {
+			j.Storage = reward.LLMStorage{Policy: p}
+		}
+		if r.RelevanceJudge == name {
+			j.Relevance = reward.LLMRelevance{Policy: p}
+		}
+	}
+	if r.Uses("policy") {
+		pol, err := engine.LoadGenerator(cpu.New(), cfg.RL.Init, "", engine.Sampling{MaxTokens: 16})
+		if err != nil {
+			return reward.AgeMem{}, fmt.Errorf("reward: a judge is policy: rl.init: %w", err)
+		}
+		set(pol, "policy")
+	}
+	if r.Uses("ollama") {
+		c, err := cfg.Ollama.Connect()
+		if err != nil {
+			return reward.AgeMem{}, err
+		}
+		if err := c.HasModel(ctx, r.JudgeModel); err != nil {
+			return reward.AgeMem{}, fmt.Errorf("reward.judge_model: %w", err)
+		}
+		p := cfg.Ollama.Generator(c, cfg.Agent, r.JudgeModel, ollama.Chat)
+		p.Temperature, p.MaxTokens = 0, 64
+		set(p, "ollama")
+	}
+	if r.Uses("openai") {
+		c, err := cfg.OpenAI.Connect()
+		if err != nil {
+			return reward.AgeMem{}, err
+		}
+		p := cfg.OpenAI.Generator(c, r.JudgeModel, openai.Chat, 64)
+		p.Temperature = 0
+		set(p, "openai")
+	}
+	return reward.AgeMem{Weights: r.Weights, Judges: j}, nil
+}
+
+// GRPO is everything rl.Train needs to train rl.init in the AgeMem
+// environment over data.train with the reward section's reward, built as
+// evaluation builds them; the caller adds YAML, Resume, Log and TTY.
+func GRPO(ctx context.Context, cfg Config, log io.Writer) (rl.Options[env.Outcome], error) {
+	var o rl.Options[env.Outcome]
+	tasks, err := env.LoadScored(cfg.Data.Train)
+	if err != nil {
+		return o, fmt.Errorf("data.train: %w", err)
+	}
+	tok, err := tokenizer.Load(filepath.Join(cfg.RL.Init, "tokenizer.json"))
+	if err != nil {
+		return o, err
+	}
+	h, err := NewHelpers(ctx, cfg)
+	if err != nil {
+		return o, err
+	}
+	rew, err := Reward(ctx, cfg, h)
+	if err != nil {
+		return o, err
+	}
+	return grpoOptions[env.Outcome](cfg, AgeMem(cfg, h, tasks, tok), rew, log)
+}
+
+// grpoOptions are GRPO's options from the config for an environment and
+// its reward, rollouts decoding on model.device.
+func grpoOptions[R any](cfg Config, e rollout.Env[R], rew rl.Reward[R], log io.Writer) (rl.Options[R], error) {
+	be, err := device.Open(cfg.Model.Device, log)
+	if err != nil {
+		return rl.Options[R]{}, err
+	}
+	return rl.Options[R]{Config: cfg.RL, LoRA: cfg.LoRA, Optim: cfg.Optim,
+		Learner: learnerOptions(cfg), Device: be, Dtype: cfg.Model.SaveDtype(),
+		Seed: uint64(cfg.Seed), ResponseBudget: cfg.Agent.ResponseBudget,
+		Env: e, Reward: rew, YAML: cfg.YAML(), Log: log}, nil
+}
+
+// SFT is sft.Run's options from the config (the caller adds Resume, Log,
+// TTY and GenEval).
+func SFT(cfg Config) sft.Options {
+	return sft.Options{Config: cfg.SFT, Model: cfg.Model.Path, LoRA: cfg.LoRA, Optim: cfg.Optim,
+		Learner: learnerOptions(cfg), Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed),
+		ResponseBudget: cfg.Agent.ResponseBudget, Copies: cfg.Pretrain, YAML: cfg.YAML()}
+}
+
+// Pretrain is pretrain.Run's options from the config (the caller adds
+// Resume, Log and TTY).
+func Pretrain(cfg Config) pretrain.Options {
+	return pretrain.Options{Config: cfg.Pretrain, Optim: cfg.Optim, Learner: learnerOptions(cfg),
+		Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed), YAML: cfg.YAML()}
+}
+
+// learnerOptions are where training steps run, from the model section.
+func learnerOptions(cfg Config) train.LearnerOptions {
+	return train.LearnerOptions{Devices: cfg.Model.Devices, BF16: cfg.Model.TrainDtype == "bf16", BaseQ8: cfg.Model.TrainDtype == "q8_0",
+		ZeroStage: cfg.Model.ZeroStage, OffloadReference: cfg.Model.OffloadReference}
+}
+
+// MemToolKB is MemTool's tool knowledge base: memtool.bench.tools (or, when
+// that is "", the tools the queries' api_lists describe) indexed with the
+// configured embedder, large indexes searched on embed.device.
+func MemToolKB(ctx context.Context, cfg Config, qs []memtool.Query) (*memtool.KB, error) {
+	tools := memtool.QueryTools(qs)
+	if path := cfg.MemTool.Bench.Tools; path != "" {
+		var err error
+		if tools, err = memtool.LoadCollection(path); err != nil {
+			return nil, err
+		}
+	}
+	emb, err := Embedder(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := memtool.NewKB(ctx, emb, tools)
+	if err != nil {
+		return nil, err
+	}
+	kb.UseDevice(IndexDevice(cfg))
+	return kb, nil
+}
+
+// MemToolLive is the knowledge base of live MCP servers' tools (memtool
+// bench --live), indexed with the configured embedder, and the executor
+// that calls each on its server; closeAll ends the connections.
+func MemToolLive(ctx context.Context, cfg Config, servers []agent.MCPServer) (*memtool.KB, memtool.Executor, func(), error) {
+	if len(servers) == 0 {
+		return nil, nil, nil, fmt.Errorf("no MCP server: name them in mcp.servers, or with --mcp-url or --mcp-command")
+	}
+	emb, err := Embedder(ctx, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tools, closeAll, err := agent.ConnectAll(ctx, servers)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	kb, exec, err := memtool.Upstream(ctx, emb, tools)
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	kb.UseDevice(IndexDevice(cfg))
+	return kb, exec, closeAll, nil
+}
+
+// MemToolEnv is MemTool's Autonomous mode as an environment for a policy
+// of chat family tmpl: the training queries are memtool.train.queries, or
+// those of memtool.bench.queries after the benchmark's first
+// memtool.bench.turns, which stay held out.
+func MemToolEnv(ctx context.Context, cfg Config, tmpl chat.Template) (*memtool.Env, error) {
+	c := cfg.MemTool
+	path := c.Train.Queries
+	if path == "" {
+		path = c.Bench.Queries
+	}
+	qs, err := memtool.LoadQueries(path)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := MemToolKB(ctx, cfg, qs)
+	if err != nil {
+		return nil, err
+	}
+	if c.Train.Queries == "" {
+		if len(qs) <= c.Bench.Turns {
+			return nil, fmt.Errorf("memtool.train.queries is empty and %s has %d queries, all in the benchmark's session (memtool.bench.turns %d): name a training file or generate more queries", path, len(qs), c.Bench.Turns)
+		}
+		qs = qs[c.Bench.Turns:]
+	}
+	e, err := memtool.NewEnv(c, kb, qs, tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return e, nil
+}
+
+// MemToolGRPO is GRPO's options for MemTool's Autonomous mode
+// (agemem-train memtool train) on MemToolEnv.
+func MemToolGRPO(ctx context.Context, cfg Config, log io.Writer) (rl.Options[memtool.Episode], error) {
+	mc, err := qwen.LoadConfig(cfg.RL.Init)
+	if err != nil {
+		return rl.Options[memtool.Episode]{}, fmt.Errorf("rl.init: %w", err)
+	}
+	tmpl, err := chat.Detect(cfg.RL.Init, mc.ModelType)
+	if err != nil {
+		return rl.Options[memtool.Episode]{}, err
+	}
+	e, err := MemToolEnv(ctx, cfg, tmpl)
+	if err != nil {
+		return rl.Options[memtool.Episode]{}, err
+	}
+	return grpoOptions[memtool.Episode](cfg, e, memtool.NewReward(cfg.MemTool.Train), log)
+}
