@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels"
@@ -192,7 +193,7 @@ func AgeMem(cfg Config, h Helpers, tasks []env.Task, tok stm.Tokenizer) *env.Age
 // ask reward.judge_model on the server; judges set to policy ask the
 // starting policy (rl.init), loaded here on the CPU and frozen, so a judge
 // never drifts with what it judges.
-func Reward(ctx context.Context, cfg Config, h Helpers) (reward.AgeMem, error) {
+func Reward(ctx context.Context, cfg Config, h Helpers) (reward.Composite, error) {
 	r := cfg.Reward
 	emb := h.Embedder
 	if emb == nil {
@@ -217,17 +218,17 @@ func Reward(ctx context.Context, cfg Config, h Helpers) (reward.AgeMem, error) {
 	if r.Uses("policy") {
 		pol, err := engine.LoadGenerator(cpu.New(), cfg.RL.Init, "", engine.Sampling{MaxTokens: 16})
 		if err != nil {
-			return reward.AgeMem{}, fmt.Errorf("reward: a judge is policy: rl.init: %w", err)
+			return reward.Composite{}, fmt.Errorf("reward: a judge is policy: rl.init: %w", err)
 		}
 		set(pol, "policy")
 	}
 	if r.Uses("ollama") {
 		c, err := cfg.Ollama.Connect()
 		if err != nil {
-			return reward.AgeMem{}, err
+			return reward.Composite{}, err
 		}
 		if err := c.HasModel(ctx, r.JudgeModel); err != nil {
-			return reward.AgeMem{}, fmt.Errorf("reward.judge_model: %w", err)
+			return reward.Composite{}, fmt.Errorf("reward.judge_model: %w", err)
 		}
 		p := cfg.Ollama.Generator(c, cfg.Agent, r.JudgeModel, ollama.Chat)
 		p.Temperature, p.MaxTokens = 0, 64
@@ -236,13 +237,13 @@ func Reward(ctx context.Context, cfg Config, h Helpers) (reward.AgeMem, error) {
 	if r.Uses("openai") {
 		c, err := cfg.OpenAI.Connect()
 		if err != nil {
-			return reward.AgeMem{}, err
+			return reward.Composite{}, err
 		}
 		p := cfg.OpenAI.Generator(c, r.JudgeModel, openai.Chat, 64)
 		p.Temperature = 0
 		set(p, "openai")
 	}
-	return reward.AgeMem{Weights: r.Weights, Judges: j}, nil
+	return reward.Composite{Weights: r.Weights, Judges: j}, nil
 }
 
 // GRPO is everything rl.Train needs to train rl.init in the AgeMem
@@ -306,11 +307,11 @@ func learnerOptions(cfg Config) train.LearnerOptions {
 // MemToolKB is MemTool's tool knowledge base: memtool.bench.tools (or, when
 // that is "", the tools the queries' api_lists describe) indexed with the
 // configured embedder, large indexes searched on embed.device.
-func MemToolKB(ctx context.Context, cfg Config, qs []memtool.Query) (*memtool.KB, error) {
-	tools := memtool.QueryTools(qs)
+func MemToolKB(ctx context.Context, cfg Config, qs []stabletoolbench.Query) (*agent.Catalog, error) {
+	tools := stabletoolbench.QueryTools(qs)
 	if path := cfg.MemTool.Bench.Tools; path != "" {
 		var err error
-		if tools, err = memtool.LoadCollection(path); err != nil {
+		if tools, err = stabletoolbench.LoadCollection(path); err != nil {
 			return nil, err
 		}
 	}
@@ -318,7 +319,7 @@ func MemToolKB(ctx context.Context, cfg Config, qs []memtool.Query) (*memtool.KB
 	if err != nil {
 		return nil, err
 	}
-	kb, err := memtool.NewKB(ctx, emb, tools)
+	kb, err := agent.NewCatalog(ctx, emb, tools)
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +330,7 @@ func MemToolKB(ctx context.Context, cfg Config, qs []memtool.Query) (*memtool.KB
 // MemToolLive is the knowledge base of live MCP servers' tools (memtool
 // bench --live), indexed with the configured embedder, and the executor
 // that calls each on its server; closeAll ends the connections.
-func MemToolLive(ctx context.Context, cfg Config, servers []agent.MCPServer) (*memtool.KB, memtool.Executor, func(), error) {
+func MemToolLive(ctx context.Context, cfg Config, servers []agent.MCPServer) (*agent.Catalog, memtool.Executor, func(), error) {
 	if len(servers) == 0 {
 		return nil, nil, nil, fmt.Errorf("no MCP server: name them in mcp.servers, or with --mcp-url or --mcp-command")
 	}
@@ -360,7 +361,7 @@ func MemToolEnv(ctx context.Context, cfg Config, tmpl chat.Template) (*memtool.E
 	if path == "" {
 		path = c.Bench.Queries
 	}
-	qs, err := memtool.LoadQueries(path)
+	qs, err := stabletoolbench.LoadQueries(path)
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/internal/par"
-	"github.com/agemem/agemem/papers/memtoolagent"
 )
 
 // Instructions is NESTFUL's system prompt (MemToolAgent, Figure 18), the
@@ -18,36 +16,14 @@ import (
 const Instructions = `You are a helpful assistant with access to the following function calls. Your task is to produce a sequence of function calls necessary to generate response to the user utterance. Here is a list of functions in JSON format that you can invoke: {TOOLS}
 DO NOT try to answer the user question, just invoke the tools needed to respond to the user, if any. The output MUST strictly adhere to the following JSON format: [{"name": "func_name1", "arguments": {"argument1": "value1", "argument2": "value2"}, "label": "$var_1"}, ... (more tool calls as required)]. Please make sure the parameter type is correct and follow the documentation for parameter format. If no function call is needed, please directly output an empty list.`
 
-// Prompt is the agent's system prompt for s with the recalled entries
-// (Figure 18: "Example Query" / "Tool Calls Used" / "Reflection/Critic",
-// a line of '=' between entries; a correct entry's critic is "correct tool
-// calls"). With nothing recalled it is the instructions alone.
-func Prompt(s Sample, recalled []memtoolagent.Entry) string {
+// System is the agent's system prompt for s: the instructions with the
+// sample's tools in JSON (Figure 18, without recalled examples).
+func System(s Sample) string {
 	var tools strings.Builder
 	enc := json.NewEncoder(&tools)
 	enc.SetEscapeHTML(false) // "<" as written, not \u003c
 	enc.Encode(s.Tools)
-	p := strings.Replace(Instructions, "{TOOLS}", strings.TrimSpace(tools.String()), 1)
-	if len(recalled) == 0 {
-		return p
-	}
-	var b strings.Builder
-	b.WriteString(p + "\nHere are some examples and what was wrong with the agent response:\n")
-	for i, e := range recalled {
-		if i > 0 {
-			b.WriteString("=====\n")
-		}
-		critic := "correct tool calls"
-		if e.Feedback != 1 {
-			critic = e.Reflection
-			if critic == "" {
-				critic = "incorrect tool calls"
-			}
-		}
-		fmt.Fprintf(&b, "Example Query: %s\nTool Calls Used: [%s]\nReflection/Critic: %s\n", e.Query, strings.Join(e.Actions, ", "), critic)
-	}
-	b.WriteString("Use these insights to avoid similar mistakes. Consider these examples when solving the current task.")
-	return b.String()
+	return strings.Replace(Instructions, "{TOOLS}", strings.TrimSpace(tools.String()), 1)
 }
 
 // Run is one played sample.
@@ -134,20 +110,6 @@ type Result struct {
 	Runs            []Run   `json:"runs"`
 }
 
-// BenchOptions configure a run.
-type BenchOptions struct {
-	Model agent.Model
-	// Memory, when set, is MemToolAgent's: built from the memory samples
-	// (each played and scored; a failure reflected on by Extractor, nil:
-	// Model) and recalled for every test sample. Nil plays without.
-	Memory    *memtoolagent.Memory
-	Extractor agent.Model
-	// Exec, when set, executes every parsed prediction for the win rate.
-	Exec     *Executor
-	Log      io.Writer
-	Parallel int // test samples played at once
-}
-
 // Play asks the model for s's call sequence under system and scores it.
 func Play(ctx context.Context, m agent.Model, ex *Executor, s Sample, system string) (Run, error) {
 	r := Run{ID: s.ID, Query: s.Input}
@@ -184,87 +146,14 @@ func Play(ctx context.Context, m agent.Model, ex *Executor, s Sample, system str
 	return r, nil
 }
 
-// actions writes calls for a memory entry, one JSON object each.
-func actions(calls []Call) []string {
-	out := make([]string, len(calls))
-	for i, c := range calls {
-		b, _ := json.Marshal(c)
-		out[i] = string(b)
-	}
-	return out
-}
-
-// Bench plays test with o.Model, with the memory built from memory first
-// when o.Memory is set (MemToolAgent's protocol: the first 500 samples are
-// the test set, the next 500 populate the memory).
-func Bench(ctx context.Context, test, memory []Sample, o BenchOptions) (Result, error) {
-	res := Result{Memory: o.Memory != nil}
-	logf := func(format string, a ...any) {
-		if o.Log != nil {
-			fmt.Fprintf(o.Log, format, a...)
-		}
-	}
-	if o.Memory != nil {
-		ext := o.Extractor
-		if ext == nil {
-			ext = o.Model
-		}
-		for i, s := range memory {
-			r, err := Play(ctx, o.Model, o.Exec, s, Prompt(s, nil))
-			if err != nil {
-				return res, err
-			}
-			e := memtoolagent.Entry{Query: s.Input, Actions: actions(r.Calls)}
-			if r.Correct() {
-				e.Feedback = 1
-			} else {
-				similar, err := o.Memory.Recall(ctx, s.Input)
-				if err != nil {
-					return res, err
-				}
-				tools, _ := json.MarshalIndent(s.Tools, "", " ")
-				execution := "Answer: " + r.Answer
-				if r.ExecError != "" {
-					execution += "\nExecution error: " + r.ExecError
-				}
-				e.Reflection, err = memtoolagent.Reflect(ctx, ext, memtoolagent.ExtractorPrompt(strings.Replace(Instructions, "{TOOLS}", "(below)", 1), string(tools), similar, execution), s.Input)
-				if ctx.Err() != nil {
-					return res, ctx.Err()
-				}
-				if err != nil {
-					// Kept without a reflection: one failed extraction
-					// should not end the benchmark.
-					res.ExtractorErrors++
-					logf("memory extractor: %v\n", err)
-				}
-			}
-			if err := o.Memory.Add(ctx, e); err != nil {
-				return res, err
-			}
-			logf("memory %d/%d correct=%v\n", i+1, len(memory), r.Correct())
-		}
-		res.MemorySize = len(memory)
-	}
-	runs := make([]Run, len(test))
-	errs := make([]error, len(test))
-	par.Each(len(test), o.Parallel, func(i int) {
-		var recalled []memtoolagent.Entry
-		if o.Memory != nil {
-			if recalled, errs[i] = o.Memory.Recall(ctx, test[i].Input); errs[i] != nil {
-				return
-			}
-		}
-		runs[i], errs[i] = Play(ctx, o.Model, o.Exec, test[i], Prompt(test[i], recalled))
-		runs[i].Recalled = len(recalled)
-	}, func(done, i int) {
-		logf("test %d/%d full=%v partial=%.2f\n", done, len(test), runs[i].Full, runs[i].Partial)
-	})
+// Tally scores runs of the test samples: corpus F1, partial and full
+// sequence accuracy, the win rate where the runs were executed, and the
+// counts of unparsed answers and model errors.
+func Tally(test []Sample, runs []Run) Result {
+	var res Result
 	var part, full, win []float64
 	var preds, golds [][]Call
 	for i, r := range runs {
-		if errs[i] != nil {
-			return res, errs[i]
-		}
 		preds, golds = append(preds, r.Calls), append(golds, test[i].Output)
 		part = append(part, r.Partial)
 		full = append(full, b2f(r.Full))
@@ -282,7 +171,7 @@ func Bench(ctx context.Context, test, memory []Sample, o BenchOptions) (Result, 
 	res.F1Function, res.F1Param = CorpusF1(preds, golds)
 	res.Partial, res.Full, res.Win = statOf(part), statOf(full), statOf(win)
 	res.Runs = runs
-	return res, nil
+	return res
 }
 
 func b2f(b bool) float64 {

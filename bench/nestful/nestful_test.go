@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -13,18 +12,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/papers/memtoolagent"
 )
 
 // rhombus is the NESTFUL paper's example, in data_v2's layout.
-const rhombus = `{"sample_id": "s1", "input": "The area of a rhombus is equal to the area of a rectangle whose length is 20cm and the breadth is 10cm. If one of the diagonals is 32cm what is the length of other diagonal?", "output": [{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}, {"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}, {"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_2.result$", "arg_1": 32}}], "tools": [{"name": "rectangle_area", "description": "area of a rectangle", "parameters": {"arg_0": {"description": "length", "type": "int or float"}, "arg_1": {"description": "width", "type": "int or float"}}, "output_parameter": {"result": {"description": "the area", "type": "int or float"}}}, {"name": "multiply", "description": "multiplies two numbers", "parameters": {"arg_0": {"type": "int or float"}, "arg_1": {"type": "int or float"}}, "output_parameter": {"result": {"type": "int or float"}}}, {"name": "divide", "description": "divides two numbers", "parameters": {"arg_0": {"type": "int or float"}, "arg_1": {"type": "int or float"}}, "output_parameter": {"result": {"type": "int or float"}}}], "gold_answer": 12.5}`
+const rhombus = toySample
 
 func writeFile(t *testing.T, name, text string) string {
 	t.Helper()
@@ -142,10 +135,7 @@ func parse(t *testing.T, s string) []Call {
 //	multiply(arg_0 = $var_1.result$, arg_1 = 2)
 //	divide(arg_0 = $var_2.result$, arg_1 = 32)
 func TestScoreHandWorked(t *testing.T) {
-	var s Sample
-	if err := json.Unmarshal([]byte(rhombus), &s); err != nil {
-		t.Fatal(err)
-	}
+	s := ToySample()
 	rect := `{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_1": 10, "arg_0": 20}}`
 	mul := `{"name": "multiply", "label": "$var_2", "arguments": {"arg_0": "$var_1.result$", "arg_1": 2}}`
 	div := `{"name": "divide", "label": "$var_3", "arguments": {"arg_0": "$var_2.result$", "arg_1": 32}}`
@@ -191,10 +181,7 @@ func TestScoreHandWorked(t *testing.T) {
 // predicted right (F1 1, "arg_1 = 2" F1 2/3 for its extra positive under
 // add), four missed: macro (3 + 2/3)/8 = 11/24.
 func TestCorpusF1HandWorked(t *testing.T) {
-	var s Sample
-	if err := json.Unmarshal([]byte(rhombus), &s); err != nil {
-		t.Fatal(err)
-	}
+	s := ToySample()
 	g2 := parse(t, `[{"name": "add", "label": "$v1", "arguments": {"arg_0": 1, "arg_1": 2}}, {"name": "add", "label": "$v2", "arguments": {"arg_0": "$v1.result$", "arg_1": 3}}]`)
 	p1 := s.Output[:2]
 	p2 := parse(t, `[{"name": "add", "label": "$v1", "arguments": {"arg_0": 1, "arg_1": 2}}, {"name": "subtract", "label": "$v2", "arguments": {"arg_0": "$v1.result$", "arg_1": 3}}]`)
@@ -268,20 +255,8 @@ for l in sys.stdin.read().split("\n"):
 func functions(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	files := map[string]string{
-		"basic_functions.py": "import math\ndef rectangle_area(arg_0, arg_1):\n    return arg_0 * arg_1\n" +
-			"def multiply(arg_0, arg_1):\n    return arg_0 * arg_1\ndef divide(arg_0, arg_1):\n    return arg_0 / arg_1\n" +
-			"def add(arg_0, arg_1):\n    print('adding', arg_0, arg_1)\n    return arg_0 + arg_1\n" +
-			"def pair(a, b):\n    return (a, b)\n",
-		"py_code_file_1.py":  "def divide(x):\n    return 'the wrong divide'\ndef stats(numbers):\n    return {'total': sum(numbers), 'count': len(numbers)}\n",
-		"py_code_file_2.py":  "def spin(n):\n    while True:\n        n += 1\n",
-		"py_code_file_3.py":  "def kinds(*xs):\n    return [type(x).__name__ for x in xs]\n",
-		"func_file_map.json": `{"divide": "py_code_file_1.py", "stats": "py_code_file_1.py", "spin": "py_code_file_2.py", "kinds": "py_code_file_3.py"}`,
-	}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := WriteToyFunctions(dir); err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
@@ -296,10 +271,7 @@ func needPython(t *testing.T) {
 // sample is the rhombus sample with more tools and another gold answer.
 func sample(t *testing.T, gold string, tools ...string) Sample {
 	t.Helper()
-	var s Sample
-	if err := json.Unmarshal([]byte(rhombus), &s); err != nil {
-		t.Fatal(err)
-	}
+	s := ToySample()
 	s.GoldAnswer = json.RawMessage(gold)
 	for _, tl := range tools {
 		var x Tool
@@ -369,104 +341,6 @@ func TestExecutorFollowsTheScorer(t *testing.T) {
 	}
 	if _, err := NewExecutor(t.TempDir(), ""); err == nil || !strings.Contains(err.Error(), "executable_functions") {
 		t.Errorf("a folder without the functions: %v", err)
-	}
-}
-
-// scripted answers each query from a table and records the system
-// prompts it was given.
-type scripted struct {
-	mu      sync.Mutex
-	answers map[string]string
-	systems map[string]string
-}
-
-func (m *scripted) Chat(_ context.Context, msgs []agent.Message, _ []agent.Spec) (agent.Reply, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	q := msgs[len(msgs)-1].Content
-	if msgs[0].Role == "system" && strings.HasPrefix(msgs[0].Content, "You are an agent responsible for analyzing") {
-		return agent.Reply{Message: agent.Message{Role: "assistant", Content: "it added where it should have multiplied"}}, nil
-	}
-	m.systems[q] = msgs[0].Content
-	return agent.Reply{Message: agent.Message{Role: "assistant", Content: m.answers[q]}, PromptTokens: 100}, nil
-}
-
-// TestBenchWithAndWithoutMemory: a scripted model right on some samples,
-// wrong or unparsable on others; the means are worked by hand, and with
-// memory the test prompts carry the memory samples' entries, a failure's
-// with the extractor's critique.
-func TestBenchWithAndWithoutMemory(t *testing.T) {
-	needPython(t)
-	ex, err := NewExecutor(functions(t), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var base Sample
-	if err := json.Unmarshal([]byte(rhombus), &base); err != nil {
-		t.Fatal(err)
-	}
-	gold, _ := json.Marshal(base.Output)
-	short := `[{"name": "rectangle_area", "label": "$var_1", "arguments": {"arg_0": 20, "arg_1": 10}}]`
-	mk := func(id, q string) Sample { s := base; s.ID, s.Input = id, q; return s }
-	test := []Sample{mk("t1", "rhombus one"), mk("t2", "rhombus two"), mk("t3", "rhombus three")}
-	memory := []Sample{mk("m1", "rhombus memory right"), mk("m2", "rhombus memory wrong")}
-	m := &scripted{systems: map[string]string{}, answers: map[string]string{
-		"rhombus one": string(gold), "rhombus two": short, "rhombus three": "12.5",
-		"rhombus memory right": string(gold), "rhombus memory wrong": short,
-	}}
-	off, err := Bench(context.Background(), test, memory, BenchOptions{Model: m, Exec: ex, Parallel: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// t1 full; t2 one call of three (partial 1/3, executes to 200, not
-	// 12.5); t3 unparsed (0). Names over the corpus: rectangle_area F1
-	// 4/5, multiply and divide 1/2 each: macro 0.6.
-	if off.Full.Mean != 1.0/3 || off.Win.Mean != 1.0/3 || off.Win.N != 3 || off.Unparsed != 1 ||
-		math.Abs(off.F1Function-0.6) > 1e-12 || math.Abs(off.Partial.Mean-4.0/9) > 1e-12 {
-		t.Fatalf("without memory: %+v", off)
-	}
-	if strings.Contains(m.systems["rhombus one"], "Example Query") {
-		t.Fatal("a prompt without memory shows memory entries")
-	}
-	mem := &memtoolagent.Memory{Store: ltm.NewMemory(1), Embedder: embed.NewHashing(256, nil), Count: memtoolagent.TopK(2)}
-	on, err := Bench(context.Background(), test, memory, BenchOptions{Model: m, Exec: ex, Memory: mem})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if on.MemorySize != 2 || on.Runs[0].Recalled != 2 || on.Full.Mean != off.Full.Mean {
-		t.Fatalf("with memory: %+v", on)
-	}
-	p := m.systems["rhombus one"]
-	for _, want := range []string{"Example Query: rhombus memory right", "Reflection/Critic: correct tool calls", "=====",
-		"Example Query: rhombus memory wrong", "Reflection/Critic: it added where it should have multiplied", `"name":"rectangle_area"`} {
-		if !strings.Contains(p, want) {
-			t.Fatalf("the prompt with memory lacks %q:\n%s", want, p)
-		}
-	}
-}
-
-type failing struct{}
-
-func (failing) Chat(context.Context, []agent.Message, []agent.Spec) (agent.Reply, error) {
-	return agent.Reply{}, errors.New("prompt of 3524 tokens exceeds the limit of 2048")
-}
-
-// TestBenchScoresAModelErrorAsAFailure: a sample the model gives no
-// answer for is a scored failure with its reason, not the run's end; a
-// cancelled run ends.
-func TestBenchScoresAModelErrorAsAFailure(t *testing.T) {
-	var s Sample
-	if err := json.Unmarshal([]byte(rhombus), &s); err != nil {
-		t.Fatal(err)
-	}
-	r, err := Bench(context.Background(), []Sample{s, s}, nil, BenchOptions{Model: failing{}})
-	if err != nil || r.Errors != 2 || r.Full.Mean != 0 || r.Full.N != 2 || !strings.Contains(r.Runs[1].Error, "exceeds the limit") {
-		t.Fatalf("%+v, %v", r, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := Bench(ctx, []Sample{s}, nil, BenchOptions{Model: failing{}}); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a cancelled run: %v", err)
 	}
 }
 
@@ -576,22 +450,5 @@ for l in sys.stdin.read().split("\n"):
 		if got[i] != w {
 			t.Fatalf("%s:\n got %s\nwant %s", lines[i], got[i], w)
 		}
-	}
-}
-
-// TestPromptShowsTheToolsAsWritten: Figure 18's prompt carries each tool
-// as the data wrote it (every key, in order, "<" not escaped), and a
-// recalled failure with its critique.
-func TestPromptShowsTheToolsAsWritten(t *testing.T) {
-	tool := `{"name": "f", "description": "a < b", "parameters": {"x": {"type": "int"}}, "output_parameters": {"result": {}}, "extra": 1}`
-	s := sample(t, "1", tool)
-	s.Tools = s.Tools[len(s.Tools)-1:]
-	p := Prompt(s, nil)
-	if !strings.Contains(p, `[{"name":"f","description":"a < b","parameters":{"x":{"type":"int"}},"output_parameters":{"result":{}},"extra":1}]`) || strings.Contains(p, "Example Query") {
-		t.Fatalf("%s", p)
-	}
-	p = Prompt(s, []memtoolagent.Entry{{Query: "q", Actions: []string{`{"name":"f"}`}, Feedback: 0, Reflection: "wrong x"}})
-	if !strings.Contains(p, "Example Query: q\nTool Calls Used: [{\"name\":\"f\"}]\nReflection/Critic: wrong x\n") {
-		t.Fatalf("%s", p)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/locomo"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/llm/openai"
 	"github.com/agemem/agemem/memtools"
@@ -457,7 +458,7 @@ func ageMem(cmd *cobra.Command, cfg setup.Config, samples []locomo.Sample, model
 	if err != nil {
 		return nil, err
 	}
-	a := locomo.AgeMem{NewRuntime: setup.Runtime(cfg, h, tok), System: cfg.Agent.Prompt(cfg.Tools.Offered()), Limits: cfg.Agent.Limits(), Chunk: chunk}
+	a := env.LoCoMo{NewRuntime: setup.Runtime(cfg, h, tok), System: cfg.Agent.Prompt(cfg.Tools.Offered()), Limits: cfg.Agent.Limits(), Chunk: chunk}
 	total := 0
 	for _, s := range samples {
 		total += len(s.QA)

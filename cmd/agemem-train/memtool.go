@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/internal/chart"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
@@ -49,7 +50,7 @@ tools (the defaults: 1,000 companies × 5).`,
   agemem-train memtool synth --companies 100 --queries 50 --out /tmp/mt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sb, err := memtool.Synth(seed, companies, perCompany, queries)
+			sb, err := stabletoolbench.Synth(seed, companies, perCompany, queries)
 			if err != nil {
 				return err
 			}
@@ -268,7 +269,7 @@ model on the same server.`,
 			}
 			c := cfg.MemTool
 			ctx := cmd.Context()
-			qs, err := memtool.LoadQueries(c.Bench.Queries)
+			qs, err := stabletoolbench.LoadQueries(c.Bench.Queries)
 			if err != nil {
 				return err
 			}
@@ -284,7 +285,7 @@ model on the same server.`,
 					return fmt.Errorf("--live: %w", err)
 				}
 				defer closeAll()
-				if err := memtool.LiveGold(qs, kb); err != nil {
+				if err := stabletoolbench.LiveGold(qs, kb); err != nil {
 					return fmt.Errorf("%s: %w", c.Bench.Queries, err)
 				}
 				o.KB, o.Exec, source = kb, exec, "the MCP servers' tools"

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/llm/openai"
@@ -147,7 +148,7 @@ func TestCLIMemtoolTrain(t *testing.T) {
 // and a judge that always says 1: memtool bench over the openai backend.
 func oracleServer(t *testing.T, queries string) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
-	qs, err := memtool.LoadQueries(queries)
+	qs, err := stabletoolbench.LoadQueries(queries)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func oracleServer(t *testing.T, queries string) (*httptest.Server, *atomic.Int32
 	}
 	// The oracle searches with the gold tools' descriptions: the tools of
 	// the queries' api_lists are the same tools as the collection's.
-	kb, err := memtool.NewKB(context.Background(), embed.NewHashing(16, nil), memtool.QueryTools(qs))
+	kb, err := agent.NewCatalog(context.Background(), embed.NewHashing(16, nil), stabletoolbench.QueryTools(qs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func nestfulRun(cmd *cobra.Command, cfg setup.Config, o nestfulOptions, newMemor
 	}
 	var results []nestful.Result
 	for _, on := range o.modes {
-		bo := nestful.BenchOptions{Model: m, Extractor: ext, Exec: ex, Log: cmd.ErrOrStderr(), Parallel: o.parallel}
+		bo := memtoolagent.NestfulOptions{Model: m, Extractor: ext, Exec: ex, Log: cmd.ErrOrStderr(), Parallel: o.parallel}
 		if on {
 			mem, done, err := newMemory(emb)
 			if err != nil {
@@ -65,7 +65,7 @@ func nestfulRun(cmd *cobra.Command, cfg setup.Config, o nestfulOptions, newMemor
 			defer done()
 			bo.Memory = mem
 		}
-		r, err := nestful.Bench(ctx, test, memory, bo)
+		r, err := memtoolagent.Nestful(ctx, test, memory, bo)
 		if err != nil {
 			return err
 		}

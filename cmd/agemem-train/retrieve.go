@@ -20,7 +20,6 @@ import (
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/papers/fittext"
-	"github.com/agemem/agemem/papers/memtool"
 	"github.com/agemem/agemem/setup"
 )
 
@@ -85,12 +84,12 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 				}
 				needModel = needModel || ss[i] != "query"
 			}
-			var ds fittext.Dataset
+			var ds toolret.Dataset
 			switch {
 			case stb != "" && data == "":
-				ds, err = fittext.LoadStableToolBench(stb)
+				ds, err = toolret.LoadStableToolBench(stb)
 			case data != "" && corpus != "" && stb == "":
-				ds, err = fittext.LoadToolRet(data, corpus)
+				ds, err = toolret.LoadToolRet(data, corpus)
 			default:
 				return fmt.Errorf("give --data and --corpus (ToolRet's layout) or --stb (StableToolBench's)")
 			}
@@ -105,7 +104,7 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 			if err != nil {
 				return err
 			}
-			kb, err := memtool.NewKB(ctx, emb, ds.Tools)
+			kb, err := agent.NewCatalog(ctx, emb, ds.Tools)
 			if err != nil {
 				return err
 			}

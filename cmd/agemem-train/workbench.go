@@ -224,7 +224,7 @@ The memory options are the function-calling loop's and do not apply.`,
 			}
 			var results []workbench.Result
 			for _, on := range modes {
-				o := workbench.BenchOptions{Model: m, Extractor: ext, Online: online, HardPreference: hard, Limits: agent.Limits{MaxSteps: maxSteps}, Log: cmd.ErrOrStderr(), Parallel: parallel}
+				o := memtoolagent.WorkBenchOptions{Model: m, Extractor: ext, Online: online, HardPreference: hard, Limits: agent.Limits{MaxSteps: maxSteps}, Log: cmd.ErrOrStderr(), Parallel: parallel}
 				if on {
 					mem, done, err := newMemory(emb)
 					if err != nil {
@@ -233,7 +233,7 @@ The memory options are the function-calling loop's and do not apply.`,
 					defer done()
 					o.Memory = mem
 				}
-				r, err := data.Bench(ctx, tasks, o)
+				r, err := memtoolagent.WorkBench(ctx, data, tasks, o)
 				if err != nil {
 					return err
 				}
@@ -354,7 +354,7 @@ func searchBench(cmd *cobra.Command, cfg setup.Config, data *workbench.Data, tas
 		if r != "none" {
 			s.Retriever = &fittext.Retriever{Config: cfg.FitText, KB: kb, LLM: llm, Seed: uint64(cfg.Seed)}
 		}
-		res, err := data.SearchBench(ctx, tasks, s, r, parallel, cmd.ErrOrStderr())
+		res, err := fittext.WorkBench(ctx, data, tasks, s, r, parallel, cmd.ErrOrStderr())
 		if err != nil {
 			return nil, err
 		}

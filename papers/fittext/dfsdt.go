@@ -12,7 +12,6 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/papers/memtool"
 )
 
 // SearchConfig is the "dfsdt" part of the fittext section: ToolLLM's
@@ -124,16 +123,16 @@ type search struct {
 }
 
 // WorldKB indexes a world's functions for the search's retrieval, each
-// under its function name (memtool.FunctionName: WorkBench's
+// under its function name (agent.FunctionName: WorkBench's
 // calendar.delete_event is calendar_delete_event), which the search maps
 // back to the world's.
-func WorldKB(ctx context.Context, emb embed.Embedder, specs []agent.Spec) (*memtool.KB, error) {
-	tools := make([]memtool.Tool, len(specs))
+func WorldKB(ctx context.Context, emb embed.Embedder, specs []agent.Spec) (*agent.Catalog, error) {
+	tools := make([]agent.CatalogTool, len(specs))
 	for i, sp := range specs {
-		sp.Name = memtool.FunctionName(sp.Name)
-		tools[i] = memtool.Tool{Spec: sp}
+		sp.Name = agent.FunctionName(sp.Name)
+		tools[i] = agent.CatalogTool{Spec: sp}
 	}
-	return memtool.NewKB(ctx, emb, tools)
+	return agent.NewCatalog(ctx, emb, tools)
 }
 
 // Run searches for an answer to query, system (the task's prompt) opening
@@ -157,7 +156,7 @@ func (s *Search) Run(ctx context.Context, system, query string, open func() (Wor
 	root := &node{funcs: []string{Finish.Name}}
 	for _, sp := range w.Specs() {
 		x.specs[sp.Name] = sp
-		if kb := memtool.FunctionName(sp.Name); x.byKB[kb] == "" {
+		if kb := agent.FunctionName(sp.Name); x.byKB[kb] == "" {
 			x.byKB[kb] = sp.Name
 		}
 		if s.Retriever == nil {

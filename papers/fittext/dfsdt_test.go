@@ -12,7 +12,6 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/papers/memtool"
 )
 
 // bank is a world with state: a balance that deposits raise and
@@ -83,12 +82,12 @@ func call(name, args string) agent.Message {
 
 func bankRetriever(t *testing.T) *Retriever {
 	t.Helper()
-	tools := []memtool.Tool{{Spec: agent.Spec{Name: "send_email", Description: "Send an email to a recipient."}},
+	tools := []agent.CatalogTool{{Spec: agent.Spec{Name: "send_email", Description: "Send an email to a recipient."}},
 		{Spec: agent.Spec{Name: "book_flight", Description: "Book a flight between two cities."}}}
 	for _, sp := range bankSpecs {
-		tools = append(tools, memtool.Tool{Spec: sp})
+		tools = append(tools, agent.CatalogTool{Spec: sp})
 	}
-	kb, err := memtool.NewKB(context.Background(), embed.NewHashing(512, []int{3, 4}), tools)
+	kb, err := agent.NewCatalog(context.Background(), embed.NewHashing(512, []int{3, 4}), tools)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ type Evaluation struct {
 // rankings at cutoff k. workers queries run at once (their model calls
 // batch together on a batching backend; results do not depend on it).
 // progress, if set, hears each query done (one at a time).
-func Evaluate(ctx context.Context, r *Retriever, ds Dataset, strategies []string, k, workers int, progress func(strategy string, done, total int)) (Evaluation, error) {
+func Evaluate(ctx context.Context, r *Retriever, ds toolret.Dataset, strategies []string, k, workers int, progress func(strategy string, done, total int)) (Evaluation, error) {
 	ev := Evaluation{Runs: map[string]map[string]toolret.Run{}, Results: map[string][]Result{}}
 	qrels := map[string]toolret.Qrels{}
 	subsetOf := map[string]string{}

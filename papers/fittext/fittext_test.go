@@ -14,9 +14,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/toolret"
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/papers/memtool"
 )
 
 // scripted is a model obeying the block contract. As the analyst it
@@ -139,7 +139,7 @@ func between(s, a, b string) string {
 	return out
 }
 
-func synthData(t *testing.T, providers, n int) Dataset {
+func synthData(t *testing.T, providers, n int) toolret.Dataset {
 	t.Helper()
 	corpus, queries, err := Synth(3, providers, n)
 	if err != nil {
@@ -149,16 +149,16 @@ func synthData(t *testing.T, providers, n int) Dataset {
 	cp, qp := filepath.Join(dir, "tools.jsonl"), filepath.Join(dir, "queries.jsonl")
 	os.WriteFile(cp, corpus, 0o644)
 	os.WriteFile(qp, queries, 0o644)
-	ds, err := LoadToolRet(qp, cp)
+	ds, err := toolret.LoadToolRet(qp, cp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ds
 }
 
-func retriever(t *testing.T, ds Dataset, llm LLM) *Retriever {
+func retriever(t *testing.T, ds toolret.Dataset, llm LLM) *Retriever {
 	t.Helper()
-	kb, err := memtool.NewKB(context.Background(), embed.NewHashing(512, []int{3, 4}), ds.Tools)
+	kb, err := agent.NewCatalog(context.Background(), embed.NewHashing(512, []int{3, 4}), ds.Tools)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +178,8 @@ func TestParseBlocks(t *testing.T) {
 // VOTE on hand-worked lists: votes first, then mean rank, then mean
 // similarity, then name.
 func TestVoteHandWorked(t *testing.T) {
-	h := func(n string, s float64) memtool.Hit { return memtool.Hit{Name: n, Score: s} }
-	lists := [][]memtool.Hit{
+	h := func(n string, s float64) agent.Hit { return agent.Hit{Name: n, Score: s} }
+	lists := [][]agent.Hit{
 		{h("a", 0.9), h("b", 0.8), h("c", 0.7)},
 		{h("b", 0.85), h("a", 0.6), h("d", 0.5)},
 		{h("c", 0.9), h("e", 0.4)},
@@ -199,10 +199,10 @@ func TestVoteHandWorked(t *testing.T) {
 }
 
 func TestFitnessHandWorked(t *testing.T) {
-	h := func(s ...float64) []memtool.Hit {
-		var out []memtool.Hit
+	h := func(s ...float64) []agent.Hit {
+		var out []agent.Hit
 		for i, x := range s {
-			out = append(out, memtool.Hit{Name: fmt.Sprint(i), Score: x})
+			out = append(out, agent.Hit{Name: fmt.Sprint(i), Score: x})
 		}
 		return out
 	}
@@ -390,7 +390,7 @@ func TestLoaders(t *testing.T) {
 	qs := write("gorilla-pytorch.jsonl", `{"id": "q1", "query": "flatten my array", "labels": "[{\"id\": \"gorilla/torch.reshape\", \"relevance\": 1}]"}
 {"id": 2, "query": "order these", "labels": [{"id": 7, "relevance": 2}], "subset": "other"}
 `)
-	ds, err := LoadToolRet(qs, corpus)
+	ds, err := toolret.LoadToolRet(qs, corpus)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestLoaders(t *testing.T) {
 		{write("q2.jsonl", `{"id": "x", "query": "y", "labels": [{"id": "nope"}]}`), corpus, `labelled tool "nope" is not in the corpus`},
 		{write("q3.jsonl", `{"id": "x", "labels": [{"id": 7}]}`), corpus, "needs an id and a query"},
 	} {
-		if _, err := LoadToolRet(bad.q, bad.c); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := toolret.LoadToolRet(bad.q, bad.c); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("error %v, want %q", err, bad.want)
 		}
 	}
@@ -416,7 +416,7 @@ func TestLoaders(t *testing.T) {
 	 {"category_name":"Weather","tool_name":"Weather API","api_name":"Get Forecast","api_description":"5-day forecast"},
 	 {"category_name":"Weather","tool_name":"Weather API","api_name":"Get Alerts","api_description":"alerts"}],
 	 "relevant APIs":[["Weather API","Get Forecast"]]}]`)
-	sd, err := LoadStableToolBench(stb)
+	sd, err := toolret.LoadStableToolBench(stb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,11 +473,11 @@ func TestMemeticV2Parts(t *testing.T) {
 	if got := m[1:].Decayed("tools", "", []string{"a", "b", "x"}); math.Abs(got-0.5*math.Exp(-1)) > 1e-12 {
 		t.Fatalf("decayed penalty %v", got)
 	}
-	h := func(n string, s float64) memtool.Hit { return memtool.Hit{Name: n, Score: s} }
-	if got := lowTools([]memtool.Hit{h("a", 0.9), h("b", 0.85), h("c", 0.5), h("d", 0.4)}, 2, 0.1); fmt.Sprint(got) != fmt.Sprint([]memtool.Hit{h("d", 0.4), h("c", 0.5)}) {
+	h := func(n string, s float64) agent.Hit { return agent.Hit{Name: n, Score: s} }
+	if got := lowTools([]agent.Hit{h("a", 0.9), h("b", 0.85), h("c", 0.5), h("d", 0.4)}, 2, 0.1); fmt.Sprint(got) != fmt.Sprint([]agent.Hit{h("d", 0.4), h("c", 0.5)}) {
 		t.Fatalf("low tools %v", got)
 	}
-	if got := lowTools([]memtool.Hit{h("a", 0.9), h("b", 0.85)}, 2, 0.1); got != nil {
+	if got := lowTools([]agent.Hit{h("a", 0.9), h("b", 0.85)}, 2, 0.1); got != nil {
 		t.Fatalf("low tools within the gap %v", got)
 	}
 	x := &run{rand: rand.New(rand.NewPCG(1, 2))}

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/papers/memtool"
 )
 
 // memetic is Memetic retrieval for one lineage: Algorithm 1 (V1) or, with
@@ -21,7 +21,7 @@ import (
 // score, a decaying memory term and crowding), the annealed temperatures
 // (Eq. 16), tournament selection (Eq. 19), the crossover rate (Eq. 20),
 // guided mutation (Eq. 21) and what it remembers.
-func (x *run) memetic(ctx context.Context, a string, v2 bool) (string, []memtool.Hit, error) {
+func (x *run) memetic(ctx context.Context, a string, v2 bool) (string, []agent.Hit, error) {
 	c := x.r.Config
 	n := c.Population
 	if v2 {
@@ -45,7 +45,7 @@ func (x *run) memetic(ctx context.Context, a string, v2 bool) (string, []memtool
 	}
 	pop = pop[:n]
 	var best string
-	var hits [][]memtool.Hit
+	var hits [][]agent.Hit
 	g := 1
 	for ; ; g++ {
 		if hits, err = x.ret(ctx, pop, c.K); err != nil {
@@ -149,7 +149,7 @@ func annealed(tb float64, g int) float64 {
 
 // fitnessV2 is Eq. 15 for each member of pop, hits its retrievals:
 // α s_ret + β LLM_score − γ mem − δ crowd.
-func (x *run) fitnessV2(ctx context.Context, pop []string, hits [][]memtool.Hit) ([]float64, error) {
+func (x *run) fitnessV2(ctx context.Context, pop []string, hits [][]agent.Hit) ([]float64, error) {
 	v := x.r.Config.V2
 	vecs, err := x.r.KB.Embedder().Embed(ctx, pop)
 	if err != nil {
@@ -249,13 +249,13 @@ func (x *run) tournament(fit []float64, want, size int) []int {
 // lowTools is guided mutation's 𝓛(d): the m lowest-scoring of a parent's
 // retrieved tools, when they score more than gap under its best one (none
 // otherwise: then plain mutation).
-func lowTools(hits []memtool.Hit, m int, gap float64) []memtool.Hit {
+func lowTools(hits []agent.Hit, m int, gap float64) []agent.Hit {
 	if m == 0 || len(hits) < 2 {
 		return nil
 	}
-	sorted := append([]memtool.Hit(nil), hits...)
+	sorted := append([]agent.Hit(nil), hits...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Score > sorted[j].Score })
-	var low []memtool.Hit
+	var low []agent.Hit
 	for i := len(sorted) - 1; i >= 1 && len(low) < m; i-- {
 		if sorted[i].Score < sorted[0].Score-gap {
 			low = append(low, sorted[i])

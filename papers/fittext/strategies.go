@@ -11,13 +11,13 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/agemem/agemem/papers/memtool"
+	"github.com/agemem/agemem/agent"
 )
 
 // Retriever runs the strategies over a knowledge base.
 type Retriever struct {
 	Config Config
-	KB     *memtool.KB
+	KB     *agent.Catalog
 	// LLM writes the ancestors (the paper's analysis model); Refiner runs
 	// every other operator (nil: LLM). The paper pairs GPT-4.1 with
 	// GPT-4.1-mini or Qwen3-30B this way.
@@ -30,12 +30,12 @@ type Retriever struct {
 
 // Result is one query's retrieval.
 type Result struct {
-	Query     string        `json:"query"`
-	Strategy  string        `json:"strategy"`
-	Ancestors []string      `json:"ancestors,omitempty"`
-	Finals    []string      `json:"finals,omitempty"` // the descriptions each lineage ended with
-	Ranking   []memtool.Hit `json:"ranking"`          // best first, each tool once
-	Calls     int           `json:"llm_calls"`
+	Query     string      `json:"query"`
+	Strategy  string      `json:"strategy"`
+	Ancestors []string    `json:"ancestors,omitempty"`
+	Finals    []string    `json:"finals,omitempty"` // the descriptions each lineage ended with
+	Ranking   []agent.Hit `json:"ranking"`          // best first, each tool once
+	Calls     int         `json:"llm_calls"`
 }
 
 // Memory is the tool memory 𝓜 of one invocation: what was tried, with
@@ -75,11 +75,11 @@ func (x *run) refiner() LLM {
 }
 
 // ret is RET for several descriptions at once.
-func (x *run) ret(ctx context.Context, ds []string, k int) ([][]memtool.Hit, error) {
+func (x *run) ret(ctx context.Context, ds []string, k int) ([][]agent.Hit, error) {
 	return x.r.KB.Rank(ctx, ds, k)
 }
 
-func names(hs []memtool.Hit) []string {
+func names(hs []agent.Hit) []string {
 	out := make([]string, len(hs))
 	for i, h := range hs {
 		out[i] = h.Name
@@ -87,7 +87,7 @@ func names(hs []memtool.Hit) []string {
 	return out
 }
 
-func blurbs(kb *memtool.KB, hs []memtool.Hit) []string {
+func blurbs(kb *agent.Catalog, hs []agent.Hit) []string {
 	out := make([]string, 0, len(hs))
 	for _, h := range hs {
 		t, _ := kb.Get(h.Name)
@@ -176,9 +176,9 @@ func (x *run) expand(ctx context.Context, ancestors []string) error {
 		res.Finals, res.Ranking = finals, merge(lists)
 		return nil
 	}
-	var lists [][]memtool.Hit
+	var lists [][]agent.Hit
 	for _, a := range ancestors {
-		var list []memtool.Hit
+		var list []agent.Hit
 		var final string
 		var err error
 		switch res.Strategy {
@@ -212,9 +212,9 @@ func (x *run) expand(ctx context.Context, ancestors []string) error {
 func (x *run) remember(es ...MemoryEntry) { *x.mem = append(*x.mem, es...) }
 
 // merge concatenates the lineages' lists, each tool once (the first time).
-func merge(lists [][]memtool.Hit) []memtool.Hit {
+func merge(lists [][]agent.Hit) []agent.Hit {
 	seen := map[string]bool{}
-	var out []memtool.Hit
+	var out []agent.Hit
 	for _, l := range lists {
 		for _, h := range l {
 			if !seen[h.Name] {
@@ -228,17 +228,17 @@ func merge(lists [][]memtool.Hit) []memtool.Hit {
 
 // dbd is Algorithm 3 for one lineage: T refinements, each grounded in the
 // lineage's deduplicated exemplars with the ancestor as anchor.
-func (x *run) dbd(ctx context.Context, a string) (string, []memtool.Hit, error) {
+func (x *run) dbd(ctx context.Context, a string) (string, []agent.Hit, error) {
 	c := x.r.Config
 	d := a
-	var ex []memtool.Hit
+	var ex []agent.Hit
 	for range c.Turns {
 		hits, err := x.ret(ctx, []string{d}, c.Exemplars)
 		if err != nil {
 			return "", nil, err
 		}
 		for _, h := range hits[0] {
-			if !slices.ContainsFunc(ex, func(e memtool.Hit) bool { return e.Name == h.Name }) {
+			if !slices.ContainsFunc(ex, func(e agent.Hit) bool { return e.Name == h.Name }) {
 				ex = append(ex, h)
 			}
 		}
@@ -261,7 +261,7 @@ func (x *run) dbd(ctx context.Context, a string) (string, []memtool.Hit, error) 
 // scattershot is Algorithm 5 for one lineage: S probes sampled from the
 // ancestor and its exemplars, voted on (the ancestor itself does not
 // vote). With no usable probe the ancestor's own retrieval stands.
-func (x *run) scattershot(ctx context.Context, a string) (string, []memtool.Hit, error) {
+func (x *run) scattershot(ctx context.Context, a string) (string, []agent.Hit, error) {
 	c := x.r.Config
 	seed, err := x.ret(ctx, []string{a}, c.Exemplars)
 	if err != nil {
@@ -295,7 +295,7 @@ func (x *run) scattershot(ctx context.Context, a string) (string, []memtool.Hit,
 // how many probes retrieved them, then mean rank, then mean similarity
 // (then name, for a stable order); the first b. A tool's score is its
 // mean similarity.
-func Vote(lists [][]memtool.Hit, b int) []memtool.Hit {
+func Vote(lists [][]agent.Hit, b int) []agent.Hit {
 	type tally struct {
 		votes      int
 		rank, sims float64
@@ -332,16 +332,16 @@ func Vote(lists [][]memtool.Hit, b int) []memtool.Hit {
 		}
 		return ids[i] < ids[j]
 	})
-	out := make([]memtool.Hit, 0, min(b, len(ids)))
+	out := make([]agent.Hit, 0, min(b, len(ids)))
 	for _, id := range ids[:min(b, len(ids))] {
-		out = append(out, memtool.Hit{Name: id, Score: t[id].sims / float64(t[id].votes)})
+		out = append(out, agent.Hit{Name: id, Score: t[id].sims / float64(t[id].votes)})
 	}
 	return out
 }
 
 // SRet is s_ret: 0.7 × the top-1 similarity + 0.3 × the mean of the
 // top 3 (of those there are).
-func SRet(hs []memtool.Hit) float64 {
+func SRet(hs []agent.Hit) float64 {
 	if len(hs) == 0 {
 		return 0
 	}
@@ -412,9 +412,9 @@ func (e MemoryEntry) overlap(mode, d string, tools []string) float64 {
 // prompt per turn, grounded in all the tools retrieved so far; with
 // ibi_judge, a judge may end the turns early. A refinement that writes no
 // block ends them too. Each final description's retrieval is a list.
-func (x *run) ibi(ctx context.Context, ds []string) ([]string, [][]memtool.Hit, error) {
+func (x *run) ibi(ctx context.Context, ds []string) ([]string, [][]agent.Hit, error) {
 	c := x.r.Config
-	var ex []memtool.Hit
+	var ex []agent.Hit
 	for range c.Turns {
 		hits, err := x.ret(ctx, ds, c.Exemplars)
 		if err != nil {
@@ -422,7 +422,7 @@ func (x *run) ibi(ctx context.Context, ds []string) ([]string, [][]memtool.Hit, 
 		}
 		for _, l := range hits {
 			for _, h := range l {
-				if !slices.ContainsFunc(ex, func(e memtool.Hit) bool { return e.Name == h.Name }) {
+				if !slices.ContainsFunc(ex, func(e agent.Hit) bool { return e.Name == h.Name }) {
 					ex = append(ex, h)
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/bench/toolret"
 )
 
@@ -19,18 +20,18 @@ import (
 // each of the query's gold tools returns (Bench's expected: the simulator's
 // figure, or what a live tool returned in the turn; "" when it never ran).
 type Judge interface {
-	Score(ctx context.Context, q Query, answer string, expected map[string]string) (float64, error)
+	Score(ctx context.Context, q stabletoolbench.Query, answer string, expected map[string]string) (float64, error)
 }
 
 // ContainsJudge needs no model: the share of the query's gold tools whose
 // expected result the answer states verbatim. It fits the generated
-// benchmark, whose tools return known figures (Value); a live tool's whole
+// benchmark, whose tools return known figures (stabletoolbench.Value); a live tool's whole
 // result is stated verbatim by the oracle but rarely by a model, which the
 // model judge grades instead.
 type ContainsJudge struct{}
 
 // Score implements Judge.
-func (ContainsJudge) Score(_ context.Context, q Query, answer string, expected map[string]string) (float64, error) {
+func (ContainsJudge) Score(_ context.Context, q stabletoolbench.Query, answer string, expected map[string]string) (float64, error) {
 	if len(q.Gold) == 0 {
 		return 0, nil
 	}
@@ -53,7 +54,7 @@ const judgePrompt = `You grade an assistant's answer. Given the user's question,
 var number = regexp.MustCompile(`[01](?:\.\d+)?|\.\d+`)
 
 // Score implements Judge.
-func (j ModelJudge) Score(ctx context.Context, q Query, answer string, expected map[string]string) (float64, error) {
+func (j ModelJudge) Score(ctx context.Context, q stabletoolbench.Query, answer string, expected map[string]string) (float64, error) {
 	var exp []string
 	for _, g := range q.Gold {
 		if e := expected[g]; e != "" {
@@ -81,12 +82,12 @@ type BenchOptions struct {
 	Modes             []string
 	Agent, Controller agent.Model
 	Judge             Judge
-	KB                *KB
-	// Exec runs the domain tools: nil is the simulator (Simulate), whose
+	KB                *agent.Catalog
+	// Exec runs the domain tools: nil is the simulator (stabletoolbench.Simulate), whose
 	// figures the judge knows; live tools (Upstream) are judged by what
 	// they returned in the turn.
 	Exec    Executor
-	Queries []Query
+	Queries []stabletoolbench.Query
 	Log     io.Writer
 }
 
@@ -137,7 +138,7 @@ func Bench(ctx context.Context, o BenchOptions) (Report, error) {
 		c.Mode = mode
 		exec := o.Exec
 		if exec == nil {
-			exec = Simulate
+			exec = stabletoolbench.Simulate
 		}
 		s := &Session{Config: c, Agent: o.Agent, Controller: o.Controller, KB: o.KB, Exec: exec}
 		mr := ModeReport{Mode: mode}
@@ -177,11 +178,11 @@ func Bench(ctx context.Context, o BenchOptions) (Report, error) {
 
 // expected is what each of q's gold tools returns: the simulator's figure,
 // or the result of the tool's last successful call in turn t.
-func expected(q Query, t TurnResult, simulated bool) map[string]string {
+func expected(q stabletoolbench.Query, t TurnResult, simulated bool) map[string]string {
 	out := map[string]string{}
 	if simulated {
 		for _, g := range q.Gold {
-			out[g] = Value(g)
+			out[g] = stabletoolbench.Value(g)
 		}
 		return out
 	}
@@ -203,7 +204,7 @@ func expected(q Query, t TurnResult, simulated bool) map[string]string {
 // modes' control flow and the metrics, and is the benchmark's ceiling.
 type Oracle struct {
 	Gold map[string][]string // query text → gold tool names
-	KB   *KB
+	KB   *agent.Catalog
 }
 
 var userQuery = regexp.MustCompile("(?s)User Query: `(.*)` ")

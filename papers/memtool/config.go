@@ -1,3 +1,12 @@
+// Package memtool is MemTool (Lumer et al., 2025): the short-term memory of
+// an agent's tools. An agent with thousands of available tools keeps a
+// working set of at most L of them in its context, searching a tool
+// knowledge base to add tools and removing the ones it no longer needs, in
+// one of three modes (Algorithms 1-3): Autonomous (the agent has the
+// meta-tools SYS_SEARCH_TOOLS and SYS_REMOVE_TOOLS), Workflow (a prune call
+// and a search call before an agent without meta-tools) and Hybrid (a prune
+// call, then an agent that can only search). It runs on the function-calling
+// loop of package agent, with any agent.Model.
 package memtool
 
 import (

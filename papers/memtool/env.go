@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/rl/rollout"
@@ -19,18 +20,18 @@ import (
 // (the paper, Table 2); this is where one can learn to.
 type Env struct {
 	Config Config // Mode is set to Autonomous
-	KB     *KB
+	KB     *agent.Catalog
 	// Sessions are the tasks: each a list of queries played in order.
-	Sessions [][]Query
+	Sessions [][]stabletoolbench.Query
 	// Template is the policy's chat family: how tools are laid out.
 	Template chat.Template
-	// Exec runs the domain tools (nil: Simulate).
+	// Exec runs the domain tools (nil: stabletoolbench.Simulate).
 	Exec Executor
 }
 
 // NewEnv cuts the queries into sessions of c.Train.Turns (the last may be
 // shorter) and checks that every gold tool is in the knowledge base.
-func NewEnv(c Config, kb *KB, qs []Query, t chat.Template) (*Env, error) {
+func NewEnv(c Config, kb *agent.Catalog, qs []stabletoolbench.Query, t chat.Template) (*Env, error) {
 	c.Mode = Autonomous
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -69,7 +70,7 @@ func (e *Env) Len() int { return len(e.Sessions) }
 func (e *Env) Play(ctx context.Context, pol memtools.Policy, t int, _ uint64) (Episode, error) {
 	exec := e.Exec
 	if exec == nil {
-		exec = Simulate
+		exec = stabletoolbench.Simulate
 	}
 	s := &Session{Config: e.Config, Agent: agent.PolicyModel{Policy: pol, Template: e.Template}, KB: e.KB, Exec: exec}
 	var ep Episode

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
@@ -129,7 +130,7 @@ func TestRewardHandWorkedAndEnvErrors(t *testing.T) {
 	if _, err := NewEnv(c, kb, nil, chat.Qwen3); err == nil || !strings.Contains(err.Error(), "no training queries") {
 		t.Errorf("no queries: %v", err)
 	}
-	bad := append([]Query{}, qs...)
+	bad := append([]stabletoolbench.Query{}, qs...)
 	bad[2].Gold = []string{"NoSuchTool"}
 	if _, err := NewEnv(c, kb, bad, chat.Qwen3); err == nil || !strings.Contains(err.Error(), `"NoSuchTool"`) {
 		t.Errorf("unknown gold tool: %v", err)

@@ -23,7 +23,7 @@ import (
 // set has an id (serve gives one per API key's namespace), so tenants do
 // not share tools.
 type Gateway struct {
-	kb          *KB
+	kb          *agent.Catalog
 	exec        Executor
 	limit, topK int
 
@@ -52,16 +52,16 @@ func NewGateway(ctx context.Context, emb embed.Embedder, upstream []agent.Tool, 
 
 // Upstream makes live tools (MCP servers' tools, agent.ConnectAll) a
 // knowledge base and an Executor that calls each on its server. Names two
-// servers share are qualified with the server's (Qualify: server__name); a
+// servers share are qualified with the server's (agent.Qualify: server__name); a
 // call still reaches the tool by its own name. A tool may not take a
 // meta-tool's name.
-func Upstream(ctx context.Context, emb embed.Embedder, upstream []agent.Tool) (*KB, Executor, error) {
-	tools := make([]Tool, len(upstream))
+func Upstream(ctx context.Context, emb embed.Embedder, upstream []agent.Tool) (*agent.Catalog, Executor, error) {
+	tools := make([]agent.CatalogTool, len(upstream))
 	for i, t := range upstream {
-		tools[i] = Tool{Spec: t.Spec, Server: t.Server}
-		tools[i].Parameters = schemaOrEmpty(t.Parameters)
+		tools[i] = agent.CatalogTool{Spec: t.Spec, Server: t.Server}
+		tools[i].Parameters = agent.ParametersOrEmpty(t.Parameters)
 	}
-	Qualify(tools)
+	agent.Qualify(tools)
 	calls := map[string]func(context.Context, json.RawMessage) (string, error){}
 	for i, t := range tools {
 		if t.Name == SearchTools || t.Name == RemoveTools {
@@ -69,11 +69,11 @@ func Upstream(ctx context.Context, emb embed.Embedder, upstream []agent.Tool) (*
 		}
 		calls[t.Name] = upstream[i].Call
 	}
-	kb, err := NewKB(ctx, emb, tools)
+	kb, err := agent.NewCatalog(ctx, emb, tools)
 	if err != nil {
 		return nil, nil, err
 	}
-	exec := func(ctx context.Context, t Tool, args json.RawMessage) (string, error) {
+	exec := func(ctx context.Context, t agent.CatalogTool, args json.RawMessage) (string, error) {
 		call, ok := calls[t.Name]
 		if !ok {
 			return "", fmt.Errorf("no upstream tool %q", t.Name)
@@ -152,7 +152,7 @@ func (g *Gateway) search(ctx context.Context, s *gatewaySet, keywords []string) 
 		return nil, err
 	}
 	s.mu.Lock()
-	var fresh []Tool
+	var fresh []agent.CatalogTool
 	for _, t := range found {
 		if !slices.Contains(s.tools, t.Name) {
 			fresh = append(fresh, t)

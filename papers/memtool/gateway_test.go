@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/testkit"
 )
@@ -109,7 +110,7 @@ func TestBenchLiveTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs := []Query{
+	qs := []stabletoolbench.Query{
 		{ID: "1", Text: "What is the revenue of Acme?", Gold: []string{"acme_revenue"}},
 		{ID: "2", Text: "Give me the stock price and net income of Delta.", Gold: []string{"delta_stock_price", "delta_net_income"}},
 		{ID: "3", Text: "How much did Fjord earn, net?", Gold: []string{"fjord_net_income"}},

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
@@ -40,9 +41,9 @@ func specNames(specs []agent.Spec) []string {
 
 // bench writes a generated benchmark to files and loads it back as a user
 // would, with the hashing embedder.
-func bench(t *testing.T, companies, queries int) (*KB, []Query) {
+func bench(t *testing.T, companies, queries int) (*agent.Catalog, []stabletoolbench.Query) {
 	t.Helper()
-	sb, err := Synth(7, companies, 5, queries)
+	sb, err := stabletoolbench.Synth(7, companies, 5, queries)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,15 +51,15 @@ func bench(t *testing.T, companies, queries int) (*KB, []Query) {
 	tp, qp := filepath.Join(dir, "tools.json"), filepath.Join(dir, "queries.json")
 	os.WriteFile(tp, sb.Collection, 0o644)
 	os.WriteFile(qp, sb.Queries, 0o644)
-	tools, err := LoadCollection(tp)
+	tools, err := stabletoolbench.LoadCollection(tp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qs, err := LoadQueries(qp)
+	qs, err := stabletoolbench.LoadQueries(qp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kb, err := NewKB(context.Background(), embed.NewHashing(384, []int{3, 4}), tools)
+	kb, err := agent.NewCatalog(context.Background(), embed.NewHashing(384, []int{3, 4}), tools)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func bench(t *testing.T, companies, queries int) (*KB, []Query) {
 	return kb, qs
 }
 
-func oracleFor(kb *KB, qs []Query) Oracle {
+func oracleFor(kb *agent.Catalog, qs []stabletoolbench.Query) Oracle {
 	o := Oracle{Gold: map[string][]string{}, KB: kb}
 	for _, q := range qs {
 		o.Gold[q.Text] = q.Gold
@@ -137,7 +138,7 @@ func TestAutonomousLimitAndMetaTools(t *testing.T) {
 		}
 		return answer("done"), nil
 	})
-	s := &Session{Config: c, Agent: m, KB: kb, Exec: Simulate}
+	s := &Session{Config: c, Agent: m, KB: kb, Exec: stabletoolbench.Simulate}
 	res, err := s.Turn(context.Background(), "What is the revenue of a company?")
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func TestWorkflowAndHybridControlFlow(t *testing.T) {
 		agentSpecs = specNames(specs)
 		return answer("ok"), nil
 	})
-	s := &Session{Config: c, Agent: ag, Controller: ctrl, KB: kb, Exec: Simulate}
+	s := &Session{Config: c, Agent: ag, Controller: ctrl, KB: kb, Exec: stabletoolbench.Simulate}
 	res, err := s.Turn(context.Background(), "q1")
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ func TestHistory(t *testing.T) {
 			seen = msgs
 			return answer("a"), nil
 		})
-		s := &Session{Config: c, Agent: m, KB: kb, Exec: Simulate}
+		s := &Session{Config: c, Agent: m, KB: kb, Exec: stabletoolbench.Simulate}
 		s.set = kb.Tools()[:3]
 		for _, q := range []string{"q1", "q2", "q3", "q4"} {
 			if _, err := s.Turn(context.Background(), q); err != nil {
@@ -314,14 +315,14 @@ func TestLoadersAndNames(t *testing.T) {
 		{"x", "1st call!", "get_1st_call_for_x"},
 		{"Tool", strings.Repeat("a", 70), strings.Repeat("a", 55) + "_for_tool"},
 	} {
-		if got := ToolBenchName(c.tool, c.api); got != c.want {
-			t.Errorf("ToolBenchName(%q, %q) = %q, want %q", c.tool, c.api, got, c.want)
+		if got := stabletoolbench.ToolBenchName(c.tool, c.api); got != c.want {
+			t.Errorf("stabletoolbench.ToolBenchName(%q, %q) = %q, want %q", c.tool, c.api, got, c.want)
 		}
 	}
 	// Both layouts of "tools"; a name two servers share is qualified.
 	p := write("col.json", `[{"name":"fs","description":"files","category":"dev","tools":{"fs":{"tools":[{"name":"read","description":"Read a file","inputSchema":{"type":"object","properties":{"path":{"type":"string"}}}}]}}},
 	 {"name":"web","tools":[{"name":"read","description":"Read a page"},{"name":"search it","description":""}]}]`)
-	tools, err := LoadCollection(p)
+	tools, err := stabletoolbench.LoadCollection(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +336,7 @@ func TestLoadersAndNames(t *testing.T) {
 		{`[{"name":"a","tools":[{"name":"t","inputSchema":[1]}]}]`, `tool "t": inputSchema: not a JSON object`},
 		{`[]`, "no tools"},
 	} {
-		if _, err := LoadCollection(write("bad.json", bad.body)); err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "bad.json") {
+		if _, err := stabletoolbench.LoadCollection(write("bad.json", bad.body)); err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), "bad.json") {
 			t.Errorf("%s: error %v, want one naming the file and %q", bad.body, err, bad.want)
 		}
 	}
@@ -343,11 +344,11 @@ func TestLoadersAndNames(t *testing.T) {
 	 {"category_name":"Weather","tool_name":"Weather API","api_name":"Get Forecast","api_description":"5-day forecast","required_parameters":[{"name":"city","type":"STRING","description":"City","default":"Paris"}],"optional_parameters":[{"name":"days","type":"NUMBER","description":"","default":5}],"method":"GET"},
 	 {"category_name":"Weather","tool_name":"Weather API","api_name":"Get Alerts","api_description":"","required_parameters":[],"optional_parameters":[],"method":"GET"}],
 	 "relevant APIs":[["Weather API","Get Forecast"]]}]`)
-	qs, err := LoadQueries(q)
+	qs, err := stabletoolbench.LoadQueries(q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if qs[0].ID != "88" || !slices.Equal(qs[0].Gold, []string{"get_forecast_for_weather_api"}) || len(QueryTools(qs)) != 2 {
+	if qs[0].ID != "88" || !slices.Equal(qs[0].Gold, []string{"get_forecast_for_weather_api"}) || len(stabletoolbench.QueryTools(qs)) != 2 {
 		t.Fatalf("query %+v", qs[0])
 	}
 	var schema struct {
@@ -364,7 +365,7 @@ func TestLoadersAndNames(t *testing.T) {
 		{`[{"query":"x","api_list":[{"tool_name":"T","api_name":"A"}],"relevant APIs":[["T","B"]]}]`, `relevant API "B" of "T" is not in api_list`},
 		{`[{"query":"x","api_list":[{"tool_name":"T"}]}]`, "api_list[0] needs tool_name and api_name"},
 	} {
-		if _, err := LoadQueries(write("badq.json", bad.body)); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := stabletoolbench.LoadQueries(write("badq.json", bad.body)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: error %v, want %q", bad.body, err, bad.want)
 		}
 	}
@@ -387,15 +388,15 @@ func TestConfigNamesBadKeys(t *testing.T) {
 func TestKBOnDevice(t *testing.T) {
 	ctx := context.Background()
 	emb := embed.NewHashing(512, []int{3})
-	var tools []Tool
+	var tools []agent.CatalogTool
 	for i := range embed.DeviceMinFloats/512 + 10 {
-		tools = append(tools, Tool{Spec: agent.Spec{Name: fmt.Sprintf("tool_%d", i), Description: fmt.Sprintf("returns figure %d of company %d", i%97, i)}})
+		tools = append(tools, agent.CatalogTool{Spec: agent.Spec{Name: fmt.Sprintf("tool_%d", i), Description: fmt.Sprintf("returns figure %d of company %d", i%97, i)}})
 	}
-	dev, err := NewKB(ctx, emb, tools)
+	dev, err := agent.NewCatalog(ctx, emb, tools)
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, _ := NewKB(ctx, emb, tools)
+	host, _ := agent.NewCatalog(ctx, emb, tools)
 	opened := 0
 	dev.UseDevice(func() kernels.TopKer { opened++; return cpu.New() })
 	queries := []string{"figure 12 of company 400", "company 2000", "returns figure 3"}
@@ -414,7 +415,7 @@ func TestKBOnDevice(t *testing.T) {
 			}
 		}
 	}
-	small, _ := NewKB(ctx, emb, tools[:10])
+	small, _ := agent.NewCatalog(ctx, emb, tools[:10])
 	small.UseDevice(func() kernels.TopKer { opened++; return cpu.New() })
 	if opened != 1 {
 		t.Fatal("a small knowledge base opened the device")

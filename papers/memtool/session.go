@@ -16,7 +16,7 @@ import (
 
 // Executor runs a domain tool of the working set (an MCP server, a
 // simulator). An error is reported to the model as the call's result.
-type Executor func(ctx context.Context, t Tool, args json.RawMessage) (string, error)
+type Executor func(ctx context.Context, t agent.CatalogTool, args json.RawMessage) (string, error)
 
 // Session is one conversation of many user queries: its messages and its
 // working set T persist from query to query (the session driver of the
@@ -27,14 +27,14 @@ type Session struct {
 	// summary calls (Workflow and Hybrid; summaries in every mode); nil
 	// uses Agent. The paper suggests a cheaper model there.
 	Agent, Controller agent.Model
-	KB                *KB
+	KB                *agent.Catalog
 	Exec              Executor
 	// Now gives {current_date} when Config.Date is empty.
 	Now func() time.Time
 
-	msgs    []agent.Message // the dialogue, without the system message
-	summary string          // SUMMARIZEHISTORY's summary of dropped turns
-	set     []Tool          // T, the domain tools loaded, in the order added
+	msgs    []agent.Message     // the dialogue, without the system message
+	summary string              // SUMMARIZEHISTORY's summary of dropped turns
+	set     []agent.CatalogTool // T, the domain tools loaded, in the order added
 }
 
 // TurnResult is one user query's record: what the working set did and
@@ -232,7 +232,7 @@ func (s *Session) prune(ctx context.Context, t *turn, query string) error {
 // the removal will not work").
 func (s *Session) removeNames(names []string) []string {
 	var gone []string
-	s.set = slices.DeleteFunc(s.set, func(t Tool) bool {
+	s.set = slices.DeleteFunc(s.set, func(t agent.CatalogTool) bool {
 		if slices.Contains(names, t.Name) {
 			gone = append(gone, t.Name)
 			return true
@@ -252,9 +252,9 @@ func (s *Session) search(ctx context.Context, t *turn, keywords []string, query 
 	if err != nil {
 		return nil, "", err
 	}
-	var fresh []Tool
+	var fresh []agent.CatalogTool
 	for _, f := range found {
-		if !slices.ContainsFunc(s.set, func(x Tool) bool { return x.Name == f.Name }) {
+		if !slices.ContainsFunc(s.set, func(x agent.CatalogTool) bool { return x.Name == f.Name }) {
 			fresh = append(fresh, f)
 		}
 	}
@@ -279,7 +279,7 @@ func (s *Session) search(ctx context.Context, t *turn, keywords []string, query 
 				break
 			}
 			for _, g := range gone { // a fresh tool pruned at once was never added
-				if i := slices.IndexFunc(fresh, func(x Tool) bool { return x.Name == g }); i >= 0 {
+				if i := slices.IndexFunc(fresh, func(x agent.CatalogTool) bool { return x.Name == g }); i >= 0 {
 					fresh = slices.Delete(fresh, i, i+1)
 				} else {
 					t.drop(g)
@@ -302,7 +302,7 @@ func (s *Session) search(ctx context.Context, t *turn, keywords []string, query 
 	return added, msg, nil
 }
 
-func names(ts []Tool) []string {
+func names(ts []agent.CatalogTool) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.Name
@@ -384,7 +384,7 @@ func (s *Session) removeTool(t *turn, ts *agent.Toolset) agent.Tool {
 
 // domainTool is a working-set tool as the agent calls it; its runs are
 // recorded.
-func (s *Session) domainTool(tool Tool, t *turn) agent.Tool {
+func (s *Session) domainTool(tool agent.CatalogTool, t *turn) agent.Tool {
 	return agent.Tool{Spec: tool.Spec, Call: func(ctx context.Context, args json.RawMessage) (string, error) {
 		out, err := s.Exec(ctx, tool, args)
 		if err == nil && !slices.Contains(t.res.Called, tool.Name) {

@@ -7,16 +7,16 @@ import (
 	"github.com/agemem/agemem/rl/rollout"
 )
 
-// AgeMem is the composite reward as the GRPO trainer asks for it: an
+// Composite is the composite reward as the GRPO trainer asks for it: an
 // episode's score, its components (averaged per step in metrics.jsonl) and
 // the per-rollout record of rollouts.jsonl.
-type AgeMem struct {
+type Composite struct {
 	Weights Weights
 	Judges  Judges
 }
 
 // Score implements the trainer's reward.
-func (a AgeMem) Score(ctx context.Context, o env.Outcome) (rollout.Score, error) {
+func (a Composite) Score(ctx context.Context, o env.Outcome) (rollout.Score, error) {
 	b, err := Compute(ctx, a.Weights, o.Task, o.Result, a.Judges)
 	if err != nil {
 		return rollout.Score{}, err

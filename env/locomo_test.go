@@ -1,4 +1,4 @@
-package locomo
+package env
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/bench/locomo"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
@@ -52,14 +53,14 @@ func (keeper) Complete(_ context.Context, msgs []stm.Message) (memtools.Completi
 // chunk, session by session), and each question is answered from a
 // retrieval in a fresh context.
 func TestAgeMemStoresAndAnswers(t *testing.T) {
-	raw, err := Synth(1, 3, 2)
+	raw, err := locomo.Synth(1, 3, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples, _ := Parse(raw)
+	samples, _ := locomo.Parse(raw)
 	s := samples[0]
 	var store ltm.Store
-	a := AgeMem{Chunk: 4, System: "You keep memories.", Limits: memtools.Limits{MaxSteps: 3, ContextBudget: 1 << 20},
+	a := LoCoMo{Chunk: 4, System: "You keep memories.", Limits: memtools.Limits{MaxSteps: 3, ContextBudget: 1 << 20},
 		NewRuntime: func(seed uint64) *memtools.Runtime {
 			store = ltm.NewMemory(seed)
 			return &memtools.Runtime{Store: store, Context: stm.New(nil), Embedder: embed.NewHashing(256, []int{3}), Options: memtools.DefaultOptions()}
@@ -79,7 +80,7 @@ func TestAgeMemStoresAndAnswers(t *testing.T) {
 	if len(preds) != len(s.QA) || answered != len(s.QA) {
 		t.Fatalf("%d predictions, %d answered, %d questions", len(preds), answered, len(s.QA))
 	}
-	rep, _, err := Score(samples, preds)
+	rep, _, err := locomo.Score(samples, preds)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,4 @@
-// Package memtool is MemTool (Lumer et al., 2025): the short-term memory of
-// an agent's tools. An agent with thousands of available tools keeps a
-// working set of at most L of them in its context, searching a tool
-// knowledge base to add tools and removing the ones it no longer needs, in
-// one of three modes (Algorithms 1-3): Autonomous (the agent has the
-// meta-tools SYS_SEARCH_TOOLS and SYS_REMOVE_TOOLS), Workflow (a prune call
-// and a search call before an agent without meta-tools) and Hybrid (a prune
-// call, then an agent that can only search). It runs on the function-calling
-// loop of package agent, with any agent.Model.
-package memtool
+package agent
 
 import (
 	"context"
@@ -16,30 +7,29 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels"
 )
 
-// Tool is one tool of the knowledge base: its function-calling spec and
+// CatalogTool is one tool of the knowledge base: its function-calling spec and
 // where it comes from.
-type Tool struct {
-	agent.Spec
+type CatalogTool struct {
+	Spec
 	Server   string `json:"server,omitempty"`
 	Category string `json:"category,omitempty"`
 }
 
 // Document is what the knowledge base embeds for a tool: its name and its
 // description (the paper indexes "tool names and descriptions").
-func (t Tool) Document() string {
+func (t CatalogTool) Document() string {
 	return strings.ReplaceAll(t.Name, "_", " ") + ": " + t.Description
 }
 
-// KB is the tool knowledge base 𝒱: tools indexed by name and description
+// Catalog is the tool knowledge base 𝒱: tools indexed by name and description
 // with an embedder, searched by cosine similarity (exact top-k; on a GPU
 // when the index is large and embed.Index.OnDevice was given one).
-type KB struct {
-	tools  []Tool
+type Catalog struct {
+	tools  []CatalogTool
 	byName map[string]int
 	emb    embed.Embedder
 	index  *embed.Index
@@ -48,16 +38,16 @@ type KB struct {
 // batch is how many tool documents go to the embedder at once.
 const batch = 256
 
-// NewKB embeds every tool's document. Names must be unique and valid
+// NewCatalog embeds every tool's document. Names must be unique and valid
 // function names (Qualify makes them so).
-func NewKB(ctx context.Context, emb embed.Embedder, tools []Tool) (*KB, error) {
-	kb := &KB{byName: map[string]int{}, emb: emb, index: embed.NewIndex(emb.Dim())}
+func NewCatalog(ctx context.Context, emb embed.Embedder, tools []CatalogTool) (*Catalog, error) {
+	kb := &Catalog{byName: map[string]int{}, emb: emb, index: embed.NewIndex(emb.Dim())}
 	for _, t := range tools {
-		if !validName.MatchString(t.Name) {
-			return nil, fmt.Errorf("memtool: tool name %q is not a function name (%s)", t.Name, validName)
+		if !ValidName.MatchString(t.Name) {
+			return nil, fmt.Errorf("agent: tool name %q is not a function name (%s)", t.Name, ValidName)
 		}
 		if _, dup := kb.byName[t.Name]; dup {
-			return nil, fmt.Errorf("memtool: two tools named %q", t.Name)
+			return nil, fmt.Errorf("agent: two tools named %q", t.Name)
 		}
 		kb.byName[t.Name] = len(kb.tools)
 		kb.tools = append(kb.tools, t)
@@ -70,7 +60,7 @@ func NewKB(ctx context.Context, emb embed.Embedder, tools []Tool) (*KB, error) {
 		}
 		vecs, err := emb.Embed(ctx, docs)
 		if err != nil {
-			return nil, fmt.Errorf("memtool: embedding tools %d-%d: %w", lo, hi-1, err)
+			return nil, fmt.Errorf("agent: embedding tools %d-%d: %w", lo, hi-1, err)
 		}
 		for _, v := range vecs {
 			if _, err := kb.index.Add(v); err != nil {
@@ -82,20 +72,20 @@ func NewKB(ctx context.Context, emb embed.Embedder, tools []Tool) (*KB, error) {
 }
 
 // Len is the number of tools.
-func (kb *KB) Len() int { return len(kb.tools) }
+func (kb *Catalog) Len() int { return len(kb.tools) }
 
 // Tools are the tools in the order given.
-func (kb *KB) Tools() []Tool { return kb.tools }
+func (kb *Catalog) Tools() []CatalogTool { return kb.tools }
 
 // Embedder is what the knowledge base embeds with (descriptions compared
 // with each other are embedded alike).
-func (kb *KB) Embedder() embed.Embedder { return kb.emb }
+func (kb *Catalog) Embedder() embed.Embedder { return kb.emb }
 
 // Get looks a tool up by name.
-func (kb *KB) Get(name string) (Tool, bool) {
+func (kb *Catalog) Get(name string) (CatalogTool, bool) {
 	i, ok := kb.byName[name]
 	if !ok {
-		return Tool{}, false
+		return CatalogTool{}, false
 	}
 	return kb.tools[i], true
 }
@@ -103,7 +93,7 @@ func (kb *KB) Get(name string) (Tool, bool) {
 // UseDevice searches the index on the device dev gives (a GPU), when the
 // index is large enough for a kernel to beat the CPU's scan
 // (embed.DeviceMinFloats); dev may return nil (the CPU).
-func (kb *KB) UseDevice(dev func() kernels.TopKer) {
+func (kb *Catalog) UseDevice(dev func() kernels.TopKer) {
 	if dev == nil || kb.index.Len()*kb.index.Dim() < embed.DeviceMinFloats {
 		return
 	}
@@ -114,7 +104,7 @@ func (kb *KB) UseDevice(dev func() kernels.TopKer) {
 
 // Search is VectorSearch(Q, 𝒱, k): the k tools most similar to each
 // keyword, best first, keywords in order, each tool once.
-func (kb *KB) Search(ctx context.Context, keywords []string, k int) ([]Tool, error) {
+func (kb *Catalog) Search(ctx context.Context, keywords []string, k int) ([]CatalogTool, error) {
 	var qs []string
 	for _, q := range keywords {
 		if q = strings.TrimSpace(q); q != "" {
@@ -126,10 +116,10 @@ func (kb *KB) Search(ctx context.Context, keywords []string, k int) ([]Tool, err
 	}
 	vecs, err := kb.emb.Embed(ctx, qs)
 	if err != nil {
-		return nil, fmt.Errorf("memtool: embedding the search keywords: %w", err)
+		return nil, fmt.Errorf("agent: embedding the search keywords: %w", err)
 	}
 	seen := map[int]bool{}
-	var out []Tool
+	var out []CatalogTool
 	for _, v := range vecs {
 		hits, err := kb.index.Search(v, k, nil)
 		if err != nil {
@@ -153,13 +143,13 @@ type Hit struct {
 
 // Rank retrieves, for each text, its k most similar tools, best first:
 // RET(d, 𝒯, k). The texts are embedded in one batch.
-func (kb *KB) Rank(ctx context.Context, texts []string, k int) ([][]Hit, error) {
+func (kb *Catalog) Rank(ctx context.Context, texts []string, k int) ([][]Hit, error) {
 	if len(texts) == 0 {
 		return nil, nil
 	}
 	vecs, err := kb.emb.Embed(ctx, texts)
 	if err != nil {
-		return nil, fmt.Errorf("memtool: embedding %d texts: %w", len(texts), err)
+		return nil, fmt.Errorf("agent: embedding %d texts: %w", len(texts), err)
 	}
 	out := make([][]Hit, len(vecs))
 	for i, v := range vecs {
@@ -176,7 +166,7 @@ func (kb *KB) Rank(ctx context.Context, texts []string, k int) ([][]Hit, error) 
 
 // Scores are one query's k best tools by name (a run for the retrieval
 // metrics).
-func (kb *KB) Scores(ctx context.Context, query string, k int) (map[string]float64, error) {
+func (kb *Catalog) Scores(ctx context.Context, query string, k int) (map[string]float64, error) {
 	hits, err := kb.Rank(ctx, []string{query}, k)
 	if err != nil {
 		return nil, err
@@ -188,9 +178,9 @@ func (kb *KB) Scores(ctx context.Context, query string, k int) (map[string]float
 	return out, nil
 }
 
-// validName is what function-calling APIs accept as a tool name (OpenAI's
+// ValidName is what function-calling APIs accept as a tool name (OpenAI's
 // pattern).
-var validName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+var ValidName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 var notName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
 
@@ -211,7 +201,7 @@ func FunctionName(s string) string {
 // function name is rewritten (FunctionName), and a name two servers share
 // is prefixed with its server ("server__name", numbered if that collides
 // too). It returns how many names it changed.
-func Qualify(tools []Tool) int {
+func Qualify(tools []CatalogTool) int {
 	count := map[string]int{}
 	for i := range tools {
 		count[FunctionName(tools[i].Name)]++
@@ -238,8 +228,8 @@ func Qualify(tools []Tool) int {
 	return changed
 }
 
-// schemaOrEmpty is a tool's parameters, or the empty object schema.
-func schemaOrEmpty(raw json.RawMessage) json.RawMessage {
+// ParametersOrEmpty is a tool's parameters, or the empty object schema.
+func ParametersOrEmpty(raw json.RawMessage) json.RawMessage {
 	if len(strings.TrimSpace(string(raw))) == 0 || string(raw) == "null" {
 		return json.RawMessage(`{"type":"object","properties":{}}`)
 	}

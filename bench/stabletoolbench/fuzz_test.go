@@ -1,9 +1,11 @@
-package memtool
+package stabletoolbench
 
 import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/agemem/agemem/agent"
 )
 
 // FuzzLoadCollection: a tool collection file of any bytes loads with an
@@ -22,8 +24,8 @@ func FuzzLoadCollection(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, tl := range tools {
-			if !validName.MatchString(tl.Name) || seen[tl.Name] {
-				t.Fatalf("tool name %q (valid %v, repeated %v)", tl.Name, validName.MatchString(tl.Name), seen[tl.Name])
+			if !agent.ValidName.MatchString(tl.Name) || seen[tl.Name] {
+				t.Fatalf("tool name %q (valid %v, repeated %v)", tl.Name, agent.ValidName.MatchString(tl.Name), seen[tl.Name])
 			}
 			seen[tl.Name] = true
 		}

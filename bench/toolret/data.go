@@ -1,4 +1,4 @@
-package fittext
+package toolret
 
 import (
 	"bufio"
@@ -10,24 +10,23 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/bench/toolret"
+	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/internal/jsonerr"
-	"github.com/agemem/agemem/papers/memtool"
 )
 
 // Query is a retrieval query with its judged tools (corpus ids).
 type Query struct {
-	ID     string        `json:"id"`
-	Text   string        `json:"query"`
-	Subset string        `json:"subset"`
-	Gold   toolret.Qrels `json:"gold"`
+	ID     string `json:"id"`
+	Text   string `json:"query"`
+	Subset string `json:"subset"`
+	Gold   Qrels  `json:"gold"`
 }
 
 // Dataset is a tool corpus and its queries. The knowledge base names a
-// tool by a function name (memtool.Qualify); IDs maps it back to the
+// tool by a function name (agent.Qualify); IDs maps it back to the
 // corpus id that qrels and run files use.
 type Dataset struct {
-	Tools   []memtool.Tool
+	Tools   []agent.CatalogTool
 	IDs     map[string]string // knowledge-base name → corpus id
 	Queries []Query
 }
@@ -106,7 +105,7 @@ func LoadToolRet(queriesPath, corpusPath string) (Dataset, error) {
 		if strings.TrimSpace(doc) == "" {
 			return ds, fmt.Errorf("%s: tool %q has no documentation or description", corpusPath, id)
 		}
-		ds.Tools = append(ds.Tools, memtool.Tool{Spec: agent.Spec{Name: id, Description: doc}, Server: r.Name})
+		ds.Tools = append(ds.Tools, agent.CatalogTool{Spec: agent.Spec{Name: id, Description: doc}, Server: r.Name})
 	}
 	ds.nameTools()
 	qrecs, err := readRecords(queriesPath)
@@ -125,7 +124,7 @@ func LoadToolRet(queriesPath, corpusPath string) (Dataset, error) {
 		if err := json.Unmarshal(raw, &r); err != nil {
 			return ds, fmt.Errorf("%s: query %d: %w", queriesPath, i, jsonerr.Explain(err))
 		}
-		q := Query{ID: idString(r.ID), Text: strings.TrimSpace(r.Query), Subset: r.Subset, Gold: toolret.Qrels{}}
+		q := Query{ID: idString(r.ID), Text: strings.TrimSpace(r.Query), Subset: r.Subset, Gold: Qrels{}}
 		where := fmt.Sprintf("%s: query %d (id %s)", queriesPath, i, q.ID)
 		if q.ID == "" || q.Text == "" {
 			return ds, fmt.Errorf("%s: needs an id and a query", where)
@@ -178,7 +177,7 @@ func (ds *Dataset) nameTools() {
 	for i, t := range ds.Tools {
 		ids[i] = t.Name
 	}
-	memtool.Qualify(ds.Tools)
+	agent.Qualify(ds.Tools)
 	ds.IDs = map[string]string{}
 	for i, t := range ds.Tools {
 		ds.IDs[t.Name] = ids[i]
@@ -189,17 +188,17 @@ func (ds *Dataset) nameTools() {
 // corpus is every API of the queries' api_lists, the gold tools their
 // "relevant APIs"; the subset is the file's name (G1_instruction, ...).
 func LoadStableToolBench(path string) (Dataset, error) {
-	qs, err := memtool.LoadQueries(path)
+	qs, err := stabletoolbench.LoadQueries(path)
 	if err != nil {
 		return Dataset{}, err
 	}
-	ds := Dataset{Tools: memtool.QueryTools(qs), IDs: map[string]string{}}
+	ds := Dataset{Tools: stabletoolbench.QueryTools(qs), IDs: map[string]string{}}
 	for _, t := range ds.Tools {
 		ds.IDs[t.Name] = t.Name
 	}
 	subset := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	for _, q := range qs {
-		g := toolret.Qrels{}
+		g := Qrels{}
 		for _, n := range q.Gold {
 			g[n] = 1
 		}

@@ -1,4 +1,4 @@
-package workbench
+package fittext
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/workbench"
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/papers/fittext"
 )
 
 // searcher is a scripted agent for FitText's search on WorkBench: it
@@ -17,7 +17,7 @@ import (
 // first call guesses a name it never retrieved (the hallucination DFSDT
 // prunes); told by the diversity prompt that it failed there, it makes
 // the right call.
-type searcher struct{ gold map[string][]Action }
+type searcher struct{ gold map[string][]workbench.Action }
 
 func (s searcher) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
 	query := msgs[1].Content
@@ -37,8 +37,8 @@ func (s searcher) Chat(_ context.Context, msgs []agent.Message, specs []agent.Sp
 		visible = visible || sp.Name == next.Tool
 	}
 	if !visible {
-		t, _ := ByName(next.Tool)
-		return agent.Reply{Message: agent.Message{Content: fittext.Begin + " " + t.Description + " " + fittext.End}}, nil
+		t, _ := workbench.ByName(next.Tool)
+		return agent.Reply{Message: agent.Message{Content: Begin + " " + t.Description + " " + End}}, nil
 	}
 	args := map[string]string{}
 	for i, k := range next.Keys {
@@ -58,49 +58,49 @@ func (s searcher) Chat(_ context.Context, msgs []agent.Message, specs []agent.Sp
 // retrieval it starts from Finish alone and retrieves each tool it needs.
 func TestSearchBenchOnWorkBench(t *testing.T) {
 	ctx := context.Background()
-	tasks, err := EmbeddedTasks("calendar")
+	tasks, err := workbench.EmbeddedTasks("calendar")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, test := Split(tasks)
-	var picked []Task
-	gold := map[string][]Action{}
+	_, test := workbench.Split(tasks)
+	var picked []workbench.Task
+	gold := map[string][]workbench.Action{}
 	for _, task := range test {
 		if _, dup := gold[task.Query]; dup || len(task.Answer) == 0 || len(picked) == 8 {
 			continue
 		}
-		var acts []Action
+		var acts []workbench.Action
 		for _, a := range task.Answer {
-			act, err := ParseAction(a)
+			act, err := workbench.ParseAction(a)
 			if err != nil {
 				t.Fatal(err)
 			}
 			acts = append(acts, act)
 		}
 		gold[task.Query] = acts
-		// Split holds out the first query of each template; these are all
+		// workbench.Split holds out the first query of each template; these are all
 		// test queries already, so they are doubled to survive it.
 		picked = append(picked, task, task)
 	}
-	d := Default()
+	d := workbench.Default()
 	ts, err := d.New().Toolset(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kb, err := fittext.WorldKB(ctx, embed.NewHashing(512, []int{3, 4}), ts.Specs())
+	kb, err := WorldKB(ctx, embed.NewHashing(512, []int{3, 4}), ts.Specs())
 	if err != nil {
 		t.Fatal(err)
 	}
-	noModel := fittext.LLMFunc(func(context.Context, string, float64) (string, error) { return "", nil }) // single-pass calls none
-	r := &fittext.Retriever{Config: fittext.DefaultConfig(), KB: kb, LLM: noModel}
+	noModel := LLMFunc(func(context.Context, string, float64) (string, error) { return "", nil }) // single-pass calls none
+	r := &Retriever{Config: DefaultConfig(), KB: kb, LLM: noModel}
 	for _, c := range []struct {
-		retriever *fittext.Retriever
+		retriever *Retriever
 		width     int
 		want      float64
 	}{{r, 2, 1}, {r, 1, 0}, {nil, 2, 1}} {
-		s := &fittext.Search{Model: searcher{gold}, Retriever: c.retriever, Strategy: "single", Config: fittext.DefaultSearch()}
+		s := &Search{Model: searcher{gold}, Retriever: c.retriever, Strategy: "single", Config: DefaultSearch()}
 		s.Config.Width = c.width
-		res, err := d.SearchBench(ctx, picked, s, "single", 4, nil)
+		res, err := WorkBench(ctx, d, picked, s, "single", 4, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package memtool
+package stabletoolbench
 
 import (
 	"bytes"
@@ -33,8 +33,8 @@ type mcpTool struct {
 }
 
 // LoadCollection reads a JSON list of MCP servers and their tools. Names
-// are made valid and unique (Qualify). Errors name the file and the server.
-func LoadCollection(path string) ([]Tool, error) {
+// are made valid and unique (agent.Qualify). Errors name the file and the server.
+func LoadCollection(path string) ([]agent.CatalogTool, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func LoadCollection(path string) ([]Tool, error) {
 	if err := strictList(data, &servers); err != nil {
 		return nil, fmt.Errorf("%s: not a JSON list of MCP servers: %w", path, err)
 	}
-	var out []Tool
+	var out []agent.CatalogTool
 	for i, s := range servers {
 		where := fmt.Sprintf("%s: server %d (%q)", path, i, s.Name)
 		tools, err := serverTools(s.Tools)
@@ -61,13 +61,13 @@ func LoadCollection(path string) ([]Tool, error) {
 			if desc == "" {
 				desc = s.Description
 			}
-			out = append(out, Tool{Spec: specOf(t.Name, desc, schemaOrEmpty(t.InputSchema)), Server: s.Name, Category: s.Category})
+			out = append(out, agent.CatalogTool{Spec: specOf(t.Name, desc, agent.ParametersOrEmpty(t.InputSchema)), Server: s.Name, Category: s.Category})
 		}
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no tools", path)
 	}
-	Qualify(out)
+	agent.Qualify(out)
 	return out, nil
 }
 
@@ -97,10 +97,10 @@ func serverTools(raw json.RawMessage) ([]mcpTool, error) {
 // Query is one benchmark query: its text, the tools that answer it (Gold,
 // knowledge-base names) and the APIs it came with.
 type Query struct {
-	ID    string   `json:"query_id"`
-	Text  string   `json:"query"`
-	Gold  []string `json:"gold"`
-	Tools []Tool   `json:"-"`
+	ID    string              `json:"query_id"`
+	Text  string              `json:"query"`
+	Gold  []string            `json:"gold"`
+	Tools []agent.CatalogTool `json:"-"`
 	// Relevant are the gold tools as the file names them, [tool_name,
 	// api_name] each (LiveGold reads them as [server, tool]).
 	Relevant [][2]string `json:"-"`
@@ -164,7 +164,7 @@ func LoadQueries(path string) ([]Query, error) {
 			if a.ToolName == "" || a.APIName == "" {
 				return nil, fmt.Errorf("%s: api_list[%d] needs tool_name and api_name", where, j)
 			}
-			t := Tool{Spec: specOf(ToolBenchName(a.ToolName, a.APIName), apiDescription(a), apiSchema(a)),
+			t := agent.CatalogTool{Spec: specOf(ToolBenchName(a.ToolName, a.APIName), apiDescription(a), apiSchema(a)),
 				Server: a.ToolName, Category: a.Category}
 			q.Tools = append(q.Tools, t)
 			names[[2]string{a.ToolName, a.APIName}] = t.Name
@@ -196,9 +196,9 @@ func LoadQueries(path string) ([]Query, error) {
 
 // QueryTools are the distinct tools of the queries' API lists, the
 // knowledge base of a benchmark given by a query file alone.
-func QueryTools(qs []Query) []Tool {
+func QueryTools(qs []Query) []agent.CatalogTool {
 	seen := map[string]bool{}
-	var out []Tool
+	var out []agent.CatalogTool
 	for _, q := range qs {
 		for _, t := range q.Tools {
 			if !seen[t.Name] {
@@ -317,13 +317,13 @@ func strictList(data []byte, v any) error {
 // the MCP server named tool_name (mcp.servers' name; url1, command1, ...
 // for servers given by flag), qualified as server__name where two servers
 // share the name. A pair with no such tool is an error naming the query.
-func LiveGold(qs []Query, kb *KB) error {
+func LiveGold(qs []Query, kb *agent.Catalog) error {
 	for i := range qs {
 		q := &qs[i]
 		gold := make([]string, 0, len(q.Relevant))
 		for _, rel := range q.Relevant {
 			name := ""
-			for _, n := range []string{FunctionName(rel[1]), FunctionName(rel[0] + "__" + rel[1])} {
+			for _, n := range []string{agent.FunctionName(rel[1]), agent.FunctionName(rel[0] + "__" + rel[1])} {
 				if t, ok := kb.Get(n); ok && t.Server == rel[0] {
 					name = n
 					break

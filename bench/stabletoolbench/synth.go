@@ -1,4 +1,4 @@
-package memtool
+package stabletoolbench
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/internal/jsonerr"
 )
 
@@ -166,7 +167,7 @@ func questionText(r *rand.Rand, asks []string) string {
 // Simulate is the benchmark's tool executor: a deterministic result for
 // each tool (the same value whatever the arguments, so that the expected
 // answer is known), as JSON.
-func Simulate(_ context.Context, t Tool, args json.RawMessage) (string, error) {
+func Simulate(_ context.Context, t agent.CatalogTool, args json.RawMessage) (string, error) {
 	var a map[string]any
 	if len(args) > 0 {
 		if err := json.Unmarshal(args, &a); err != nil {

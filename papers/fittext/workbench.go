@@ -1,34 +1,23 @@
-package workbench
+package fittext
 
 import (
 	"context"
 	"fmt"
 	"io"
 
+	"github.com/agemem/agemem/bench/workbench"
 	"github.com/agemem/agemem/internal/par"
-	"github.com/agemem/agemem/papers/fittext"
 )
 
-// SearchStats are a search run's means per query.
-type SearchStats struct {
-	Retrieval     string  `json:"retrieval"` // the FitText strategy, or "none"
-	Answered      float64 `json:"answered"`
-	Queries       float64 `json:"agent_calls"`
-	StrategyCalls float64 `json:"strategy_calls"`
-	Retrievals    float64 `json:"retrievals"`
-	Duplicates    float64 `json:"duplicates"`
-	Pruned        float64 `json:"pruned"`
-}
-
-// PlaySearch plays task with FitText's agent (fittext.Search): every
+// PlayWorkBench plays task with FitText's agent (Search): every
 // expansion runs in a fresh sandbox into which its path is replayed, so a
 // branch's emails and events are its own; the answer path's calls are
 // scored as WorkBench scores a run. A search that found no answer scores
 // wrong, as a run that failed does.
-func (d *Data) PlaySearch(ctx context.Context, s *fittext.Search, task Task) (Run, fittext.Outcome, error) {
-	open := func() (fittext.World, error) { return d.New().Toolset(nil, nil) }
-	out, err := s.Run(ctx, Prompt, task.Query, open)
-	r := Run{Task: task, Query: task.Query, InputTokens: out.PromptTokens, OutputTokens: out.CompletionTokens}
+func PlayWorkBench(ctx context.Context, d *workbench.Data, s *Search, task workbench.Task) (workbench.Run, Outcome, error) {
+	open := func() (World, error) { return d.New().Toolset(nil, nil) }
+	out, err := s.Run(ctx, workbench.Prompt, task.Query, open)
+	r := workbench.Run{Task: task, Query: task.Query, InputTokens: out.PromptTokens, OutputTokens: out.CompletionTokens}
 	if ctx.Err() != nil {
 		return r, out, ctx.Err()
 	}
@@ -41,7 +30,7 @@ func (d *Data) PlaySearch(ctx context.Context, s *fittext.Search, task Task) (Ru
 		}
 	}
 	if out.Answered {
-		ts, err := d.New().Toolset(nil, func(a Action) { r.Actions = append(r.Actions, a.String()) })
+		ts, err := d.New().Toolset(nil, func(a workbench.Action) { r.Actions = append(r.Actions, a.String()) })
 		if err != nil {
 			return r, out, err
 		}
@@ -55,17 +44,17 @@ func (d *Data) PlaySearch(ctx context.Context, s *fittext.Search, task Task) (Ru
 	return r, out, nil
 }
 
-// SearchBench plays the test queries of tasks (after Split, the queries
+// WorkBench plays the test queries of tasks (after workbench.Split, the queries
 // Bench tests) with the search, parallel at once; retrieval names its
 // strategy in the table.
-func (d *Data) SearchBench(ctx context.Context, tasks []Task, s *fittext.Search, retrieval string, parallel int, log io.Writer) (Result, error) {
-	_, test := Split(tasks)
-	res := Result{ByDomain: map[string]Stat{}, Search: &SearchStats{Retrieval: retrieval}}
-	runs := make([]Run, len(test))
-	outs := make([]fittext.Outcome, len(test))
+func WorkBench(ctx context.Context, d *workbench.Data, tasks []workbench.Task, s *Search, retrieval string, parallel int, log io.Writer) (workbench.Result, error) {
+	_, test := workbench.Split(tasks)
+	res := workbench.Result{ByDomain: map[string]workbench.Stat{}, Search: &workbench.SearchStats{Retrieval: retrieval}}
+	runs := make([]workbench.Run, len(test))
+	outs := make([]Outcome, len(test))
 	errs := make([]error, len(test))
 	par.Each(len(test), parallel, func(i int) {
-		runs[i], outs[i], errs[i] = d.PlaySearch(ctx, s, test[i])
+		runs[i], outs[i], errs[i] = PlayWorkBench(ctx, d, s, test[i])
 	}, func(done, i int) {
 		if log != nil {
 			fmt.Fprintf(log, "dfsdt %s %d/%d correct=%v calls=%d %q\n", retrieval, done, len(test), runs[i].Correct, outs[i].Queries, test[i].Query)
@@ -91,6 +80,6 @@ func (d *Data) SearchBench(ctx context.Context, tasks []Task, s *fittext.Search,
 			*v /= n
 		}
 	}
-	res.score(test, runs)
+	res.Fill(test, runs)
 	return res, nil
 }

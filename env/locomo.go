@@ -1,21 +1,22 @@
-package locomo
+package env
 
 import (
 	"context"
 	"fmt"
 	"strings"
 
+	"github.com/agemem/agemem/bench/locomo"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 )
 
-// AgeMem answers LoCoMo's questions with an AgeMem policy on the memory
+// LoCoMo answers LoCoMo's questions with an AgeMem policy on the memory
 // runtime: each session's turns arrive Chunk at a time as user messages
 // from which the policy stores what it judges worth keeping (the context
 // reset at each session, as Stage 1 plays a task's turns), then every
 // question is asked in a fresh context (the system prompt and the
 // question), where the policy retrieves from what it stored and answers.
-type AgeMem struct {
+type LoCoMo struct {
 	// NewRuntime gives a conversation its runtime, a fresh long-term store.
 	NewRuntime func(seed uint64) *memtools.Runtime
 	System     string
@@ -35,7 +36,7 @@ const qaQuestion = "Question: %s\nAnswer with a short phrase, in exact words fro
 // its questions. A turn whose prompt outgrows the model is skipped (what it
 // would have stored is lost); a question whose prompt does is left
 // unanswered. progress hears each question answered.
-func (a AgeMem) Answer(ctx context.Context, p memtools.Policy, s Sample, seed uint64, progress func()) ([]Prediction, error) {
+func (a LoCoMo) Answer(ctx context.Context, p memtools.Policy, s locomo.Sample, seed uint64, progress func()) ([]locomo.Prediction, error) {
 	rt := a.NewRuntime(seed)
 	reset := func() {
 		rt.Context.Remove(func(int, stm.Message) bool { return true })
@@ -59,7 +60,7 @@ func (a AgeMem) Answer(ctx context.Context, p memtools.Policy, s Sample, seed ui
 			}
 		}
 	}
-	var out []Prediction
+	var out []locomo.Prediction
 	for i, q := range s.QA {
 		reset()
 		rt.Context.Append(stm.Message{Role: stm.User, Content: fmt.Sprintf(qaQuestion, q.Question)})
@@ -67,7 +68,7 @@ func (a AgeMem) Answer(ctx context.Context, p memtools.Policy, s Sample, seed ui
 		if err != nil {
 			return nil, fmt.Errorf("%s qa %d: %w", s.ID, i, err)
 		}
-		out = append(out, Prediction{SampleID: s.ID, QAIndex: i, Prediction: strings.TrimSpace(tr.Answer)})
+		out = append(out, locomo.Prediction{SampleID: s.ID, QAIndex: i, Prediction: strings.TrimSpace(tr.Answer)})
 		if progress != nil {
 			progress()
 		}
