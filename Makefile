@@ -248,6 +248,7 @@ demo-encoder: build
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	bash scripts/check-tree.sh
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 

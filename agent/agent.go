@@ -14,56 +14,19 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
-// Message is a chat message as function-calling APIs have it.
-type Message struct {
-	Role       string     `json:"role"` // system, user, assistant, tool
-	Content    string     `json:"content"`
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"` // a tool message: the call it answers
-	Name       string     `json:"name,omitempty"`         // a tool message: the tool
-}
-
-// ToolCall is one call of an assistant message; Arguments is the JSON text
-// the model wrote (it may not parse).
-type ToolCall struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-	// Invalid, set by a Model that could not read the call out of the
-	// reply (a broken <tool_call> block), is why; the loop tells the model.
-	Invalid string `json:"invalid,omitempty"`
-}
-
-// Spec describes a tool to the model.
-type Spec struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description"`
-	Parameters  json.RawMessage `json:"parameters"` // a JSON Schema object
-}
-
 // Tool is a function the model may call.
 type Tool struct {
-	Spec
+	chat.Function
 	// Call runs the tool on arguments that passed the schema. An error is
 	// reported to the model as the result; the loop goes on.
 	Call func(ctx context.Context, args json.RawMessage) (string, error)
 	// Server names the MCP server the tool lives on ("" for local tools).
 	Server string
-}
-
-// Model answers a conversation, calling tools from specs or not.
-type Model interface {
-	Chat(ctx context.Context, msgs []Message, specs []Spec) (Reply, error)
-}
-
-// Reply is one model turn.
-type Reply struct {
-	Message          Message
-	PromptTokens     int
-	CompletionTokens int
 }
 
 // Toolset is the tools of a run with their schemas compiled once.
@@ -164,11 +127,11 @@ func (ts *Toolset) refresh(ctx context.Context) {
 	}
 }
 
-// Specs are the tools as the model sees them, in the order added.
-func (ts *Toolset) Specs() []Spec {
-	out := make([]Spec, len(ts.tools))
+// Functions are the tools as the model sees them, in the order added.
+func (ts *Toolset) Functions() []chat.Function {
+	out := make([]chat.Function, len(ts.tools))
 	for i, t := range ts.tools {
-		out[i] = t.Spec
+		out[i] = t.Function
 	}
 	return out
 }
@@ -186,7 +149,7 @@ func (ts *Toolset) Names() []string {
 // went through (false: unknown tool, bad arguments or a failing tool, the
 // result then says what was wrong). Only the caller's context ending is an
 // error.
-func (ts *Toolset) Execute(ctx context.Context, c ToolCall) (string, bool, error) {
+func (ts *Toolset) Execute(ctx context.Context, c chat.ToolCall) (string, bool, error) {
 	if c.Invalid != "" {
 		return "error: " + c.Invalid, false, nil
 	}
@@ -226,15 +189,15 @@ type Limits struct {
 
 // Step is one model turn and the calls it made.
 type Step struct {
-	Reply   Reply        `json:"reply"`
+	Reply   llm.Response `json:"reply"`
 	Results []CallResult `json:"results"`
 }
 
 // CallResult is one call's outcome.
 type CallResult struct {
-	Call   ToolCall `json:"call"`
-	Result string   `json:"result"`
-	OK     bool     `json:"ok"`
+	Call   chat.ToolCall `json:"call"`
+	Result string        `json:"result"`
+	OK     bool          `json:"ok"`
 }
 
 // Trace is the record of a run.
@@ -247,7 +210,7 @@ type Trace struct {
 	// StepLimitHit: the model was still calling tools at MaxSteps.
 	StepLimitHit bool `json:"step_limit_hit"`
 	// Messages is the conversation at the end, tool results included.
-	Messages []Message `json:"messages"`
+	Messages []chat.Message `json:"messages"`
 }
 
 // ErrStep wraps a model failure with the step it happened at.
@@ -255,11 +218,11 @@ var ErrStep = errors.New("agent: the model failed")
 
 // Run runs the loop from msgs until the model answers without calling a
 // tool or MaxSteps turns have passed.
-func Run(ctx context.Context, m Model, ts *Toolset, msgs []Message, lim Limits) (Trace, error) {
+func Run(ctx context.Context, m llm.Model, ts *Toolset, msgs []chat.Message, lim Limits) (Trace, error) {
 	tr := Trace{Messages: slices.Clone(msgs)}
 	for step := 0; step < max(lim.MaxSteps, 1); step++ {
 		ts.refresh(ctx)
-		r, err := m.Chat(ctx, tr.Messages, ts.Specs())
+		r, err := m.Chat(ctx, llm.Request{Messages: tr.Messages, Tools: ts.Functions()})
 		if err != nil {
 			return tr, fmt.Errorf("%w at step %d: %w", ErrStep, step+1, err)
 		}
@@ -284,7 +247,7 @@ func Run(ctx context.Context, m Model, ts *Toolset, msgs []Message, lim Limits) 
 				res = CallResult{Call: c, Result: out, OK: ok}
 			}
 			st.Results = append(st.Results, res)
-			tr.Messages = append(tr.Messages, Message{Role: "tool", Content: res.Result, ToolCallID: c.ID, Name: c.Name})
+			tr.Messages = append(tr.Messages, chat.Message{Role: "tool", Content: res.Result, ToolCallID: c.ID, Name: c.Name})
 		}
 		tr.Steps = append(tr.Steps, st)
 		if len(r.Message.ToolCalls) == 0 {

@@ -7,31 +7,36 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // script is a model that plays its replies in order and records what it
 // was sent.
 type script struct {
-	replies []Message
-	seen    [][]Message
-	specs   [][]Spec
+	replies []chat.Message
+	seen    [][]chat.Message
+	specs   [][]chat.Function
 }
 
-func (s *script) Chat(_ context.Context, msgs []Message, specs []Spec) (Reply, error) {
-	s.seen = append(s.seen, msgs)
-	s.specs = append(s.specs, specs)
+func (s *script) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	s.seen = append(s.seen, req.Messages)
+	s.specs = append(s.specs, req.Tools)
 	if len(s.replies) == 0 {
-		return Reply{}, errors.New("the script ran out")
+		return llm.Response{}, errors.New("the script ran out")
 	}
 	r := s.replies[0]
 	s.replies = s.replies[1:]
-	return Reply{Message: r}, nil
+	return llm.Response{Message: r}, nil
 }
 
-func call(id, name, args string) ToolCall { return ToolCall{ID: id, Name: name, Arguments: args} }
+func call(id, name, args string) chat.ToolCall {
+	return chat.ToolCall{ID: id, Name: name, Arguments: args}
+}
 
 func weather() Tool {
-	return Tool{Spec: Spec{Name: "get_weather", Description: "The weather in a city.",
+	return Tool{Function: chat.Function{Name: "get_weather", Description: "The weather in a city.",
 		Parameters: json.RawMessage(`{"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}}, "required": ["city"], "additionalProperties": false}`)},
 		Call: func(_ context.Context, args json.RawMessage) (string, error) {
 			var a struct{ City string }
@@ -44,7 +49,7 @@ func weather() Tool {
 }
 
 func clock() Tool {
-	return Tool{Spec: Spec{Name: "now", Description: "The time."}, Call: func(context.Context, json.RawMessage) (string, error) { return "12:00", nil }}
+	return Tool{Function: chat.Function{Name: "now", Description: "The time."}, Call: func(context.Context, json.RawMessage) (string, error) { return "12:00", nil }}
 }
 
 // TestLoopRunsCallsAndAnswers: several calls in one turn run in order,
@@ -55,11 +60,11 @@ func TestLoopRunsCallsAndAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &script{replies: []Message{
-		{ToolCalls: []ToolCall{call("a", "get_weather", `{"city": "Oslo"}`), call("", "now", "")}},
+	m := &script{replies: []chat.Message{
+		{ToolCalls: []chat.ToolCall{call("a", "get_weather", `{"city": "Oslo"}`), call("", "now", "")}},
 		{Content: "Sunny in Oslo at noon."},
 	}}
-	tr, err := Run(context.Background(), m, ts, []Message{{Role: "user", Content: "Weather and time?"}}, Limits{MaxSteps: 4})
+	tr, err := Run(context.Background(), m, ts, []chat.Message{{Role: "user", Content: "Weather and time?"}}, Limits{MaxSteps: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +96,7 @@ func TestLoopRunsCallsAndAnswers(t *testing.T) {
 func TestBrokenCallsAreToldToTheModel(t *testing.T) {
 	ts, _ := NewToolset(weather())
 	cases := []struct {
-		call ToolCall
+		call chat.ToolCall
 		want string
 	}{
 		{call("1", "get_wether", `{"city": "Oslo"}`), `there is no tool "get_wether"; the tools are: get_weather`},
@@ -100,16 +105,16 @@ func TestBrokenCallsAreToldToTheModel(t *testing.T) {
 		{call("4", "get_weather", `{"city": 7}`), "do not match its schema"},
 		{call("5", "get_weather", `{"city": "Oslo", "days": 0}`), "do not match its schema"},
 		{call("6", "get_weather", `{"city": "Atlantis"}`), "get_weather failed: no station there"},
-		// A block the model's reply could not be read from (a Model sets
+		// A block the model's reply could not be read from (a llm.Model sets
 		// Invalid): refused with the model's parser's reason.
-		{ToolCall{ID: "7", Name: "get_weather", Arguments: `{"city": `, Invalid: "the <tool_call> block is never closed"}, "never closed"},
+		{chat.ToolCall{ID: "7", Name: "get_weather", Arguments: `{"city": `, Invalid: "the <tool_call> block is never closed"}, "never closed"},
 	}
-	var calls []ToolCall
+	var calls []chat.ToolCall
 	for _, c := range cases {
 		calls = append(calls, c.call)
 	}
-	m := &script{replies: []Message{{ToolCalls: calls}, {Content: "Sorry."}}}
-	tr, err := Run(context.Background(), m, ts, []Message{{Role: "user", Content: "?"}}, Limits{MaxSteps: 3})
+	m := &script{replies: []chat.Message{{ToolCalls: calls}, {Content: "Sorry."}}}
+	tr, err := Run(context.Background(), m, ts, []chat.Message{{Role: "user", Content: "?"}}, Limits{MaxSteps: 3})
 	if err != nil || !tr.HasAnswer {
 		t.Fatalf("%v %+v", err, tr)
 	}
@@ -126,8 +131,8 @@ func TestBrokenCallsAreToldToTheModel(t *testing.T) {
 // naming the step; a cancelled run returns the context's error.
 func TestLimits(t *testing.T) {
 	ts, _ := NewToolset(clock())
-	loop := Message{ToolCalls: []ToolCall{call("", "now", ""), call("", "now", ""), call("", "now", "")}}
-	m := &script{replies: []Message{loop, loop, loop}}
+	loop := chat.Message{ToolCalls: []chat.ToolCall{call("", "now", ""), call("", "now", ""), call("", "now", "")}}
+	m := &script{replies: []chat.Message{loop, loop, loop}}
 	tr, err := Run(context.Background(), m, ts, nil, Limits{MaxSteps: 2, MaxCallsPerStep: 2})
 	if err != nil || !tr.StepLimitHit || tr.HasAnswer || len(tr.Steps) != 2 {
 		t.Fatalf("%v %+v", err, tr)
@@ -139,9 +144,9 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("model failure: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	slow := Tool{Spec: Spec{Name: "slow"}, Call: func(ctx context.Context, _ json.RawMessage) (string, error) { cancel(); return "", ctx.Err() }}
+	slow := Tool{Function: chat.Function{Name: "slow"}, Call: func(ctx context.Context, _ json.RawMessage) (string, error) { cancel(); return "", ctx.Err() }}
 	ts2, _ := NewToolset(slow)
-	if _, err := Run(ctx, &script{replies: []Message{{ToolCalls: []ToolCall{call("", "slow", "{}")}}}}, ts2, nil, Limits{MaxSteps: 2}); !errors.Is(err, context.Canceled) {
+	if _, err := Run(ctx, &script{replies: []chat.Message{{ToolCalls: []chat.ToolCall{call("", "slow", "{}")}}}}, ts2, nil, Limits{MaxSteps: 2}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
 }

@@ -9,12 +9,13 @@ import (
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // CatalogTool is one tool of the knowledge base: its function-calling spec and
 // where it comes from.
 type CatalogTool struct {
-	Spec
+	chat.Function
 	Server   string `json:"server,omitempty"`
 	Category string `json:"category,omitempty"`
 }

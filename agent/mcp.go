@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/agemem/agemem/internal/valid"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -218,7 +219,7 @@ func (c *MCPClient) Tools(ctx context.Context) ([]Tool, error) {
 			return nil, fmt.Errorf("MCP server %q: tool %q: %w", c.server.Name, t.Name, err)
 		}
 		name := t.Name
-		out = append(out, Tool{Spec: Spec{Name: name, Description: t.Description, Parameters: schema}, Server: c.server.Name,
+		out = append(out, Tool{Function: chat.Function{Name: name, Description: t.Description, Parameters: schema}, Server: c.server.Name,
 			Call: func(ctx context.Context, args json.RawMessage) (string, error) {
 				res, err := c.session.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 				if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agemem/agemem/model/chat"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -46,7 +47,7 @@ func TestMCPToolListChanged(t *testing.T) {
 			t.Fatal("no tools/list_changed notification arrived")
 		}
 	}
-	m := &script{replies: []Message{{ToolCalls: []ToolCall{call("", "b", "{}")}}, {Content: "done"}}}
+	m := &script{replies: []chat.Message{{ToolCalls: []chat.ToolCall{call("", "b", "{}")}}, {Content: "done"}}}
 	tr, err := Run(ctx, m, ts, nil, Limits{MaxSteps: 3})
 	if err != nil || tr.Steps[0].Results[0].Result != "from b" || len(m.specs[0]) != 2 {
 		t.Fatalf("%v %+v (specs %v)", err, tr, m.specs)

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // MemoryTools are AgeMem's long-term memory tools (Add, Update, Delete,
@@ -26,7 +27,7 @@ func MemoryTools(rt *memtools.Runtime) []Tool {
 		}
 		params, _ := json.Marshal(map[string]any{"type": "object", "properties": s.Parameters.Properties, "required": required})
 		name := s.Name
-		out = append(out, Tool{Spec: Spec{Name: name, Description: s.Description, Parameters: params},
+		out = append(out, Tool{Function: chat.Function{Name: name, Description: s.Description, Parameters: params},
 			Call: func(ctx context.Context, args json.RawMessage) (string, error) {
 				r, err := rt.Execute(ctx, memtools.Call{Name: name, Arguments: args})
 				if err != nil {

@@ -10,35 +10,39 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/serve"
 )
 
 // script plays its replies in order.
-type script struct{ replies []agent.Message }
+type script struct{ replies []chat.Message }
 
-func (s *script) Chat(context.Context, []agent.Message, []agent.Spec) (agent.Reply, error) {
+func (s *script) Chat(context.Context, llm.Request) (llm.Response, error) {
 	if len(s.replies) == 0 {
-		return agent.Reply{}, errors.New("the script ran out")
+		return llm.Response{}, errors.New("the script ran out")
 	}
 	r := s.replies[0]
 	s.replies = s.replies[1:]
-	return agent.Reply{Message: r}, nil
+	return llm.Response{Message: r}, nil
 }
 
-func call(id, name, args string) agent.ToolCall {
-	return agent.ToolCall{ID: id, Name: name, Arguments: args}
+func call(id, name, args string) chat.ToolCall {
+	return chat.ToolCall{ID: id, Name: name, Arguments: args}
 }
 
 // idle is a serve backend never asked for a completion here (only /mcp).
 type idle struct{}
 
-func (idle) Count(s string) int               { return stm.Words{}.Count(s) }
-func (idle) ContextLength() int               { return 0 }
-func (idle) Close()                           {}
-func (idle) Policy(serve.Gen) memtools.Policy { return nil }
+func (idle) Count(s string) int { return stm.Words{}.Count(s) }
+func (idle) ContextLength() int { return 0 }
+func (idle) Close()             {}
+func (idle) Chat(context.Context, llm.Request) (llm.Response, error) {
+	return llm.Response{}, errors.New("idle")
+}
 
 // TestLoopOnOurMCPServer: the loop runs with the memory tools of our own
 // serve's /mcp endpoint (streamable HTTP, a bearer key in the headers):
@@ -74,13 +78,13 @@ func TestLoopOnOurMCPServer(t *testing.T) {
 	if got := strings.Join(ts.Names(), ","); got != "Add_memory,Delete_memory,Retrieve_memory,Update_memory" {
 		t.Fatalf("tools %s", got)
 	}
-	m := &script{replies: []agent.Message{
-		{ToolCalls: []agent.ToolCall{call("", "Add_memory", `{"content": "Ivo is a judge."}`)}},
-		{ToolCalls: []agent.ToolCall{call("", "Retrieve_memory", `{"query": "judge", "top_k": "2"}`)}},
-		{ToolCalls: []agent.ToolCall{call("", "Retrieve_memory", `{"query": "judge", "top_k": 2}`)}},
+	m := &script{replies: []chat.Message{
+		{ToolCalls: []chat.ToolCall{call("", "Add_memory", `{"content": "Ivo is a judge."}`)}},
+		{ToolCalls: []chat.ToolCall{call("", "Retrieve_memory", `{"query": "judge", "top_k": "2"}`)}},
+		{ToolCalls: []chat.ToolCall{call("", "Retrieve_memory", `{"query": "judge", "top_k": 2}`)}},
 		{Content: "Ivo is a judge."},
 	}}
-	tr, err := agent.Run(ctx, m, ts, []agent.Message{{Role: "user", Content: "Remember Ivo, then recall him."}}, agent.Limits{MaxSteps: 5})
+	tr, err := agent.Run(ctx, m, ts, []chat.Message{{Role: "user", Content: "Remember Ivo, then recall him."}}, agent.Limits{MaxSteps: 5})
 	if err != nil || !tr.HasAnswer {
 		t.Fatalf("%v %+v", err, tr)
 	}
@@ -100,7 +104,7 @@ func TestLoopOnOurMCPServer(t *testing.T) {
 	// The server goes away: the call fails, the model reads why.
 	hs.CloseClientConnections()
 	hs.Close()
-	m = &script{replies: []agent.Message{{ToolCalls: []agent.ToolCall{call("", "Add_memory", `{"content": "x"}`)}}, {Content: "The memory is down."}}}
+	m = &script{replies: []chat.Message{{ToolCalls: []chat.ToolCall{call("", "Add_memory", `{"content": "x"}`)}}, {Content: "The memory is down."}}}
 	tr, err = agent.Run(ctx, m, ts, nil, agent.Limits{MaxSteps: 3})
 	if err != nil || !tr.HasAnswer {
 		t.Fatalf("after the server died: %v %+v", err, tr)

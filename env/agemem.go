@@ -3,6 +3,7 @@ package env
 import (
 	"context"
 
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 )
 
@@ -28,7 +29,7 @@ type Outcome struct {
 func (a *AgeMem) Len() int { return len(a.Tasks) }
 
 // Play implements rollout.Env: the three stages of task t.
-func (a *AgeMem) Play(ctx context.Context, pol memtools.Policy, t int, seed uint64) (Outcome, error) {
+func (a *AgeMem) Play(ctx context.Context, pol llm.Model, t int, seed uint64) (Outcome, error) {
 	task := a.Tasks[t]
 	res, err := RunEpisode(ctx, pol, a.NewRuntime(seed), task, a.Episode)
 	return Outcome{Task: task, Result: res}, err

@@ -11,10 +11,11 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/engine"
+	"github.com/agemem/agemem/model/chat"
 )
 
 func TestLoadHotpotOfficialFormat(t *testing.T) {
@@ -140,10 +141,10 @@ func TestMetric(t *testing.T) {
 	}
 }
 
-func runEpisode(t *testing.T, p memtools.Policy, task Task) Result {
+func runEpisode(t *testing.T, p llm.Model, task Task) Result {
 	t.Helper()
 	rt := &memtools.Runtime{
-		Store:      ltm.NewMemory(1),
+		Store:      ltm.NewMemStore(1),
 		Context:    stm.New(nil),
 		Embedder:   embed.NewHashing(384, []int{3, 4}),
 		Summarizer: memtools.Extractive{MaxTokens: 128},
@@ -260,8 +261,8 @@ func TestEpisodeSystemPrompt(t *testing.T) {
 	var task Task
 	StreamHotpot(&buf, func(t Task) error { task = t; return nil })
 	for _, want := range []string{"", "Use the tools."} {
-		rec := &recordingPolicy{Policy: NewOracle(task, 0, 0, 1)}
-		rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: stm.New(nil), Embedder: embed.NewHashing(64, nil),
+		rec := &recordingPolicy{Model: NewOracle(task, 0, 0, 1)}
+		rt := &memtools.Runtime{Store: ltm.NewMemStore(1), Context: stm.New(nil), Embedder: embed.NewHashing(64, nil),
 			Summarizer: memtools.Extractive{MaxTokens: 64}, Options: memtools.DefaultOptions()}
 		cfg := EpisodeConfig{Stages: Stages{Stage1MaxTurns: 4, Stage2MaxTurns: 2, AutoRetrieveK: 3}, Limits: memtools.Limits{MaxSteps: 4, ContextBudget: 8192}, SystemPrompt: want}
 		if _, err := RunEpisode(context.Background(), rec, rt, task, cfg); err != nil {
@@ -279,29 +280,29 @@ func TestEpisodeSystemPrompt(t *testing.T) {
 }
 
 type recordingPolicy struct {
-	memtools.Policy
-	firsts []stm.Message
+	llm.Model
+	firsts []chat.Message
 }
 
-func (r *recordingPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	r.firsts = append(r.firsts, msgs[0])
-	return r.Policy.Complete(ctx, msgs)
+func (r *recordingPolicy) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	r.firsts = append(r.firsts, req.Messages[0])
+	return r.Model.Chat(ctx, req)
 }
 
 // overflowing plays the oracle until its context has more than limit
 // messages, then fails as the native engine does when a prompt outgrows the
 // model's positions.
 type overflowing struct {
-	memtools.Policy
+	llm.Model
 	limit int
 	err   error
 }
 
-func (p overflowing) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	if len(msgs) > p.limit {
-		return memtools.Completion{}, p.err
+func (p overflowing) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	if len(req.Messages) > p.limit {
+		return llm.Response{}, p.err
 	}
-	return p.Policy.Complete(ctx, msgs)
+	return p.Model.Chat(ctx, req)
 }
 
 // TestContextFullEndsTheEpisodeNotTheRun: a policy whose context outgrows
@@ -312,7 +313,7 @@ func TestContextFullEndsTheEpisodeNotTheRun(t *testing.T) {
 	WriteHotpot(&buf, NewSynth(5).Generate(1))
 	var task Task
 	StreamHotpot(&buf, func(t Task) error { task = t; return nil })
-	full := overflowing{NewOracle(task, 0, 0, 1), 12, fmt.Errorf("conversation 0: %w", &engine.PromptTooLongError{Tokens: 5000, Limit: 4096})}
+	full := overflowing{NewOracle(task, 0, 0, 1), 12, fmt.Errorf("conversation 0: %w", &llm.PromptTooLongError{Tokens: 5000, Limit: 4096})}
 	res := runEpisode(t, full, task)
 	if !res.ContextFull || res.HasAnswer || res.EM != 0 {
 		t.Fatalf("context full %v, answered %v", res.ContextFull, res.HasAnswer)
@@ -321,7 +322,7 @@ func TestContextFullEndsTheEpisodeNotTheRun(t *testing.T) {
 		t.Fatalf("stage 1 turns %d, LTM after stages 1 and 3: %d, %d entries (the oracle stored 2 before the overflow)",
 			len(res.Stages[0]), len(res.LTM[0]), len(res.LTM[2]))
 	}
-	rt := &memtools.Runtime{Store: ltm.NewMemory(1), Context: stm.New(nil), Embedder: embed.NewHashing(64, []int{3}), Options: memtools.DefaultOptions()}
+	rt := &memtools.Runtime{Store: ltm.NewMemStore(1), Context: stm.New(nil), Embedder: embed.NewHashing(64, []int{3}), Options: memtools.DefaultOptions()}
 	broken := overflowing{NewOracle(task, 0, 0, 1), 12, errors.New("backend gone")}
 	if _, err := RunEpisode(context.Background(), broken, rt, task, EpisodeConfig{Stages: Stages{Stage1MaxTurns: 16, Stage2MaxTurns: 8}, Limits: memtools.Limits{MaxSteps: 4}}); err == nil || !strings.Contains(err.Error(), "backend gone") {
 		t.Fatalf("other policy errors must stop the run: %v", err)

@@ -8,9 +8,11 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/internal/valid"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Stage numbers, as in Section 3.3.
@@ -136,7 +138,7 @@ type Result struct {
 	// ContextTokens is T_used when the answer was given (Eq. 19).
 	ContextTokens int `json:"context_tokens"`
 	// Final is the STM when the episode ended.
-	Final []stm.Message `json:"final_context"`
+	Final []chat.Message `json:"final_context"`
 	// ContextFull: the episode ended early, unanswered, because the
 	// agent's context outgrew the model (a failed task, not a crash).
 	ContextFull bool `json:"context_full,omitempty"`
@@ -171,13 +173,13 @@ func (r Result) FormatErrors() int {
 // prompt kept) between Stages 1 and 2; M persists; Stage 3 continues the
 // Stage 2 context.
 //
-// A policy that lets its context outgrow the model (memtools.ErrContextFull)
+// A policy that lets its context outgrow the model (llm.ErrContextFull)
 // ends the episode unanswered with ContextFull set; the stages not reached
 // see the LTM as it was left. Any other error is returned.
-func RunEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t Task, cfg EpisodeConfig) (Result, error) {
+func RunEpisode(ctx context.Context, p llm.Model, rt *memtools.Runtime, t Task, cfg EpisodeConfig) (Result, error) {
 	res := Result{TaskID: t.ID, Gold: t.Answer}
 	err := playEpisode(ctx, p, rt, t, cfg, &res)
-	if !errors.Is(err, memtools.ErrContextFull) {
+	if !errors.Is(err, llm.ErrContextFull) {
 		return res, err
 	}
 	res.ContextFull = true
@@ -200,16 +202,16 @@ func RunEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t 
 	return res, lerr
 }
 
-func playEpisode(ctx context.Context, p memtools.Policy, rt *memtools.Runtime, t Task, cfg EpisodeConfig, res *Result) error {
+func playEpisode(ctx context.Context, p llm.Model, rt *memtools.Runtime, t Task, cfg EpisodeConfig, res *Result) error {
 	ep := BuildEpisode(t, cfg)
-	rt.Context.Remove(func(int, stm.Message) bool { return true })
+	rt.Context.Remove(func(int, chat.Message) bool { return true })
 	sys := cfg.SystemPrompt
 	if sys == "" {
 		sys = memtools.SystemPrompt()
 	}
-	rt.Context.Append(stm.Message{Role: stm.System, Content: sys})
+	rt.Context.Append(chat.Message{Role: stm.System, Content: sys})
 	turn := func(stage int, user string) (memtools.Trace, error) {
-		rt.Context.Append(stm.Message{Role: stm.User, Content: user})
+		rt.Context.Append(chat.Message{Role: stm.User, Content: user})
 		tr, err := memtools.Run(ctx, p, rt, cfg.Limits)
 		res.Stages[stage-1] = append(res.Stages[stage-1], Turn{User: user, Trace: tr})
 		if err != nil {

@@ -6,8 +6,10 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/bench/locomo"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // LoCoMo answers LoCoMo's questions with an AgeMem policy on the memory
@@ -36,11 +38,11 @@ const qaQuestion = "Question: %s\nAnswer with a short phrase, in exact words fro
 // its questions. A turn whose prompt outgrows the model is skipped (what it
 // would have stored is lost); a question whose prompt does is left
 // unanswered. progress hears each question answered.
-func (a LoCoMo) Answer(ctx context.Context, p memtools.Policy, s locomo.Sample, seed uint64, progress func()) ([]locomo.Prediction, error) {
+func (a LoCoMo) Answer(ctx context.Context, p llm.Model, s locomo.Sample, seed uint64, progress func()) ([]locomo.Prediction, error) {
 	rt := a.NewRuntime(seed)
 	reset := func() {
-		rt.Context.Remove(func(int, stm.Message) bool { return true })
-		rt.Context.Append(stm.Message{Role: stm.System, Content: a.System})
+		rt.Context.Remove(func(int, chat.Message) bool { return true })
+		rt.Context.Append(chat.Message{Role: stm.System, Content: a.System})
 	}
 	chunk := max(a.Chunk, 1)
 	for _, ses := range s.Sessions {
@@ -54,7 +56,7 @@ func (a LoCoMo) Answer(ctx context.Context, p memtools.Policy, s locomo.Sample, 
 				}
 				lines = append(lines, t.Speaker+": "+text)
 			}
-			rt.Context.Append(stm.Message{Role: stm.User, Content: fmt.Sprintf(sessionPrompt, ses.DateTime, strings.Join(lines, "\n"))})
+			rt.Context.Append(chat.Message{Role: stm.User, Content: fmt.Sprintf(sessionPrompt, ses.DateTime, strings.Join(lines, "\n"))})
 			if _, err := memtools.Run(ctx, p, rt, a.Limits); err != nil {
 				return nil, fmt.Errorf("%s session %d: %w", s.ID, ses.N, err)
 			}
@@ -63,7 +65,7 @@ func (a LoCoMo) Answer(ctx context.Context, p memtools.Policy, s locomo.Sample, 
 	var out []locomo.Prediction
 	for i, q := range s.QA {
 		reset()
-		rt.Context.Append(stm.Message{Role: stm.User, Content: fmt.Sprintf(qaQuestion, q.Question)})
+		rt.Context.Append(chat.Message{Role: stm.User, Content: fmt.Sprintf(qaQuestion, q.Question)})
 		tr, err := memtools.Run(ctx, p, rt, a.Limits)
 		if err != nil {
 			return nil, fmt.Errorf("%s qa %d: %w", s.ID, i, err)

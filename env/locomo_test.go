@@ -8,6 +8,7 @@ import (
 
 	"github.com/agemem/agemem/bench/locomo"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
@@ -17,8 +18,8 @@ import (
 // and for a question retrieves and answers with the best memory.
 type keeper struct{}
 
-func (keeper) Complete(_ context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	last := msgs[len(msgs)-1]
+func (keeper) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	last := req.Messages[len(req.Messages)-1]
 	call := func(name string, args map[string]any) string {
 		b, _ := json.Marshal([]map[string]any{{"name": name, "arguments": args}})
 		return "<think>t</think>\n<tool_call>" + string(b) + "</tool_call>"
@@ -33,19 +34,19 @@ func (keeper) Complete(_ context.Context, msgs []stm.Message) (memtools.Completi
 		if len(r.Memories) > 0 {
 			_, ans, _ = strings.Cut(r.Memories[0].Content, ": ")
 		}
-		return memtools.Completion{Text: "<think>t</think>\n<answer>" + ans + "</answer>"}, nil
+		return llm.Reply("<think>t</think>\n<answer>" + ans + "</answer>"), nil
 	case last.Role == stm.Tool:
-		return memtools.Completion{Text: "<think>t</think>\n<answer>Noted.</answer>"}, nil
+		return llm.Reply("<think>t</think>\n<answer>Noted.</answer>"), nil
 	case strings.HasPrefix(last.Content, "Question: "):
 		q, _, _ := strings.Cut(strings.TrimPrefix(last.Content, "Question: "), "\n")
-		return memtools.Completion{Text: call("Retrieve_memory", map[string]any{"query": q, "top_k": 1})}, nil
+		return llm.Reply(call("Retrieve_memory", map[string]any{"query": q, "top_k": 1})), nil
 	}
 	var calls []map[string]any
 	for _, l := range strings.Split(last.Content, "\n")[1:] {
 		calls = append(calls, map[string]any{"name": "Add_memory", "arguments": map[string]any{"content": l}})
 	}
 	b, _ := json.Marshal(calls)
-	return memtools.Completion{Text: "<think>t</think>\n<tool_call>" + string(b) + "</tool_call>"}, nil
+	return llm.Reply("<think>t</think>\n<tool_call>" + string(b) + "</tool_call>"), nil
 }
 
 // TestAgeMemStoresAndAnswers: the conversation goes through the memory
@@ -62,7 +63,7 @@ func TestAgeMemStoresAndAnswers(t *testing.T) {
 	var store ltm.Store
 	a := LoCoMo{Chunk: 4, System: "You keep memories.", Limits: memtools.Limits{MaxSteps: 3, ContextBudget: 1 << 20},
 		NewRuntime: func(seed uint64) *memtools.Runtime {
-			store = ltm.NewMemory(seed)
+			store = ltm.NewMemStore(seed)
 			return &memtools.Runtime{Store: store, Context: stm.New(nil), Embedder: embed.NewHashing(256, []int{3}), Options: memtools.DefaultOptions()}
 		}}
 	answered := 0

@@ -10,8 +10,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Scripted is a policy that needs no model. As the oracle (UseMemory) it
@@ -83,13 +85,13 @@ func taskRand(t Task, seed uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(h.Sum64(), seed))
 }
 
-// Complete implements memtools.Policy.
-func (s *Scripted) Complete(_ context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	text := s.respond(msgs)
-	return memtools.Completion{Text: text}, nil
+// Complete implements llm.Model.
+func (s *Scripted) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	text := s.respond(req.Messages)
+	return llm.Reply(text), nil
 }
 
-func (s *Scripted) respond(msgs []stm.Message) string {
+func (s *Scripted) respond(msgs []chat.Message) string {
 	if len(msgs) == 0 {
 		return answer("There is nothing to respond to.", "Hello.")
 	}
@@ -159,7 +161,7 @@ func (s *Scripted) isDistractor(text string) bool {
 }
 
 // isQueryTurn reports whether the latest user message is the Stage 3 query.
-func (s *Scripted) isQueryTurn(msgs []stm.Message) bool {
+func (s *Scripted) isQueryTurn(msgs []chat.Message) bool {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == stm.User {
 			return strings.Contains(msgs[i].Content, s.Task.Question)
@@ -168,7 +170,7 @@ func (s *Scripted) isQueryTurn(msgs []stm.Message) bool {
 	return false
 }
 
-func (s *Scripted) answerQuery(msgs []stm.Message) string {
+func (s *Scripted) answerQuery(msgs []chat.Message) string {
 	if FactsVisible(msgs, s.Task.SupportingFacts) {
 		if s.Reason {
 			return ReasonedAnswer(s.Task, contextText(msgs, nil))
@@ -180,7 +182,7 @@ func (s *Scripted) answerQuery(msgs []stm.Message) string {
 
 // contextText is the messages' text, tool results unescaped (they are
 // JSON), each passed through norm when it is not nil.
-func contextText(msgs []stm.Message, norm func(string) string) string {
+func contextText(msgs []chat.Message, norm func(string) string) string {
 	var all strings.Builder
 	for _, m := range msgs {
 		c := m.Content
@@ -201,7 +203,7 @@ func contextText(msgs []stm.Message, norm func(string) string) string {
 
 // FactsVisible reports whether every fact appears, after HotpotQA
 // normalisation, in the messages (tool results included).
-func FactsVisible(msgs []stm.Message, facts []string) bool {
+func FactsVisible(msgs []chat.Message, facts []string) bool {
 	text := contextText(msgs, NormalizeAnswer)
 	for _, f := range facts {
 		if !strings.Contains(text, NormalizeAnswer(f)) {

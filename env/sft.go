@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // SFTRecord is one supervised example in the OpenAI chat format: the
@@ -17,7 +18,7 @@ type SFTRecord struct {
 // SFTMessage is a message of a record. Weight is OpenAI's fine-tuning
 // field: an assistant message with weight 0 is context, not learned.
 type SFTMessage struct {
-	stm.Message
+	chat.Message
 	Weight *int `json:"weight,omitempty"`
 }
 
@@ -32,7 +33,7 @@ func SFTRecords(r Result) []SFTRecord {
 	for stage, turns := range r.Stages {
 		for _, turn := range turns {
 			for _, step := range turn.Trace.Steps {
-				out = append(out, SFTRecord{TaskID: r.TaskID, Stage: stage + 1, Messages: record(step.Prompt, step.Completion.Text)})
+				out = append(out, SFTRecord{TaskID: r.TaskID, Stage: stage + 1, Messages: record(step.Prompt, step.Response.Message.Content)})
 			}
 		}
 	}
@@ -55,11 +56,11 @@ func SFTConversations(r Result) []SFTRecord {
 		for _, turn := range turns {
 			for _, step := range turn.Trace.Steps {
 				if len(cur) > 0 && extends(step.Prompt, cur) {
-					cur = append(cur, record(step.Prompt[len(cur):], step.Completion.Text)...)
+					cur = append(cur, record(step.Prompt[len(cur):], step.Response.Message.Content)...)
 					out[len(out)-1].Messages = cur
 					continue
 				}
-				cur = record(step.Prompt, step.Completion.Text)
+				cur = record(step.Prompt, step.Response.Message.Content)
 				out = append(out, SFTRecord{TaskID: r.TaskID, Stage: stage + 1, Messages: cur})
 			}
 		}
@@ -69,7 +70,7 @@ func SFTConversations(r Result) []SFTRecord {
 
 // record is msgs (assistant messages among them weight 0) then reply
 // (weight 1).
-func record(msgs []stm.Message, reply string) []SFTMessage {
+func record(msgs []chat.Message, reply string) []SFTMessage {
 	out := make([]SFTMessage, 0, len(msgs)+1)
 	for _, m := range msgs {
 		sm := SFTMessage{Message: m}
@@ -78,13 +79,15 @@ func record(msgs []stm.Message, reply string) []SFTMessage {
 		}
 		out = append(out, sm)
 	}
-	return append(out, SFTMessage{Message: stm.Message{Role: stm.Assistant, Content: reply}, Weight: &learnWeights[1]})
+	return append(out, SFTMessage{Message: chat.Message{Role: stm.Assistant, Content: reply}, Weight: &learnWeights[1]})
 }
 
 // extends reports whether prompt begins with the messages of rec.
-func extends(prompt []stm.Message, rec []SFTMessage) bool {
+func extends(prompt []chat.Message, rec []SFTMessage) bool {
 	if len(prompt) <= len(rec) {
 		return false
 	}
-	return slices.EqualFunc(prompt[:len(rec)], rec, func(a stm.Message, b SFTMessage) bool { return a == b.Message })
+	return slices.EqualFunc(prompt[:len(rec)], rec, func(a chat.Message, b SFTMessage) bool {
+		return a.Role == b.Role && a.Content == b.Content && a.Name == b.Name
+	})
 }

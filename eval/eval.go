@@ -18,7 +18,8 @@ import (
 
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl/reward"
@@ -36,7 +37,7 @@ type Method struct {
 	Scripted string
 	// Policy, when set, plays instead: a model behind an API (Ollama, an
 	// OpenAI-compatible server), one task at a time.
-	Policy memtools.Policy
+	Policy llm.Model
 	// Tools is the tool subset it plays with (tools.subset: all, ltm, stm);
 	// empty: the config's.
 	Tools string
@@ -155,13 +156,15 @@ func play(ctx context.Context, cfg setup.Config, h setup.Helpers, tasks []env.Ta
 	if err != nil {
 		return nil, err
 	}
-	pol, err := engine.LoadGenerator(be, p.Dir, "", engine.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+	cp, err := native.Open(be, p.Dir, "", cfg.Model.Generation())
 	if err != nil {
 		return nil, err
 	}
-	defer pol.Model.Close()
-	pol.Prefixes = engine.NewPrefixCache(len(tasks) * pol.Model.MaxPositions)
-	e := setup.AgeMem(cfg, h, tasks, pol.Tokenizer)
+	defer cp.Model.Close()
+	pol := cp.Start(native.Options{Sampling: llm.Sampling{MaxTokens: cfg.Agent.ResponseBudget},
+		Engine: engine.Options{PrefixBudget: len(tasks) * cp.Model.MaxPositions}})
+	defer pol.Close()
+	e := setup.AgeMem(cfg, h, tasks, cp.Tokenizer)
 	idx := make([]int, len(tasks))
 	for i := range idx {
 		idx[i] = i

@@ -7,15 +7,17 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 func newRuntime() *Runtime {
 	c := stm.New(nil)
-	c.Append(stm.Message{Role: stm.System, Content: "sys"})
+	c.Append(chat.Message{Role: stm.System, Content: "sys"})
 	return &Runtime{
-		Store:      ltm.NewMemory(1),
+		Store:      ltm.NewMemStore(1),
 		Context:    c,
 		Embedder:   embed.NewHashing(128, []int{3}),
 		Summarizer: Extractive{MaxTokens: 64},
@@ -157,11 +159,11 @@ func TestToolsBadArguments(t *testing.T) {
 func TestSummaryReplacesSpan(t *testing.T) {
 	rt := newRuntime()
 	rt.Context.Append(
-		stm.Message{Role: stm.User, Content: "Hello there. Marla Quenby was born in Oslo in 1971."},
-		stm.Message{Role: stm.Assistant, Content: "<think>ok</think><answer>Noted.</answer>"},
-		stm.Message{Role: stm.User, Content: "The weather is nice. The Asca River flows through Velden."},
-		stm.Message{Role: stm.Assistant, Content: "<think>ok</think><answer>Interesting.</answer>"},
-		stm.Message{Role: stm.Assistant, Content: `<think>compress</think><tool_call>[{"name":"Summary_context","arguments":{"span":"2"}}]</tool_call>`},
+		chat.Message{Role: stm.User, Content: "Hello there. Marla Quenby was born in Oslo in 1971."},
+		chat.Message{Role: stm.Assistant, Content: "<think>ok</think><answer>Noted.</answer>"},
+		chat.Message{Role: stm.User, Content: "The weather is nice. The Asca River flows through Velden."},
+		chat.Message{Role: stm.Assistant, Content: "<think>ok</think><answer>Interesting.</answer>"},
+		chat.Message{Role: stm.Assistant, Content: `<think>compress</think><tool_call>[{"name":"Summary_context","arguments":{"span":"2"}}]</tool_call>`},
 	)
 	before := rt.Context.Tokens()
 	r := exec(t, rt, ToolSummary, `{"span": "2"}`)
@@ -191,10 +193,10 @@ func TestSummaryReplacesSpan(t *testing.T) {
 func TestFilterRemovesSimilarMessages(t *testing.T) {
 	rt := newRuntime()
 	rt.Context.Append(
-		stm.Message{Role: stm.User, Content: "Quantum computing uses qubits and superposition."},
-		stm.Message{Role: stm.User, Content: "Marla Quenby was born in Oslo."},
-		stm.Message{Role: stm.User, Content: "Quantum computing researchers build qubits."},
-		stm.Message{Role: stm.Assistant, Content: `<tool_call>[{"name":"Filter_context","arguments":{"criteria":"quantum computing qubits"}}]</tool_call>`},
+		chat.Message{Role: stm.User, Content: "Quantum computing uses qubits and superposition."},
+		chat.Message{Role: stm.User, Content: "Marla Quenby was born in Oslo."},
+		chat.Message{Role: stm.User, Content: "Quantum computing researchers build qubits."},
+		chat.Message{Role: stm.Assistant, Content: `<tool_call>[{"name":"Filter_context","arguments":{"criteria":"quantum computing qubits"}}]</tool_call>`},
 	)
 	r := exec(t, rt, ToolFilter, `{"criteria": "quantum computing qubits"}`)
 	if !r.OK || r.Removed != 2 {
@@ -206,7 +208,7 @@ func TestFilterRemovesSimilarMessages(t *testing.T) {
 	}
 	// theta is honoured: with theta = 1 only identical text goes.
 	rt.Options.FilterThreshold = 1
-	rt.Context.Append(stm.Message{Role: stm.User, Content: "Quantum computing uses qubits."}, stm.Message{Role: stm.Assistant, Content: "call"})
+	rt.Context.Append(chat.Message{Role: stm.User, Content: "Quantum computing uses qubits."}, chat.Message{Role: stm.Assistant, Content: "call"})
 	if r := exec(t, rt, ToolFilter, `{"criteria": "quantum computing qubits"}`); r.Removed != 0 {
 		t.Fatalf("theta=1 removed %d", r.Removed)
 	}
@@ -279,21 +281,21 @@ func FuzzParse(f *testing.F) {
 // scripted replies with the given responses in turn.
 type scripted struct {
 	replies []string
-	seen    [][]stm.Message
+	seen    [][]chat.Message
 }
 
-func (s *scripted) Complete(_ context.Context, msgs []stm.Message) (Completion, error) {
-	s.seen = append(s.seen, msgs)
+func (s *scripted) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	s.seen = append(s.seen, req.Messages)
 	r := s.replies[0]
 	if len(s.replies) > 1 {
 		s.replies = s.replies[1:]
 	}
-	return Completion{Text: r}, nil
+	return llm.Reply(r), nil
 }
 
 func TestRunExecutesCallsAndStopsAtAnswer(t *testing.T) {
 	rt := newRuntime()
-	rt.Context.Append(stm.Message{Role: stm.User, Content: "Remember that my cat is called Tabby."})
+	rt.Context.Append(chat.Message{Role: stm.User, Content: "Remember that my cat is called Tabby."})
 	p := &scripted{replies: []string{
 		`<think>store</think><tool_call>[{"name":"Add_memory","arguments":{"content":"The user's cat is called Tabby."}}]</tool_call>`,
 		`no tags at all`,
@@ -323,7 +325,7 @@ func TestRunExecutesCallsAndStopsAtAnswer(t *testing.T) {
 
 func TestRunStepLimitAndOverflow(t *testing.T) {
 	rt := newRuntime()
-	rt.Context.Append(stm.Message{Role: stm.User, Content: strings.Repeat("word ", 200)})
+	rt.Context.Append(chat.Message{Role: stm.User, Content: strings.Repeat("word ", 200)})
 	p := &scripted{replies: []string{`<think>hmm</think><tool_call>[{"name":"Retrieve_memory","arguments":{"query":"x"}}]</tool_call>`}}
 	tr, err := Run(context.Background(), p, rt, Limits{MaxSteps: 3, ContextBudget: 100})
 	if err != nil {
@@ -347,9 +349,9 @@ func TestWordsTokenizer(t *testing.T) {
 	}
 }
 
-func TestPolicySummarizerUsesThePapersPrompt(t *testing.T) {
+func TestModelSummarizerUsesThePapersPrompt(t *testing.T) {
 	p := &scripted{replies: []string{"<think>short</think><answer>Marla was born in Oslo in 1971.</answer>"}}
-	got, err := PolicySummarizer{Policy: p}.Summarize(context.Background(), []stm.Message{
+	got, err := ModelSummarizer{Model: p}.Summarize(context.Background(), []chat.Message{
 		{Role: stm.User, Content: "Marla Quenby was born in Oslo in 1971, you know."},
 	})
 	if err != nil || got != "Marla was born in Oslo in 1971." {
@@ -359,7 +361,7 @@ func TestPolicySummarizerUsesThePapersPrompt(t *testing.T) {
 	if !strings.HasPrefix(sys, "You are a conversation summarization assistant.") || !strings.Contains(sys, "user: Marla Quenby was born in Oslo") {
 		t.Fatalf("prompt sent: %q", sys)
 	}
-	if _, err := (PolicySummarizer{Policy: &scripted{replies: []string{"  "}}}).Summarize(context.Background(), nil); err == nil {
+	if _, err := (ModelSummarizer{Model: &scripted{replies: []string{"  "}}}).Summarize(context.Background(), nil); err == nil {
 		t.Fatal("an empty summary must be an error, not a silent loss of context")
 	}
 }

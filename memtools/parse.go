@@ -207,3 +207,10 @@ func jsonError(body string, err error) string {
 	}
 	return err.Error()
 }
+
+// WellFormed reports whether a response is in AgeMem's format: think, then
+// tool calls or an answer, with no format error.
+func WellFormed(text string) bool {
+	p := Parse(text)
+	return len(p.Errors) == 0 && (len(p.Calls) > 0 || p.HasAnswer)
+}

@@ -9,13 +9,15 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Summarizer compresses a span of messages into one text (Summarize(.) of
 // Eq. 14).
 type Summarizer interface {
-	Summarize(ctx context.Context, msgs []stm.Message) (string, error)
+	Summarize(ctx context.Context, msgs []chat.Message) (string, error)
 }
 
 // Extractive is the deterministic summariser used when no policy is
@@ -29,7 +31,7 @@ type Extractive struct {
 var sentenceEnd = regexp.MustCompile(`[.!?]+(\s+|$)`)
 
 // Summarize implements Summarizer.
-func (x Extractive) Summarize(_ context.Context, msgs []stm.Message) (string, error) {
+func (x Extractive) Summarize(_ context.Context, msgs []chat.Message) (string, error) {
 	tok := x.Tokenizer
 	if tok == nil {
 		tok = stm.Words{}
@@ -78,7 +80,7 @@ func (x Extractive) Summarize(_ context.Context, msgs []stm.Message) (string, er
 // messageText is what a message contributes to a summary: a user's words, an
 // assistant's answer (not its reasoning or calls), the contents of
 // retrieved memories.
-func messageText(m stm.Message) string {
+func messageText(m chat.Message) string {
 	switch m.Role {
 	case stm.Assistant:
 		if p := Parse(m.Content); p.HasAnswer {
@@ -179,24 +181,24 @@ func startsUpper(w string) bool {
 	return false
 }
 
-// PolicySummarizer sends the span to a policy with the paper's summarisation
+// ModelSummarizer sends the span to a model with the paper's summarisation
 // prompt.
-type PolicySummarizer struct {
-	Policy Policy
+type ModelSummarizer struct {
+	Model llm.Model
 }
 
 // Summarize implements Summarizer.
-func (p PolicySummarizer) Summarize(ctx context.Context, msgs []stm.Message) (string, error) {
+func (p ModelSummarizer) Summarize(ctx context.Context, msgs []chat.Message) (string, error) {
 	var conv strings.Builder
 	for _, m := range msgs {
 		fmt.Fprintf(&conv, "%s: %s\n", m.Role, m.Content)
 	}
 	prompt := strings.Replace(SummaryPrompt, "[CONVERSATION_TEXT]", conv.String(), 1)
-	c, err := p.Policy.Complete(ctx, []stm.Message{{Role: stm.System, Content: prompt}, {Role: stm.User, Content: "Summarize the conversation span above."}})
+	r, err := p.Model.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: stm.System, Content: prompt}, {Role: stm.User, Content: "Summarize the conversation span above."}}})
 	if err != nil {
 		return "", err
 	}
-	text := c.Text
+	text := r.Message.Content
 	// A policy trained on the AgeMem format may wrap its output.
 	if parsed := Parse(text); parsed.HasAnswer {
 		text = parsed.Answer

@@ -13,6 +13,7 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Runtime is what the tools act on: the LTM M, the STM C, the encoder enc(.)
@@ -378,7 +379,7 @@ func (rt *Runtime) summary(ctx context.Context, a args) (Result, error) {
 	if len(idx) == 0 {
 		return Result{}, badf("there is nothing to summarise: the context holds no user, assistant or tool messages")
 	}
-	msgs := make([]stm.Message, len(idx))
+	msgs := make([]chat.Message, len(idx))
 	for i, j := range idx {
 		msgs[i] = rt.Context.At(j)
 	}
@@ -387,7 +388,7 @@ func (rt *Runtime) summary(ctx context.Context, a args) (Result, error) {
 		return Result{}, fmt.Errorf("summarise: %w", err)
 	}
 	before := rt.Context.Tokens()
-	rt.Context.Replace(idx, stm.Message{Role: stm.User, Content: SummaryPrefix + text})
+	rt.Context.Replace(idx, chat.Message{Role: stm.User, Content: SummaryPrefix + text})
 	return Result{
 		Removed: len(idx), TokensBefore: before, TokensAfter: rt.Context.Tokens(),
 		Content: toJSON(map[string]any{"status": "success", "summarized_messages": len(idx), "tokens_before": before, "tokens_after": rt.Context.Tokens()}),
@@ -425,7 +426,7 @@ func (rt *Runtime) filter(ctx context.Context, a args) (Result, error) {
 		}
 	}
 	before := rt.Context.Tokens()
-	removed := rt.Context.Remove(func(i int, _ stm.Message) bool { return drop[i] })
+	removed := rt.Context.Remove(func(i int, _ chat.Message) bool { return drop[i] })
 	return Result{
 		Removed: removed, TokensBefore: before, TokensAfter: rt.Context.Tokens(),
 		Content: toJSON(map[string]any{"status": "success", "removed_messages": removed, "tokens_before": before, "tokens_after": rt.Context.Tokens()}),

@@ -13,8 +13,7 @@ import (
 
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/sft"
@@ -29,15 +28,15 @@ type coin struct {
 	p float64
 }
 
-func (c coin) Complete(_ context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	last := msgs[len(msgs)-1].Content
+func (c coin) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	last := req.Messages[len(req.Messages)-1].Content
 	switch {
 	case !strings.HasPrefix(last, "Question:"):
-		return memtools.Completion{Text: "<think>Noted.</think>\n<answer>Noted.</answer>"}, nil
+		return llm.Reply("<think>Noted.</think>\n<answer>Noted.</answer>"), nil
 	case c.r.Float64() < c.p:
-		return memtools.Completion{Text: "<think>I can answer.</think>\n<answer>yes</answer>"}, nil
+		return llm.Reply("<think>I can answer.</think>\n<answer>yes</answer>"), nil
 	}
-	return memtools.Completion{Text: "I am not sure."}, nil
+	return llm.Reply("I am not sure."), nil
 }
 
 // TestGRPORaisesTheMeanReward is the CI-sized integration test: a micro

@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/kernels/cpu"
-	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/rl/rollout"
@@ -21,9 +22,9 @@ type shout struct{ tasks int }
 
 func (s shout) Len() int { return s.tasks }
 
-func (shout) Play(ctx context.Context, pol memtools.Policy, _ int, _ uint64) (string, error) {
-	c, err := pol.Complete(ctx, []stm.Message{{Role: stm.User, Content: "Shout!"}})
-	return c.Text, err
+func (shout) Play(ctx context.Context, pol llm.Model, _ int, _ uint64) (string, error) {
+	c, err := pol.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: stm.User, Content: "Shout!"}}})
+	return c.Message.Content, err
 }
 
 // exclamations rewards each '!' of the reply.
@@ -71,9 +72,9 @@ type gatedReply struct {
 
 func (g gated) Len() int { return g.tasks }
 
-func (gated) Play(ctx context.Context, pol memtools.Policy, task int, _ uint64) (gatedReply, error) {
-	c, err := pol.Complete(ctx, []stm.Message{{Role: stm.User, Content: "Shout!"}})
-	return gatedReply{task, c.Text}, err
+func (gated) Play(ctx context.Context, pol llm.Model, task int, _ uint64) (gatedReply, error) {
+	c, err := pol.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: stm.User, Content: "Shout!"}}})
+	return gatedReply{task, c.Message.Content}, err
 }
 
 type gatedReward struct{}

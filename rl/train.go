@@ -18,7 +18,8 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/kernels"
-	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/lora"
@@ -153,25 +154,32 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		step := n - 1
 		// Rollouts with the current weights.
 		learner.SyncHost()
-		var pols []memtools.BatchPolicy
-		engines, err := rolloutEngines(o.Device, learner, p.W)
+		models, err := rolloutEngines(o.Device, learner, p.W)
 		if err != nil {
 			return nil, "", err
 		}
-		for _, m := range engines {
-			pol := engine.NewGenerator(m, tok, engine.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget})
-			pol.Template, pol.KVBudget = tmpl, rc.KVBudget
+		var pols []llm.Model
+		var engines []*native.Engine
+		for _, m := range models {
+			eo := engine.Options{PrefixBudget: -1}
+			if rc.KVBudget > 0 {
+				// The pool always holds one whole sequence, so that a
+				// conversation larger than the budget still runs (alone).
+				eo.KVBudget = max(rc.KVBudget, m.MaxPositions+engine.KVBlock)
+			}
 			if rc.PrefixCache {
 				// Each rollout's calls resend its growing context: keep
 				// one cache per rollout for this step's weights (within
 				// the KV budget, when there is one).
-				keep := rc.BatchTasks * rc.K * m.MaxPositions
+				eo.PrefixBudget = rc.BatchTasks * rc.K * m.MaxPositions
 				if rc.KVBudget > 0 {
-					keep = min(keep, rc.KVBudget)
+					eo.PrefixBudget = min(eo.PrefixBudget, rc.KVBudget)
 				}
-				pol.Prefixes = engine.NewPrefixCache(keep)
 			}
-			pols = append(pols, pol)
+			e := native.New(m, tok, tmpl, native.Options{Sampling: llm.Sampling{MaxTokens: o.ResponseBudget}, Engine: eo})
+			defer e.Close()
+			engines = append(engines, e)
+			pols = append(pols, e)
 		}
 		st := StepStats{Step: n, Parts: map[string]float64{}}
 		var pl played
@@ -186,12 +194,9 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			st.Parts[k] /= float64(pl.rollouts)
 		}
 		st.ComputedTokens = st.RolloutTokens
-		for _, p := range pols {
-			g := p.(*engine.Generator)
-			if pc := g.Prefixes; pc != nil {
-				st.ComputedTokens -= int(pc.Reused)
-			}
-			kv := g.KV()
+		for _, e := range engines {
+			st.ComputedTokens -= int(e.Batching().Prefixes().Reused)
+			kv := e.Batching().KV()
 			st.KVPeak, st.Recomputed = max(st.KVPeak, kv.Peak*engine.KVBlock), st.Recomputed+kv.Preempted
 		}
 		adv, err := grpo.GroupAdvantages(pl.rewards, rc.K, rc.Eps, rc.ScaleRewards)
@@ -295,11 +300,12 @@ type played struct {
 // and keeps the groups rl.filter_groups lets through, up to rl.batch_tasks
 // in all. Round 0 draws the tasks and seeds a run without filtering always
 // drew, so turning the filter on changes nothing else.
-func playRound[R any](ctx context.Context, o Options[R], pols []memtools.BatchPolicy, step, round, n int, t0 time.Time,
+func playRound[R any](ctx context.Context, o Options[R], pols []llm.Model, step, round, n int, t0 time.Time,
 	perRollout *train.Metrics, pl *played, st *StepStats) error {
 	rc := o.Config
 	tasks := tasksFor(o.Env.Len(), step*rc.MaxRounds+round, rc.BatchTasks, o.Seed)
-	rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step) ^ uint64(round)<<56,
+	sampling := llm.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget}
+	rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step) ^ uint64(round)<<56, Sampling: &sampling,
 		EpisodeSeed: func(i int) uint64 { return uint64(step*100000+i) ^ uint64(round)<<40 }, Done: rolloutProgress(o.Log, o.TTY, n, t0)})
 	if err != nil {
 		return err

@@ -119,7 +119,7 @@ func TestUpdateWithoutReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var ref *train.Model
+			var ref *train.Policy
 			if withRef {
 				if ref, err = train.Open(other, lora.Options{}, 0); err != nil {
 					t.Fatal(err)

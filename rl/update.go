@@ -44,7 +44,7 @@ func rolloutEngines(be kernels.Backend, l train.Learner, w *train.Weights[float3
 
 // update runs rl.epochs passes over the step's experiences in
 // rl.minibatches optimiser steps each.
-func update(tr *train.Optimizer, l train.Learner, ref *train.Model, exps []rollout.Experience, adv []float64, rc Config, obj train.PolicyLoss, st *StepStats) error {
+func update(tr *train.Optimizer, l train.Learner, ref *train.Policy, exps []rollout.Experience, adv []float64, rc Config, obj train.PolicyLoss, st *StepStats) error {
 	if len(exps) == 0 {
 		return nil
 	}

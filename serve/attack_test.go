@@ -28,7 +28,7 @@ func TestContextLengthExceeded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(with(c.options(), func(o *Options) { o.Policy, o.Store = pol, db }))
+	s, err := New(with(c.options(), func(o *Options) { o.Native, o.Store = pol, db }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/engine"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // chatResponse is a chat.completion object; AgeMem adds the agent loop's
@@ -164,7 +165,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		if extra != "" {
 			sys += "\n\n" + extra
 		}
-		cctx.Append(stm.Message{Role: stm.System, Content: sys})
+		cctx.Append(chat.Message{Role: stm.System, Content: sys})
 		cctx.Append(turn...)
 	}
 	if cctx.Tokens() > g.MaxPromptTokens {
@@ -175,6 +176,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		return errInvalid("messages", "context_length_exceeded",
 			fmt.Sprintf("this model's maximum context length is %d tokens; the messages hold %d and the response may take %d (max_tokens)", n, cctx.Tokens(), g.MaxTokens))
 	}
+	g.Namespace = ns
 	rt := &memtools.Runtime{Store: st, Context: cctx, Embedder: s.enc, Summarizer: s.summarizer(), Options: s.tools}
 	lim := s.agent.Limits()
 	info := &traceInfo{SessionID: req.SessionID, SessionReset: reset, Namespace: ns}
@@ -193,10 +195,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		// used to leave it waiting forever.
 		defer stream.stop()
 		g.Progress = stream.progress
-		pol := &stepPolicy{inner: s.be.Policy(g), stream: stream}
+		pol := &stepPolicy{inner: requestModel{s.be, g}, stream: stream}
 		tr, err = memtools.Run(r.Context(), pol, rt, lim)
 	} else {
-		tr, err = memtools.Run(r.Context(), s.be.Policy(g), rt, lim)
+		tr, err = memtools.Run(r.Context(), requestModel{s.be, g}, rt, lim)
 	}
 	s.account(tr)
 	info.Steps, info.ContextTokens = steps(tr), cctx.Tokens()
@@ -239,7 +241,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 // agent.max_steps on well-formed tool calls answers with finish_reason
 // "length", as a response cut by max_tokens does.
 func outcome(tr memtools.Trace, err error) *apiError {
-	var tooLong *engine.PromptTooLongError
+	var tooLong *llm.PromptTooLongError
 	switch {
 	case err == nil && !tr.HasAnswer && tr.FormatErrors > 0:
 		return &apiError{Status: http.StatusUnprocessableEntity, Type: "invalid_model_output", Code: "tool_format_error",
@@ -287,8 +289,8 @@ func (s *Server) account(tr memtools.Trace) {
 func usageOf(tr memtools.Trace) usage {
 	var u usage
 	for _, st := range tr.Steps {
-		u.PromptTokens += st.Completion.PromptTokens
-		u.CompletionTokens += st.Completion.CompletionTokens
+		u.PromptTokens += st.Response.PromptTokens
+		u.CompletionTokens += st.Response.CompletionTokens
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u
@@ -297,7 +299,7 @@ func usageOf(tr memtools.Trace) usage {
 func steps(tr memtools.Trace) []traceStep {
 	out := make([]traceStep, len(tr.Steps))
 	for i, st := range tr.Steps {
-		out[i] = traceStep{Response: st.Completion.Text, FormatErrors: st.Parsed.Errors}
+		out[i] = traceStep{Response: st.Response.Message.Content, FormatErrors: st.Parsed.Errors}
 		for j, c := range st.Parsed.Calls {
 			tc := traceCall{Name: c.Name, Arguments: c.Arguments}
 			if j < len(st.Results) {

@@ -16,7 +16,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // chatRequest is the subset of OpenAI's chat-completions request the server
@@ -159,7 +159,7 @@ func (s *Server) validate(req *chatRequest) (Gen, *apiError) {
 // conversation splits the request's messages into extra system text and
 // the turn messages, checking roles. A "developer" message counts as
 // system, as in OpenAI's API.
-func conversation(msgs []chatMessage) (system string, turn []stm.Message, aerr *apiError) {
+func conversation(msgs []chatMessage) (system string, turn []chat.Message, aerr *apiError) {
 	var sys []string
 	for i, m := range msgs {
 		text, err := m.text()
@@ -170,7 +170,7 @@ func conversation(msgs []chatMessage) (system string, turn []stm.Message, aerr *
 		case "system", "developer":
 			sys = append(sys, text)
 		case "user", "assistant":
-			turn = append(turn, stm.Message{Role: m.Role, Content: text})
+			turn = append(turn, chat.Message{Role: m.Role, Content: text})
 		default:
 			return "", nil, errInvalid(fmt.Sprintf("messages[%d].role", i), "invalid_role",
 				fmt.Sprintf("role %q is not system, developer, user or assistant (the server runs the tools itself)", m.Role))
@@ -188,7 +188,7 @@ func conversation(msgs []chatMessage) (system string, turn []stm.Message, aerr *
 // newTurn is what a session appends from a request: the messages after the
 // last assistant message (clients that resend the whole history send the
 // new turn last).
-func newTurn(turn []stm.Message) []stm.Message {
+func newTurn(turn []chat.Message) []chat.Message {
 	for i := len(turn) - 1; i >= 0; i-- {
 		if turn[i].Role == "assistant" {
 			return turn[i+1:]

@@ -12,9 +12,11 @@ import (
 
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/engine"
+	"github.com/agemem/agemem/model/qwen"
 )
 
 // BenchmarkServeLoad is the load test: 32 clients on loopback for
@@ -56,7 +58,7 @@ func BenchmarkServeLoad(b *testing.B) {
 		c := cfg
 		c.Serve.MaxBatch, c.Serve.KVBudget = maxBatch, kvBudget
 		c.Memory.Path = filepath.Join(b.TempDir(), "m.db")
-		p, err := engine.LoadGenerator(cpu.New(), dir, "", engine.Sampling{MaxTokens: c.Agent.ResponseBudget})
+		p, err := native.Open(cpu.New(), dir, "", qwen.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -65,7 +67,7 @@ func BenchmarkServeLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer db.Close()
-		s, err := New(with(c.options(), func(o *Options) { o.Policy, o.Store = p, db }))
+		s, err := New(with(c.options(), func(o *Options) { o.Native, o.Store = p, db }))
 		if err != nil {
 			b.Fatal(err)
 		}

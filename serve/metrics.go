@@ -3,6 +3,7 @@ package serve
 import (
 	"strconv"
 
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/model/engine"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,8 +63,8 @@ func (m *metrics) step(seqs, _ int) { m.batch.Observe(float64(seqs)) }
 
 // kv is the native backend's paged KV pool's figures (zeros without one).
 func (s *Server) kv() engine.KVStats {
-	if b, ok := s.be.(*Batched); ok {
-		return b.Scheduler.KV()
+	if e, ok := s.be.(*native.Engine); ok {
+		return e.Batching().KV()
 	}
 	return engine.KVStats{}
 }

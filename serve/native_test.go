@@ -12,9 +12,12 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -22,7 +25,7 @@ import (
 )
 
 // randomPolicy is a random tiny Qwen3 with the real Qwen3 tokenizer.
-func randomPolicy(t testing.TB) *engine.Generator {
+func randomPolicy(t testing.TB) *native.Checkpoint {
 	t.Helper()
 	p := testkit.QwenTokenizer(t)
 	if _, err := os.Stat(p); err != nil {
@@ -42,7 +45,7 @@ func randomPolicy(t testing.TB) *engine.Generator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return engine.NewGenerator(m, tok, engine.Sampling{MaxTokens: 16})
+	return &native.Checkpoint{Model: m, Tokenizer: tok, Template: chat.Qwen3}
 }
 
 // The native backend over HTTP: concurrent requests share decoding steps,
@@ -67,7 +70,7 @@ func TestKVBudgetBelowARequestIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	_, err = New(with(c.options(), func(o *Options) { o.Policy, o.Store = randomPolicy(t), db }))
+	_, err = New(with(c.options(), func(o *Options) { o.Native, o.Store = randomPolicy(t), db }))
 	if err == nil || !strings.Contains(err.Error(), "serve.kv_budget 1000 is below a request's largest prompt (1000") {
 		t.Fatalf("%v", err)
 	}
@@ -85,7 +88,7 @@ func testNativeBackend(t *testing.T, budget int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(with(c.options(), func(o *Options) { o.Policy, o.Store = pol, db }))
+	s, err := New(with(c.options(), func(o *Options) { o.Native, o.Store = pol, db }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +106,8 @@ func testNativeBackend(t *testing.T, budget int) {
 	}
 	wg.Wait()
 	sys, _ := memtools.SystemPromptFor("compact")
+	alone := pol.Start(native.Options{})
+	defer alone.Close()
 	for i, r := range replies {
 		if r.Status != 422 || r.errorCode(t) != "tool_format_error" {
 			t.Fatalf("request %d: %d %s", i, r.Status, r.Body)
@@ -117,14 +122,13 @@ func testNativeBackend(t *testing.T, budget int) {
 		if len(steps) != 2 {
 			t.Fatalf("request %d: %d steps", i, len(steps))
 		}
-		alone := *pol
-		alone.Sampling.Temperature, alone.Sampling.TopP, alone.Sampling.MaxTokens, alone.Sampling.Seed = 0, 1, 12, uint64(100+i)
-		want, err := alone.Complete(context.Background(), []stm.Message{{Role: stm.System, Content: sys}, {Role: stm.User, Content: "Where was Marla born? " + strconv.Itoa(i)}})
+		want, err := alone.Chat(context.Background(), llm.Request{Messages: []chat.Message{{Role: stm.System, Content: sys}, {Role: stm.User, Content: "Where was Marla born? " + strconv.Itoa(i)}},
+			Sampling: &llm.Sampling{TopP: 1, MaxTokens: 12, Seed: uint64(100 + i)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if steps[0].Response != want.Text {
-			t.Fatalf("request %d: served %q, the policy alone %q", i, steps[0].Response, want.Text)
+		if steps[0].Response != want.Message.Content {
+			t.Fatalf("request %d: served %q, the policy alone %q", i, steps[0].Response, want.Message.Content)
 		}
 	}
 	m := string(do(t, "GET", ts.URL+"/metrics", "", nil).Body)

@@ -12,6 +12,7 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/agemem/agemem/llm/ollama"
+	"github.com/agemem/agemem/memtools"
 )
 
 // ollamaChat is a stand-in Ollama whose model stores what the user says
@@ -67,7 +68,8 @@ func TestOllamaBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be := &Ollama{Base: c.Ollama.Generator(client, c.Agent, "qwen3:4b", ollama.Tools)}
+	m := c.Ollama.ChatModel(client, "qwen3:4b", false, c.Agent.ContextBudget, c.Agent.ResponseBudget)
+	be := Remote{Model: memtools.FunctionCalling{Model: m}, Context: m.NumCtx}
 	ts := start(t, c, be)
 
 	got, resp := answer(t, ts, aliceKey, "", "My cat is called Tabby.")
@@ -94,7 +96,7 @@ func TestOllamaBackend(t *testing.T) {
 		t.Errorf("request temperature not passed through: %v", o)
 	}
 
-	be.Base.Model = "qwen3:14b"
+	m.Name = "qwen3:14b"
 	r = do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", "hello"))
 	if r.Status != http.StatusBadGateway || r.errorCode(t) != "backend_unavailable" || !strings.Contains(string(r.Body), "ollama pull qwen3:14b") {
 		t.Fatalf("missing model: %d %s", r.Status, r.Body)
@@ -103,12 +105,12 @@ func TestOllamaBackend(t *testing.T) {
 	dead := ln.Addr().String()
 	ln.Close()
 	down, _ := ollama.New(dead, nil)
-	be.Base.Client, be.Base.Model = down, "qwen3:4b"
+	m.Client, m.Name = down, "qwen3:4b"
 	r = do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("", "hello"))
 	if r.Status != http.StatusBadGateway || !strings.Contains(string(r.Body), "cannot reach Ollama at http://"+dead) {
 		t.Fatalf("Ollama down: %d %s", r.Status, r.Body)
 	}
-	be.Base.Client = client
+	m.Client = client
 	if got, _ := answer(t, ts, aliceKey, "", "Back again."); got != "Stored it for later." {
 		t.Fatalf("after the errors: %q", got)
 	}

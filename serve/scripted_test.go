@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
 )
@@ -32,14 +33,6 @@ func newScripted() *scripted { return &scripted{gate: make(chan struct{})} }
 func (s *scripted) Count(text string) int { return stm.Words{}.Count(text) }
 func (s *scripted) Close()                {}
 func (s *scripted) ContextLength() int    { return s.positions }
-func (s *scripted) Policy(g Gen) memtools.Policy {
-	return scriptedPolicy{s, g}
-}
-
-type scriptedPolicy struct {
-	s *scripted
-	g Gen
-}
 
 func think(text string) string { return "<think>" + text + "</think>\n" }
 
@@ -50,15 +43,15 @@ func toolCall(name string, args map[string]any) string {
 
 func answerText(a string) string { return think("answer") + "<answer>" + a + "</answer>" }
 
-func (p scriptedPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	last := msgs[len(msgs)-1]
-	if p.s.calls != nil {
-		p.s.calls <- last.Content
+func (s *scripted) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	last := req.Messages[len(req.Messages)-1]
+	if s.calls != nil {
+		s.calls <- last.Content
 	}
 	var user string
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == stm.User {
-			user = msgs[i].Content
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == stm.User {
+			user = req.Messages[i].Content
 			break
 		}
 	}
@@ -80,7 +73,7 @@ func (p scriptedPolicy) Complete(ctx context.Context, msgs []stm.Message) (memto
 		out = toolCall(memtools.ToolFilter, map[string]any{"criteria": strings.TrimPrefix(user, "Forget: ")})
 	case user == "History?":
 		var us []string
-		for _, m := range msgs {
+		for _, m := range req.Messages {
 			if m.Role == stm.User {
 				us = append(us, m.Content)
 			}
@@ -88,26 +81,28 @@ func (p scriptedPolicy) Complete(ctx context.Context, msgs []stm.Message) (memto
 		out = answerText(strings.Join(us, " | "))
 	case user == "Wait":
 		select {
-		case <-p.s.gate:
+		case <-s.gate:
 		case <-ctx.Done():
-			return memtools.Completion{}, ctx.Err()
+			return llm.Response{}, ctx.Err()
 		}
 		out = answerText("waited")
 	default:
 		out = answerText("echo: " + user)
 	}
-	if p.g.Progress != nil {
+	if req.OnText != nil {
 		// Stream the response in pieces as a model would.
 		for i := 1; i <= len(out); i += 7 {
 			piece := out[:i]
-			p.g.Progress(func() string { return piece })
+			req.OnText(func() string { return piece })
 			time.Sleep(time.Millisecond)
 		}
-		p.g.Progress(func() string { return out })
+		req.OnText(func() string { return out })
 	}
 	n := 0
-	for _, m := range msgs {
+	for _, m := range req.Messages {
 		n += stm.Words{}.Count(m.Content)
 	}
-	return memtools.Completion{Text: out, PromptTokens: n, CompletionTokens: stm.Words{}.Count(out), FinishReason: "stop"}, nil
+	r := llm.Reply(out)
+	r.PromptTokens, r.CompletionTokens, r.FinishReason = n, stm.Words{}.Count(out), "stop"
+	return r, nil
 }

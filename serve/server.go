@@ -18,11 +18,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/papers/memtool"
 )
+
+// prefillChunk bounds the prompt tokens a request feeds in one decoding
+// step, so that a long new prompt delays the answers already streaming by
+// at most one chunk.
+const prefillChunk = 512
 
 // Options assemble a server.
 type Options struct {
@@ -32,10 +41,10 @@ type Options struct {
 	Agent     memtools.Agent
 	Tools     memtools.Options
 	Namespace string
-	// Backend is the policy; or Policy, which New serves through a
-	// continuous-batching scheduler (serve.max_batch).
+	// Backend is the policy; or Native, a checkpoint New serves on the
+	// native engine (serve.max_batch, prefix_cache, kv_budget).
 	Backend  Backend
-	Policy   *engine.Generator
+	Native   *native.Checkpoint
 	Store    *ltm.SQLite
 	Embedder embed.Embedder
 	// Summarizer, if set, replaces the extractive summariser of
@@ -75,7 +84,7 @@ type Server struct {
 
 // New checks the options and builds the routes.
 func New(o Options) (*Server, error) {
-	if (o.Backend == nil && o.Policy == nil) || o.Store == nil || o.Embedder == nil {
+	if (o.Backend == nil && o.Native == nil) || o.Store == nil || o.Embedder == nil {
 		return nil, errors.New("serve: a policy, a store and an embedder are required")
 	}
 	sys, err := memtools.SystemPromptWith(o.Agent.SystemPrompt, o.Tools.Offered())
@@ -108,9 +117,17 @@ func New(o Options) (*Server, error) {
 		if sv.KVBudget > 0 && sv.KVBudget < prompt+resp {
 			return nil, fmt.Errorf("serve.kv_budget %d is below a request's largest prompt (%d: serve.max_prompt_tokens, else agent.context_budget) plus its max tokens (%d: serve.max_tokens, else agent.response_budget): such a request could never run; raise kv_budget or lower those", sv.KVBudget, prompt, resp)
 		}
-		if s.be, err = NewBatched(o.Policy, sv.MaxBatch, sys, sv.PrefixCache, sv.KVBudget, s.metrics.step); err != nil {
+		budget := sv.PrefixCache
+		if budget == 0 {
+			budget = -1
+		}
+		e := o.Native.Start(native.Options{Sampling: llm.Sampling{MaxTokens: s.agent.ResponseBudget},
+			Engine: engine.Options{MaxBatch: sv.MaxBatch, PrefillChunk: prefillChunk, PrefixBudget: budget, KVBudget: sv.KVBudget, OnStep: s.metrics.step}})
+		if err := e.SharePrefix([]chat.Message{{Role: stm.System, Content: sys}}); err != nil {
+			e.Close()
 			return nil, err
 		}
+		s.be = e
 	}
 	if len(kr.keys) == 0 {
 		log.Warn("no API keys configured: the server is open and every request uses one namespace",

@@ -26,7 +26,7 @@ func BenchmarkServeSession(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer db.Close()
-		s, err := New(with(c.options(), func(o *Options) { o.Policy, o.Store = pol, db }))
+		s, err := New(with(c.options(), func(o *Options) { o.Native, o.Store = pol, db }))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"unicode"
 
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
 )
 
 // errAnswerCut ends a streamed loop whose step sent answer text but did not
@@ -234,17 +234,17 @@ func (st *sseStream) fail(e *apiError) {
 
 // stepPolicy marks the step boundaries of a streamed loop.
 type stepPolicy struct {
-	inner  memtools.Policy
+	inner  llm.Model
 	stream *sseStream
 }
 
-func (p *stepPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+func (p *stepPolicy) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
 	if err := p.stream.step(); err != nil {
-		return memtools.Completion{}, err
+		return llm.Response{}, err
 	}
-	c, err := p.inner.Complete(ctx, msgs)
+	c, err := p.inner.Chat(ctx, req)
 	if err == nil {
-		p.stream.settle(c.Text)
+		p.stream.settle(c.Message.Content)
 	}
 	return c, err
 }

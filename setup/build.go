@@ -18,18 +18,18 @@ import (
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/env/pretrain"
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/llm/openai"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/bert"
-	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/engine"
-	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -135,18 +135,18 @@ func NewHelpers(ctx context.Context, cfg Config) (Helpers, error) {
 		if err := c.HasModel(ctx, cfg.Tools.SummarizerModel); err != nil {
 			return h, fmt.Errorf("tools.summarizer_model: %w", err)
 		}
-		p := cfg.Ollama.Generator(c, cfg.Agent, cfg.Tools.SummarizerModel, ollama.Chat)
-		p.Temperature = 0
-		h.Summarizer = memtools.PolicySummarizer{Policy: p}
+		m := cfg.Ollama.ChatModel(c, cfg.Tools.SummarizerModel, false, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget)
+		m.Sampling.Temperature = 0
+		h.Summarizer = memtools.ModelSummarizer{Model: m}
 	}
 	if cfg.Tools.Summarizer == "openai" {
 		c, err := cfg.OpenAI.Connect()
 		if err != nil {
 			return h, err
 		}
-		p := cfg.OpenAI.Generator(c, cfg.Tools.SummarizerModel, openai.Chat, cfg.Agent.ResponseBudget)
-		p.Temperature = 0
-		h.Summarizer = memtools.PolicySummarizer{Policy: p}
+		m := cfg.OpenAI.ChatModel(c, cfg.Tools.SummarizerModel, cfg.Agent.ResponseBudget)
+		m.Sampling.Temperature = 0
+		h.Summarizer = memtools.ModelSummarizer{Model: m}
 	}
 	return h, nil
 }
@@ -172,7 +172,7 @@ func Runtime(cfg Config, h Helpers, tok stm.Tokenizer) func(seed uint64) *memtoo
 	}
 	return func(seed uint64) *memtools.Runtime {
 		return h.Apply(&memtools.Runtime{
-			Store:      ltm.NewMemory(seed),
+			Store:      ltm.NewMemStore(seed),
 			Context:    stm.New(tok),
 			Embedder:   cfg.Embed.Hashing(),
 			Summarizer: memtools.Extractive{MaxTokens: cfg.Tools.SummaryMaxTokens, Tokenizer: tok},
@@ -204,7 +204,7 @@ func Reward(ctx context.Context, cfg Config, h Helpers) (reward.Composite, error
 	if r.Judge == "em" {
 		j.Task = reward.EMJudge{}
 	}
-	set := func(p memtools.Policy, name string) {
+	set := func(p llm.Model, name string) {
 		if r.Judge == name {
 			j.Task = reward.LLMJudge{Policy: p}
 		}
@@ -216,7 +216,7 @@ func Reward(ctx context.Context, cfg Config, h Helpers) (reward.Composite, error
 		}
 	}
 	if r.Uses("policy") {
-		pol, err := engine.LoadGenerator(cpu.New(), cfg.RL.Init, "", engine.Sampling{MaxTokens: 16})
+		pol, err := native.Load(cpu.New(), cfg.RL.Init, "", native.Options{Sampling: llm.Sampling{MaxTokens: 16}}, qwen.Options{})
 		if err != nil {
 			return reward.Composite{}, fmt.Errorf("reward: a judge is policy: rl.init: %w", err)
 		}
@@ -230,18 +230,18 @@ func Reward(ctx context.Context, cfg Config, h Helpers) (reward.Composite, error
 		if err := c.HasModel(ctx, r.JudgeModel); err != nil {
 			return reward.Composite{}, fmt.Errorf("reward.judge_model: %w", err)
 		}
-		p := cfg.Ollama.Generator(c, cfg.Agent, r.JudgeModel, ollama.Chat)
-		p.Temperature, p.MaxTokens = 0, 64
-		set(p, "ollama")
+		m := cfg.Ollama.ChatModel(c, r.JudgeModel, false, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget)
+		m.Sampling.Temperature, m.Sampling.MaxTokens = 0, 64
+		set(m, "ollama")
 	}
 	if r.Uses("openai") {
 		c, err := cfg.OpenAI.Connect()
 		if err != nil {
 			return reward.Composite{}, err
 		}
-		p := cfg.OpenAI.Generator(c, r.JudgeModel, openai.Chat, 64)
-		p.Temperature = 0
-		set(p, "openai")
+		m := cfg.OpenAI.ChatModel(c, r.JudgeModel, 64)
+		m.Sampling.Temperature = 0
+		set(m, "openai")
 	}
 	return reward.Composite{Weights: r.Weights, Judges: j}, nil
 }
@@ -288,7 +288,7 @@ func grpoOptions[R any](cfg Config, e rollout.Env[R], rew rl.Reward[R], log io.W
 func SFT(cfg Config) sft.Options {
 	return sft.Options{Config: cfg.SFT, Model: cfg.Model.Path, LoRA: cfg.LoRA, Optim: cfg.Optim,
 		Learner: learnerOptions(cfg), Dtype: cfg.Model.SaveDtype(), Seed: uint64(cfg.Seed),
-		ResponseBudget: cfg.Agent.ResponseBudget, Copies: cfg.Pretrain, YAML: cfg.YAML()}
+		ResponseBudget: cfg.Agent.ResponseBudget, Copies: pretrain.CopySource(cfg.Pretrain), YAML: cfg.YAML(), WellFormed: memtools.WellFormed}
 }
 
 // Pretrain is pretrain.Run's options from the config (the caller adds
@@ -351,11 +351,11 @@ func MemToolLive(ctx context.Context, cfg Config, servers []agent.MCPServer) (*a
 	return kb, exec, closeAll, nil
 }
 
-// MemToolEnv is MemTool's Autonomous mode as an environment for a policy
-// of chat family tmpl: the training queries are memtool.train.queries, or
+// MemToolEnv is MemTool's Autonomous mode as an environment: the training
+// queries are memtool.train.queries, or
 // those of memtool.bench.queries after the benchmark's first
 // memtool.bench.turns, which stay held out.
-func MemToolEnv(ctx context.Context, cfg Config, tmpl chat.Template) (*memtool.Env, error) {
+func MemToolEnv(ctx context.Context, cfg Config) (*memtool.Env, error) {
 	c := cfg.MemTool
 	path := c.Train.Queries
 	if path == "" {
@@ -375,7 +375,7 @@ func MemToolEnv(ctx context.Context, cfg Config, tmpl chat.Template) (*memtool.E
 		}
 		qs = qs[c.Bench.Turns:]
 	}
-	e, err := memtool.NewEnv(c, kb, qs, tmpl)
+	e, err := memtool.NewEnv(c, kb, qs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -385,17 +385,45 @@ func MemToolEnv(ctx context.Context, cfg Config, tmpl chat.Template) (*memtool.E
 // MemToolGRPO is GRPO's options for MemTool's Autonomous mode
 // (agemem-train memtool train) on MemToolEnv.
 func MemToolGRPO(ctx context.Context, cfg Config, log io.Writer) (rl.Options[memtool.Episode], error) {
-	mc, err := qwen.LoadConfig(cfg.RL.Init)
-	if err != nil {
-		return rl.Options[memtool.Episode]{}, fmt.Errorf("rl.init: %w", err)
-	}
-	tmpl, err := chat.Detect(cfg.RL.Init, mc.ModelType)
-	if err != nil {
-		return rl.Options[memtool.Episode]{}, err
-	}
-	e, err := MemToolEnv(ctx, cfg, tmpl)
+	e, err := MemToolEnv(ctx, cfg)
 	if err != nil {
 		return rl.Options[memtool.Episode]{}, err
 	}
 	return grpoOptions[memtool.Episode](cfg, e, memtool.NewReward(cfg.MemTool.Train), log)
+}
+
+// OllamaPolicy is an AgeMem policy on the Ollama server, as the server
+// describes it (ollama.format: raw renders AgeMem's text here and keeps it
+// as written; tools drives the model's native function calling through
+// memtools.FunctionCalling), and the model itself (its context, for
+// serve).
+func OllamaPolicy(ctx context.Context, cfg Config, name string) (llm.Model, *ollama.Model, error) {
+	c, err := cfg.Ollama.Connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := cfg.Ollama.Described(ctx, c, name, cfg.Ollama.Format == "raw", cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Ollama.Format == "tools" {
+		return memtools.FunctionCalling{Model: m}, m, nil
+	}
+	return m, m, nil
+}
+
+// OpenAIPolicy is an AgeMem policy on the OpenAI-compatible server,
+// sampling as s says (openai.format: raw keeps AgeMem's text in the messages; tools drives
+// native function calling through memtools.FunctionCalling).
+func OpenAIPolicy(cfg Config, name string, s llm.Sampling) (llm.Model, error) {
+	c, err := cfg.OpenAI.Connect()
+	if err != nil {
+		return nil, err
+	}
+	m := cfg.OpenAI.ChatModel(c, name, cfg.Agent.ResponseBudget)
+	m.Sampling = s
+	if cfg.OpenAI.Format == "tools" {
+		return memtools.FunctionCalling{Model: m}, nil
+	}
+	return m, nil
 }

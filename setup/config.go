@@ -18,6 +18,7 @@ import (
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/env/pretrain"
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/llm/ollama"
 	"github.com/agemem/agemem/llm/openai"
@@ -25,7 +26,6 @@ import (
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
-	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/sft"

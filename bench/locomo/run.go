@@ -6,8 +6,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Turns lists a sample's turns in order with the text a retriever or a
@@ -97,7 +98,7 @@ const qaPrompt = "Based on the above context, write an answer in the form of a s
 
 // Answer asks m every question with a context: the whole conversation
 // (r nil: full-context) or the k retrieved turns.
-func Answer(ctx context.Context, m agent.Model, samples []Sample, r Retriever, k int, progress func(done, total int)) ([]Prediction, error) {
+func Answer(ctx context.Context, m llm.Model, samples []Sample, r Retriever, k int, progress func(done, total int)) ([]Prediction, error) {
 	total := 0
 	for _, s := range samples {
 		total += len(s.QA)
@@ -125,7 +126,7 @@ func Answer(ctx context.Context, m agent.Model, samples []Sample, r Retriever, k
 				}
 			}
 			msg := fmt.Sprintf("A conversation between %s and %s:\n\n%s\n\n"+qaPrompt, s.SpeakerA, s.SpeakerB, strings.Join(lines, "\n"), q.Question)
-			rep, err := m.Chat(ctx, []agent.Message{{Role: "user", Content: msg}}, nil)
+			rep, err := m.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: "user", Content: msg}}})
 			if err != nil {
 				return nil, fmt.Errorf("%s qa %d: %w", s.ID, i, err)
 			}

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // randomRetriever picks k turns at random: the floor retrieval must beat.
@@ -57,9 +58,9 @@ func TestRAGRecall(t *testing.T) {
 // echoModel answers with the last line of the context before the question.
 type echoModel struct{ prompts []string }
 
-func (e *echoModel) Chat(_ context.Context, msgs []agent.Message, _ []agent.Spec) (agent.Reply, error) {
-	e.prompts = append(e.prompts, msgs[0].Content)
-	return agent.Reply{Message: agent.Message{Content: " Not mentioned "}}, nil
+func (e *echoModel) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	e.prompts = append(e.prompts, req.Messages[0].Content)
+	return llm.Response{Message: chat.Message{Content: " Not mentioned "}}, nil
 }
 
 // TestAnswerPlumbing: every question is asked once with its context (all

@@ -8,7 +8,8 @@ import (
 	"math"
 	"strings"
 
-	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Instructions is NESTFUL's system prompt (MemToolAgent, Figure 18), the
@@ -111,9 +112,9 @@ type Result struct {
 }
 
 // Play asks the model for s's call sequence under system and scores it.
-func Play(ctx context.Context, m agent.Model, ex *Executor, s Sample, system string) (Run, error) {
+func Play(ctx context.Context, m llm.Model, ex *Executor, s Sample, system string) (Run, error) {
 	r := Run{ID: s.ID, Query: s.Input}
-	rep, err := m.Chat(ctx, []agent.Message{{Role: "system", Content: system}, {Role: "user", Content: s.Input}}, nil)
+	rep, err := m.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: "system", Content: system}, {Role: "user", Content: s.Input}}})
 	if err != nil {
 		if ctx.Err() != nil {
 			return r, ctx.Err()

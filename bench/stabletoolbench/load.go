@@ -13,6 +13,7 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/internal/jsonerr"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // collectionServer is one MCP server of a tool collection file, in the
@@ -61,7 +62,7 @@ func LoadCollection(path string) ([]agent.CatalogTool, error) {
 			if desc == "" {
 				desc = s.Description
 			}
-			out = append(out, agent.CatalogTool{Spec: specOf(t.Name, desc, agent.ParametersOrEmpty(t.InputSchema)), Server: s.Name, Category: s.Category})
+			out = append(out, agent.CatalogTool{Function: specOf(t.Name, desc, agent.ParametersOrEmpty(t.InputSchema)), Server: s.Name, Category: s.Category})
 		}
 	}
 	if len(out) == 0 {
@@ -164,7 +165,7 @@ func LoadQueries(path string) ([]Query, error) {
 			if a.ToolName == "" || a.APIName == "" {
 				return nil, fmt.Errorf("%s: api_list[%d] needs tool_name and api_name", where, j)
 			}
-			t := agent.CatalogTool{Spec: specOf(ToolBenchName(a.ToolName, a.APIName), apiDescription(a), apiSchema(a)),
+			t := agent.CatalogTool{Function: specOf(ToolBenchName(a.ToolName, a.APIName), apiDescription(a), apiSchema(a)),
 				Server: a.ToolName, Category: a.Category}
 			q.Tools = append(q.Tools, t)
 			names[[2]string{a.ToolName, a.APIName}] = t.Name
@@ -282,8 +283,8 @@ func apiSchema(a stbAPI) json.RawMessage {
 	return b
 }
 
-func specOf(name, desc string, params json.RawMessage) agent.Spec {
-	return agent.Spec{Name: name, Description: desc, Parameters: params}
+func specOf(name, desc string, params json.RawMessage) chat.Function {
+	return chat.Function{Name: name, Description: desc, Parameters: params}
 }
 
 // checkSchema accepts an absent schema or a JSON object.

@@ -12,6 +12,7 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/internal/jsonerr"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Query is a retrieval query with its judged tools (corpus ids).
@@ -105,7 +106,7 @@ func LoadToolRet(queriesPath, corpusPath string) (Dataset, error) {
 		if strings.TrimSpace(doc) == "" {
 			return ds, fmt.Errorf("%s: tool %q has no documentation or description", corpusPath, id)
 		}
-		ds.Tools = append(ds.Tools, agent.CatalogTool{Spec: agent.Spec{Name: id, Description: doc}, Server: r.Name})
+		ds.Tools = append(ds.Tools, agent.CatalogTool{Function: chat.Function{Name: id, Description: doc}, Server: r.Name})
 	}
 	ds.nameTools()
 	qrecs, err := readRecords(queriesPath)

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Prompt is WorkBench's system prompt (the date, the time and the meeting
@@ -35,7 +37,7 @@ func (s *Sandbox) Toolset(only []string, record func(Action)) (*agent.Toolset, e
 		}
 		schema, _ := json.Marshal(map[string]any{"type": "object", "properties": props, "additionalProperties": false})
 		name := t.Name
-		err := ts.Add(agent.Tool{Spec: agent.Spec{Name: name, Description: t.Description, Parameters: schema},
+		err := ts.Add(agent.Tool{Function: chat.Function{Name: name, Description: t.Description, Parameters: schema},
 			Call: func(_ context.Context, raw json.RawMessage) (string, error) {
 				a, err := actionOf(name, raw)
 				if err != nil {
@@ -113,7 +115,7 @@ type Run struct {
 // Play runs model on one task with the given system prompt, in a fresh
 // sandbox, and scores its actions against the gold ones. without are tools
 // left out of the model's tool set.
-func (d *Data) Play(ctx context.Context, m agent.Model, task Task, system string, lim agent.Limits, without ...string) (Run, error) {
+func (d *Data) Play(ctx context.Context, m llm.Model, task Task, system string, lim agent.Limits, without ...string) (Run, error) {
 	s := d.New()
 	var acts []string
 	var only []string
@@ -128,7 +130,7 @@ func (d *Data) Play(ctx context.Context, m agent.Model, task Task, system string
 	if err != nil {
 		return Run{}, err
 	}
-	msgs := []agent.Message{{Role: "system", Content: system}, {Role: "user", Content: task.Query}}
+	msgs := []chat.Message{{Role: "system", Content: system}, {Role: "user", Content: task.Query}}
 	tr, err := agent.Run(ctx, m, ts, msgs, lim)
 	r := Run{Task: task, Query: task.Query, Actions: acts, Trace: tr}
 	for _, st := range tr.Steps {

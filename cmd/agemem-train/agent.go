@@ -11,11 +11,12 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/llm/ollama"
-	"github.com/agemem/agemem/llm/openai"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/setup"
 )
@@ -102,11 +103,11 @@ Prints the trace (--json for machines).`,
 					return err
 				}
 			}
-			var msgs []agent.Message
+			var msgs []chat.Message
 			if system != "" {
-				msgs = append(msgs, agent.Message{Role: "system", Content: system})
+				msgs = append(msgs, chat.Message{Role: "system", Content: system})
 			}
-			msgs = append(msgs, agent.Message{Role: "user", Content: prompt})
+			msgs = append(msgs, chat.Message{Role: "user", Content: prompt})
 			tr, err := agent.Run(ctx, m, ts, msgs, agent.Limits{MaxSteps: maxSteps})
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -154,37 +155,35 @@ func printAgentTrace(w io.Writer, tools []string, tr agent.Trace) {
 	}
 }
 
-// chatModel is the agent.Model the flags name: a local checkpoint on the
+// chatModel is the llm.Model the flags name: a local checkpoint on the
 // built-in engine (native), else the model on the OpenAI-compatible server.
 // A native model stays loaded for the process's life.
-func chatModel(cmd *cobra.Command, cfg setup.Config, model, native, dev string) (agent.Model, error) {
-	return chatModels(cmd, cfg, model, native, dev, 1)
+func chatModel(cmd *cobra.Command, cfg setup.Config, model, dir, dev string) (llm.Model, error) {
+	return chatModels(cmd, cfg, model, dir, dev, 1)
 }
 
-// nativeGenerator loads a local checkpoint on the --device's backend,
-// sampling agent.response_budget tokens a reply.
-func nativeGenerator(cmd *cobra.Command, cfg setup.Config, native, dev string) (*engine.Generator, error) {
+// nativeEngine loads a local checkpoint on the --device's backend,
+// answering greedily up to agent.response_budget tokens a reply, parallel
+// calls decoding in shared steps, each conversation's prefix kept for its
+// next call.
+func nativeEngine(cmd *cobra.Command, cfg setup.Config, dir, dev string, parallel int) (*native.Engine, error) {
 	be, err := device.Open(dev, cmd.ErrOrStderr())
 	if err != nil {
 		return nil, err
 	}
-	return engine.LoadGenerator(be, native, "", engine.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+	cp, err := native.Open(be, dir, "", cfg.Model.Generation())
+	if err != nil {
+		return nil, err
+	}
+	return cp.Start(native.Options{Sampling: llm.Sampling{MaxTokens: cfg.Agent.ResponseBudget},
+		Engine: engine.Options{MaxBatch: parallel, PrefixBudget: max(parallel, 1) * cp.Model.MaxPositions}}), nil
 }
 
-// chatModels is chatModel for parallel agents: on the native engine, more
-// than one puts their calls on a continuous-batching scheduler, so that they
-// decode together.
-func chatModels(cmd *cobra.Command, cfg setup.Config, model, native, dev string, parallel int) (agent.Model, error) {
-	if native != "" {
-		g, err := nativeGenerator(cmd, cfg, native, dev)
-		if err != nil {
-			return nil, err
-		}
-		if parallel > 1 {
-			return engine.ChatModel{Generator: g, Scheduler: engine.NewScheduler(g.Model, g.Tokenizer, engine.SchedulerOptions{MaxBatch: parallel})}, nil
-		}
-		g.Prefixes = engine.NewPrefixCache(g.Model.MaxPositions)
-		return engine.ChatModel{Generator: g}, nil
+// chatModels is chatModel for parallel agents: on the native engine their
+// calls decode together.
+func chatModels(cmd *cobra.Command, cfg setup.Config, model, dir, dev string, parallel int) (llm.Model, error) {
+	if dir != "" {
+		return nativeEngine(cmd, cfg, dir, dev, parallel)
 	}
 	if model == "" {
 		model = cfg.OpenAI.Model
@@ -202,13 +201,15 @@ func chatModels(cmd *cobra.Command, cfg setup.Config, model, native, dev string,
 		if err := cl.HasModel(cmd.Context(), name); err != nil {
 			return nil, err
 		}
-		return ollama.ChatModel{Generator: cfg.Ollama.Generator(cl, cfg.Agent, name, ollama.Chat)}, nil
+		return cfg.Ollama.ChatModel(cl, name, false, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget), nil
 	}
 	cl, err := cfg.OpenAI.Connect()
 	if err != nil {
 		return nil, err
 	}
-	return &openai.ChatModel{Client: cl, Model: model, MaxTokens: cfg.Agent.ResponseBudget}, nil
+	m := cfg.OpenAI.ChatModel(cl, model, cfg.Agent.ResponseBudget)
+	m.Sampling.Temperature, m.Sampling.TopP = 0, 0 // an agent answers greedily
+	return m, nil
 }
 
 // mcpFlags are the MCP servers a command takes beside the config's

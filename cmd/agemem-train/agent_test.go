@@ -22,7 +22,7 @@ import (
 // planServer is an OpenAI-compatible server whose model makes the calls of
 // plan in order, one a turn, then answers "done: " + the last result; it
 // records the tools each request offered.
-func planServer(t *testing.T, plan []openai.ToolCall) (*httptest.Server, *[][]string) {
+func planServer(t *testing.T, plan []openai.WireToolCall) (*httptest.Server, *[][]string) {
 	var mu sync.Mutex
 	var offered [][]string
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -48,8 +48,8 @@ func planServer(t *testing.T, plan []openai.ToolCall) (*httptest.Server, *[][]st
 	return ts, &offered
 }
 
-func plannedCall(name, args string) openai.ToolCall {
-	c := openai.ToolCall{ID: "c_" + name, Type: "function"}
+func plannedCall(name, args string) openai.WireToolCall {
+	c := openai.WireToolCall{ID: "c_" + name, Type: "function"}
 	c.Function.Name, c.Function.Arguments = name, args
 	return c
 }
@@ -58,7 +58,7 @@ func plannedCall(name, args string) openai.ToolCall {
 // the long-term memory tools on memory.path; what it stores is in the
 // store afterwards; --json prints the trace.
 func TestAgentWithMemoryTools(t *testing.T) {
-	ts, offered := planServer(t, []openai.ToolCall{plannedCall("Add_memory", `{"content": "Ada is my sister."}`), plannedCall("Retrieve_memory", `{"query": "sister"}`)})
+	ts, offered := planServer(t, []openai.WireToolCall{plannedCall("Add_memory", `{"content": "Ada is my sister."}`), plannedCall("Retrieve_memory", `{"query": "sister"}`)})
 	db := filepath.Join(t.TempDir(), "m.db")
 	out := mustRun(t, "agent", "--set", "openai.base_url="+ts.URL+"/v1", "--model", "m", "--memory", "--set", "memory.path="+db,
 		"--prompt", "Remember my sister Ada.")
@@ -106,7 +106,7 @@ func TestAgentWithThirdPartyMCPServer(t *testing.T) {
 	node, server := memoryServer(t)
 	graph := filepath.Join(t.TempDir(), "graph.jsonl")
 	t.Setenv("MEMORY_FILE_PATH", graph)
-	ts, offered := planServer(t, []openai.ToolCall{
+	ts, offered := planServer(t, []openai.WireToolCall{
 		plannedCall("create_entities", `{"entities": [{"name": "Ada", "entityType": "person", "observations": ["is the user's sister"]}]}`),
 		plannedCall("read_graph", `{}`),
 	})
@@ -239,7 +239,7 @@ func TestAgentMCPServersFromConfig(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ts, _ := planServer(t, []openai.ToolCall{
+	ts, _ := planServer(t, []openai.WireToolCall{
 		plannedCall("create_entities", `{"entities": [{"name": "Ada", "entityType": "person", "observations": ["likes tea"]}]}`),
 	})
 	args := []string{"agent", "--config", cfg, "--set", "openai.base_url=" + ts.URL + "/v1", "--model", "m", "--prompt", "Remember Ada."}

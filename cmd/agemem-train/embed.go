@@ -219,7 +219,7 @@ func evaluator(stsPath, tasksPath string, k int) (func(context.Context, embed.Em
 			m["spearman"] = s
 		}
 		if len(tasks) > 0 {
-			r, err := simcse.Recall(ctx, e, tasks, k)
+			r, err := env.SupportRecall(ctx, e, tasks, k)
 			if err != nil {
 				return nil, err
 			}

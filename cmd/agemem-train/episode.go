@@ -16,8 +16,8 @@ import (
 
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/llm/ollama"
-	"github.com/agemem/agemem/llm/openai"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
@@ -27,41 +27,32 @@ import (
 )
 
 // ollamaPolicy is an AgeMem policy on the Ollama server (ollama.host, in
-// ollama.format).
-func ollamaPolicy(cmd *cobra.Command, cfg setup.Config, model string, s engine.Sampling) (memtools.Policy, error) {
-	c, err := cfg.Ollama.Connect()
+// ollama.format), sampling as s says.
+func ollamaPolicy(cmd *cobra.Command, cfg setup.Config, model string, s llm.Sampling) (llm.Model, error) {
+	pol, m, err := setup.OllamaPolicy(cmd.Context(), cfg, model)
 	if err != nil {
 		return nil, err
 	}
-	p, err := cfg.Ollama.Policy(cmd.Context(), c, cfg.Agent, model, ollama.Format(cfg.Ollama.Format))
-	if err != nil {
-		return nil, err
-	}
-	p.Temperature, p.Seed = s.Temperature, int(s.Seed)
-	return p, nil
+	m.Sampling.Temperature, m.Sampling.Seed = s.Temperature, s.Seed
+	return pol, nil
 }
 
 // openaiPolicy is an AgeMem policy on the OpenAI-compatible server at
 // openai.base_url (model: openai.model when empty; in openai.format).
-func openaiPolicy(cfg setup.Config, model string, s engine.Sampling) (memtools.Policy, error) {
+func openaiPolicy(cfg setup.Config, model string, s llm.Sampling) (llm.Model, error) {
 	if model == "" {
 		model = cfg.OpenAI.Model
-	}
-	c, err := cfg.OpenAI.Connect()
-	if err != nil {
-		return nil, err
 	}
 	if model == "" {
 		return nil, fmt.Errorf("an OpenAI-compatible policy needs a model: openai:MODEL, --openai-model NAME or openai.model")
 	}
-	p := cfg.OpenAI.Generator(c, model, openai.Format(cfg.OpenAI.Format), cfg.Agent.ResponseBudget)
-	p.Temperature = s.Temperature
-	return p, nil
+	s.MaxTokens = cfg.Agent.ResponseBudget
+	return setup.OpenAIPolicy(cfg, model, s)
 }
 
 // policyFor builds the policy for one task: a scripted one, or the native,
 // Ollama or OpenAI-compatible model (shared across tasks).
-func policyFor(name string, t env.Task, cfg setup.Config, native, ol, oa memtools.Policy) (memtools.Policy, error) {
+func policyFor(name string, t env.Task, cfg setup.Config, native, ol, oa llm.Model) (llm.Model, error) {
 	switch name {
 	case "ollama":
 		if ol == nil {
@@ -88,7 +79,7 @@ func policyFor(name string, t env.Task, cfg setup.Config, native, ol, oa memtool
 
 func episodeCmd(g *globals) *cobra.Command {
 	var data, taskID, policyNames, modelDir, adapterDir, dev, ollamaModel, openaiModel string
-	var sampling engine.Sampling
+	var sampling llm.Sampling
 	var first int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -128,26 +119,28 @@ openai.format).`,
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")
 			}
-			var native *engine.Generator
+			var local *native.Engine
 			if modelDir != "" {
 				sampling.MaxTokens = cfg.Agent.ResponseBudget
 				be, err := device.Open(dev, cmd.ErrOrStderr())
 				if err != nil {
 					return err
 				}
-				if native, err = engine.LoadGenerator(be, modelDir, adapterDir, sampling, cfg.Model.Generation()); err != nil {
+				cp, err := native.Open(be, modelDir, adapterDir, cfg.Model.Generation())
+				if err != nil {
 					return err
 				}
-				defer native.Model.Close()
-				native.Prefixes = engine.NewPrefixCache(native.Model.MaxPositions)
+				local = cp.Start(native.Options{Sampling: sampling, Engine: engine.Options{PrefixBudget: cp.Model.MaxPositions}})
+				defer cp.Model.Close()
+				defer local.Close()
 			}
-			var ol memtools.Policy
+			var ol llm.Model
 			if ollamaModel != "" {
 				if ol, err = ollamaPolicy(cmd, cfg, ollamaModel, sampling); err != nil {
 					return fmt.Errorf("--ollama-model: %w", err)
 				}
 			}
-			var oa memtools.Policy
+			var oa llm.Model
 			if strings.Contains(policyNames, "openai") {
 				if oa, err = openaiPolicy(cfg, openaiModel, sampling); err != nil {
 					return err
@@ -157,7 +150,7 @@ openai.format).`,
 			if err != nil {
 				return err
 			}
-			if cfg.Tools.Summarizer == "policy" && native == nil {
+			if cfg.Tools.Summarizer == "policy" && local == nil {
 				return fmt.Errorf("tools.summarizer=policy needs a model to summarise with: give --model DIR, or use extractive")
 			}
 			policies := strings.Split(policyNames, ",")
@@ -165,7 +158,7 @@ openai.format).`,
 				return fmt.Errorf("--task plays one policy; name one in --policy")
 			}
 			for _, p := range policies {
-				if _, err := policyFor(p, env.Task{}, cfg, nativeOrNil(native), ol, oa); err != nil {
+				if _, err := policyFor(p, env.Task{}, cfg, nativeOrNil(local), ol, oa); err != nil {
 					return err
 				}
 			}
@@ -197,12 +190,12 @@ openai.format).`,
 					pr = train.NewProgress(cmd.ErrOrStderr(), len(tasks), isatty.IsTerminal(os.Stderr.Fd()))
 				}
 				for i, t := range tasks {
-					p, _ := policyFor(name, t, cfg, nativeOrNil(native), ol, oa)
+					p, _ := policyFor(name, t, cfg, nativeOrNil(local), ol, oa)
 					rt := setup.Runtime(cfg, helpers, nil)(uint64(cfg.Seed) + uint64(i))
-					if native != nil {
-						rt.Context = stm.New(native.Tokenizer) // count tokens as the model does
+					if local != nil {
+						rt.Context = stm.New(local.Tokenizer()) // count tokens as the model does
 						if cfg.Tools.Summarizer == "policy" {
-							rt.Summarizer = memtools.PolicySummarizer{Policy: native}
+							rt.Summarizer = memtools.ModelSummarizer{Model: local}
 						}
 					}
 					res, err := env.RunEpisode(context.Background(), p, rt, t, cfg.EpisodeConfig())
@@ -311,7 +304,7 @@ func printTrace(w io.Writer, t env.Task, r env.Result) {
 		for _, turn := range turns {
 			fmt.Fprintf(w, "\n[user] %s\n", indent(turn.User))
 			for _, st := range turn.Trace.Steps {
-				fmt.Fprintf(w, "[assistant, %d prompt tokens] %s\n", st.PromptTokens, indent(st.Completion.Text))
+				fmt.Fprintf(w, "[assistant, %d prompt tokens] %s\n", st.PromptTokens, indent(st.Response.Message.Content))
 				for _, res := range st.Results {
 					fmt.Fprintf(w, "[tool %s] %s\n", res.Name, indent(res.Content))
 				}
@@ -332,8 +325,8 @@ func printTrace(w io.Writer, t env.Task, r env.Result) {
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
 
-// nativeOrNil keeps a nil *engine.Generator from becoming a non-nil interface.
-func nativeOrNil(p *engine.Generator) memtools.Policy {
+// nativeOrNil keeps a nil *native.Engine from becoming a non-nil interface.
+func nativeOrNil(p *native.Engine) llm.Model {
 	if p == nil {
 		return nil
 	}

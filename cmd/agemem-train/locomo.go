@@ -13,15 +13,11 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/locomo"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/llm/ollama"
-	"github.com/agemem/agemem/llm/openai"
-	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools/stm"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/papers/tamem"
 	"github.com/agemem/agemem/setup"
@@ -227,7 +223,7 @@ extracted into one note. A database keeps each chunking's pages apart.`,
 			} else if method == "agemem" {
 				preds, err = ageMem(cmd, cfg, samples, model, native, dev, chunk)
 			} else {
-				var m agent.Model
+				var m llm.Model
 				if m, err = chatModels(cmd, cfg, model, native, dev, parallel); err != nil {
 					return err
 				}
@@ -325,7 +321,7 @@ type chunking struct {
 
 // extractor is the chunking's extractor on m, and the suffix its pages'
 // namespace gets (a database keeps each chunking's pages apart).
-func (c chunking) extractor(m agent.Model, emb embed.Embedder) (tamem.Extractor, string, error) {
+func (c chunking) extractor(m llm.Model, emb embed.Embedder) (tamem.Extractor, string, error) {
 	switch c.Kind {
 	case "llm":
 		return tamem.ModelExtractor(m), "", nil
@@ -343,7 +339,7 @@ func (c chunking) extractor(m agent.Model, emb embed.Embedder) (tamem.Extractor,
 	return nil, "", fmt.Errorf("--chunking %q: want llm, fixed or semantic", c.Kind)
 }
 
-func taMem(cmd *cobra.Command, cfg setup.Config, m agent.Model, samples []locomo.Sample, dbPath string, ch chunking, budget, parallel int, progress func(int)) ([]locomo.Prediction, error) {
+func taMem(cmd *cobra.Command, cfg setup.Config, m llm.Model, samples []locomo.Sample, dbPath string, ch chunking, budget, parallel int, progress func(int)) ([]locomo.Prediction, error) {
 	ctx := cmd.Context()
 	emb, err := setup.Embedder(ctx, cfg)
 	if err != nil {
@@ -394,7 +390,7 @@ func taMem(cmd *cobra.Command, cfg setup.Config, m agent.Model, samples []locomo
 		wg.Wait()
 		for i, a := range answers {
 			err := errs[i]
-			if errors.Is(err, memtools.ErrContextFull) {
+			if errors.Is(err, llm.ErrContextFull) {
 				// The question's prompt outgrew the model: unanswered, as
 				// an evaluation of many questions should go on.
 				tooLong++
@@ -419,28 +415,23 @@ func taMem(cmd *cobra.Command, cfg setup.Config, m agent.Model, samples []locomo
 }
 
 // ageMem answers with an AgeMem policy on the memory runtime.
-func ageMem(cmd *cobra.Command, cfg setup.Config, samples []locomo.Sample, model, native, dev string, chunk int) ([]locomo.Prediction, error) {
+func ageMem(cmd *cobra.Command, cfg setup.Config, samples []locomo.Sample, model, dir, dev string, chunk int) ([]locomo.Prediction, error) {
 	ctx := cmd.Context()
-	var p memtools.Policy
+	var p llm.Model
 	var tok stm.Tokenizer
 	switch name, isOllama := strings.CutPrefix(model, "ollama:"); {
-	case native != "":
-		g, err := nativeGenerator(cmd, cfg, native, dev)
+	case dir != "":
+		e, err := nativeEngine(cmd, cfg, dir, dev, 1)
 		if err != nil {
 			return nil, err
 		}
-		g.Prefixes = engine.NewPrefixCache(g.Model.MaxPositions)
-		p, tok = g, g.Tokenizer
+		p, tok = e, e.Tokenizer()
 	case isOllama:
-		c, err := cfg.Ollama.Connect()
+		pol, _, err := setup.OllamaPolicy(ctx, cfg, name)
 		if err != nil {
 			return nil, err
 		}
-		g, err := cfg.Ollama.Policy(ctx, c, cfg.Agent, name, ollama.Format(cfg.Ollama.Format))
-		if err != nil {
-			return nil, err
-		}
-		p = g
+		p = pol
 	default:
 		if model == "" {
 			model = cfg.OpenAI.Model
@@ -448,11 +439,11 @@ func ageMem(cmd *cobra.Command, cfg setup.Config, samples []locomo.Sample, model
 		if model == "" {
 			return nil, fmt.Errorf("--method agemem: name the policy with --native DIR, --model NAME (openai.base_url) or --model ollama:NAME")
 		}
-		c, err := cfg.OpenAI.Connect()
+		pol, err := setup.OpenAIPolicy(cfg, model, llm.Sampling{Temperature: 1, TopP: 1, MaxTokens: cfg.Agent.ResponseBudget})
 		if err != nil {
 			return nil, err
 		}
-		p = cfg.OpenAI.Generator(c, model, openai.Format(cfg.OpenAI.Format), cfg.Agent.ResponseBudget)
+		p = pol
 	}
 	h, err := setup.NewHelpers(ctx, cfg)
 	if err != nil {

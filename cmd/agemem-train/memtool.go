@@ -8,16 +8,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/internal/chart"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/papers/memtool"
 	"github.com/agemem/agemem/rl"
@@ -161,7 +160,7 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 				return err
 			}
-			e, err := setup.MemToolEnv(cmd.Context(), cfg, tmpl)
+			e, err := setup.MemToolEnv(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -171,7 +170,7 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 					oracle.Gold[q.Text] = q.Gold
 				}
 			}
-			rec := &recordingPolicy{p: agent.ModelPolicy{Model: oracle, Template: tmpl}}
+			rec := &recordingPolicy{m: oracle, template: tmpl}
 			for t := range e.Len() {
 				if _, err := e.Play(cmd.Context(), rec, t, 0); err != nil {
 					return err
@@ -200,27 +199,36 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 	return cmd
 }
 
-// recordingPolicy keeps each call of a policy as a chat record: the
-// conversation it saw and its reply.
+// recordingPolicy keeps each call of a model as a chat record in the text
+// a native policy of the template reads and writes: the tools in the
+// system message, calls as <tool_call> blocks.
 type recordingPolicy struct {
-	p       memtools.Policy
-	records []chatRecord
+	m        llm.Model
+	template chat.Template
+	records  []chatRecord
 }
 
 type chatRecord struct {
-	Messages []stm.Message `json:"messages"`
+	Messages []chat.Message `json:"messages"`
 }
 
-func (r *recordingPolicy) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	c, err := r.p.Complete(ctx, msgs)
+func (r *recordingPolicy) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	c, err := r.m.Chat(ctx, req)
 	if err != nil {
 		return c, err
 	}
-	conv := make([]stm.Message, 0, len(msgs)+1)
-	for _, m := range msgs {
-		conv = append(conv, stm.Message{Role: m.Role, Content: m.Content})
+	defs, err := chat.Definitions(req.Tools)
+	if err != nil {
+		return c, err
 	}
-	r.records = append(r.records, chatRecord{Messages: append(conv, stm.Message{Role: stm.Assistant, Content: c.Text})})
+	conv, err := chat.InlineTools(append(slices.Clone(req.Messages), c.Message), chat.Options{Template: r.template, Tools: defs})
+	if err != nil {
+		return c, err
+	}
+	for i, m := range conv {
+		conv[i] = chat.Message{Role: m.Role, Content: m.Content}
+	}
+	r.records = append(r.records, chatRecord{Messages: conv})
 	return c, nil
 }
 

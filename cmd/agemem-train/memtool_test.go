@@ -19,7 +19,9 @@ import (
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/llm/openai"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/papers/memtool"
 )
 
@@ -170,24 +172,24 @@ func oracleServer(t *testing.T, queries string) (*httptest.Server, *atomic.Int32
 			http.Error(w, err.Error(), 400)
 			return
 		}
-		var msgs []agent.Message
+		var msgs []chat.Message
 		for _, m := range req.Messages {
-			am := agent.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
+			am := chat.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID, Name: m.Name}
 			for _, c := range m.ToolCalls {
-				am.ToolCalls = append(am.ToolCalls, agent.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
+				am.ToolCalls = append(am.ToolCalls, chat.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
 			}
 			msgs = append(msgs, am)
 		}
-		var ss []agent.Spec
+		var ss []chat.Function
 		for _, tl := range req.Tools {
-			ss = append(ss, agent.Spec{Name: tl.Function.Name})
+			ss = append(ss, chat.Function{Name: tl.Function.Name})
 		}
 		msg := map[string]any{"role": "assistant", "content": ""}
 		if strings.HasPrefix(msgs[0].Content, "You grade") {
 			judged.Add(1)
 			msg["content"] = "1"
 		} else {
-			rep, err := o.Chat(r.Context(), msgs, ss)
+			rep, err := o.Chat(r.Context(), llm.Request{Messages: msgs, Tools: ss})
 			if err != nil {
 				http.Error(w, err.Error(), 500)
 				return

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/kernels/device"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/lora"
@@ -183,12 +184,17 @@ keeping the conversation. An empty line or end of input stops.`,
 			if err != nil {
 				return err
 			}
-			p, err := engine.LoadGenerator(be, dir, adapter, s, qwen.Options{Quantize: quantize})
+			p, err := native.Open(be, dir, adapter, qwen.Options{Quantize: quantize})
 			if err != nil {
 				return err
 			}
 			defer p.Model.Close()
-			m, tok, s := p.Model, p.Tokenizer, p.Sampling
+			m, tok := p.Model, p.Tokenizer
+			for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
+				if id, ok := tok.TokenID(name); ok {
+					s.StopIDs = append(s.StopIDs, id)
+				}
+			}
 			var msgs []chat.Message
 			if system != "" {
 				msgs = append(msgs, chat.Message{Role: "system", Content: system})

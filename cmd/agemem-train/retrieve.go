@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,9 +14,6 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/toolret"
 	"github.com/agemem/agemem/internal/chart"
-	"github.com/agemem/agemem/llm/ollama"
-	"github.com/agemem/agemem/llm/openai"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/papers/fittext"
 	"github.com/agemem/agemem/setup"
@@ -118,21 +114,17 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 				if native == "" && model == "" && cfg.OpenAI.Model == "" {
 					return fmt.Errorf("strategies other than query need a model: --native DIR or --model (openai.base_url)")
 				}
-				if native != "" {
-					gen, err := nativeGenerator(cmd, cfg, native, dev)
+				m, err := chatModels(cmd, cfg, model, native, dev, parallel)
+				if err != nil {
+					return err
+				}
+				r.LLM = &fittext.ModelLLM{Model: m}
+				if refineModel != "" {
+					rm, err := chatModel(cmd, cfg, refineModel, "", dev)
 					if err != nil {
 						return err
 					}
-					tx := engine.NewTexter(gen, parallel)
-					defer tx.Close()
-					r.LLM = tx
-				} else if r.LLM, err = fittextLLM(cmd, cfg, model, dev); err != nil {
-					return err
-				}
-				if refineModel != "" {
-					if r.Refiner, err = fittextLLM(cmd, cfg, refineModel, dev); err != nil {
-						return err
-					}
+					r.Refiner = &fittext.ModelLLM{Model: rm}
 				}
 			}
 			pr := train.NewProgress(cmd.ErrOrStderr(), len(ss)*len(ds.Queries), isatty.IsTerminal(os.Stderr.Fd()))
@@ -267,37 +259,6 @@ func writeRunFile(path string, runs map[string]toolret.Run, tag string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// fittextLLM is the model on the OpenAI-compatible server as a
-// fittext.LLM: one user message, sampled at the temperature each operator
-// asks for.
-func fittextLLM(cmd *cobra.Command, cfg setup.Config, model, dev string) (fittext.LLM, error) {
-	m, err := chatModel(cmd, cfg, model, "", dev)
-	if err != nil {
-		return nil, err
-	}
-	// Each call at its own temperature: a copy of the model with it set.
-	at := func(t float64) agent.Model {
-		switch x := m.(type) {
-		case *openai.ChatModel:
-			c := *x
-			c.Temperature = t
-			return &c
-		case ollama.ChatModel:
-			g := *x.Generator
-			g.Temperature = t
-			return ollama.ChatModel{Generator: &g}
-		}
-		return m
-	}
-	return fittext.LLMFunc(func(ctx context.Context, prompt string, t float64) (string, error) {
-		r, err := at(t).Chat(ctx, []agent.Message{{Role: "user", Content: prompt}}, nil)
-		if err != nil {
-			return "", err
-		}
-		return r.Message.Content, nil
-	}), nil
 }
 
 func writeRetrieval(dir string, ev fittext.Evaluation, strategies []string) error {

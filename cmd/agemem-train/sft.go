@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/env"
+	"github.com/agemem/agemem/env/pretrain"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/sft"
 	"github.com/agemem/agemem/setup"

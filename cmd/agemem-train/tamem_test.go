@@ -45,7 +45,7 @@ func TestCLILoCoMoTAMem(t *testing.T) {
 			raw, _ := json.Marshal([]tamem.Note{nt})
 			msg["content"] = string(raw)
 		case req.Messages[len(req.Messages)-1].Role == "user" && len(req.Tools) > 0:
-			c := openai.ToolCall{ID: "c1", Type: "function"}
+			c := openai.WireToolCall{ID: "c1", Type: "function"}
 			q, _ := json.Marshal(map[string]string{"query": req.Messages[len(req.Messages)-1].Content})
 			c.Function.Name, c.Function.Arguments = "match_facts", string(q)
 			msg["tool_calls"] = []any{c}

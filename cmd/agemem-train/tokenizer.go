@@ -70,7 +70,7 @@ format the parser demands.`,
 					for _, st := range res.Stages {
 						for _, turn := range st {
 							for _, step := range turn.Trace.Steps {
-								texts = append(texts, step.Completion.Text)
+								texts = append(texts, step.Response.Message.Content)
 								for _, r := range step.Results {
 									texts = append(texts, r.Content)
 								}

@@ -15,8 +15,8 @@ import (
 
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/eval"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl"
@@ -371,7 +371,7 @@ same table as the trained ones.`,
 					return fmt.Errorf("--method %q: the table already has a row %q", m, name)
 				}
 				method := eval.Method{Name: name, Dir: dir, Tools: tools}
-				greedy := engine.Sampling{Seed: uint64(cfg.Seed)}
+				greedy := llm.Sampling{Seed: uint64(cfg.Seed)}
 				if model, ok := strings.CutPrefix(dir, "ollama:"); ok {
 					if method.Policy, err = ollamaPolicy(cmd, cfg, model, greedy); err != nil {
 						return fmt.Errorf("--method %q: %w", m, err)

@@ -15,8 +15,8 @@ import (
 	"github.com/agemem/agemem/bench/workbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/chart"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/papers/fittext"
 	"github.com/agemem/agemem/papers/memtoolagent"
 	"github.com/agemem/agemem/setup"
@@ -159,7 +159,7 @@ The memory options are the function-calling loop's and do not apply.`,
 			// newMemory is MemToolAgent's memory for one run: in memory, or in
 			// --memory-db's namespace, which must be empty.
 			newMemory := func(emb embed.Embedder) (*memtoolagent.Memory, func(), error) {
-				var st ltm.Store = ltm.NewMemory(uint64(cfg.Seed))
+				var st ltm.Store = ltm.NewMemStore(uint64(cfg.Seed))
 				done := func() {}
 				if memDB != "" {
 					db, err := ltm.OpenSQLite(memDB, setup.StoreOptions(cfg))
@@ -274,7 +274,7 @@ The memory options are the function-calling loop's and do not apply.`,
 // model, the memory extractor (--extractor-model, else the agent's own)
 // and the embedder of the memory's queries (embed.backend's, else feature
 // hashing).
-func memoryAgent(cmd *cobra.Command, cfg setup.Config, model, native, dev, extractor string, parallel int) (m, ext agent.Model, emb embed.Embedder, err error) {
+func memoryAgent(cmd *cobra.Command, cfg setup.Config, model, native, dev, extractor string, parallel int) (m, ext llm.Model, emb embed.Embedder, err error) {
 	if m, err = chatModels(cmd, cfg, model, native, dev, parallel); err != nil {
 		return nil, nil, nil, err
 	}
@@ -314,28 +314,14 @@ func writeBench(cmd *cobra.Command, out string, results []workbench.Result) erro
 
 // searchBench plays the tasks with FitText's search, once per retrieval
 // strategy ("none": every function visible). On the native engine the
-// agent and the strategies' calls share one generator and its scheduler.
+// agent's and the strategies' calls decode in shared steps.
 func searchBench(cmd *cobra.Command, cfg setup.Config, data *workbench.Data, tasks []workbench.Task, retrievals []string, model, native, dev string, parallel int) ([]workbench.Result, error) {
 	ctx := cmd.Context()
-	var m agent.Model
-	var llm fittext.LLM
-	if native != "" {
-		g, err := nativeGenerator(cmd, cfg, native, dev)
-		if err != nil {
-			return nil, err
-		}
-		tx := engine.NewTexter(g, max(parallel, 2))
-		defer tx.Close()
-		m, llm = engine.ChatModel{Generator: g, Scheduler: tx.Scheduler()}, tx
-	} else {
-		var err error
-		if m, err = chatModels(cmd, cfg, model, "", dev, parallel); err != nil {
-			return nil, err
-		}
-		if llm, err = fittextLLM(cmd, cfg, model, dev); err != nil {
-			return nil, err
-		}
+	m, err := chatModels(cmd, cfg, model, native, dev, max(parallel, 2))
+	if err != nil {
+		return nil, err
 	}
+	strategies := &fittext.ModelLLM{Model: m}
 	emb, err := setup.Embedder(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -344,7 +330,7 @@ func searchBench(cmd *cobra.Command, cfg setup.Config, data *workbench.Data, tas
 	if err != nil {
 		return nil, err
 	}
-	kb, err := fittext.WorldKB(ctx, emb, ts.Specs())
+	kb, err := fittext.WorldKB(ctx, emb, ts.Functions())
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +338,7 @@ func searchBench(cmd *cobra.Command, cfg setup.Config, data *workbench.Data, tas
 	for _, r := range retrievals {
 		s := &fittext.Search{Model: m, Strategy: r, Config: cfg.FitText.DFSDT}
 		if r != "none" {
-			s.Retriever = &fittext.Retriever{Config: cfg.FitText, KB: kb, LLM: llm, Seed: uint64(cfg.Seed)}
+			s.Retriever = &fittext.Retriever{Config: cfg.FitText, KB: kb, LLM: strategies, Seed: uint64(cfg.Seed)}
 		}
 		res, err := fittext.WorkBench(ctx, data, tasks, s, r, parallel, cmd.ErrOrStderr())
 		if err != nil {

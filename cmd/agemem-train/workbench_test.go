@@ -49,7 +49,7 @@ func TestCLIWorkBench(t *testing.T) {
 			for i, a := range acts {
 				act, _ := workbench.ParseAction(a)
 				args, _ := json.Marshal(act.Args())
-				c := openai.ToolCall{ID: "c" + string(rune('a'+i)), Type: "function"}
+				c := openai.WireToolCall{ID: "c" + string(rune('a'+i)), Type: "function"}
 				c.Function.Name, c.Function.Arguments = act.Tool, string(args)
 				calls = append(calls, c)
 			}
@@ -158,7 +158,7 @@ func TestCLIWorkBenchDFSDT(t *testing.T) {
 			}
 		}
 		call := func(name string, args []byte) {
-			c := openai.ToolCall{ID: "c", Type: "function"}
+			c := openai.WireToolCall{ID: "c", Type: "function"}
 			c.Function.Name, c.Function.Arguments = name, string(args)
 			msg["tool_calls"] = []any{c}
 		}

@@ -19,9 +19,8 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/llm/ollama"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/papers/memtool"
 	"github.com/agemem/agemem/serve"
 	"github.com/agemem/agemem/setup"
@@ -148,7 +147,7 @@ func run(ctx context.Context, cfg setup.Config, be serve.Backend) error {
 		if err != nil {
 			return err
 		}
-		o.Policy, err = engine.LoadGenerator(dev, cfg.Serve.Policy, cfg.Serve.Adapter, engine.Sampling{MaxTokens: cfg.Agent.ResponseBudget}, cfg.Model.Generation())
+		o.Native, err = native.Open(dev, cfg.Serve.Policy, cfg.Serve.Adapter, cfg.Model.Generation())
 		if err != nil {
 			return fmt.Errorf("serve.policy %s: %w", cfg.Serve.Policy, err)
 		}
@@ -191,19 +190,11 @@ func toolGateway(ctx context.Context, cfg setup.Config, enc embed.Embedder) (*me
 // raw prompts use the chat family the model was published with (else its
 // architecture's), and num_ctx stays within its context length.
 func ollamaBackend(ctx context.Context, cfg setup.Config) (serve.Backend, error) {
-	c, err := cfg.Ollama.Connect()
-	if err != nil {
-		return nil, err
-	}
-	format, err := ollama.ParseFormat(cfg.Ollama.Format)
-	if err != nil {
-		return nil, fmt.Errorf("ollama.format: %w", err)
-	}
-	p, err := cfg.Ollama.Policy(ctx, c, cfg.Agent, cfg.Serve.Policy, format)
+	pol, m, err := setup.OllamaPolicy(ctx, cfg, cfg.Serve.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("serve.policy: %w", err)
 	}
-	return &serve.Ollama{Base: p}, nil
+	return serve.Remote{Model: pol, Context: m.NumCtx}, nil
 }
 
 // embedder is the configured enc(.): the server, the MCP server and the

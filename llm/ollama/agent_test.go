@@ -10,6 +10,8 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // TestChatModelRunsTheAgentLoop: an Ollama model drives the
@@ -23,13 +25,13 @@ func TestChatModelRunsTheAgentLoop(t *testing.T) {
 	f.push(reply{calls: []api.ToolCall{toolCall("add", "a", 2, "b", 3), toolCall("echo", "text", "hi")}},
 		reply{chunks: []string{"2 + 3 = ", "5."}})
 	var got []string
-	add := agent.Tool{Spec: agent.Spec{Name: "add", Description: "Adds two numbers.",
+	add := agent.Tool{Function: chat.Function{Name: "add", Description: "Adds two numbers.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`)},
 		Call: func(_ context.Context, raw json.RawMessage) (string, error) {
 			got = append(got, string(raw))
 			return "5", nil
 		}}
-	echo := agent.Tool{Spec: agent.Spec{Name: "echo", Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)},
+	echo := agent.Tool{Function: chat.Function{Name: "echo", Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)},
 		Call: func(_ context.Context, raw json.RawMessage) (string, error) {
 			got = append(got, string(raw))
 			return "hi", nil
@@ -38,8 +40,8 @@ func TestChatModelRunsTheAgentLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ChatModel{&Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Chat}}
-	tr, err := agent.Run(context.Background(), m, ts, []agent.Message{{Role: "user", Content: "Add 2 and 3, and say hi."}}, agent.Limits{MaxSteps: 4})
+	m := &Model{Client: client(t, srv.URL), Name: "qwen3:4b"}
+	tr, err := agent.Run(context.Background(), m, ts, []chat.Message{{Role: "user", Content: "Add 2 and 3, and say hi."}}, agent.Limits{MaxSteps: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +59,8 @@ func TestChatModelRunsTheAgentLoop(t *testing.T) {
 		second.Messages[2].ToolName != "add" || second.Messages[2].ToolCallID != second.Messages[1].ToolCalls[0].ID || second.Messages[3].Content != "hi" {
 		t.Fatalf("second request: %+v", second.Messages)
 	}
-	m.Model = "llama9:1b"
-	if _, err := m.Chat(context.Background(), []agent.Message{{Role: "user", Content: "x"}}, nil); !errors.Is(err, ErrModelNotFound) || !strings.Contains(err.Error(), "ollama pull llama9:1b") {
+	m.Name = "llama9:1b"
+	if _, err := m.Chat(context.Background(), llm.Request{Messages: []chat.Message{{Role: "user", Content: "x"}}}); !errors.Is(err, ErrModelNotFound) || !strings.Contains(err.Error(), "ollama pull llama9:1b") {
 		t.Fatalf("missing model: %v", err)
 	}
 }

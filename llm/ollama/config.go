@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/internal/valid"
-	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/model/chat"
 )
 
@@ -15,7 +15,7 @@ import (
 type Config struct {
 	// Host is the server ("" reads OLLAMA_HOST, then 127.0.0.1:11434).
 	Host string `yaml:"host"`
-	// Format is how a policy model is driven: raw (prompts rendered here
+	// Format is how an AgeMem policy is driven: raw (prompts rendered here
 	// with the Qwen template, raw generation: for policies trained here) or
 	// tools (Ollama's chat API with the memory tools as native tools, the
 	// calls mapped back to the AgeMem format: for models such as qwen3:4b).
@@ -55,37 +55,39 @@ func (c Config) Connect() (*Client, error) {
 	return cl, nil
 }
 
-// Generator is model driven in format f with the config's context, the
-// agent's response budget and keep-alive (sampling at temperature 1, as
-// the policy was trained; callers set their own).
-func (c Config) Generator(cl *Client, a memtools.Agent, model string, f Format) *Generator {
+// ChatModel is name on the server, raw or through the chat API, with the
+// config's context (num_ctx 0: the prompt and response budgets together,
+// so every prompt the agent's budget allows fits) and keep-alive, and
+// sampling at temperature 1 up to the response budget, as policies are
+// trained (callers set their own).
+func (c Config) ChatModel(cl *Client, name string, raw bool, promptBudget, responseBudget int) *Model {
 	numCtx := c.NumCtx
 	if numCtx == 0 {
-		numCtx = a.ContextBudget + a.ResponseBudget
+		numCtx = promptBudget + responseBudget
 	}
-	p := &Generator{Client: cl, Model: model, Format: f, NumCtx: numCtx, MaxTokens: a.ResponseBudget,
-		Temperature: 1, TopP: 1, KeepAlive: c.KeepAlive}
+	m := &Model{Client: cl, Name: name, Raw: raw, NumCtx: numCtx, KeepAlive: c.KeepAlive,
+		Sampling: llm.Sampling{Temperature: 1, TopP: 1, MaxTokens: responseBudget}}
 	if c.Think != "default" && c.Think != "" {
 		on := c.Think == "on"
-		p.Think = &on
+		m.Think = &on
 	}
-	return p
+	return m
 }
 
-// Policy is Generator for a model on the server, as the server describes
-// it: its chat family (Describe) and, when ollama.num_ctx is not set, a
-// context of the budgets capped at the model's own length.
-func (c Config) Policy(ctx context.Context, cl *Client, a memtools.Agent, model string, f Format) (*Generator, error) {
-	d, err := cl.Describe(ctx, model)
+// Described is ChatModel for name as the server describes it: its chat family
+// (Describe) and, when ollama.num_ctx is not set, a context of the budgets
+// capped at the model's own length.
+func (c Config) Described(ctx context.Context, cl *Client, name string, raw bool, promptBudget, responseBudget int) (*Model, error) {
+	d, err := cl.Describe(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	p := c.Generator(cl, a, model, f)
-	p.Template = d.Template
+	m := c.ChatModel(cl, name, raw, promptBudget, responseBudget)
+	m.Template = d.Template
 	if c.NumCtx == 0 && d.ContextLength > 0 {
-		p.NumCtx = min(p.NumCtx, d.ContextLength)
+		m.NumCtx = min(m.NumCtx, d.ContextLength)
 	}
-	return p, nil
+	return m, nil
 }
 
 // TemplateFor is the chat template a raw-format policy renders with:

@@ -11,6 +11,7 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/gguf"
 	"github.com/agemem/agemem/model/lora"
@@ -58,8 +59,8 @@ func TestRealOllama(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.API.Delete(context.Background(), &api.DeleteRequest{Model: name})
-	p := &Generator{Client: c, Model: name, Format: Raw, MaxTokens: 8, Temperature: 0}
-	got, err := p.Complete(ctx, conv)
+	p := &Model{Client: c, Name: name, Raw: true, Sampling: llm.Sampling{MaxTokens: 8}}
+	got, err := p.Chat(ctx, llm.Request{Messages: conv})
 	if err != nil {
 		t.Fatalf("our GGUF on Ollama: %v", err)
 	}
@@ -76,14 +77,14 @@ func TestRealOllama(t *testing.T) {
 	} else if err != nil {
 		t.Fatal(err)
 	} else {
-		p := &Generator{Client: c, Model: model, Format: Tools, MaxTokens: 512, Temperature: 0}
-		got, err := p.Complete(ctx, conv)
+		p := memtools.FunctionCalling{Model: &Model{Client: c, Name: model, Sampling: llm.Sampling{MaxTokens: 512}}}
+		got, err := p.Chat(ctx, llm.Request{Messages: conv})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s in tools format: %s", model, got.Text)
-		if pr := memtools.Parse(got.Text); len(pr.Calls) == 0 && !pr.HasAnswer {
-			t.Errorf("neither a call nor an answer: %q", got.Text)
+		t.Logf("%s in tools format: %s", model, got.Message.Content)
+		if pr := memtools.Parse(got.Message.Content); len(pr.Calls) == 0 && !pr.HasAnswer {
+			t.Errorf("neither a call nor an answer: %q", got.Message.Content)
 		}
 	}
 	if em := os.Getenv("AGEMEM_OLLAMA_EMBED_MODEL"); em != "" {

@@ -17,6 +17,7 @@ import (
 	ollamatemplate "github.com/ollama/ollama/template"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
@@ -24,7 +25,7 @@ import (
 	"github.com/agemem/agemem/rl/reward"
 )
 
-var conv = []stm.Message{
+var conv = []chat.Message{
 	{Role: stm.System, Content: "You manage your own memory."},
 	{Role: stm.User, Content: "Marla Quenby was born in Oslo."},
 	{Role: stm.Assistant, Content: `<think>store it</think><tool_call>[{"name": "Add_memory", "arguments": {"content": "Marla Quenby was born in Oslo."}}]</tool_call>`},
@@ -50,35 +51,36 @@ func TestRawPolicyKeepsTheAgeMemFormat(t *testing.T) {
 	for _, streamed := range []bool{false, true} {
 		f.push(reply{chunks: []string{want[:20], want[20:77], want[77:]}})
 		var sofar []string
-		p := &Generator{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw, Template: chat.Qwen3,
-			NumCtx: 4096, Temperature: 0.7, TopP: 0.9, MaxTokens: 256, Seed: 42, KeepAlive: 10 * time.Minute}
+		p := &Model{Client: client(t, srv.URL), Name: "agemem-policy", Raw: true, Template: chat.Qwen3,
+			NumCtx: 4096, Sampling: llm.Sampling{Temperature: 0.7, TopP: 0.9, MaxTokens: 256, Seed: 42}, KeepAlive: 10 * time.Minute}
+		req := llm.Request{Messages: conv}
 		if streamed {
-			p.OnText = func(s string) { sofar = append(sofar, s) }
+			req.OnText = func(text func() string) { sofar = append(sofar, text()) }
 		}
-		c, err := p.Complete(context.Background(), conv)
+		c, err := p.Chat(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Text != want || c.FinishReason != "stop" || c.PromptTokens == 0 || c.CompletionTokens != 4 {
+		if c.Message.Content != want || c.FinishReason != "stop" || c.PromptTokens == 0 || c.CompletionTokens != 4 {
 			t.Fatalf("streamed %v: %+v", streamed, c)
 		}
-		parsed := memtools.Parse(c.Text)
+		parsed := memtools.Parse(c.Message.Content)
 		if len(parsed.Errors) > 0 || len(parsed.Calls) != 1 || parsed.Calls[0].Name != "Retrieve_memory" {
 			t.Fatalf("parsed %+v", parsed)
 		}
-		req := f.generates[len(f.generates)-1]
+		sent := f.generates[len(f.generates)-1]
 		qm := make([]chat.Message, len(conv))
 		for i, m := range conv {
 			qm[i] = chat.Message{Role: m.Role, Content: m.Content}
 		}
 		prompt, _ := chat.Render(qm, chat.Options{Template: chat.Qwen3, AddGenerationPrompt: true})
-		if !req.Raw || req.Prompt != prompt {
-			t.Fatalf("raw %v, prompt\n%s\nwant\n%s", req.Raw, req.Prompt, prompt)
+		if !sent.Raw || sent.Prompt != prompt {
+			t.Fatalf("raw %v, prompt\n%s\nwant\n%s", sent.Raw, sent.Prompt, prompt)
 		}
-		if req.Truncate == nil || *req.Truncate || req.KeepAlive == nil || req.KeepAlive.Duration != 10*time.Minute {
-			t.Errorf("truncate %v keep_alive %v", req.Truncate, req.KeepAlive)
+		if sent.Truncate == nil || *sent.Truncate || sent.KeepAlive == nil || sent.KeepAlive.Duration != 10*time.Minute {
+			t.Errorf("truncate %v keep_alive %v", sent.Truncate, sent.KeepAlive)
 		}
-		o := req.Options
+		o := sent.Options
 		if o["num_ctx"] != 4096.0 || o["temperature"] != 0.7 || o["top_p"] != 0.9 || o["num_predict"] != 256.0 || o["seed"] != 42.0 {
 			t.Errorf("options %v", o)
 		}
@@ -89,7 +91,7 @@ func TestRawPolicyKeepsTheAgeMemFormat(t *testing.T) {
 			if len(sofar) != 3 || sofar[2] != want || !strings.HasPrefix(want, sofar[0]) || !strings.HasPrefix(want, sofar[1]) {
 				t.Errorf("stream callbacks %q", sofar)
 			}
-		} else if req.Stream == nil || *req.Stream {
+		} else if sent.Stream == nil || *sent.Stream {
 			t.Errorf("a non-streaming call asked for a stream")
 		}
 	}
@@ -97,15 +99,15 @@ func TestRawPolicyKeepsTheAgeMemFormat(t *testing.T) {
 	// it is put back as the <think> block the model wrote; a response cut
 	// by num_predict says "length".
 	f.push(reply{thinking: "Marla was born in Oslo.", chunks: []string{"<answer>Oslo</answer>"}, reason: "length"})
-	p := &Generator{Client: client(t, srv.URL), Model: "agemem-policy", Format: Raw}
-	c, err := p.Complete(context.Background(), conv)
+	p := &Model{Client: client(t, srv.URL), Name: "agemem-policy", Raw: true}
+	c, err := p.Chat(context.Background(), llm.Request{Messages: conv})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Text != "<think>\nMarla was born in Oslo.\n</think>\n\n<answer>Oslo</answer>" || c.FinishReason != "length" {
-		t.Fatalf("%q %s", c.Text, c.FinishReason)
+	if c.Message.Content != "<think>\nMarla was born in Oslo.\n</think>\n\n<answer>Oslo</answer>" || c.FinishReason != "length" {
+		t.Fatalf("%q %s", c.Message.Content, c.FinishReason)
 	}
-	if pr := memtools.Parse(c.Text); !pr.HasAnswer || pr.Answer != "Oslo" || len(pr.Errors) > 0 {
+	if pr := memtools.Parse(c.Message.Content); !pr.HasAnswer || pr.Answer != "Oslo" || len(pr.Errors) > 0 {
 		t.Fatalf("parsed %+v", pr)
 	}
 }
@@ -121,46 +123,51 @@ func TestToolsPolicyMapsOllamaToolCallsBack(t *testing.T) {
 			toolCall("Add_memory", "content", "Marla Quenby was born in Oslo.", "metadata", map[string]any{"source": "user"}),
 			toolCall("Retrieve_memory", "query", "Oslo", "top_k", 2),
 		}})
-		p := &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools, Think: &think}
+		p := memtools.FunctionCalling{Model: &Model{Client: client(t, srv.URL), Name: "qwen3:4b", Think: &think}}
+		req := llm.Request{Messages: conv}
 		if streamed {
-			p.OnText = func(string) {}
+			req.OnText = func(func() string) {}
 		}
-		c, err := p.Complete(context.Background(), conv)
+		c, err := p.Chat(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := `<think>I should store this and look for related facts.</think><tool_call>[{"name":"Add_memory","arguments":{"content":"Marla Quenby was born in Oslo.","metadata":{"source":"user"}}},{"name":"Retrieve_memory","arguments":{"query":"Oslo","top_k":2}}]</tool_call>`
-		if c.Text != want {
-			t.Fatalf("streamed %v:\n%s\nwant\n%s", streamed, c.Text, want)
+		if c.Message.Content != want {
+			t.Fatalf("streamed %v:\n%s\nwant\n%s", streamed, c.Message.Content, want)
 		}
-		pr := memtools.Parse(c.Text)
+		pr := memtools.Parse(c.Message.Content)
 		if len(pr.Errors) > 0 || len(pr.Calls) != 2 || pr.Calls[0].Name != "Add_memory" || pr.Calls[1].Name != "Retrieve_memory" {
 			t.Fatalf("parsed %+v", pr)
 		}
-		req := f.chats[len(f.chats)-1]
+		sent := f.chats[len(f.chats)-1]
 		var names []string
-		for _, tool := range req.Tools {
+		for _, tool := range sent.Tools {
 			names = append(names, tool.Function.Name)
 		}
 		if !slices.Equal(names, memtools.ToolNames) {
 			t.Errorf("tools %v, want %v", names, memtools.ToolNames)
 		}
-		if req.Think == nil || req.Think.Value != true {
-			t.Errorf("think %v", req.Think)
+		if sent.Think == nil || sent.Think.Value != true {
+			t.Errorf("think %v", sent.Think)
 		}
-		if len(req.Messages) != len(conv) || req.Messages[3].Role != "tool" || req.Messages[3].ToolName != "Add_memory" || req.Messages[2].Content != conv[2].Content {
-			t.Errorf("messages %+v", req.Messages)
+		// The history's AgeMem call goes as a structured call that the
+		// tool result answers by id.
+		if a := sent.Messages[2]; len(sent.Messages) != len(conv) || a.Content != "<think>store it</think>" || len(a.ToolCalls) != 1 ||
+			a.ToolCalls[0].Function.Name != "Add_memory" || sent.Messages[3].Role != "tool" || sent.Messages[3].ToolName != "Add_memory" ||
+			sent.Messages[3].ToolCallID != a.ToolCalls[0].ID {
+			t.Errorf("messages %+v", sent.Messages)
 		}
 	}
 	// A plain reply becomes the answer; one already in the AgeMem format
 	// is kept as written.
 	f.push(reply{chunks: []string{"She was born ", "in Oslo."}},
 		reply{chunks: []string{"<think>known</think><answer>Oslo</answer>"}})
-	p := &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools}
+	p := memtools.FunctionCalling{Model: &Model{Client: client(t, srv.URL), Name: "qwen3:4b"}}
 	for _, want := range []string{"<think></think><answer>She was born in Oslo.</answer>", "<think>known</think><answer>Oslo</answer>"} {
-		c, err := p.Complete(context.Background(), conv)
-		if err != nil || c.Text != want {
-			t.Fatalf("%q (%v), want %q", c.Text, err, want)
+		c, err := p.Chat(context.Background(), llm.Request{Messages: conv})
+		if err != nil || c.Message.Content != want {
+			t.Fatalf("%q (%v), want %q", c.Message.Content, err, want)
 		}
 	}
 }
@@ -173,11 +180,11 @@ func TestAgeMemLoopOnOllama(t *testing.T) {
 	f.push(reply{thinking: "Store the fact.", calls: []api.ToolCall{toolCall("Add_memory", "content", "The user's cat is called Tabby.")}},
 		reply{chunks: []string{"I will remember that."}})
 	ctxt := stm.New(nil)
-	ctxt.Append(stm.Message{Role: stm.System, Content: memtools.SystemPrompt()}, stm.Message{Role: stm.User, Content: "Remember that my cat is called Tabby."})
-	store := ltm.NewMemory(1)
+	ctxt.Append(chat.Message{Role: stm.System, Content: memtools.SystemPrompt()}, chat.Message{Role: stm.User, Content: "Remember that my cat is called Tabby."})
+	store := ltm.NewMemStore(1)
 	rt := &memtools.Runtime{Store: store, Context: ctxt, Embedder: embed.NewHashing(64, []int{3}),
 		Summarizer: memtools.Extractive{MaxTokens: 64}, Options: memtools.DefaultOptions()}
-	p := &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Tools}
+	p := memtools.FunctionCalling{Model: &Model{Client: client(t, srv.URL), Name: "qwen3:4b"}}
 	tr, err := memtools.Run(context.Background(), p, rt, memtools.Limits{MaxSteps: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +206,7 @@ func TestAgeMemLoopOnOllama(t *testing.T) {
 func TestJudgeAndSummariserOnOllama(t *testing.T) {
 	f, srv := newFake(t, "qwen3:4b")
 	f.push(reply{chunks: []string{"0.8"}}, reply{chunks: []string{"Marla Quenby was born in Oslo in 1971."}})
-	p := &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Chat, Temperature: 0}
+	p := &Model{Client: client(t, srv.URL), Name: "qwen3:4b"}
 	s, err := reward.LLMJudge{Policy: p}.Score(context.Background(), "Where was Marla born?", "Oslo", "In Oslo")
 	if err != nil || s != 0.8 {
 		t.Fatalf("judge: %v %v", s, err)
@@ -207,7 +214,7 @@ func TestJudgeAndSummariserOnOllama(t *testing.T) {
 	if sys := f.chats[0].Messages; !strings.Contains(sys[len(sys)-1].Content+sys[0].Content, "In Oslo") || len(f.chats[0].Tools) != 0 {
 		t.Errorf("judge request %+v", f.chats[0])
 	}
-	sum, err := memtools.PolicySummarizer{Policy: p}.Summarize(context.Background(), conv[1:3])
+	sum, err := memtools.ModelSummarizer{Model: p}.Summarize(context.Background(), conv[1:3])
 	if err != nil || sum != "Marla Quenby was born in Oslo in 1971." {
 		t.Fatalf("summary %q %v", sum, err)
 	}
@@ -224,8 +231,8 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := ln.Addr().String()
 	ln.Close()
-	p := &Generator{Client: client(t, dead), Model: "qwen3:4b", Format: Raw}
-	_, err := p.Complete(ctx, conv)
+	p := &Model{Client: client(t, dead), Name: "qwen3:4b", Raw: true}
+	_, err := p.Chat(ctx, llm.Request{Messages: conv})
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "http://"+dead) || !strings.Contains(err.Error(), "OLLAMA_HOST") {
 		t.Errorf("unreachable: %v", err)
 	}
@@ -233,11 +240,11 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 		t.Errorf("ping: %v", err)
 	}
 
-	for _, format := range []Format{Raw, Tools, Chat} {
-		p = &Generator{Client: client(t, srv.URL), Model: "qwen3:14b", Format: format}
-		_, err = p.Complete(ctx, conv)
+	for _, raw := range []bool{true, false} {
+		p = &Model{Client: client(t, srv.URL), Name: "qwen3:14b", Raw: raw}
+		_, err = p.Chat(ctx, llm.Request{Messages: conv})
 		if !errors.Is(err, ErrModelNotFound) || !strings.Contains(err.Error(), "ollama pull qwen3:14b") || !strings.Contains(err.Error(), srv.URL) {
-			t.Errorf("%s, model not pulled: %v", format, err)
+			t.Errorf("raw %v, model not pulled: %v", raw, err)
 		}
 	}
 	if err := client(t, srv.URL).HasModel(ctx, "llama9"); !errors.Is(err, ErrModelNotFound) {
@@ -248,8 +255,8 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	}
 
 	f.ctxLimit = 100
-	p = &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Raw, NumCtx: 64}
-	_, err = p.Complete(ctx, conv)
+	p = &Model{Client: client(t, srv.URL), Name: "qwen3:4b", Raw: true, NumCtx: 64}
+	_, err = p.Chat(ctx, llm.Request{Messages: conv})
 	if !errors.Is(err, ErrContextTooLong) || !strings.Contains(err.Error(), "num_ctx 64") || !strings.Contains(err.Error(), "ollama.num_ctx") {
 		t.Errorf("context: %v", err)
 	}
@@ -257,17 +264,14 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 
 	f.cutStream = true
 	f.push(reply{chunks: []string{"<think>"}})
-	p = &Generator{Client: client(t, srv.URL), Model: "qwen3:4b", Format: Raw, OnText: func(string) {}}
-	if _, err = p.Complete(ctx, conv); !errors.Is(err, ErrResponseInvalid) {
+	p = &Model{Client: client(t, srv.URL), Name: "qwen3:4b", Raw: true}
+	if _, err = p.Chat(ctx, llm.Request{Messages: conv, OnText: func(func() string) {}}); !errors.Is(err, ErrResponseInvalid) {
 		t.Errorf("cut stream: %v", err)
 	}
 	f.cutStream = false
 
 	if _, err := New("http://[::1", nil); err == nil {
 		t.Error("a malformed host was accepted")
-	}
-	if _, err := ParseFormat("json"); err == nil {
-		t.Error("format json accepted")
 	}
 }
 
@@ -351,10 +355,10 @@ func TestPublishAndTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, msgs := range [][]stm.Message{
+	for _, msgs := range [][]chat.Message{
 		conv,
 		{{Role: stm.User, Content: "Hi"}},
-		append(slices.Clone(conv[:3]), stm.Message{Role: stm.Tool, Content: "first"}, stm.Message{Role: stm.Tool, Content: "second"}),
+		append(slices.Clone(conv[:3]), chat.Message{Role: stm.Tool, Content: "first"}, chat.Message{Role: stm.Tool, Content: "second"}),
 	} {
 		var am []api.Message
 		qm := make([]chat.Message, len(msgs))
@@ -391,11 +395,11 @@ func TestQwen25TemplateAndDetection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, msgs := range [][]stm.Message{
+	for _, msgs := range [][]chat.Message{
 		conv,
 		{{Role: stm.User, Content: "Hi"}},
-		append(slices.Clone(conv[:3]), stm.Message{Role: stm.Tool, Content: "first"}, stm.Message{Role: stm.Tool, Content: "second"}),
-		append(slices.Clone(conv), stm.Message{Role: stm.Assistant, Content: "<think>kept</think>\n<answer>x</answer>"}, stm.Message{Role: stm.User, Content: "again"}),
+		append(slices.Clone(conv[:3]), chat.Message{Role: stm.Tool, Content: "first"}, chat.Message{Role: stm.Tool, Content: "second"}),
+		append(slices.Clone(conv), chat.Message{Role: stm.Assistant, Content: "<think>kept</think>\n<answer>x</answer>"}, chat.Message{Role: stm.User, Content: "again"}),
 	} {
 		var am []api.Message
 		qm := make([]chat.Message, len(msgs))
@@ -435,12 +439,12 @@ func TestQwen25TemplateAndDetection(t *testing.T) {
 	// ollama.num_ctx says otherwise.
 	f.ctxLen = 4096
 	a := memtools.DefaultAgent()
-	if p, err := DefaultConfig().Policy(context.Background(), c, a, "qwen2.5:7b", Raw); err != nil || p.NumCtx != 4096 || p.Template != chat.Qwen25 {
+	if p, err := DefaultConfig().Described(context.Background(), c, "qwen2.5:7b", true, a.ContextBudget, a.ResponseBudget); err != nil || p.NumCtx != 4096 || p.Template != chat.Qwen25 {
 		t.Errorf("policy %+v %v", p, err)
 	}
 	cfg := DefaultConfig()
 	cfg.NumCtx = 9000
-	if p, _ := cfg.Policy(context.Background(), c, a, "qwen2.5:7b", Raw); p.NumCtx != 9000 {
+	if p, _ := cfg.Described(context.Background(), c, "qwen2.5:7b", true, a.ContextBudget, a.ResponseBudget); p.NumCtx != 9000 {
 		t.Errorf("an explicit num_ctx: %d", p.NumCtx)
 	}
 }
@@ -462,8 +466,7 @@ func TestTemplatesOfferTools(t *testing.T) {
 	if err := json.Unmarshal([]byte(args), &call.Function.Arguments); err != nil {
 		t.Fatal(err)
 	}
-	var tc chat.ToolCall
-	tc.Function.Name, tc.Function.Arguments = "Retrieve_memory", json.RawMessage(args)
+	tc := chat.ToolCall{Name: "Retrieve_memory", Arguments: args}
 	ollamaDef, _ := json.Marshal(tool)
 	ollamaArgs, _ := json.Marshal(&call.Function.Arguments)
 	pyDef, _ := chat.PyJSON([]byte(def))

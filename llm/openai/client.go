@@ -38,18 +38,18 @@ func New(c Config, key string, hc *http.Client) (*Client, error) {
 // BaseURL is the server's API root.
 func (c *Client) BaseURL() string { return c.base }
 
-// Message is a chat message as the protocol has it.
-type Message struct {
-	Role       string     `json:"role"`
-	Content    string     `json:"content"`
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-	Name       string     `json:"name,omitempty"`
+// WireMessage is a chat message as the protocol has it.
+type WireMessage struct {
+	Role       string         `json:"role"`
+	Content    string         `json:"content"`
+	ToolCalls  []WireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+	Name       string         `json:"name,omitempty"`
 }
 
-// ToolCall is one function call of an assistant message; Arguments is the
+// WireToolCall is one function call of an assistant message; Arguments is the
 // JSON text the model wrote (it may not parse: the caller decides).
-type ToolCall struct {
+type WireToolCall struct {
 	ID       string `json:"id"`
 	Type     string `json:"type"`
 	Function struct {
@@ -58,8 +58,8 @@ type ToolCall struct {
 	} `json:"function"`
 }
 
-// Tool is a function the model may call, its parameters a JSON Schema.
-type Tool struct {
+// WireTool is a function the model may call, its parameters a JSON Schema.
+type WireTool struct {
 	Type     string `json:"type"`
 	Function struct {
 		Name        string `json:"name"`
@@ -70,14 +70,14 @@ type Tool struct {
 
 // ChatRequest is the subset of the request this toolkit sends.
 type ChatRequest struct {
-	Model       string    `json:"model"`
-	Messages    []Message `json:"messages"`
-	Tools       []Tool    `json:"tools,omitempty"`
-	MaxTokens   int       `json:"max_tokens,omitempty"`
-	Temperature *float64  `json:"temperature,omitempty"`
-	TopP        *float64  `json:"top_p,omitempty"`
-	Seed        *int64    `json:"seed,omitempty"`
-	Stream      bool      `json:"stream,omitempty"`
+	Model       string        `json:"model"`
+	Messages    []WireMessage `json:"messages"`
+	Tools       []WireTool    `json:"tools,omitempty"`
+	MaxTokens   int           `json:"max_tokens,omitempty"`
+	Temperature *float64      `json:"temperature,omitempty"`
+	TopP        *float64      `json:"top_p,omitempty"`
+	Seed        *int64        `json:"seed,omitempty"`
+	Stream      bool          `json:"stream,omitempty"`
 	// StreamOptions asks a streaming server for the usage at the end.
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
@@ -92,7 +92,7 @@ type Usage struct {
 
 // ChatResponse is the first choice of a completion, streamed or not.
 type ChatResponse struct {
-	Message      Message
+	Message      WireMessage
 	FinishReason string
 	Usage        Usage
 }
@@ -235,8 +235,8 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest, onDelta func(content
 	if !req.Stream {
 		var r struct {
 			Choices []struct {
-				Message      Message `json:"message"`
-				FinishReason string  `json:"finish_reason"`
+				Message      WireMessage `json:"message"`
+				FinishReason string      `json:"finish_reason"`
 			} `json:"choices"`
 			Usage Usage `json:"usage"`
 		}
@@ -310,7 +310,7 @@ func readStream(body io.Reader, onDelta func(string), bad func(string, ...any) e
 					return out, bad("tool call index %d", tc.Index)
 				}
 				for len(out.Message.ToolCalls) <= tc.Index {
-					out.Message.ToolCalls = append(out.Message.ToolCalls, ToolCall{Type: "function"})
+					out.Message.ToolCalls = append(out.Message.ToolCalls, WireToolCall{Type: "function"})
 				}
 				t := &out.Message.ToolCalls[tc.Index]
 				if tc.ID != "" {

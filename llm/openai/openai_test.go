@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // fakeServer answers as an OpenAI-compatible server does, per model name:
@@ -139,18 +141,19 @@ func newFake(t *testing.T, timeout time.Duration) (*fakeServer, *Client) {
 func TestToolCallsBecomeAgeMemCalls(t *testing.T) {
 	_, cl := newFake(t, 5*time.Second)
 	for _, stream := range []bool{false, true} {
-		g := DefaultConfig().Generator(cl, "tools", Tools, 64)
+		g := memtools.FunctionCalling{Model: DefaultConfig().ChatModel(cl, "tools", 64)}
+		req := llm.Request{Messages: []chat.Message{{Role: stm.User, Content: "Note: Ivo is a judge."}}}
 		var pieces int
 		if stream {
-			g.OnText = func(string) { pieces++ }
+			req.OnText = func(func() string) { pieces++ }
 		}
-		c, err := g.Complete(context.Background(), []stm.Message{{Role: stm.User, Content: "Note: Ivo is a judge."}})
+		c, err := g.Chat(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := memtools.Parse(c.Text)
+		p := memtools.Parse(c.Message.Content)
 		if len(p.Errors) > 0 || len(p.Calls) != 2 || p.HasAnswer {
-			t.Fatalf("stream %v: %q parses to %d calls, errors %v, answer %v", stream, c.Text, len(p.Calls), p.Errors, p.HasAnswer)
+			t.Fatalf("stream %v: %q parses to %d calls, errors %v, answer %v", stream, c.Message.Content, len(p.Calls), p.Errors, p.HasAnswer)
 		}
 		var args struct{ Content, Criteria string }
 		json.Unmarshal(p.Calls[0].Arguments, &args)
@@ -170,7 +173,7 @@ func TestToolCallsBecomeAgeMemCalls(t *testing.T) {
 // sends tool results as <tool_response> user turns.
 func TestHistoryAsToolMessages(t *testing.T) {
 	f, cl := newFake(t, 5*time.Second)
-	hist := []stm.Message{
+	hist := []chat.Message{
 		{Role: stm.System, Content: "sys"},
 		{Role: stm.User, Content: "Note: Ivo is a judge."},
 		{Role: stm.Assistant, Content: `<think>store</think><tool_call>[{"name":"Add_memory","arguments":{"content":"Ivo is a judge."}},{"name":"Filter_context","arguments":{"criteria":"x"}}]</tool_call>`},
@@ -179,7 +182,7 @@ func TestHistoryAsToolMessages(t *testing.T) {
 		{Role: stm.Assistant, Content: `<think>oops</think><tool_call>[{"name":`},
 		{Role: stm.Tool, Name: "format", Content: "format error"},
 	}
-	if _, err := DefaultConfig().Generator(cl, "echo", Tools, 8).Complete(context.Background(), hist); err != nil {
+	if _, err := (memtools.FunctionCalling{Model: DefaultConfig().ChatModel(cl, "echo", 8)}).Chat(context.Background(), llm.Request{Messages: hist}); err != nil {
 		t.Fatal(err)
 	}
 	sent := f.last.Load().(ChatRequest)
@@ -197,7 +200,7 @@ func TestHistoryAsToolMessages(t *testing.T) {
 	if len(sent.Tools) != 6 {
 		t.Fatalf("%d tools offered, want the six memory tools", len(sent.Tools))
 	}
-	if _, err := DefaultConfig().Generator(cl, "echo", Raw, 8).Complete(context.Background(), hist); err != nil {
+	if _, err := DefaultConfig().ChatModel(cl, "echo", 8).Chat(context.Background(), llm.Request{Messages: hist}); err != nil {
 		t.Fatal(err)
 	}
 	sent = f.last.Load().(ChatRequest)
@@ -211,11 +214,11 @@ func TestHistoryAsToolMessages(t *testing.T) {
 // error names the server, the model and what to do.
 func TestRetriesAndErrors(t *testing.T) {
 	f, cl := newFake(t, 200*time.Millisecond)
-	g := DefaultConfig().Generator(cl, "busy", Chat, 8)
+	g := DefaultConfig().ChatModel(cl, "busy", 8)
 	t0 := time.Now()
-	c, err := g.Complete(context.Background(), []stm.Message{{Role: stm.User, Content: "hi"}})
-	if err != nil || c.Text != "ok" {
-		t.Fatalf("after two 429s: %q, %v", c.Text, err)
+	c, err := g.Chat(context.Background(), llm.Request{Messages: []chat.Message{{Role: stm.User, Content: "hi"}}})
+	if err != nil || c.Message.Content != "ok" {
+		t.Fatalf("after two 429s: %q, %v", c.Message.Content, err)
 	}
 	if f.calls.Load() != 3 || time.Since(t0) < 100*time.Millisecond {
 		t.Fatalf("%d calls in %v: Retry-After 0.05 s twice was not honoured", f.calls.Load(), time.Since(t0))
@@ -231,7 +234,7 @@ func TestRetriesAndErrors(t *testing.T) {
 		{"nokey", 401, 1, "API key"},
 	} {
 		f.calls.Store(0)
-		_, err := DefaultConfig().Generator(cl, tc.model, Chat, 8).Complete(context.Background(), []stm.Message{{Role: stm.User, Content: "hi"}})
+		_, err := DefaultConfig().ChatModel(cl, tc.model, 8).Chat(context.Background(), llm.Request{Messages: []chat.Message{{Role: stm.User, Content: "hi"}}})
 		var e *Error
 		if !errors.As(err, &e) || e.Status != tc.status || e.Attempts != tc.attempts || int(f.calls.Load()) != tc.attempts {
 			t.Fatalf("%s: %v (%d calls)", tc.model, err, f.calls.Load())
@@ -243,7 +246,7 @@ func TestRetriesAndErrors(t *testing.T) {
 	// A cancelled caller is not retried.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := DefaultConfig().Generator(cl, "busy", Chat, 8).Complete(ctx, nil); !errors.Is(err, context.Canceled) {
+	if _, err := DefaultConfig().ChatModel(cl, "busy", 8).Chat(ctx, llm.Request{Messages: nil}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
 }
@@ -331,22 +334,22 @@ func TestOllamaV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := c.Generator(cl, model, Tools, 256)
-	g.Temperature = 0
-	g.OnText = func(string) {}
+	m := c.ChatModel(cl, model, 256)
+	m.Sampling.Temperature = 0
+	g := memtools.FunctionCalling{Model: m}
 	sys, err := memtools.SystemPromptFor("compact")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := g.Complete(context.Background(), []stm.Message{{Role: stm.System, Content: sys},
-		{Role: stm.User, Content: "Please remember: Ivo is a judge."}})
+	out, err := g.Chat(context.Background(), llm.Request{Messages: []chat.Message{{Role: stm.System, Content: sys},
+		{Role: stm.User, Content: "Please remember: Ivo is a judge."}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := memtools.Parse(out.Text); len(p.Errors) > 0 {
-		t.Fatalf("%q: %v", out.Text, p.Errors)
+	if p := memtools.Parse(out.Message.Content); len(p.Errors) > 0 {
+		t.Fatalf("%q: %v", out.Message.Content, p.Errors)
 	}
-	t.Logf("%s: %q", model, out.Text)
+	t.Logf("%s: %q", model, out.Message.Content)
 	if em := os.Getenv("AGEMEM_OLLAMA_EMBED_MODEL"); em != "" {
 		e, err := NewEmbedder(context.Background(), cl, em)
 		if err != nil {
@@ -379,13 +382,13 @@ func TestChatModelRunsTheAgentLoop(t *testing.T) {
 	c := DefaultConfig()
 	c.BaseURL = ts.URL + "/v1"
 	cl, _ := New(c, "", nil)
-	tool := agent.Tool{Spec: agent.Spec{Name: "get_weather", Description: "Weather.", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)},
+	tool := agent.Tool{Function: chat.Function{Name: "get_weather", Description: "Weather.", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)},
 		Call: func(_ context.Context, args json.RawMessage) (string, error) { return "sunny", nil }}
 	tools, err := agent.NewToolset(tool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := agent.Run(context.Background(), &ChatModel{Client: cl, Model: "m"}, tools, []agent.Message{{Role: "user", Content: "Weather in Oslo?"}}, agent.Limits{MaxSteps: 3})
+	tr, err := agent.Run(context.Background(), &Model{Client: cl, Name: "m"}, tools, []chat.Message{{Role: "user", Content: "Weather in Oslo?"}}, agent.Limits{MaxSteps: 3})
 	if err != nil || tr.Answer != "done: sunny" {
 		t.Fatalf("%v: %+v", err, tr)
 	}

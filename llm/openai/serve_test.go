@@ -9,38 +9,39 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/llm/openai"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/serve"
 )
 
 // storing is a serve backend whose policy stores what the user says and
 // then answers "Stored: <it>": the agent loop runs for real (a tool call,
 // its result, the answer) without a model.
-type storing struct{}
+type storing struct{ storingPolicy }
 
-func (storing) Count(text string) int            { return stm.Words{}.Count(text) }
-func (storing) ContextLength() int               { return 0 }
-func (storing) Close()                           {}
-func (storing) Policy(serve.Gen) memtools.Policy { return storingPolicy{} }
+func (storing) Count(text string) int { return stm.Words{}.Count(text) }
+func (storing) ContextLength() int    { return 0 }
+func (storing) Close()                {}
 
 type storingPolicy struct{}
 
-func (storingPolicy) Complete(_ context.Context, msgs []stm.Message) (memtools.Completion, error) {
+func (storingPolicy) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
 	{
-		last := msgs[len(msgs)-1]
+		last := req.Messages[len(req.Messages)-1]
 		if last.Role == stm.Tool {
 			var user string
-			for _, m := range msgs {
+			for _, m := range req.Messages {
 				if m.Role == stm.User {
 					user = m.Content
 				}
 			}
-			return memtools.Completion{Text: "<think>done</think><answer>Stored: " + user + "</answer>"}, nil
+			return llm.Reply("<think>done</think><answer>Stored: " + user + "</answer>"), nil
 		}
-		return memtools.Completion{Text: `<think>keep</think><tool_call>[{"name":"Add_memory","arguments":{"content":` + quote(last.Content) + `}}]</tool_call>`}, nil
+		return llm.Reply(`<think>keep</think><tool_call>[{"name":"Add_memory","arguments":{"content":` + quote(last.Content) + `}}]</tool_call>`), nil
 	}
 }
 
@@ -76,18 +77,19 @@ func TestAgainstOurServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, stream := range []bool{false, true} {
-		g := c.Generator(cl, "agemem", openai.Chat, 32)
+		g := c.ChatModel(cl, "agemem", 32)
 		var last string
-		if stream {
-			g.OnText = func(s string) { last = s }
-		}
 		say := map[bool]string{false: "Ivo is a judge.", true: "Ada is a pilot."}[stream]
-		out, err := g.Complete(context.Background(), []stm.Message{{Role: stm.User, Content: say}})
+		req := llm.Request{Messages: []chat.Message{{Role: stm.User, Content: say}}}
+		if stream {
+			req.OnText = func(sofar func() string) { last = sofar() }
+		}
+		out, err := g.Chat(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out.Text != "Stored: "+say || (stream && last != out.Text) {
-			t.Fatalf("stream %v: %q (streamed %q)", stream, out.Text, last)
+		if out.Message.Content != "Stored: "+say || (stream && last != out.Message.Content) {
+			t.Fatalf("stream %v: %q (streamed %q)", stream, out.Message.Content, last)
 		}
 	}
 	ns, _ := db.Namespace("alice")
@@ -112,7 +114,7 @@ func TestAgainstOurServe(t *testing.T) {
 	// A wrong key: 401, not retried, and the error says what to check.
 	t.Setenv("AGEMEM_TEST_KEY", "sk-mallory")
 	cl, _ = c.Connect()
-	if _, err := c.Generator(cl, "agemem", openai.Chat, 8).Complete(context.Background(), []stm.Message{{Role: stm.User, Content: "hi"}}); err == nil || !strings.Contains(err.Error(), "status 401") || !strings.Contains(err.Error(), "API key") {
+	if _, err := c.ChatModel(cl, "agemem", 8).Chat(context.Background(), llm.Request{Messages: []chat.Message{{Role: stm.User, Content: "hi"}}}); err == nil || !strings.Contains(err.Error(), "status 401") || !strings.Contains(err.Error(), "API key") {
 		t.Fatalf("wrong key: %v", err)
 	}
 }

@@ -28,7 +28,7 @@ func entry(content string, md map[string]any) Entry {
 
 // stores runs f on a fresh in-memory store and a fresh SQLite namespace.
 func stores(t *testing.T, f func(t *testing.T, s Store)) {
-	t.Run("memory", func(t *testing.T) { f(t, NewMemory(1)) })
+	t.Run("memory", func(t *testing.T) { f(t, NewMemStore(1)) })
 	t.Run("sqlite", func(t *testing.T) {
 		db, err := OpenSQLite(filepath.Join(t.TempDir(), "m.db"), SQLiteOptions{})
 		if err != nil {
@@ -308,7 +308,7 @@ func BenchmarkSQLiteRetrieve(b *testing.B) {
 func BenchmarkNewMemory(b *testing.B) {
 	e := entry("a fact", nil)
 	for b.Loop() {
-		m := NewMemory(1)
+		m := NewMemStore(1)
 		m.Add(context.Background(), e)
 	}
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/agemem/agemem/embed"
 )
 
-// Memory is an in-memory Store: one per rollout, created in microseconds.
+// MemStore is an in-memory Store: one per rollout, created in microseconds.
 // Ids come from a seeded generator, so a rollout replays exactly.
-type Memory struct {
+type MemStore struct {
 	mu      sync.RWMutex
 	entries []Entry // parallel to idx rows
 	byID    map[string]int
@@ -25,12 +25,12 @@ type Memory struct {
 	now     func() time.Time
 }
 
-// NewMemory returns an empty store whose ids derive from seed.
-func NewMemory(seed uint64) *Memory {
-	return &Memory{byID: map[string]int{}, seq: map[string]uint64{}, rng: rand.New(rand.NewPCG(seed, 0x6167656d)), now: time.Now}
+// NewMemStore returns an empty store whose ids derive from seed.
+func NewMemStore(seed uint64) *MemStore {
+	return &MemStore{byID: map[string]int{}, seq: map[string]uint64{}, rng: rand.New(rand.NewPCG(seed, 0x6167656d)), now: time.Now}
 }
 
-func (m *Memory) newID() string {
+func (m *MemStore) newID() string {
 	for {
 		id := formatID(m.rng.Uint32())
 		if _, taken := m.byID[id]; !taken {
@@ -40,7 +40,7 @@ func (m *Memory) newID() string {
 }
 
 // Add implements Store.
-func (m *Memory) Add(_ context.Context, e Entry) (Entry, error) {
+func (m *MemStore) Add(_ context.Context, e Entry) (Entry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	dim := 0
@@ -74,7 +74,7 @@ func (m *Memory) Add(_ context.Context, e Entry) (Entry, error) {
 }
 
 // Update implements Store.
-func (m *Memory) Update(_ context.Context, id, content string, embedding []float32, metadata map[string]any) (Entry, error) {
+func (m *MemStore) Update(_ context.Context, id, content string, embedding []float32, metadata map[string]any) (Entry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.byID[id]
@@ -104,7 +104,7 @@ func (m *Memory) Update(_ context.Context, id, content string, embedding []float
 }
 
 // Delete implements Store.
-func (m *Memory) Delete(_ context.Context, id string) error {
+func (m *MemStore) Delete(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.byID[id]
@@ -122,7 +122,7 @@ func (m *Memory) Delete(_ context.Context, id string) error {
 }
 
 // Get implements Store.
-func (m *Memory) Get(_ context.Context, id string) (Entry, error) {
+func (m *MemStore) Get(_ context.Context, id string) (Entry, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	i, ok := m.byID[id]
@@ -133,7 +133,7 @@ func (m *Memory) Get(_ context.Context, id string) (Entry, error) {
 }
 
 // Retrieve implements Store.
-func (m *Memory) Retrieve(_ context.Context, query []float32, topK int, filter map[string]any) ([]Scored, error) {
+func (m *MemStore) Retrieve(_ context.Context, query []float32, topK int, filter map[string]any) ([]Scored, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.idx == nil || len(m.entries) == 0 {
@@ -159,7 +159,7 @@ func (m *Memory) Retrieve(_ context.Context, query []float32, topK int, filter m
 }
 
 // List implements Store.
-func (m *Memory) List(_ context.Context) ([]Entry, error) {
+func (m *MemStore) List(_ context.Context) ([]Entry, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	out := make([]Entry, len(m.entries))
@@ -171,7 +171,7 @@ func (m *Memory) List(_ context.Context) ([]Entry, error) {
 }
 
 // Count implements Store.
-func (m *Memory) Count(_ context.Context) (int, error) {
+func (m *MemStore) Count(_ context.Context) (int, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return len(m.entries), nil

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Roles of chat messages.
@@ -16,13 +18,6 @@ const (
 	Assistant = "assistant"
 	Tool      = "tool"
 )
-
-// Message is one chat message. Name is the tool name on tool messages.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-	Name    string `json:"name,omitempty"`
-}
 
 // Tokenizer counts tokens. The Qwen tokenizer implements it; Words is the
 // weight-free default.
@@ -68,7 +63,7 @@ func (Words) Count(text string) int {
 // Context is the short-term memory. The zero value is not usable; call New.
 type Context struct {
 	tok    Tokenizer
-	msgs   []Message
+	msgs   []chat.Message
 	counts []int
 	total  int
 }
@@ -85,7 +80,7 @@ func New(tok Tokenizer) *Context {
 func (c *Context) Tokenizer() Tokenizer { return c.tok }
 
 // Append adds messages at the end.
-func (c *Context) Append(ms ...Message) {
+func (c *Context) Append(ms ...chat.Message) {
 	for _, m := range ms {
 		n := c.tok.Count(m.Content) + MessageOverhead
 		c.msgs = append(c.msgs, m)
@@ -95,10 +90,10 @@ func (c *Context) Append(ms ...Message) {
 }
 
 // Messages returns a copy of the messages.
-func (c *Context) Messages() []Message { return slices.Clone(c.msgs) }
+func (c *Context) Messages() []chat.Message { return slices.Clone(c.msgs) }
 
 // At returns message i.
-func (c *Context) At(i int) Message { return c.msgs[i] }
+func (c *Context) At(i int) chat.Message { return c.msgs[i] }
 
 // Len is the number of messages.
 func (c *Context) Len() int { return len(c.msgs) }
@@ -112,13 +107,13 @@ func (c *Context) MessageTokens(i int) int { return c.counts[i] }
 // Reset empties the context but keeps its system messages: the STM reset
 // between Stages 1 and 2 (Algorithm 1, line 11).
 func (c *Context) Reset() {
-	c.Remove(func(_ int, m Message) bool { return m.Role != System })
+	c.Remove(func(_ int, m chat.Message) bool { return m.Role != System })
 }
 
 // Remove deletes every message for which drop returns true and returns how
 // many were removed.
-func (c *Context) Remove(drop func(i int, m Message) bool) int {
-	var msgs []Message
+func (c *Context) Remove(drop func(i int, m chat.Message) bool) int {
+	var msgs []chat.Message
 	var counts []int
 	total, removed := 0, 0
 	for i, m := range c.msgs {
@@ -136,7 +131,7 @@ func (c *Context) Remove(drop func(i int, m Message) bool) int {
 
 // Replace removes the messages at the given sorted indices and puts m where
 // the first of them was (Eq. 14).
-func (c *Context) Replace(indices []int, m Message) {
+func (c *Context) Replace(indices []int, m chat.Message) {
 	if len(indices) == 0 {
 		return
 	}
@@ -145,7 +140,7 @@ func (c *Context) Replace(indices []int, m Message) {
 	for _, i := range indices {
 		set[i] = true
 	}
-	var out []Message
+	var out []chat.Message
 	for i, old := range c.msgs {
 		if i == first {
 			out = append(out, m)

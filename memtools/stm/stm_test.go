@@ -1,13 +1,17 @@
 package stm
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/agemem/agemem/model/chat"
+)
 
 func TestContextKeepsTokenCountsThroughEdits(t *testing.T) {
 	c := New(nil)
-	c.Append(Message{Role: System, Content: "sys prompt"},
-		Message{Role: User, Content: "one two three"},
-		Message{Role: Assistant, Content: "four"},
-		Message{Role: Tool, Content: "five six"})
+	c.Append(chat.Message{Role: System, Content: "sys prompt"},
+		chat.Message{Role: User, Content: "one two three"},
+		chat.Message{Role: Assistant, Content: "four"},
+		chat.Message{Role: Tool, Content: "five six"})
 	recount := func() int {
 		n := 0
 		for _, m := range c.Messages() {
@@ -18,12 +22,12 @@ func TestContextKeepsTokenCountsThroughEdits(t *testing.T) {
 	if c.Tokens() != recount() || c.Tokens() != 2+3+1+2+4*MessageOverhead {
 		t.Fatalf("tokens %d, recount %d", c.Tokens(), recount())
 	}
-	c.Replace([]int{1, 2}, Message{Role: User, Content: "summary"})
+	c.Replace([]int{1, 2}, chat.Message{Role: User, Content: "summary"})
 	if c.Len() != 3 || c.At(1).Content != "summary" || c.At(2).Role != Tool || c.Tokens() != recount() {
 		t.Fatalf("after Replace: %+v, tokens %d vs %d", c.Messages(), c.Tokens(), recount())
 	}
 	clone := c.Clone()
-	if n := c.Remove(func(_ int, m Message) bool { return m.Role == Tool }); n != 1 || c.Tokens() != recount() {
+	if n := c.Remove(func(_ int, m chat.Message) bool { return m.Role == Tool }); n != 1 || c.Tokens() != recount() {
 		t.Fatalf("Remove: %d, tokens %d vs %d", n, c.Tokens(), recount())
 	}
 	if clone.Len() != 3 {

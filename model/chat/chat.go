@@ -14,22 +14,6 @@ import (
 	"strings"
 )
 
-// Message is a chat message as Qwen's chat template reads it.
-type Message struct {
-	Role             string     `json:"role"`
-	Content          string     `json:"content"`
-	ReasoningContent *string    `json:"reasoning_content,omitempty"`
-	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
-}
-
-// ToolCall is an OpenAI-style structured call on an assistant message.
-type ToolCall struct {
-	Function struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"` // an object, or a string holding JSON
-	} `json:"function"`
-}
-
 // The template texts, for tokenizer_config.json files the toolkit writes.
 var (
 	//go:embed templates/qwen3.jinja
@@ -138,8 +122,8 @@ func Render(msgs []Message, o Options) (string, error) {
 			b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
 		case m.Role == "assistant":
 			content, reasoning := m.Content, ""
-			if m.ReasoningContent != nil {
-				reasoning = *m.ReasoningContent
+			if m.Reasoning != nil {
+				reasoning = *m.Reasoning
 			} else if strings.Contains(m.Content, "</think>") {
 				parts := strings.Split(m.Content, "</think>")
 				content = strings.TrimLeft(parts[len(parts)-1], "\n")
@@ -190,7 +174,12 @@ func writeTools(b *strings.Builder, tools []json.RawMessage) error {
 // assistant's turn. Qwen3 writes string arguments as the JSON they hold;
 // Qwen2.5's tojson keeps them a JSON string.
 func callBlock(tc ToolCall, t Template) (string, error) {
-	args := bytes.TrimSpace(tc.Function.Arguments)
+	args := bytes.TrimSpace([]byte(tc.Arguments))
+	if !json.Valid(args) {
+		// Text the model wrote that is not JSON goes back as a string,
+		// as the model would read it.
+		args, _ = json.Marshal(tc.Arguments)
+	}
 	var js string
 	if t != Qwen25 && len(args) > 0 && args[0] == '"' {
 		if err := json.Unmarshal(args, &js); err != nil {
@@ -202,7 +191,7 @@ func callBlock(tc ToolCall, t Template) (string, error) {
 			return "", fmt.Errorf("tool call arguments: %w", err)
 		}
 	}
-	return "<tool_call>\n{\"name\": \"" + tc.Function.Name + "\", \"arguments\": " + js + "}\n</tool_call>", nil
+	return "<tool_call>\n{\"name\": \"" + tc.Name + "\", \"arguments\": " + js + "}\n</tool_call>", nil
 }
 
 // InlineTools rewrites a conversation with tools as one without: the
@@ -210,7 +199,7 @@ func callBlock(tc ToolCall, t Template) (string, error) {
 // calls join its content as <tool_call> blocks, so that Render of the
 // result without tools is the text Render gives the original with them
 // (o.Tools, o.Template). A policy that takes plain messages (a GRPO
-// rollout's, any memtools.Policy) then sees a tool-using conversation
+// rollout's, any llm.Model) then sees a tool-using conversation
 // exactly as the native template shows it; tool messages need no change.
 func InlineTools(msgs []Message, o Options) ([]Message, error) {
 	out := make([]Message, 0, len(msgs)+1)

@@ -21,12 +21,8 @@ func TestChatTemplateMatchesJinja(t *testing.T) {
 	f := false
 	reasoning := "I looked it up."
 	toolDef := json.RawMessage(`{"type": "function", "function": {"name": "Retrieve_memory", "description": "Retrieves relevant memories — «quoted» \"here\".", "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "top_k": {"type": "integer", "default": 3}}, "required": ["query"]}}}`)
-	var call ToolCall
-	call.Function.Name = "Add_memory"
-	call.Function.Arguments = json.RawMessage(`{"content": "Marla was born in Oslo", "metadata": {"k": [1, 2.5, true, null]}}`)
-	var strCall ToolCall
-	strCall.Function.Name = "Retrieve_memory"
-	strCall.Function.Arguments = json.RawMessage(`"{\"query\": \"Oslo\"}"`)
+	call := ToolCall{Name: "Add_memory", Arguments: `{"content": "Marla was born in Oslo", "metadata": {"k": [1, 2.5, true, null]}}`}
+	strCall := ToolCall{Name: "Retrieve_memory", Arguments: `"{\"query\": \"Oslo\"}"`}
 	cases := []chatCase{
 		{Messages: []Message{{Role: "user", Content: "Hi"}}, AddGenerationPrompt: true},
 		{Messages: []Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello."}, {Role: "user", Content: "Again"}}, AddGenerationPrompt: true},
@@ -50,7 +46,7 @@ func TestChatTemplateMatchesJinja(t *testing.T) {
 			{Role: "assistant", Content: "", ToolCalls: []ToolCall{call, strCall}},
 			{Role: "tool", Content: "r1"},
 			{Role: "user", Content: "<tool_response>\nwrapped\n</tool_response>"},
-			{Role: "assistant", Content: "final", ReasoningContent: &reasoning, ToolCalls: []ToolCall{call}},
+			{Role: "assistant", Content: "final", Reasoning: &reasoning, ToolCalls: []ToolCall{call}},
 		}, Tools: []json.RawMessage{toolDef}, AddGenerationPrompt: true},
 		{Messages: []Message{{Role: "user", Content: "no system, with tools: 中文 👍"}}, Tools: []json.RawMessage{toolDef, toolDef}},
 		{Messages: []Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "<think>kept? no</think>b"}, {Role: "user", Content: "c"}, {Role: "assistant", Content: "<think>\n\nlast\n\n</think>\n\nd"}}},
@@ -92,7 +88,7 @@ func TestChatTemplateMatchesJinja(t *testing.T) {
 
 func compareWithJinja(t *testing.T, cases []chatCase, tmpl Template, file string) {
 	dir := t.TempDir()
-	raw, _ := json.Marshal(cases)
+	raw, _ := json.Marshal(templateCases(cases))
 	in := filepath.Join(dir, "cases.json")
 	os.WriteFile(in, raw, 0o644)
 	args := []string{filepath.Join("testdata", "chat_reference.cjs"), testkit.NPM(t), in}
@@ -169,4 +165,40 @@ func TestSplitToolsInvertsInlineTools(t *testing.T) {
 	if text, tools, ok := SplitTools("plain system"); ok || text != "plain system" || tools != nil {
 		t.Errorf("no tools section: %q %v %v", text, tools, ok)
 	}
+}
+
+// templateCases are cases as a chat template's caller passes them (what
+// transformers' apply_chat_template takes): a call's arguments as the JSON
+// value they hold, under "function".
+func templateCases(cases []chatCase) []map[string]any {
+	type fn struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	out := make([]map[string]any, len(cases))
+	for i, c := range cases {
+		msgs := make([]map[string]any, len(c.Messages))
+		for j, m := range c.Messages {
+			x := map[string]any{"role": m.Role, "content": m.Content}
+			if m.Reasoning != nil {
+				x["reasoning_content"] = *m.Reasoning
+			}
+			var calls []map[string]any
+			for _, tc := range m.ToolCalls {
+				calls = append(calls, map[string]any{"function": fn{tc.Name, json.RawMessage(tc.Arguments)}})
+			}
+			if calls != nil {
+				x["tool_calls"] = calls
+			}
+			msgs[j] = x
+		}
+		out[i] = map[string]any{"messages": msgs, "tools": c.Tools, "add_generation_prompt": c.AddGenerationPrompt}
+		if c.Tools == nil {
+			delete(out[i], "tools")
+		}
+		if c.EnableThinking != nil {
+			out[i]["enable_thinking"] = *c.EnableThinking
+		}
+	}
+	return out
 }

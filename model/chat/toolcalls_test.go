@@ -17,9 +17,8 @@ func jsonEqual(a, b []byte) bool {
 // MatchesJinja holds Render to the Jinja template), parses back to the same
 // calls and text.
 func TestToolCallsRoundTrip(t *testing.T) {
-	var a, b ToolCall
-	a.Function.Name, a.Function.Arguments = "Add_memory", json.RawMessage(`{"content": "Ivo is a judge.", "metadata": {"k": [1, 2.5, true, null]}}`)
-	b.Function.Name, b.Function.Arguments = "get_weather", json.RawMessage(`{"city": "Oslo «quoted» \"x\""}`)
+	a := ToolCall{Name: "Add_memory", Arguments: `{"content": "Ivo is a judge.", "metadata": {"k": [1, 2.5, true, null]}}`}
+	b := ToolCall{Name: "get_weather", Arguments: `{"city": "Oslo «quoted» \"x\""}`}
 	msgs := []Message{{Role: "user", Content: "u"}, {Role: "assistant", Content: "Let me do two things.", ToolCalls: []ToolCall{a, b}}}
 	for _, tmpl := range []Template{Qwen3, Qwen25} {
 		text, err := Render(msgs, Options{Template: tmpl})
@@ -33,7 +32,7 @@ func TestToolCallsRoundTrip(t *testing.T) {
 			t.Fatalf("template %d: %q, %d calls from\n%s", tmpl, content, len(calls), turn)
 		}
 		for i, want := range []ToolCall{a, b} {
-			if calls[i].Err != "" || calls[i].Name != want.Function.Name || !jsonEqual(calls[i].Arguments, want.Function.Arguments) {
+			if calls[i].Err != "" || calls[i].Name != want.Name || !jsonEqual(calls[i].Arguments, []byte(want.Arguments)) {
 				t.Fatalf("template %d, call %d: %+v", tmpl, i, calls[i])
 			}
 		}

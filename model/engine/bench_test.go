@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -54,7 +53,11 @@ func BenchmarkGenerateKV(b *testing.B) {
 		var st KVStats
 		for range b.N {
 			var err error
-			if _, st, err = generate(context.Background(), m, prompts, s, nil, nil, budget); err != nil {
+			e := New(m, nil, Options{KVBudget: budget, PrefixBudget: -1})
+			_, err = batch(e, prompts, s)
+			st = e.KV()
+			e.Close()
+			if err != nil {
 				b.Fatal(err)
 			}
 		}

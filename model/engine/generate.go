@@ -1,8 +1,7 @@
-// Package decode turns a Qwen engine into text: sampling, batched
-// generation, the continuous-batching scheduler that serves many requests
-// in shared decoding steps, and Generator, the engine as a memtools policy
-// (conversations rendered with the model's chat template, completions with
-// the token ids and log-probabilities training needs).
+// Package engine turns a Qwen model into text: sampling, and the one
+// continuous-batching engine every generation runs on (served requests,
+// rollouts, evaluation, agents), with prefix reuse and a paged KV cache.
+// Package llm/native puts it behind the toolkit's chat-model interface.
 package engine
 
 import (
@@ -14,7 +13,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/qwen"
 )
 
@@ -27,8 +25,9 @@ type Sampling struct {
 	MaxTokens   int
 	StopIDs     []int    // e.g. <|im_end|>, <|endoftext|>
 	Stop        []string // stop strings, matched on the decoded text
-
-	onToken func(seq, id int) // set by GenerateStream
+	// Stream is the second word of the sampler's PCG state (Seed the
+	// first): requests that share a seed draw apart by stream.
+	Stream uint64
 }
 
 // Check refuses settings no sampler can follow (a negative temperature
@@ -64,23 +63,6 @@ type Generation struct {
 	FinishReason string // "stop" (a stop id or string), "length"
 }
 
-// Generate continues each prompt. Prompts that share a leading run of tokens
-// (the system prompt of a group's rollouts) are prefilled once and the
-// cache is copied. All live sequences advance together, one batched forward
-// per step. Sequence i samples from its own generator seeded with
-// (Seed, i), so a run is reproducible.
-func Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
-	out, _, err := generate(ctx, m, prompts, s, dec, nil, 0)
-	return out, err
-}
-
-// Generate is decode.Generate starting each prompt from its longest cached
-// prefix, and keeping every finished sequence's cache for later prompts.
-func (pc *PrefixCache) Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
-	out, _, err := generate(ctx, m, prompts, s, dec, pc, 0)
-	return out, err
-}
-
 // KVBlock is the positions of one block of a paged KV cache (vLLM's
 // default): small enough that a sequence holds at most one block's worth
 // it does not use, large enough that a block is one copy.
@@ -93,265 +75,27 @@ type KVStats struct {
 	Preempted int // sequences that gave their blocks back and were recomputed
 }
 
-// genSeq is one sequence of a generation: its cache and the tokens it
-// feeds next (the prompt's rest, then the last sample).
-type genSeq struct {
-	i     int
-	cache *qwen.Cache
-	next  []int
-	src   *qwen.Cache // a prefix cache's match, and its length
-	srcN  int
-	rest  bool // starts from the prompts' common prefix
-}
-
-// generate decodes prompts together. With budget > 0 the sequences' keys
-// and values live in a pool of about budget positions, in blocks (paged):
-// a sequence joins when the blocks it needs are free, in order, and when
-// the running ones need a block the pool does not have, the last to join
-// gives its blocks back and waits, to be recomputed (prompt and tokens so
-// far, in one forward) when blocks free up, as vLLM preempts. The pool
-// always holds one whole sequence, so a conversation larger than the
-// budget runs alone. Each sequence samples what it would in one unbounded
-// batch.
-func generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer, pc *PrefixCache, budget int) ([]Generation, KVStats, error) {
-	var st KVStats
-	if len(prompts) == 0 {
-		return nil, st, nil
-	}
-	if err := s.Check(); err != nil {
-		return nil, st, err
-	}
+// Generate continues each prompt together (a client of a fresh Engine:
+// one batch, the shared prefix prefilled once); prompt i samples from the
+// generator (s.Seed, i), so a run is reproducible.
+func Generate(ctx context.Context, m *qwen.Model, prompts [][]int, s Sampling, dec Detokenizer) ([]Generation, error) {
+	e := New(m, dec, Options{PrefixBudget: -1})
+	defer e.Close()
+	rs := make([]Request, len(prompts))
 	for i, p := range prompts {
-		if len(p) == 0 {
-			return nil, st, fmt.Errorf("prompt %d is empty", i)
-		}
+		rs[i] = Request{Prompt: p, Sampling: s}
+		rs[i].Sampling.Stream = uint64(i)
 	}
-	maxLen := 0
-	for _, p := range prompts {
-		maxLen = max(maxLen, len(p)+s.MaxTokens)
-	}
-	if m.MaxPositions > 0 && maxLen > m.MaxPositions {
-		return nil, st, fmt.Errorf("prompt plus max tokens (%d) exceeds the model's %d positions", maxLen, m.MaxPositions)
-	}
-	var pool *qwen.Pool
-	if budget > 0 {
-		per := (maxLen + KVBlock - 1) / KVBlock
-		var err error
-		if pool, err = m.NewPool(max((budget+KVBlock-1)/KVBlock, per+1), KVBlock); err != nil {
-			return nil, st, err
-		}
-		st.Blocks = pool.Blocks()
-	}
-	newCache := func() *qwen.Cache {
-		if pool != nil {
-			return m.NewPagedCache(pool, maxLen)
-		}
-		return m.NewCache(maxLen)
-	}
-	n := len(prompts)
-	rngs := make([]*rand.Rand, n)
-	out := make([]Generation, n)
-	seqs := make([]*genSeq, n)
-	// Prompts with a cached prefix start from it; the others share the
-	// longest run common to them all, prefilled once, each keeping at least
-	// one token of its own to produce first logits from.
-	var rest []int
-	for i, p := range prompts {
-		rngs[i] = rand.New(rand.NewPCG(s.Seed, uint64(i)))
-		seqs[i] = &genSeq{i: i}
-		if src, k := pc.Match(p); k > 0 {
-			seqs[i].src, seqs[i].srcN = src, k
-			continue
-		}
-		seqs[i].rest = true
-		rest = append(rest, i)
-	}
-	var base *qwen.Cache
-	prefix := 0
-	if len(rest) > 0 {
-		first := prompts[rest[0]]
-		prefix = len(first) - 1
-		for _, i := range rest[1:] {
-			p, k := prompts[i], 0
-			for k < prefix && k < len(p)-1 && p[k] == first[k] {
-				k++
-			}
-			prefix = k
-		}
-		if prefix > 0 {
-			base = newCache()
-			if _, err := m.ForwardLast([][]int{prompts[rest[0]][:prefix]}, []*qwen.Cache{base}); err != nil {
-				return nil, st, err
-			}
-		}
-	}
-	// start gives a waiting sequence a cache and what to feed: everything
-	// it has (the prompt and its tokens so far, after a preemption) past
-	// the prefix it starts from.
-	start := func(q *genSeq) {
-		all := append(slices.Clip(prompts[q.i]), out[q.i].Tokens...)
-		switch {
-		case q.src != nil:
-			q.cache, q.next = newCache(), all[q.srcN:]
-		case q.rest && base != nil && pool == nil && q.i == rest[len(rest)-1]:
-			q.cache, q.next, base = base, all[prefix:], nil // the last to start takes the prefix's own cache
-		case q.rest && base != nil:
-			q.cache, q.next = base.Clone(), all[prefix:]
-		default:
-			q.cache, q.next = newCache(), all
-		}
-	}
-	// need is the blocks q's next forward takes (its prefix copy included).
-	need := func(q *genSeq) int {
-		if q.src != nil && q.cache.Len == 0 {
-			return (q.srcN + len(q.next) + KVBlock - 1) / KVBlock
-		}
-		return q.cache.BlocksNeeded(len(q.next))
-	}
-	waiting := slices.Clone(seqs)
-	var live []*genSeq
-	done := make([]*qwen.Cache, n)
-	defer func() {
-		for _, q := range append(live, waiting...) {
-			if q.cache != nil {
-				q.cache.Release()
-			}
-		}
-		if base != nil {
-			base.Release()
-		}
-	}()
-	logp := make([]float32, m.VocabSize)
-	for len(live) > 0 || len(waiting) > 0 {
-		if err := ctx.Err(); err != nil {
-			return nil, st, err
-		}
-		// The running sequences' next blocks first: when the pool cannot
-		// give them, the last to join waits for a later turn.
-		used := 0
-		for pool != nil {
-			used = 0
-			for _, q := range live {
-				used += need(q)
-			}
-			if used <= pool.Free() {
-				break
-			}
-			if len(live) == 1 {
-				if base != nil { // alone it must fit: the shared prefix goes
-					base.Release()
-					base = nil
-				}
-				break
-			}
-			q := live[len(live)-1]
-			live = live[:len(live)-1]
-			q.cache.Release()
-			q.cache = nil
-			waiting = append([]*genSeq{q}, waiting...)
-			st.Preempted++
-		}
-		for len(waiting) > 0 {
-			q := waiting[0]
-			if q.cache == nil {
-				start(q)
-			}
-			if pool != nil && len(live) == 0 && need(q) > pool.Free() && base != nil {
-				// Alone it must fit: the shared prefix gives its blocks
-				// back (the sequences still to start prefill it themselves).
-				base.Release()
-				base = nil
-			}
-			if pool != nil && len(live) > 0 && used+need(q) > pool.Free() {
-				q.cache.Release() // a waiting sequence holds no block, not even a shared one
-				q.cache = nil
-				break
-			}
-			if q.src != nil && q.cache.Len == 0 {
-				if err := q.cache.Fill(q.src, q.srcN); err != nil {
-					return nil, st, err
-				}
-			}
-			used += need(q)
-			live = append(live, q)
-			waiting = waiting[1:]
-		}
-		if base != nil && !slices.ContainsFunc(waiting, func(q *genSeq) bool { return q.rest }) {
-			base.Release() // every sequence that starts from it holds its blocks now
-			base = nil
-		}
-		toks := make([][]int, len(live))
-		cs := make([]*qwen.Cache, len(live))
-		for j, q := range live {
-			toks[j], cs[j] = q.next, q.cache
-		}
-		logits, err := m.ForwardLast(toks, cs)
-		if err != nil {
-			return nil, st, err
-		}
-		var still []*genSeq
-		for j, q := range live {
-			i, row := q.i, logits[j]
-			tok := sample(row, s, rngs[i])
-			cpu.LogSoftmax(logp, row)
-			g := &out[i]
-			g.Tokens = append(g.Tokens, tok)
-			g.LogProbs = append(g.LogProbs, logp[tok])
-			if s.onToken != nil {
-				s.onToken(i, tok)
-			}
-			switch {
-			case slices.Contains(s.StopIDs, tok):
-				g.FinishReason = "stop"
-			case len(s.Stop) > 0 && dec != nil && hasStop(dec.Decode(g.Tokens, false), s.Stop):
-				g.FinishReason = "stop"
-			case len(g.Tokens) >= s.MaxTokens:
-				g.FinishReason = "length"
-			default:
-				q.next = []int{tok}
-				still = append(still, q)
-				continue
-			}
-			// A finished sequence gives its blocks back at once; the prefix
-			// cache keeps a compact contiguous copy (a grown cache holds
-			// up to twice what it filled, and the budget counts what is
-			// held).
-			done[i] = q.cache
-			if pc != nil {
-				c := m.NewCache(q.cache.Len)
-				if err := c.Fill(q.cache, q.cache.Len); err != nil {
-					return nil, st, err
-				}
-				done[i] = c
-				q.cache.Release()
-			} else if pool != nil {
-				q.cache.Release()
-			}
-			q.cache = nil
-		}
-		live = still
-		if pool != nil {
-			st.Peak = pool.Peak()
-		}
-	}
-	if pc != nil {
-		for i, p := range prompts {
-			pc.Put(fed(p, out[i]), done[i])
-		}
-	}
-	return out, st, nil
+	return e.GenerateBatch(ctx, rs)
 }
 
 // GenerateStream generates one sequence and calls onToken with each token as
 // it is sampled (the stop token included), for terminals and streaming
 // APIs.
 func GenerateStream(ctx context.Context, m *qwen.Model, prompt []int, s Sampling, dec Detokenizer, onToken func(id int)) (Generation, error) {
-	s.onToken = func(_, id int) { onToken(id) }
-	out, err := Generate(ctx, m, [][]int{prompt}, s, dec)
-	if err != nil {
-		return Generation{}, err
-	}
-	return out[0], nil
+	e := New(m, dec, Options{PrefixBudget: -1})
+	defer e.Close()
+	return e.Generate(ctx, Request{Prompt: prompt, Sampling: s, OnToken: onToken})
 }
 
 func hasStop(text string, stops []string) bool {

@@ -161,7 +161,9 @@ func TestGenerateStopsAtStopString(t *testing.T) {
 // prompt; a prompt that shares nothing starts from scratch.
 func TestPrefixCacheReusesEarlierTurns(t *testing.T) {
 	m := tinyModel(t, "tiny-qwen3")
-	pc := NewPrefixCache(0)
+	e := New(m, nil, Options{})
+	defer e.Close()
+	pc := e.Prefixes()
 	s := Sampling{MaxTokens: 6, Seed: 3}
 	convs := [][]int{{5, 6, 7, 8, 9, 10}, {5, 6, 7, 8, 100, 101}}
 	for turn := range 3 {
@@ -169,7 +171,7 @@ func TestPrefixCacheReusesEarlierTurns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cached, err := pc.Generate(context.Background(), m, convs, s, nil)
+		cached, err := batch(e, convs, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,17 +191,17 @@ func TestPrefixCacheReusesEarlierTurns(t *testing.T) {
 	if pc.Reused*10 < pc.Looked*6 {
 		t.Fatalf("%d of %d prompt tokens came from the cache", pc.Reused, pc.Looked)
 	}
-	if src, n := pc.Match([]int{400, 401, 402}); src != nil || n != 0 {
+	if src, n := pc.Match([]int{400, 401, 402}, ""); src != nil || n != 0 {
 		t.Fatalf("an unrelated prompt matched %d tokens", n)
 	}
 	t.Logf("%d of %d prompt tokens served from the cache", pc.Reused, pc.Looked)
 }
 
-// TestPagedPoolAtItsSmallest: under the smallest pool (one whole sequence)
-// a prompt that starts from a prefix cache's entry runs alone beside the
-// other prompts' shared prefix, which must give its blocks back for it to
-// grow; every sequence still samples what it does unbounded, with no
-// prefix cache.
+// TestPagedPoolAtItsSmallest: under the smallest pool (one whole sequence
+// and a block) a prompt that starts from a prefix cache's entry and three
+// that share a prefix (prefilled once for the batch) take turns in the
+// pool, preempted and recomputed; every sequence still samples exactly
+// what it does alone and unbounded.
 func TestPagedPoolAtItsSmallest(t *testing.T) {
 	m := tinyModel(t, "tiny-qwen3")
 	span := func(lo, n int) []int {
@@ -216,26 +218,82 @@ func TestPagedPoolAtItsSmallest(t *testing.T) {
 		prompts = append(prompts, append(span(1, 40), span(50+i, 5)...))
 	}
 	s := Sampling{Temperature: 1, Seed: 4, MaxTokens: 40}
-	want, _, err := generate(context.Background(), m, prompts, s, nil, nil, 0)
+	want, err := Generate(context.Background(), m, prompts, s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc := NewPrefixCache(0)
+	per := (len(prompts[1]) + s.MaxTokens + KVBlock - 1) / KVBlock
+	e := New(m, nil, Options{KVBudget: (per + 1) * KVBlock, PrefixBudget: -1})
+	defer e.Close()
 	c := m.NewCache(len(cached))
 	if _, err := m.ForwardLast([][]int{cached}, []*qwen.Cache{c}); err != nil {
 		t.Fatal(err)
 	}
-	pc.Put(cached, c)
-	got, st, err := generate(context.Background(), m, prompts, s, nil, pc, 1)
+	e.Prefixes().Put(cached, c, "")
+	got, err := batch(e, prompts, s)
 	if err != nil {
 		t.Fatal(err)
 	}
+	st := e.KV()
 	for i := range want {
 		if !slices.Equal(got[i].Tokens, want[i].Tokens) || !slices.Equal(got[i].LogProbs, want[i].LogProbs) {
 			t.Errorf("prompt %d: %v in the smallest pool, %v unbounded", i, got[i].Tokens, want[i].Tokens)
 		}
 	}
-	if per := (len(prompts[1]) + s.MaxTokens + KVBlock - 1) / KVBlock; st.Blocks != per+1 || st.Peak > st.Blocks {
+	if st.Blocks != per+1 || st.Peak > st.Blocks {
 		t.Fatalf("pool %d blocks (want %d), peak %d", st.Blocks, per+1, st.Peak)
+	}
+}
+
+// batch generates prompts on e as one batch, prompt i from stream i (as
+// Generate does on a fresh engine).
+func batch(e *Engine, prompts [][]int, s Sampling) ([]Generation, error) {
+	rs := make([]Request, len(prompts))
+	for i, p := range prompts {
+		rs[i] = Request{Prompt: p, Sampling: s}
+		rs[i].Sampling.Stream = uint64(i)
+	}
+	return e.GenerateBatch(context.Background(), rs)
+}
+
+// TestPrefixReuseStaysInItsNamespace: a finished sequence's cache serves a
+// later prompt of the same namespace only; the pinned system prompt
+// serves every namespace. (serve keys namespaces by tenant, so one
+// tenant's prompts never start from, and are never timed against, what
+// another sent.)
+func TestPrefixReuseStaysInItsNamespace(t *testing.T) {
+	m := tinyModel(t, "tiny-qwen3")
+	e := New(m, nil, Options{})
+	defer e.Close()
+	sys := []int{40, 41, 42, 43, 44, 45, 46, 47}
+	if err := e.SetPrefix(sys); err != nil {
+		t.Fatal(err)
+	}
+	secret := append(slices.Clone(sys), 100, 101, 102, 103, 104, 105, 106, 107, 108, 109)
+	s := Sampling{MaxTokens: 3}
+	gen := func(ns string) Generation {
+		g, err := e.Generate(context.Background(), Request{Prompt: append(slices.Clone(secret), 7), Sampling: s, Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	reused := func() int64 { return e.Prefixes().Reused }
+	alice := gen("alice")
+	if got := reused(); got != int64(len(sys)) {
+		t.Fatalf("the first request reused %d tokens, want the system prompt's %d", got, len(sys))
+	}
+	before := reused()
+	bob := gen("bob")
+	if got := reused() - before; got != int64(len(sys)) {
+		t.Fatalf("another namespace's request reused %d tokens of the first's, want only the shared system prompt's %d", got, len(sys))
+	}
+	before = reused()
+	gen("alice")
+	if got := reused() - before; got != int64(len(secret)) {
+		t.Fatalf("the same namespace reused %d tokens of its earlier prompt, want all but the last token's %d", got, len(secret))
+	}
+	if !slices.Equal(alice.Tokens, bob.Tokens) {
+		t.Fatalf("the same prompt in two namespaces: %v and %v", alice.Tokens, bob.Tokens)
 	}
 }

@@ -28,9 +28,12 @@ type PrefixCache struct {
 }
 
 type prefixEntry struct {
-	ids    []int // the tokens whose keys and values cache holds
-	cache  *qwen.Cache
-	pinned bool // kept whatever the budget (a system prompt)
+	ids   []int // the tokens whose keys and values cache holds
+	cache *qwen.Cache
+	// pinned entries are kept whatever the budget and shared by every
+	// namespace (a system prompt); the others serve their namespace only.
+	pinned    bool
+	namespace string
 }
 
 // NewPrefixCache keeps entries up to budget cached positions (the
@@ -43,11 +46,12 @@ func NewPrefixCache(budget int) *PrefixCache {
 	return &PrefixCache{budget: budget}
 }
 
-// Match returns the cache sharing the longest prefix with prompt and the
-// length of that prefix, at most len(prompt)−1 so that the prompt keeps a
-// token of its own to produce logits from; nil, 0 when nothing matches.
-// The returned cache is shared: copy its rows, do not extend it.
-func (pc *PrefixCache) Match(prompt []int) (*qwen.Cache, int) {
+// Match returns the cache of namespace ns (or a pinned one) sharing the
+// longest prefix with prompt and the length of that prefix, at most
+// len(prompt)−1 so that the prompt keeps a token of its own to produce
+// logits from; nil, 0 when nothing matches. The returned cache is shared:
+// copy its rows, do not extend it.
+func (pc *PrefixCache) Match(prompt []int, ns string) (*qwen.Cache, int) {
 	if pc == nil {
 		return nil, 0
 	}
@@ -56,6 +60,9 @@ func (pc *PrefixCache) Match(prompt []int) (*qwen.Cache, int) {
 	pc.Looked += int64(len(prompt))
 	best, bestN := -1, 0
 	for i, e := range pc.entries {
+		if !e.pinned && e.namespace != ns {
+			continue
+		}
 		n := 0
 		for limit := min(len(e.ids), len(prompt)-1); n < limit && e.ids[n] == prompt[n]; n++ {
 		}
@@ -73,18 +80,19 @@ func (pc *PrefixCache) Match(prompt []int) (*qwen.Cache, int) {
 	return e.cache, bestN
 }
 
-// Put keeps a finished sequence's cache, ids being the tokens whose keys
-// and values it holds (c.Len of them). The caller gives c up. Entries the
-// new one extends are dropped: a conversation keeps one entry, its latest.
-func (pc *PrefixCache) Put(ids []int, c *qwen.Cache) {
-	pc.put(ids, c, false)
+// Put keeps a finished sequence's cache for namespace ns, ids being the
+// tokens whose keys and values it holds (c.Len of them). The caller gives
+// c up. Entries of ns the new one extends are dropped: a conversation
+// keeps one entry, its latest.
+func (pc *PrefixCache) Put(ids []int, c *qwen.Cache, ns string) {
+	pc.put(ids, c, false, ns)
 }
 
-// Pin keeps ids' cache whatever the budget (a system prompt every
-// conversation starts with).
-func (pc *PrefixCache) Pin(ids []int, c *qwen.Cache) { pc.put(ids, c, true) }
+// Pin keeps ids' cache whatever the budget, for every namespace (a system
+// prompt every conversation starts with).
+func (pc *PrefixCache) Pin(ids []int, c *qwen.Cache) { pc.put(ids, c, true, "") }
 
-func (pc *PrefixCache) put(ids []int, c *qwen.Cache, pinned bool) {
+func (pc *PrefixCache) put(ids []int, c *qwen.Cache, pinned bool, ns string) {
 	if pc == nil || len(ids) == 0 || c.Len != len(ids) {
 		return
 	}
@@ -92,13 +100,13 @@ func (pc *PrefixCache) put(ids []int, c *qwen.Cache, pinned bool) {
 	defer pc.mu.Unlock()
 	kept := pc.entries[:0]
 	for _, e := range pc.entries {
-		if !e.pinned && len(e.ids) <= len(ids) && slices.Equal(e.ids, ids[:len(e.ids)]) {
+		if !e.pinned && e.namespace == ns && len(e.ids) <= len(ids) && slices.Equal(e.ids, ids[:len(e.ids)]) {
 			pc.rows -= e.cache.Cap()
 			continue
 		}
 		kept = append(kept, e)
 	}
-	pc.entries = append(kept, &prefixEntry{ids: slices.Clone(ids), cache: c, pinned: pinned})
+	pc.entries = append(kept, &prefixEntry{ids: slices.Clone(ids), cache: c, pinned: pinned, namespace: ns})
 	pc.rows += c.Cap()
 	for i := 0; pc.rows > pc.budget && i < len(pc.entries); {
 		if e := pc.entries[i]; !e.pinned && e != pc.entries[len(pc.entries)-1] {

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/kernels/cpu"
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -55,21 +55,23 @@ func TestSFTTeachesInContextCopying(t *testing.T) {
 		t.Fatal(err)
 	}
 	copied := func(dir string) int {
-		g, err := engine.LoadGenerator(cpu.New(), dir, "", engine.Sampling{MaxTokens: 4})
+		cp, err := native.Open(cpu.New(), dir, "", qwen.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer g.Model.Close()
+		defer cp.Model.Close()
+		g := cp.Start(native.Options{Sampling: llm.Sampling{MaxTokens: 4}})
+		defer g.Close()
 		r := rand.New(rand.NewPCG(9, 9)) // held-out fillers
 		ok := 0
 		for i := range 48 {
 			w := words[i%len(words)]
 			m := mk(w, r.IntN(4))
-			comp, err := g.Complete(context.Background(), []stm.Message{{Role: "system", Content: m[0]["content"].(string)}, {Role: "user", Content: m[1]["content"].(string)}})
+			comp, err := g.Chat(context.Background(), llm.Request{Messages: []chat.Message{{Role: "system", Content: m[0]["content"].(string)}, {Role: "user", Content: m[1]["content"].(string)}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.TrimSpace(comp.Text) == w {
+			if strings.TrimSpace(comp.Message.Content) == w {
 				ok++
 			}
 		}
@@ -130,11 +132,13 @@ func TestSFTTeachesCopyingToldFacts(t *testing.T) {
 	}
 	const n = 60
 	answered := func(dir string) (ok, multi int) {
-		g, err := engine.LoadGenerator(cpu.New(), dir, "", engine.Sampling{MaxTokens: 8})
+		cp, err := native.Open(cpu.New(), dir, "", qwen.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer g.Model.Close()
+		defer cp.Model.Close()
+		g := cp.Start(native.Options{Sampling: llm.Sampling{MaxTokens: 8}})
+		defer g.Close()
 		r := rand.New(rand.NewPCG(9, 9))
 		for i := 0; i < n; {
 			m, ans := mk(r)
@@ -142,11 +146,11 @@ func TestSFTTeachesCopyingToldFacts(t *testing.T) {
 				continue // only countries training never answered
 			}
 			i++
-			comp, err := g.Complete(context.Background(), []stm.Message{{Role: "user", Content: m[0]["content"].(string)}})
+			comp, err := g.Chat(context.Background(), llm.Request{Messages: []chat.Message{{Role: "user", Content: m[0]["content"].(string)}}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.TrimSpace(comp.Text) == ans {
+			if strings.TrimSpace(comp.Message.Content) == ans {
 				ok++
 				if len(tok.Encode(ans)) > 1 {
 					multi++

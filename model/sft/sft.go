@@ -12,13 +12,10 @@ import (
 
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
-	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
@@ -32,9 +29,10 @@ type Options struct {
 	Model string
 	LoRA  lora.Options
 	Optim optim.Config
-	// Copies shapes the copy sequences of Config.CopySequences (the config's
-	// pretrain section: the same spans and gaps the model was pretrained on).
-	Copies pretrain.Config
+	// Copies opens the copy sequences of Config.CopySequences over the
+	// tokenizer's first vocab ids, drawn from seed (setup gives pretrain's:
+	// the same spans and gaps the model was pretrained on).
+	Copies func(tok *tokenizer.Tokenizer, vocab int, seed uint64) (Sequencer, error)
 	// Learner says where the steps run (model.devices, train_dtype,
 	// zero_stage).
 	Learner train.LearnerOptions
@@ -50,7 +48,15 @@ type Options struct {
 	GenEval        int // held-out prompts generated from at the end to score the format
 	// GenDevice decodes GenEval's responses (model.device; nil: the CPU).
 	GenDevice kernels.Backend
+	// WellFormed says whether a generated response is in the trained
+	// format (AgeMem's: memtools.WellFormed); GenEval needs it.
+	WellFormed func(reply string) bool
 }
+
+// Sequencer draws training sequences (pretraining's copy sequences). An
+// alias, so that a source written without this package (env/pretrain's)
+// has the same function type.
+type Sequencer = interface{ Next() train.Sequence }
 
 // Result summarises a run.
 type Result struct {
@@ -61,7 +67,7 @@ type Result struct {
 	EvalCopyLossStart, EvalCopyLoss float64
 	TrainLossStart, TrainEnd        float64 // first and last step's training loss
 	TokensPerSec                    float64 // tokens through forward+backward per second
-	ParseOK, ParseN                 int     // generated held-out responses the AgeMem parser accepts
+	ParseOK, ParseN                 int     // generated held-out responses WellFormed accepts
 	Policy                          string  // where the tuned policy was written
 }
 
@@ -118,10 +124,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return res, err
 	}
 	batches := Plan(trainSet, s.BatchTokens, s.Steps*s.GradAccum, o.Seed)
-	var copies *pretrain.Sequences
+	var copies Sequencer
 	if s.CopySequences > 0 {
+		if o.Copies == nil {
+			return res, fmt.Errorf("sft.copy_sequences %d: no source of copy sequences", s.CopySequences)
+		}
 		var err error
-		if copies, _, err = pretrain.Open(o.Copies, tok, p.W.VocabSize, o.Seed^0x73667463); err != nil {
+		if copies, err = o.Copies(tok, p.W.VocabSize, o.Seed^0x73667463); err != nil {
 			return res, fmt.Errorf("sft.copy_sequences: %w", err)
 		}
 		for range tr.Step * s.CopySequences { // a resumed run draws what it would have
@@ -232,8 +241,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err := p.Export(res.Policy, o.Dtype); err != nil {
 		return res, err
 	}
-	if o.GenEval > 0 && len(evalSet) > 0 {
-		res.ParseOK, res.ParseN, err = FormatEval(ctx, o.GenDevice, p.W, tok, tmpl, evalSet, o.GenEval, o.ResponseBudget)
+	if o.GenEval > 0 && len(evalSet) > 0 && o.WellFormed != nil {
+		res.ParseOK, res.ParseN, err = FormatEval(ctx, o.GenDevice, p.W, tok, tmpl, evalSet, o.GenEval, o.ResponseBudget, o.WellFormed)
 		if err != nil {
 			return res, err
 		}
@@ -242,6 +251,47 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// FormatEval generates greedily from up to n held-out prompts and counts
+// the responses wellFormed accepts.
+func FormatEval(ctx context.Context, be kernels.Backend, w *train.Weights[float32], tok *tokenizer.Tokenizer, tmpl chat.Template, ex []Example, n, maxTokens int, wellFormed func(string) bool) (ok, total int, err error) {
+	if be == nil {
+		be = cpu.New()
+	}
+	m, err := w.Engine(be)
+	if err != nil {
+		return 0, 0, err
+	}
+	s := engine.Sampling{MaxTokens: min(maxTokens, 256)}
+	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
+		if id, ok := tok.TokenID(name); ok {
+			s.StopIDs = append(s.StopIDs, id)
+		}
+	}
+	var prompts [][]int
+	for _, e := range ex[:min(n, len(ex))] {
+		text, err := chat.Render(e.Prompt, chat.Options{Template: tmpl, AddGenerationPrompt: true})
+		if err != nil {
+			return 0, 0, err
+		}
+		prompts = append(prompts, tok.Encode(text))
+	}
+	gens, err := engine.Generate(ctx, m, prompts, s, tok)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, g := range gens {
+		ids := g.Tokens
+		if g.FinishReason == "stop" && len(ids) > 0 && slices.Contains(s.StopIDs, ids[len(ids)-1]) {
+			ids = ids[:len(ids)-1]
+		}
+		if wellFormed(tok.Decode(ids, true)) {
+			ok++
+		}
+		total++
+	}
+	return ok, total, nil
 }
 
 // Plan groups examples into micro-batches of at most batchTokens packed
@@ -281,41 +331,4 @@ func Plan(ex []Example, batchTokens, n int, seed uint64) []train.Batch {
 		out = out[:n]
 	}
 	return out
-}
-
-// FormatEval generates greedily from up to n held-out prompts and counts
-// the responses the AgeMem parser accepts: well-formed think, tool-call and
-// answer blocks with no format error.
-func FormatEval(ctx context.Context, be kernels.Backend, w *train.Weights[float32], tok *tokenizer.Tokenizer, tmpl chat.Template, ex []Example, n, maxTokens int) (ok, total int, err error) {
-	if be == nil {
-		be = cpu.New()
-	}
-	m, err := w.Engine(be)
-	if err != nil {
-		return 0, 0, err
-	}
-	pol := engine.NewGenerator(m, tok, engine.Sampling{MaxTokens: min(maxTokens, 256)})
-	pol.Template = tmpl
-	var convs [][]stm.Message
-	for _, e := range ex[:min(n, len(ex))] {
-		var c []stm.Message
-		for _, msg := range e.Prompt {
-			c = append(c, stm.Message{Role: msg.Role, Content: msg.Content})
-		}
-		convs = append(convs, c)
-	}
-	for lo := 0; lo < len(convs); lo += 8 {
-		outs, err := pol.CompleteBatch(ctx, convs[lo:min(lo+8, len(convs))])
-		if err != nil {
-			return 0, 0, err
-		}
-		for _, o := range outs {
-			p := memtools.Parse(o.Text)
-			if len(p.Errors) == 0 && (len(p.Calls) > 0 || p.HasAnswer) {
-				ok++
-			}
-			total++
-		}
-	}
-	return ok, total, nil
 }

@@ -12,10 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agemem/agemem/env/pretrain"
+	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
-	"github.com/agemem/agemem/model/pretrain"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
@@ -242,7 +243,7 @@ func TestSFTLearns(t *testing.T) {
 	// One reply per record: the two reply styles of records() (AgeMem text
 	// and Qwen3's think-block tool calls) are too many formats for 60 steps.
 	cfg.LossOn = "last"
-	o.GenEval = 8
+	o.GenEval, o.WellFormed = 8, memtools.WellFormed
 	res, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +316,7 @@ func TestSFTOnSimulatedDevices(t *testing.T) {
 // testOptions fine-tune model with the default sft section, full weights.
 func testOptions(model string) Options {
 	return Options{Config: DefaultConfig(), Model: model, LoRA: lora.DefaultOptions(qwen.LoRATargets), Optim: optim.DefaultConfig(),
-		Copies: pretrain.DefaultConfig(), Dtype: safetensors.F32, Seed: 1, ResponseBudget: 2048, YAML: "seed: 1\n", Log: io.Discard}
+		Copies: pretrain.CopySource(pretrain.DefaultConfig()), Dtype: safetensors.F32, Seed: 1, ResponseBudget: 2048, YAML: "seed: 1\n", Log: io.Discard}
 }
 
 // TestCopySequencesKeepCopying: sft.copy_sequences mixes pretrain's copy
@@ -344,7 +345,7 @@ func TestCopySequencesKeepCopying(t *testing.T) {
 		o := testOptions(model)
 		o.Config.Data, o.Config.Out = data, filepath.Join(dir, fmt.Sprint("out", copies))
 		o.Config.Steps, o.Config.BatchTokens, o.Config.LR, o.Config.WarmupSteps, o.Config.EvalFraction = 150, 512, 3e-3, 5, 0
-		o.Config.CopySequences, o.Copies = copies, pc
+		o.Config.CopySequences, o.Copies = copies, pretrain.CopySource(pc)
 		if _, err := Run(context.Background(), o); err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/kernels/cpu"
 	"github.com/agemem/agemem/model/bert"
 	"github.com/agemem/agemem/model/optim"
@@ -60,23 +59,6 @@ func TestReadSTSLayouts(t *testing.T) {
 		if _, err := ReadSTS(write("bad.tsv", c.body)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.body, err, c.want)
 		}
-	}
-}
-
-// Recall counts supporting facts among the question's top k of its
-// task's sentences.
-func TestRecall(t *testing.T) {
-	task := env.Task{Question: "Where was Marla Quenby born?",
-		SupportingFacts: []string{"Marla Quenby was born in Velden.", "Velden is a town in Norway."},
-		Distractors:     []string{"The Asca flows through Brill. Brill has a market.", "Tomas Ek founded Ekco."}}
-	h := embed.NewHashing(256, []int{3})
-	r1, err := Recall(context.Background(), h, []env.Task{task}, 1)
-	if err != nil || r1 != 0.5 {
-		t.Fatalf("recall@1 %v %v", r1, err)
-	}
-	r5, _ := Recall(context.Background(), h, []env.Task{task}, 5)
-	if r5 != 1 {
-		t.Fatalf("recall@5 %v", r5)
 	}
 }
 

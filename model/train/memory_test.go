@@ -207,7 +207,7 @@ func TestZeRO2BytesMeasured(t *testing.T) {
 		Intermediate: 352, RMSNormEps: 1e-6, RopeTheta: 1e4, VocabSize: 512, MaxPositions: 1024}
 	const n, learned = 256, 64
 	b := meteredBatch(cfg, n, learned)
-	m := &Model{W: weightsFor[float32](t, cfg, 5)}
+	m := &Policy{W: weightsFor[float32](t, cfg, 5)}
 	tr := NewOptimizer(m, optim.DefaultConfig(), 1e-3, optim.Schedule{}, 1, "")
 	meters := []*meter{{Backend: cpu.New()}, {Backend: cpu.New()}}
 	par, err := NewParallel(tr, []kernels.TrainBackend{meters[0], meters[1]}, nil, LearnerOptions{ZeroStage: 2, BF16: true}, nil)

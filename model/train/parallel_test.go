@@ -425,7 +425,7 @@ func TestOffloadedReference(t *testing.T) {
 	}
 	batches := []Batch{batch(0), batch(1), batch(2)}
 	score := func(bf16, offload bool) ([][]float32, int64) {
-		m := &Model{W: weightsFor[float32](t, cfg, 5)}
+		m := &Policy{W: weightsFor[float32](t, cfg, 5)}
 		tr := NewOptimizer(m, optim.DefaultConfig(), 1e-3, optim.Schedule{}, 1, "")
 		mt := &meter{Backend: cpu.New()}
 		par, err := NewParallel(tr, []kernels.TrainBackend{mt, cpu.New()}, nil, LearnerOptions{BF16: bf16, OffloadReference: offload}, nil)

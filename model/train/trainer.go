@@ -19,9 +19,9 @@ import (
 	"github.com/agemem/agemem/model/safetensors"
 )
 
-// Model is a model directory opened for training: float32 master weights
+// Policy is a model directory opened for training: float32 master weights
 // (bf16 checkpoints are widened), with a fresh LoRA adapter when asked.
-type Model struct {
+type Policy struct {
 	Dir string // the base model directory
 	W   *Weights[float32]
 }
@@ -30,7 +30,7 @@ type Model struct {
 // adapter (B = 0, so training starts from the base exactly) is trained. dir
 // may also be a PEFT adapter (an SFT run with LoRA): its base is loaded and
 // the adapter merged in, so the policy starts where SFT ended.
-func Open(dir string, l lora.Options, seed uint64) (*Model, error) {
+func Open(dir string, l lora.Options, seed uint64) (*Policy, error) {
 	if _, err := os.Stat(filepath.Join(dir, "adapter_config.json")); err == nil {
 		return openAdapter(dir, l)
 	}
@@ -59,11 +59,11 @@ func Open(dir string, l lora.Options, seed uint64) (*Model, error) {
 			return nil, err
 		}
 	}
-	return &Model{Dir: dir, W: w}, nil
+	return &Policy{Dir: dir, W: w}, nil
 }
 
 // openAdapter loads an adapter's base and merges the adapter into it.
-func openAdapter(dir string, l lora.Options) (*Model, error) {
+func openAdapter(dir string, l lora.Options) (*Policy, error) {
 	if l.Enabled {
 		return nil, fmt.Errorf("%s is a LoRA adapter: a new adapter on top of it would have no base on disk; merge it first (agemem-train merge) or train it in full", dir)
 	}
@@ -98,7 +98,7 @@ func openAdapter(dir string, l lora.Options) (*Model, error) {
 // Export writes the trained policy to dir: with LoRA, the adapter in PEFT's
 // layout (load it with --adapter on top of the base); otherwise a full
 // Hugging Face directory. The tokenizer files travel along either way.
-func (p *Model) Export(dir string, dtype safetensors.DType) error {
+func (p *Policy) Export(dir string, dtype safetensors.DType) error {
 	if a := p.W.Adapter(); a != nil {
 		if err := a.Save(dir); err != nil {
 			return err
@@ -112,7 +112,7 @@ func (p *Model) Export(dir string, dtype safetensors.DType) error {
 // Optimizer applies AdamW updates to a policy's trainable parameters and
 // saves and restores everything a resumed run needs.
 type Optimizer struct {
-	Model    *Model
+	Model    *Policy
 	Opt      *optim.AdamW
 	Schedule optim.Schedule
 	LR       float64 // peak rate
@@ -124,7 +124,7 @@ type Optimizer struct {
 }
 
 // NewOptimizer prepares the optimiser for p's trainable parameters.
-func NewOptimizer(p *Model, o optim.Config, lr float64, s optim.Schedule, seed uint64, cfgYAML string) *Optimizer {
+func NewOptimizer(p *Policy, o optim.Config, lr float64, s optim.Schedule, seed uint64, cfgYAML string) *Optimizer {
 	t := &Optimizer{Model: p, Opt: optim.NewAdamW(o.AdamW()),
 		Schedule: s, LR: lr, ClipNorm: o.ClipNorm, RNG: rand.NewPCG(seed, 0x747261696e), Config: cfgYAML}
 	for _, nv := range p.W.Trainable() {

@@ -162,7 +162,7 @@ func TestExportLoadsBack(t *testing.T) {
 		}
 		b := batch(0)
 		want := tr.Model.W.LogProbs(tape.New[float32](), b, TrainOptions{}).Val
-		var again *Model
+		var again *Policy
 		var err error
 		if withLoRA {
 			again, err = Open(base, lora.Options{}, 0)

@@ -11,7 +11,8 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/valid"
-	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // SearchConfig is the "dfsdt" part of the fittext section: ToolLLM's
@@ -36,19 +37,19 @@ func (c SearchConfig) validate(e *valid.Errors) {
 	e.AtLeast("dfsdt.max_queries", c.MaxQueries, 1)
 }
 
-// World is where the agent's calls run: Specs are every function it has,
+// World is where the agent's calls run: Functions are every function it has,
 // Execute runs one call (false: the call failed, the result says why).
 // A search opens a fresh world for each expansion and replays the path's
 // calls into it first, so a tool with side effects sees the state of its
 // own branch only (agent.Toolset is one).
 type World interface {
-	Specs() []agent.Spec
-	Execute(ctx context.Context, c agent.ToolCall) (string, bool, error)
+	Functions() []chat.Function
+	Execute(ctx context.Context, c chat.ToolCall) (string, bool, error)
 }
 
 // Finish is ToolBench's function that ends a path: with an answer, or
 // giving up (the branch is then abandoned).
-var Finish = agent.Spec{Name: "Finish",
+var Finish = chat.Function{Name: "Finish",
 	Description: "Call this function at the end of your attempt: with return_type give_answer and the final answer once you have done the task, or with give_up_and_restart when you cannot go on from the current state. Only the final answer is shown to the user, so it must be complete.",
 	Parameters:  json.RawMessage(`{"type":"object","properties":{"return_type":{"type":"string","enum":["give_answer","give_up_and_restart"]},"final_answer":{"type":"string","description":"the answer to give the user (with give_answer)"}},"required":["return_type"]}`)}
 
@@ -65,7 +66,7 @@ const Protocol = `You should use functions to help handle the user's request.
 // retrieval, every function of the world visible from the start (plain
 // DFSDT).
 type Search struct {
-	Model     agent.Model
+	Model     llm.Model
 	Retriever *Retriever
 	Strategy  string // the FitText strategy run on the model's pseudo-tools
 	Config    SearchConfig
@@ -76,9 +77,9 @@ type Outcome struct {
 	Answered bool   `json:"answered"`
 	Answer   string `json:"answer,omitempty"`
 	// Path is the answer path's calls, in order (Finish left out).
-	Path []agent.ToolCall `json:"path,omitempty"`
+	Path []chat.ToolCall `json:"path,omitempty"`
 	// Messages is the answer path's conversation.
-	Messages []agent.Message `json:"-"`
+	Messages []chat.Message `json:"-"`
 	// Queries are the agent's model calls; StrategyCalls the retrieval
 	// strategies' (the analysis, refinements, judges).
 	Queries       int `json:"queries"`
@@ -96,7 +97,7 @@ type Outcome struct {
 	Nodes  int `json:"nodes"`
 	Pruned int `json:"pruned"`
 	// ContextFull are states abandoned because their conversation
-	// outgrew the model's context (memtools.ErrContextFull).
+	// outgrew the model's context (llm.ErrContextFull).
 	ContextFull int `json:"context_full,omitempty"`
 	// Functions are those the answer path could call at its end.
 	Functions []string `json:"functions,omitempty"`
@@ -105,9 +106,9 @@ type Outcome struct {
 // node is a state of the tree: the conversation so far, the functions
 // visible (F(n)) and the world calls that led to it.
 type node struct {
-	msgs  []agent.Message
+	msgs  []chat.Message
 	funcs []string
-	path  []agent.ToolCall
+	path  []chat.ToolCall
 	depth int
 	tried []string // what the children generated so far did, for the diversity prompt
 }
@@ -116,9 +117,9 @@ type search struct {
 	s     *Search
 	query string
 	open  func() (World, error)
-	specs map[string]agent.Spec
+	specs map[string]chat.Function
 	byKB  map[string]string // a knowledge-base name → the world's function
-	mem   Memory
+	mem   Probes
 	out   Outcome
 }
 
@@ -126,11 +127,11 @@ type search struct {
 // under its function name (agent.FunctionName: WorkBench's
 // calendar.delete_event is calendar_delete_event), which the search maps
 // back to the world's.
-func WorldKB(ctx context.Context, emb embed.Embedder, specs []agent.Spec) (*agent.Catalog, error) {
+func WorldKB(ctx context.Context, emb embed.Embedder, specs []chat.Function) (*agent.Catalog, error) {
 	tools := make([]agent.CatalogTool, len(specs))
 	for i, sp := range specs {
 		sp.Name = agent.FunctionName(sp.Name)
-		tools[i] = agent.CatalogTool{Spec: sp}
+		tools[i] = agent.CatalogTool{Function: sp}
 	}
 	return agent.NewCatalog(ctx, emb, tools)
 }
@@ -152,9 +153,9 @@ func (s *Search) Run(ctx context.Context, system, query string, open func() (Wor
 	if err != nil {
 		return Outcome{}, err
 	}
-	x := &search{s: s, query: query, open: open, specs: map[string]agent.Spec{Finish.Name: Finish}, byKB: map[string]string{}}
+	x := &search{s: s, query: query, open: open, specs: map[string]chat.Function{Finish.Name: Finish}, byKB: map[string]string{}}
 	root := &node{funcs: []string{Finish.Name}}
-	for _, sp := range w.Specs() {
+	for _, sp := range w.Functions() {
 		x.specs[sp.Name] = sp
 		if kb := agent.FunctionName(sp.Name); x.byKB[kb] == "" {
 			x.byKB[kb] = sp.Name
@@ -166,7 +167,7 @@ func (s *Search) Run(ctx context.Context, system, query string, open func() (Wor
 	if s.Retriever != nil {
 		system = Protocol + "\n\n" + system
 	}
-	root.msgs = []agent.Message{{Role: "system", Content: system}, {Role: "user", Content: query}}
+	root.msgs = []chat.Message{{Role: "system", Content: system}, {Role: "user", Content: query}}
 	if err := x.dfs(ctx, root); err != nil {
 		return x.out, err
 	}
@@ -187,15 +188,15 @@ func (x *search) dfs(ctx context.Context, n *node) error {
 		}
 		msgs := n.msgs
 		if len(n.tried) > 0 {
-			msgs = append(slices.Clip(msgs), agent.Message{Role: "user", Content: diversityPrompt(n.tried)})
+			msgs = append(slices.Clip(msgs), chat.Message{Role: "user", Content: diversityPrompt(n.tried)})
 		}
-		specs := make([]agent.Spec, len(n.funcs))
+		specs := make([]chat.Function, len(n.funcs))
 		for i, f := range n.funcs {
 			specs[i] = x.specs[f]
 		}
-		reply, err := x.s.Model.Chat(ctx, msgs, specs)
+		reply, err := x.s.Model.Chat(ctx, llm.Request{Messages: msgs, Tools: specs})
 		x.out.Queries++
-		if errors.Is(err, memtools.ErrContextFull) {
+		if errors.Is(err, llm.ErrContextFull) {
 			// The state outgrew the model: no child of it (each with the
 			// diversity prompt added) would fit either.
 			x.out.ContextFull++
@@ -285,7 +286,7 @@ const (
 // exec runs a child's calls in a world where its parent's path has been
 // replayed, appending each result to its conversation and each call that
 // went through to its path.
-func (x *search) exec(ctx context.Context, c *node, calls []agent.ToolCall) (turnKind, string, error) {
+func (x *search) exec(ctx context.Context, c *node, calls []chat.ToolCall) (turnKind, string, error) {
 	if len(calls) == 0 {
 		return acted, "", nil
 	}
@@ -353,12 +354,12 @@ func (x *search) exec(ctx context.Context, c *node, calls []agent.ToolCall) (tur
 	return acted, "", nil
 }
 
-func toolMessage(c agent.ToolCall, result string) agent.Message {
-	return agent.Message{Role: "tool", ToolCallID: c.ID, Name: c.Name, Content: result}
+func toolMessage(c chat.ToolCall, result string) chat.Message {
+	return chat.Message{Role: "tool", ToolCallID: c.ID, Name: c.Name, Content: result}
 }
 
 // summary is what a child did, as the diversity prompt lists it.
-func summary(o agent.Message, blocks []string) string {
+func summary(o chat.Message, blocks []string) string {
 	var parts []string
 	for _, b := range blocks {
 		parts = append(parts, "asked for a function: "+b)

@@ -11,22 +11,23 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // bank is a world with state: a balance that deposits raise and
 // withdrawals past it fail.
 type bank struct{ balance int }
 
-var bankSpecs = []agent.Spec{
+var bankSpecs = []chat.Function{
 	{Name: "deposit", Description: "Deposit money into the bank account.", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"string"}}}`)},
 	{Name: "withdraw", Description: "Withdraw cash from the bank account.", Parameters: json.RawMessage(`{"type":"object","properties":{"amount":{"type":"string"}}}`)},
 	{Name: "balance", Description: "Read the balance of the bank account.", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
 }
 
-func (b *bank) Specs() []agent.Spec { return bankSpecs }
+func (b *bank) Functions() []chat.Function { return bankSpecs }
 
-func (b *bank) Execute(_ context.Context, c agent.ToolCall) (string, bool, error) {
+func (b *bank) Execute(_ context.Context, c chat.ToolCall) (string, bool, error) {
 	var args struct{ Amount string }
 	json.Unmarshal([]byte(c.Arguments), &args)
 	n, _ := strconv.Atoi(args.Amount)
@@ -49,43 +50,43 @@ func (b *bank) Execute(_ context.Context, c agent.ToolCall) (string, bool, error
 // script replies in the search's depth-first order and records what each
 // call saw.
 type script struct {
-	replies []agent.Message
+	replies []chat.Message
 	seen    []seenCall
 }
 
 type seenCall struct {
-	msgs  []agent.Message
+	msgs  []chat.Message
 	specs []string
 }
 
-func (s *script) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+func (s *script) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
 	var names []string
-	for _, sp := range specs {
+	for _, sp := range req.Tools {
 		names = append(names, sp.Name)
 	}
-	s.seen = append(s.seen, seenCall{slices.Clone(msgs), names})
+	s.seen = append(s.seen, seenCall{slices.Clone(req.Messages), names})
 	if len(s.seen) > len(s.replies) {
-		return agent.Reply{}, fmt.Errorf("call %d is past the script", len(s.seen))
+		return llm.Response{}, fmt.Errorf("call %d is past the script", len(s.seen))
 	}
-	return agent.Reply{Message: s.replies[len(s.seen)-1]}, nil
+	return llm.Response{Message: s.replies[len(s.seen)-1]}, nil
 }
 
-type chatFunc func(context.Context, []agent.Message, []agent.Spec) (agent.Reply, error)
+type chatFunc func(context.Context, []chat.Message, []chat.Function) (llm.Response, error)
 
-func (f chatFunc) Chat(ctx context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
-	return f(ctx, msgs, specs)
+func (f chatFunc) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	return f(ctx, req.Messages, req.Tools)
 }
 
-func call(name, args string) agent.Message {
-	return agent.Message{ToolCalls: []agent.ToolCall{{ID: name, Name: name, Arguments: args}}}
+func call(name, args string) chat.Message {
+	return chat.Message{ToolCalls: []chat.ToolCall{{ID: name, Name: name, Arguments: args}}}
 }
 
 func bankRetriever(t *testing.T) *Retriever {
 	t.Helper()
-	tools := []agent.CatalogTool{{Spec: agent.Spec{Name: "send_email", Description: "Send an email to a recipient."}},
-		{Spec: agent.Spec{Name: "book_flight", Description: "Book a flight between two cities."}}}
+	tools := []agent.CatalogTool{{Function: chat.Function{Name: "send_email", Description: "Send an email to a recipient."}},
+		{Function: chat.Function{Name: "book_flight", Description: "Book a flight between two cities."}}}
 	for _, sp := range bankSpecs {
-		tools = append(tools, agent.CatalogTool{Spec: sp})
+		tools = append(tools, agent.CatalogTool{Function: sp})
 	}
 	kb, err := agent.NewCatalog(context.Background(), embed.NewHashing(512, []int{3, 4}), tools)
 	if err != nil {
@@ -107,7 +108,7 @@ func openBank() (World, error) { return &bank{}, nil }
 // deposit of the abandoned branch does not reach the balance read on its
 // sibling.
 func TestSearchExploresTheTree(t *testing.T) {
-	main := []agent.Message{
+	main := []chat.Message{
 		{Content: wrap("deposit money into the bank account") + wrap("read the balance of the bank account")}, // root → c1
 		call("deposit", `{"amount":"100"}`),                     // c1 → c2
 		call("withdraw", `{"amount":"500"}`),                    // c2: not retrieved: pruned
@@ -164,7 +165,7 @@ func TestSearchExploresTheTree(t *testing.T) {
 	}
 	// Depth 2: c2 and c3 are at the limit, so both are pruned unexpanded,
 	// and the root's second try (here an answer with no call) ends it.
-	m = &script{replies: []agent.Message{main[0], main[1], main[4], main[5]}}
+	m = &script{replies: []chat.Message{main[0], main[1], main[4], main[5]}}
 	s = &Search{Model: m, Retriever: bankRetriever(t), Strategy: "single", Config: SearchConfig{Width: 2, MaxDepth: 2, MaxQueries: 200}}
 	if out, err = s.Run(context.Background(), "", "What is my balance?", openBank); err != nil || !out.Answered || out.Pruned != 2 || out.Queries != 4 || len(out.Path) != 0 {
 		t.Fatalf("depth 2: %v %+v", err, out)
@@ -176,7 +177,7 @@ func TestSearchExploresTheTree(t *testing.T) {
 // retriever every function is visible from the start and the protocol
 // is not in the prompt.
 func TestSearchDuplicatesAndPlainDFSDT(t *testing.T) {
-	m := &script{replies: []agent.Message{
+	m := &script{replies: []chat.Message{
 		{Content: wrap("deposit money into the bank account")},
 		call("Finish", `{"return_type":"give_up_and_restart"}`),
 		call("Finish", `{"return_type":"give_up_and_restart"}`),
@@ -190,9 +191,9 @@ func TestSearchDuplicatesAndPlainDFSDT(t *testing.T) {
 		t.Fatalf("%v %+v; the fifth call saw %v", err, out, m.seen[4].specs)
 	}
 	// Malformed and unknown calls prune; a plain reply answers.
-	m = &script{replies: []agent.Message{
+	m = &script{replies: []chat.Message{
 		call("Finish", `{"return_type": 3}`),
-		{ToolCalls: []agent.ToolCall{{ID: "x", Name: "deposit", Invalid: "not JSON"}}},
+		{ToolCalls: []chat.ToolCall{{ID: "x", Name: "deposit", Invalid: "not JSON"}}},
 	}}
 	s = &Search{Model: m, Config: DefaultSearch()}
 	if out, err = s.Run(context.Background(), "sys", "Deposit 5.", openBank); err != nil || out.Answered || out.Pruned != 2 {
@@ -201,27 +202,27 @@ func TestSearchDuplicatesAndPlainDFSDT(t *testing.T) {
 	if fmt.Sprint(m.seen[0].specs) != "[Finish deposit withdraw balance]" || m.seen[0].msgs[0].Content != "sys" {
 		t.Fatalf("plain DFSDT: %v %q", m.seen[0].specs, m.seen[0].msgs[0].Content)
 	}
-	m = &script{replies: []agent.Message{{Content: "Your balance is 0."}}}
+	m = &script{replies: []chat.Message{{Content: "Your balance is 0."}}}
 	s.Model = m
 	if out, err = s.Run(context.Background(), "sys", "Balance?", openBank); err != nil || !out.Answered || out.Answer != "Your balance is 0." {
 		t.Fatalf("a plain reply: %v %+v", err, out)
 	}
 	// A state whose conversation outgrows the model is abandoned, not
 	// the search: its sibling state goes on.
-	full := &script{replies: []agent.Message{
+	full := &script{replies: []chat.Message{
 		{Content: wrap("deposit money into the bank account")},
 		call("deposit", `{"amount":"5"}`),
 	}}
 	calls := 0
-	s = &Search{Model: chatFunc(func(ctx context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	s = &Search{Model: chatFunc(func(ctx context.Context, msgs []chat.Message, specs []chat.Function) (llm.Response, error) {
 		calls++
 		if calls == 3 { // the state after the deposit
-			return agent.Reply{}, fmt.Errorf("prompt too long: %w", memtools.ErrContextFull)
+			return llm.Response{}, fmt.Errorf("prompt too long: %w", llm.ErrContextFull)
 		}
 		if calls == 4 { // back at the state before it, told of the deposit
-			return agent.Reply{Message: agent.Message{Content: "Deposited."}}, nil
+			return llm.Response{Message: chat.Message{Content: "Deposited."}}, nil
 		}
-		return full.Chat(ctx, msgs, specs)
+		return full.Chat(ctx, llm.Request{Messages: msgs, Tools: specs})
 	}), Retriever: bankRetriever(t), Strategy: "single", Config: DefaultSearch()}
 	if out, err = s.Run(context.Background(), "", "Deposit 5.", openBank); err != nil || !out.Answered || out.ContextFull != 1 || out.Answer != "Deposited." {
 		t.Fatalf("context full: %v %+v", err, out)

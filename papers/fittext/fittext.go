@@ -11,10 +11,14 @@ package fittext
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/agemem/agemem/internal/valid"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // The pseudo-tool delimiters (the authors' special tokens; the paper
@@ -174,4 +178,36 @@ func CheckStrategy(s string) error {
 		}
 	}
 	return fmt.Errorf("strategy %q: want one of %s", s, strings.Join(Strategies, ", "))
+}
+
+// ModelLLM asks a chat model: the prompt as one user message, sampled at
+// the temperature the operator asks for, from a seed drawn from the prompt
+// and how often it was asked before, so that a prompt asked again
+// (Scattershot's probes) gets a new sample and a run gives the same text
+// however its calls were batched.
+type ModelLLM struct {
+	Model llm.Model
+	Seed  uint64
+	mu    sync.Mutex
+	asked map[uint64]uint64
+}
+
+// Generate implements LLM.
+func (m *ModelLLM) Generate(ctx context.Context, prompt string, temperature float64) (string, error) {
+	h := fnv.New64a()
+	h.Write([]byte(prompt))
+	key := h.Sum64()
+	m.mu.Lock()
+	if m.asked == nil {
+		m.asked = map[uint64]uint64{}
+	}
+	n := m.asked[key]
+	m.asked[key]++
+	m.mu.Unlock()
+	s := llm.Sampling{Temperature: temperature, Seed: m.Seed ^ key ^ (n * 0x9e3779b97f4a7c15)}
+	r, err := m.Model.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: "user", Content: prompt}}, Sampling: &s})
+	if err != nil {
+		return "", err
+	}
+	return r.Message.Content, nil
 }

@@ -212,7 +212,7 @@ func TestFitnessHandWorked(t *testing.T) {
 	if got := SRet(h(0.5)); math.Abs(got-0.5) > 1e-12 || SRet(nil) != 0 {
 		t.Fatalf("s_ret of one %v", got)
 	}
-	m := Memory{{Intent: "get the weather forecast", Tools: []string{"a", "b", "c"}}}
+	m := Probes{{Intent: "get the weather forecast", Tools: []string{"a", "b", "c"}}}
 	// Tools: {a,b,x} vs {a,b,c}: J = 2/4 = 0.5 > 0.3 → 0.25; {a,x,y}: 1/5 = 0.2 → 0.
 	if p := m.Penalty("tools", "", []string{"a", "b", "x"}); math.Abs(p-0.25) > 1e-12 {
 		t.Fatalf("tools penalty %v", p)
@@ -466,7 +466,7 @@ func TestMemeticV2Parts(t *testing.T) {
 	}
 	// {a,b,x} against {a,b,c} at generation 0: 0.5 × 0.5 = 0.25; against
 	// {a,b,x} itself at generation 3: 0.5 × 1 × e^-1 = 0.184.
-	m := Memory{{Gen: 0, Tools: []string{"a", "b", "c"}}, {Gen: 3, Tools: []string{"a", "b", "x"}}}
+	m := Probes{{Gen: 0, Tools: []string{"a", "b", "c"}}, {Gen: 3, Tools: []string{"a", "b", "x"}}}
 	if got := m.Decayed("tools", "", []string{"a", "b", "x"}); math.Abs(got-0.25) > 1e-12 {
 		t.Fatalf("decayed penalty %v", got)
 	}

@@ -137,7 +137,7 @@ func (x *run) memetic(ctx context.Context, a string, v2 bool) (string, []agent.H
 	if v2 {
 		ga, gb = c.Generations, 0
 	}
-	x.remember(MemoryEntry{Intent: a, Gen: ga, Tools: names(bestHits[0])}, MemoryEntry{Intent: best, Gen: gb, Tools: names(bestHits[1])})
+	x.remember(Probe{Intent: a, Gen: ga, Tools: names(bestHits[0])}, Probe{Intent: best, Gen: gb, Tools: names(bestHits[1])})
 	return best, Vote(hits, c.B), nil
 }
 

@@ -81,13 +81,13 @@ func SequenceRatio(a, b string) float64 {
 // Duplicate is FitText's test of Eq. 9: a pseudo-tool repeats one of the
 // remembered intents when their SequenceRatio reaches 0.82 or it is
 // contained in one. It returns the first such entry.
-func (m Memory) Duplicate(d string) (MemoryEntry, bool) {
+func (m Probes) Duplicate(d string) (Probe, bool) {
 	for _, e := range m {
 		if SequenceRatio(d, e.Intent) >= duplicateRatio || strings.Contains(e.Intent, d) {
 			return e, true
 		}
 	}
-	return MemoryEntry{}, false
+	return Probe{}, false
 }
 
 const duplicateRatio = 0.82

@@ -32,7 +32,7 @@ func TestSequenceRatioMatchesDifflib(t *testing.T) {
 			t.Errorf("SequenceRatio(%.30q, %.30q) = %v, difflib %v", c.a, c.b, got, c.want)
 		}
 	}
-	m := Memory{{Intent: "private volatile Thread currentThread;"}, {Intent: "send an email to a recipient with a subject and a body"}}
+	m := Probes{{Intent: "private volatile Thread currentThread;"}, {Intent: "send an email to a recipient with a subject and a body"}}
 	for d, want := range map[string]bool{
 		"private Thread currentThread;": true,  // ratio 0.866
 		"an email to a recipient":       true,  // contained

@@ -38,13 +38,13 @@ type Result struct {
 	Calls     int         `json:"llm_calls"`
 }
 
-// Memory is the tool memory 𝓜 of one invocation: what was tried, with
+// Probes is the tool memory 𝓜 of one invocation: what was tried, with
 // its generation index and the tools it retrieved (Eq. 7 compares tool
 // sets; App. C.2 stores intent strings: both are kept).
-type Memory []MemoryEntry
+type Probes []Probe
 
-// MemoryEntry is one remembered probe.
-type MemoryEntry struct {
+// Probe is one remembered probe.
+type Probe struct {
 	Intent string
 	Gen    int
 	Tools  []string
@@ -53,7 +53,7 @@ type MemoryEntry struct {
 type run struct {
 	r     *Retriever
 	query string
-	mem   *Memory
+	mem   *Probes
 	res   *Result
 	rand  *rand.Rand
 }
@@ -100,7 +100,7 @@ func blurbs(kb *agent.Catalog, hs []agent.Hit) []string {
 // writes the ancestors, then the strategy runs on them with a fresh tool
 // memory.
 func (r *Retriever) Retrieve(ctx context.Context, strategy, query string) (Result, error) {
-	x, err := r.start(strategy, query, query, &Memory{})
+	x, err := r.start(strategy, query, query, &Probes{})
 	if err != nil {
 		return Result{}, err
 	}
@@ -135,7 +135,7 @@ func (r *Retriever) Retrieve(ctx context.Context, strategy, query string) (Resul
 // agent loop: no analysis call) with mem, the tool memory of the whole
 // invocation, which it extends. Its draws are seeded by the query and the
 // ancestors.
-func (r *Retriever) Expand(ctx context.Context, strategy, query string, ancestors []string, mem *Memory) (Result, error) {
+func (r *Retriever) Expand(ctx context.Context, strategy, query string, ancestors []string, mem *Probes) (Result, error) {
 	if strategy == "query" || len(ancestors) == 0 {
 		return Result{}, fmt.Errorf("fittext: Expand needs pseudo-tools and a strategy that uses them, not %q", strategy)
 	}
@@ -147,7 +147,7 @@ func (r *Retriever) Expand(ctx context.Context, strategy, query string, ancestor
 	return *x.res, err
 }
 
-func (r *Retriever) start(strategy, query, seed string, mem *Memory) (*run, error) {
+func (r *Retriever) start(strategy, query, seed string, mem *Probes) (*run, error) {
 	if err := CheckStrategy(strategy); err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func (x *run) expand(ctx context.Context, ancestors []string) error {
 				return err
 			}
 			list = hits[0]
-			x.remember(MemoryEntry{Intent: a, Tools: names(list)})
+			x.remember(Probe{Intent: a, Tools: names(list)})
 		case "dbd":
 			final, list, err = x.dbd(ctx, a)
 		case "scattershot":
@@ -209,7 +209,7 @@ func (x *run) expand(ctx context.Context, ancestors []string) error {
 	return nil
 }
 
-func (x *run) remember(es ...MemoryEntry) { *x.mem = append(*x.mem, es...) }
+func (x *run) remember(es ...Probe) { *x.mem = append(*x.mem, es...) }
 
 // merge concatenates the lineages' lists, each tool once (the first time).
 func merge(lists [][]agent.Hit) []agent.Hit {
@@ -254,7 +254,7 @@ func (x *run) dbd(ctx context.Context, a string) (string, []agent.Hit, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	x.remember(MemoryEntry{Intent: d, Tools: names(hits[0])})
+	x.remember(Probe{Intent: d, Tools: names(hits[0])})
 	return d, hits[0], nil
 }
 
@@ -379,7 +379,7 @@ func Jaccard(a, b []string) float64 {
 // remembered probe, counted when above 0.3. The overlap is of tool sets
 // (the paper) or of the descriptions' lower-cased words (mode "text", the
 // authors' code).
-func (m Memory) Penalty(mode, d string, tools []string) float64 {
+func (m Probes) Penalty(mode, d string, tools []string) float64 {
 	best := 0.0
 	for _, e := range m {
 		best = math.Max(best, e.overlap(mode, d, tools))
@@ -393,7 +393,7 @@ func (m Memory) Penalty(mode, d string, tools []string) float64 {
 // Decayed is Memetic V2's memory term (Eq. 17): the largest of 0.5 × the
 // overlap × e^(−g/3) over the remembered probes, with no gate; a probe
 // remembered at generation 0 weighs most.
-func (m Memory) Decayed(mode, d string, tools []string) float64 {
+func (m Probes) Decayed(mode, d string, tools []string) float64 {
 	best := 0.0
 	for _, e := range m {
 		best = math.Max(best, 0.5*e.overlap(mode, d, tools)*math.Exp(-float64(e.Gen)/3))
@@ -401,7 +401,7 @@ func (m Memory) Decayed(mode, d string, tools []string) float64 {
 	return best
 }
 
-func (e MemoryEntry) overlap(mode, d string, tools []string) float64 {
+func (e Probe) overlap(mode, d string, tools []string) float64 {
 	if mode == "text" {
 		return Jaccard(strings.Fields(strings.ToLower(d)), strings.Fields(strings.ToLower(e.Intent)))
 	}
@@ -451,7 +451,7 @@ func (x *run) ibi(ctx context.Context, ds []string) ([]string, [][]agent.Hit, er
 		return nil, nil, err
 	}
 	for i, d := range ds {
-		x.remember(MemoryEntry{Intent: d, Tools: names(lists[i])})
+		x.remember(Probe{Intent: d, Tools: names(lists[i])})
 	}
 	return ds, lists, nil
 }

@@ -6,9 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/workbench"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // searcher is a scripted agent for FitText's search on WorkBench: it
@@ -19,26 +20,26 @@ import (
 // the right call.
 type searcher struct{ gold map[string][]workbench.Action }
 
-func (s searcher) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
-	query := msgs[1].Content
+func (s searcher) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	query := req.Messages[1].Content
 	gold := s.gold[query]
 	done := 0
-	for _, m := range msgs {
+	for _, m := range req.Messages {
 		if m.Role == "tool" {
 			done++
 		}
 	}
 	if done == len(gold) {
-		return agent.Reply{Message: agent.Message{ToolCalls: []agent.ToolCall{{ID: "f", Name: "Finish", Arguments: `{"return_type":"give_answer","final_answer":"Done."}`}}}}, nil
+		return llm.Response{Message: chat.Message{ToolCalls: []chat.ToolCall{{ID: "f", Name: "Finish", Arguments: `{"return_type":"give_answer","final_answer":"Done."}`}}}}, nil
 	}
 	next := gold[done]
 	visible := false
-	for _, sp := range specs {
+	for _, sp := range req.Tools {
 		visible = visible || sp.Name == next.Tool
 	}
 	if !visible {
 		t, _ := workbench.ByName(next.Tool)
-		return agent.Reply{Message: agent.Message{Content: Begin + " " + t.Description + " " + End}}, nil
+		return llm.Response{Message: chat.Message{Content: Begin + " " + t.Description + " " + End}}, nil
 	}
 	args := map[string]string{}
 	for i, k := range next.Keys {
@@ -46,10 +47,10 @@ func (s searcher) Chat(_ context.Context, msgs []agent.Message, specs []agent.Sp
 	}
 	raw, _ := json.Marshal(args)
 	name := next.Tool
-	if last := msgs[len(msgs)-1]; done == 0 && !(last.Role == "user" && strings.Contains(last.Content, "failed")) {
+	if last := req.Messages[len(req.Messages)-1]; done == 0 && !(last.Role == "user" && strings.Contains(last.Content, "failed")) {
 		name += "_v2"
 	}
-	return agent.Reply{Message: agent.Message{ToolCalls: []agent.ToolCall{{ID: "c", Name: name, Arguments: string(raw)}}}}, nil
+	return llm.Response{Message: chat.Message{ToolCalls: []chat.ToolCall{{ID: "c", Name: name, Arguments: string(raw)}}}}, nil
 }
 
 // FitText's search plays WorkBench: the scripted agent, whose first try
@@ -87,7 +88,7 @@ func TestSearchBenchOnWorkBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kb, err := WorldKB(ctx, embed.NewHashing(512, []int{3, 4}), ts.Specs())
+	kb, err := WorldKB(ctx, embed.NewHashing(512, []int{3, 4}), ts.Functions())
 	if err != nil {
 		t.Fatal(err)
 	}

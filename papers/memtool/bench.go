@@ -14,6 +14,8 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/bench/toolret"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Judge scores an answer's task completion in [0, 1] (Eq. 4), given what
@@ -47,7 +49,7 @@ func (ContainsJudge) Score(_ context.Context, q stabletoolbench.Query, answer st
 // ModelJudge asks a model for the alignment of the answer with what the
 // query's tools return (DeepEval's task completion, which the paper used
 // with GPT-4o mini, is such a score).
-type ModelJudge struct{ Model agent.Model }
+type ModelJudge struct{ Model llm.Model }
 
 const judgePrompt = `You grade an assistant's answer. Given the user's question, the results the right tools return and the answer, reply with one number between 0 and 1: how completely and correctly the answer gives what the question asks for. Reply with the number only.`
 
@@ -64,7 +66,7 @@ func (j ModelJudge) Score(ctx context.Context, q stabletoolbench.Query, answer s
 		}
 	}
 	msg := fmt.Sprintf("Question: %s\nExpected tool results: %s\nAnswer: %s", q.Text, strings.Join(exp, "; "), answer)
-	r, err := j.Model.Chat(ctx, []agent.Message{{Role: "system", Content: judgePrompt}, {Role: "user", Content: msg}}, nil)
+	r, err := j.Model.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: "system", Content: judgePrompt}, {Role: "user", Content: msg}}})
 	if err != nil {
 		return 0, fmt.Errorf("memtool: the judge: %w", err)
 	}
@@ -80,7 +82,7 @@ func (j ModelJudge) Score(ctx context.Context, q stabletoolbench.Query, answer s
 type BenchOptions struct {
 	Config            Config
 	Modes             []string
-	Agent, Controller agent.Model
+	Agent, Controller llm.Model
 	Judge             Judge
 	KB                *agent.Catalog
 	// Exec runs the domain tools: nil is the simulator (stabletoolbench.Simulate), whose
@@ -140,7 +142,7 @@ func Bench(ctx context.Context, o BenchOptions) (Report, error) {
 		if exec == nil {
 			exec = stabletoolbench.Simulate
 		}
-		s := &Session{Config: c, Agent: o.Agent, Controller: o.Controller, KB: o.KB, Exec: exec}
+		s := &Conversation{Config: c, Agent: o.Agent, Controller: o.Controller, KB: o.KB, Exec: exec}
 		mr := ModeReport{Mode: mode}
 		var gold [][]string
 		var completion []float64
@@ -209,21 +211,21 @@ type Oracle struct {
 
 var userQuery = regexp.MustCompile("(?s)User Query: `(.*)` ")
 
-// Chat implements agent.Model.
-func (o Oracle) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+// Chat implements llm.Model.
+func (o Oracle) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
 	has := func(name string) bool {
-		return slices.ContainsFunc(specs, func(s agent.Spec) bool { return s.Name == name })
+		return slices.ContainsFunc(req.Tools, func(s chat.Function) bool { return s.Name == name })
 	}
-	call := func(name string, args any) agent.Reply {
+	call := func(name string, args any) llm.Response {
 		b, _ := json.Marshal(args)
-		return agent.Reply{Message: agent.Message{Role: "assistant", ToolCalls: []agent.ToolCall{{Name: name, Arguments: string(b)}}}}
+		return llm.Response{Message: chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{{Name: name, Arguments: string(b)}}}}
 	}
-	last := msgs[len(msgs)-1]
+	last := req.Messages[len(req.Messages)-1]
 	switch {
 	case has("remove_tools") || has("search_tools"): // the controller's prune or search
 		m := userQuery.FindStringSubmatch(last.Content)
 		if m == nil {
-			return agent.Reply{}, fmt.Errorf("oracle: no user query in %q", last.Content)
+			return llm.Response{}, fmt.Errorf("oracle: no user query in %q", last.Content)
 		}
 		gold := o.Gold[m[1]]
 		var existing []string
@@ -239,17 +241,17 @@ func (o Oracle) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec
 			return call("remove_tools", map[string][]string{"tool_names": without(existing, gold)}), nil
 		}
 		return call("search_tools", map[string][]string{"keywords": o.keywords(without(gold, existing))}), nil
-	case len(specs) == 0: // a summary
-		return agent.Reply{Message: agent.Message{Role: "assistant", Content: "The user asked for company figures, which were given."}}, nil
+	case len(req.Tools) == 0: // a summary
+		return llm.Response{Message: chat.Message{Role: "assistant", Content: "The user asked for company figures, which were given."}}, nil
 	}
-	u := len(msgs) - 1
-	for msgs[u].Role != "user" {
+	u := len(req.Messages) - 1
+	for req.Messages[u].Role != "user" {
 		u--
 	}
-	gold := o.Gold[msgs[u].Content]
+	gold := o.Gold[req.Messages[u].Content]
 	did := map[string]bool{}
 	results := map[string]string{}
-	for _, m := range msgs[u+1:] {
+	for _, m := range req.Messages[u+1:] {
 		for _, c := range m.ToolCalls {
 			did[c.Name] = true
 		}
@@ -258,7 +260,7 @@ func (o Oracle) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec
 		}
 	}
 	var loaded []string
-	for _, s := range specs {
+	for _, s := range req.Tools {
 		if !strings.HasPrefix(s.Name, "SYS_") {
 			loaded = append(loaded, s.Name)
 		}
@@ -269,14 +271,14 @@ func (o Oracle) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec
 	if missing := without(gold, loaded); has(SearchTools) && !did[SearchTools] && len(missing) > 0 {
 		return call(SearchTools, map[string][]string{"keywords": o.keywords(missing)}), nil
 	}
-	var calls []agent.ToolCall
+	var calls []chat.ToolCall
 	for _, g := range gold {
 		if slices.Contains(loaded, g) && !did[g] {
-			calls = append(calls, agent.ToolCall{Name: g, Arguments: "{}"})
+			calls = append(calls, chat.ToolCall{Name: g, Arguments: "{}"})
 		}
 	}
 	if len(calls) > 0 {
-		return agent.Reply{Message: agent.Message{Role: "assistant", ToolCalls: calls}}, nil
+		return llm.Response{Message: chat.Message{Role: "assistant", ToolCalls: calls}}, nil
 	}
 	var parts []string
 	for _, g := range gold {
@@ -285,9 +287,9 @@ func (o Oracle) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec
 		}
 	}
 	if len(parts) == 0 {
-		return agent.Reply{Message: agent.Message{Role: "assistant", Content: "I cannot answer the question with the available tools."}}, nil
+		return llm.Response{Message: chat.Message{Role: "assistant", Content: "I cannot answer the question with the available tools."}}, nil
 	}
-	return agent.Reply{Message: agent.Message{Role: "assistant", Content: strings.Join(parts, "; ")}}, nil
+	return llm.Response{Message: chat.Message{Role: "assistant", Content: strings.Join(parts, "; ")}}, nil
 }
 
 // keywords are the tools' descriptions, which retrieve them.

@@ -6,7 +6,7 @@
 // meta-tools SYS_SEARCH_TOOLS and SYS_REMOVE_TOOLS), Workflow (a prune call
 // and a search call before an agent without meta-tools) and Hybrid (a prune
 // call, then an agent that can only search). It runs on the function-calling
-// loop of package agent, with any agent.Model.
+// loop of package agent, with any llm.Model.
 package memtool
 
 import (

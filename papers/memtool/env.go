@@ -7,31 +7,29 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/stabletoolbench"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/rl/rollout"
 )
 
 // Env is the Autonomous mode as an environment for the GRPO trainer
 // (rollout.Env): a task is a session of a few user queries from an empty
 // working set, and the policy is the agent, with SYS_SEARCH_TOOLS,
-// SYS_REMOVE_TOOLS and the tools it loaded, through agent.PolicyModel, so
-// each of its calls is a recorded experience. Small models fail to prune
+// SYS_REMOVE_TOOLS and the tools it loaded (the native engine renders them
+// with its chat template and parses its calls), so each of its calls is a
+// recorded experience. Small models fail to prune
 // (the paper, Table 2); this is where one can learn to.
 type Env struct {
 	Config Config // Mode is set to Autonomous
 	KB     *agent.Catalog
 	// Sessions are the tasks: each a list of queries played in order.
 	Sessions [][]stabletoolbench.Query
-	// Template is the policy's chat family: how tools are laid out.
-	Template chat.Template
 	// Exec runs the domain tools (nil: stabletoolbench.Simulate).
 	Exec Executor
 }
 
 // NewEnv cuts the queries into sessions of c.Train.Turns (the last may be
 // shorter) and checks that every gold tool is in the knowledge base.
-func NewEnv(c Config, kb *agent.Catalog, qs []stabletoolbench.Query, t chat.Template) (*Env, error) {
+func NewEnv(c Config, kb *agent.Catalog, qs []stabletoolbench.Query) (*Env, error) {
 	c.Mode = Autonomous
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -39,7 +37,7 @@ func NewEnv(c Config, kb *agent.Catalog, qs []stabletoolbench.Query, t chat.Temp
 	if len(qs) == 0 {
 		return nil, fmt.Errorf("memtool: no training queries")
 	}
-	e := &Env{Config: c, KB: kb, Template: t}
+	e := &Env{Config: c, KB: kb}
 	for i := 0; i < len(qs); i += c.Train.Turns {
 		s := qs[i:min(i+c.Train.Turns, len(qs))]
 		for _, q := range s {
@@ -67,12 +65,12 @@ func (e *Env) Len() int { return len(e.Sessions) }
 // Play implements rollout.Env: the session's queries in order. A turn
 // whose model call fails (a prompt past the model's context) is recorded
 // as failed and the session goes on, as in the benchmark.
-func (e *Env) Play(ctx context.Context, pol memtools.Policy, t int, _ uint64) (Episode, error) {
+func (e *Env) Play(ctx context.Context, m llm.Model, t int, _ uint64) (Episode, error) {
 	exec := e.Exec
 	if exec == nil {
 		exec = stabletoolbench.Simulate
 	}
-	s := &Session{Config: e.Config, Agent: agent.PolicyModel{Policy: pol, Template: e.Template}, KB: e.KB, Exec: exec}
+	s := &Conversation{Config: e.Config, Agent: m, KB: e.KB, Exec: exec}
 	var ep Episode
 	for i, q := range e.Sessions[t] {
 		res, err := s.Turn(ctx, q.Text)

@@ -6,47 +6,45 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/stabletoolbench"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/model/chat"
 )
 
 // counted counts a policy's calls.
 type counted struct {
-	memtools.Policy
+	llm.Model
 	calls int
 }
 
-func (c *counted) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
+func (c *counted) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
 	c.calls++
-	return c.Policy.Complete(ctx, msgs)
+	return c.Model.Chat(ctx, req)
 }
 
 // hoarder searches for the query's gold tools and calls them, and never
 // removes a tool.
-func hoarder(o Oracle) agent.Model {
-	return modelFunc(func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
-		var noRemove []agent.Spec
+func hoarder(o Oracle) llm.Model {
+	return modelFunc(func(msgs []chat.Message, specs []chat.Function) (llm.Response, error) {
+		var noRemove []chat.Function
 		for _, s := range specs {
 			if s.Name != RemoveTools {
 				noRemove = append(noRemove, s)
 			}
 		}
-		return o.Chat(context.Background(), msgs, noRemove)
+		return o.Chat(context.Background(), llm.Request{Messages: msgs, Tools: noRemove})
 	})
 }
 
-// The Autonomous mode as an environment: a policy that prunes (the oracle,
-// through the text a native policy reads and writes, agent.ModelPolicy) calls every gold tool,
+// The Autonomous mode as an environment: a policy that prunes (the oracle)
+// calls every gold tool,
 // removes what it added and stays under L; one that never removes hits L,
 // fails the queries it cannot load tools for and scores less.
 func TestEnvRewardsPruning(t *testing.T) {
 	kb, qs := bench(t, 60, 24)
 	c := cfg(Autonomous)
 	c.Limit, c.TopK, c.Train.Turns = 16, 3, 6
-	e, err := NewEnv(c, kb, qs, chat.Qwen3)
+	e, err := NewEnv(c, kb, qs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +52,8 @@ func TestEnvRewardsPruning(t *testing.T) {
 		t.Fatalf("24 queries in sessions of 6 make %d tasks", e.Len())
 	}
 	r := NewReward(c.Train)
-	score := func(m agent.Model, task int) (Episode, float64, map[string]float64) {
-		// The agent plays through the text a native policy reads and writes.
-		p := &counted{Policy: agent.ModelPolicy{Model: m, Template: chat.Qwen3}}
+	score := func(m llm.Model, task int) (Episode, float64, map[string]float64) {
+		p := &counted{Model: m}
 		ep, err := e.Play(context.Background(), p, task, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -127,16 +124,16 @@ func TestRewardHandWorkedAndEnvErrors(t *testing.T) {
 
 	kb, qs := bench(t, 20, 6)
 	c := cfg(Autonomous)
-	if _, err := NewEnv(c, kb, nil, chat.Qwen3); err == nil || !strings.Contains(err.Error(), "no training queries") {
+	if _, err := NewEnv(c, kb, nil); err == nil || !strings.Contains(err.Error(), "no training queries") {
 		t.Errorf("no queries: %v", err)
 	}
 	bad := append([]stabletoolbench.Query{}, qs...)
 	bad[2].Gold = []string{"NoSuchTool"}
-	if _, err := NewEnv(c, kb, bad, chat.Qwen3); err == nil || !strings.Contains(err.Error(), `"NoSuchTool"`) {
+	if _, err := NewEnv(c, kb, bad); err == nil || !strings.Contains(err.Error(), `"NoSuchTool"`) {
 		t.Errorf("unknown gold tool: %v", err)
 	}
 	c.Train.Turns, c.Train.WRemoval = 0, math.NaN()
-	if _, err := NewEnv(c, kb, qs, chat.Qwen3); err == nil || !strings.Contains(err.Error(), "train.turns") || !strings.Contains(err.Error(), "train.w_removal") {
+	if _, err := NewEnv(c, kb, qs); err == nil || !strings.Contains(err.Error(), "train.turns") || !strings.Contains(err.Error(), "train.w_removal") {
 		t.Errorf("bad train section: %v", err)
 	}
 }

@@ -58,7 +58,7 @@ func NewGateway(ctx context.Context, emb embed.Embedder, upstream []agent.Tool, 
 func Upstream(ctx context.Context, emb embed.Embedder, upstream []agent.Tool) (*agent.Catalog, Executor, error) {
 	tools := make([]agent.CatalogTool, len(upstream))
 	for i, t := range upstream {
-		tools[i] = agent.CatalogTool{Spec: t.Spec, Server: t.Server}
+		tools[i] = agent.CatalogTool{Function: t.Function, Server: t.Server}
 		tools[i].Parameters = agent.ParametersOrEmpty(t.Parameters)
 	}
 	agent.Qualify(tools)

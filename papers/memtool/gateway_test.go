@@ -20,6 +20,8 @@ import (
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // gatewayClient connects the official SDK's client to working set id of
@@ -133,13 +135,13 @@ func TestBenchLiveTools(t *testing.T) {
 	}
 	// An agent that answers at once, with the right figure made up: no
 	// tool ran, so nothing it says is grounded.
-	guess := modelFunc(func([]agent.Message, []agent.Spec) (agent.Reply, error) {
-		return agent.Reply{Message: agent.Message{Role: "assistant", Content: "Acme revenue is 0"}}, nil
+	guess := modelFunc(func([]chat.Message, []chat.Function) (llm.Response, error) {
+		return llm.Response{Message: chat.Message{Role: "assistant", Content: "Acme revenue is 0"}}, nil
 	})
 	var judged []string
-	judge := ModelJudge{Model: modelFunc(func(msgs []agent.Message, _ []agent.Spec) (agent.Reply, error) {
+	judge := ModelJudge{Model: modelFunc(func(msgs []chat.Message, _ []chat.Function) (llm.Response, error) {
 		judged = append(judged, msgs[1].Content)
-		return agent.Reply{Message: agent.Message{Role: "assistant", Content: "0.5"}}, nil
+		return llm.Response{Message: chat.Message{Role: "assistant", Content: "0.5"}}, nil
 	})}
 	rep, err = Bench(ctx, BenchOptions{Config: c, Modes: []string{Autonomous}, Agent: guess, Judge: ContainsJudge{}, KB: kb, Exec: exec, Queries: qs[:1]})
 	if err != nil || rep.Modes[0].Metrics.TaskCompletion != 0 {
@@ -152,7 +154,7 @@ func TestBenchLiveTools(t *testing.T) {
 		t.Fatalf("the model judge was told %q", judged)
 	}
 	// A tool may not shadow a meta-tool.
-	bad := append(slices.Clone(upstream), agent.Tool{Spec: agent.Spec{Name: SearchTools}})
+	bad := append(slices.Clone(upstream), agent.Tool{Function: chat.Function{Name: SearchTools}})
 	if _, _, err := Upstream(ctx, embed.NewHashing(256, []int{3, 4}), bad); err == nil || !strings.Contains(err.Error(), "meta-tool") {
 		t.Fatalf("an upstream SYS_SEARCH_TOOLS: %v", err)
 	}
@@ -212,7 +214,7 @@ func TestGatewayWorkingSet(t *testing.T) {
 	if got := listNames(t, bob); len(got) != 2 || len(g.WorkingSet("alice")) != 2 {
 		t.Fatalf("bob sees %v, alice has %v", got, g.WorkingSet("alice"))
 	}
-	if _, err := NewGateway(ctx, embed.NewHashing(64, nil), []agent.Tool{{Spec: agent.Spec{Name: SearchTools}}}, c); err == nil {
+	if _, err := NewGateway(ctx, embed.NewHashing(64, nil), []agent.Tool{{Function: chat.Function{Name: SearchTools}}}, c); err == nil {
 		t.Fatal("an upstream tool named SYS_SEARCH_TOOLS was accepted")
 	}
 }

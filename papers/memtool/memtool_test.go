@@ -16,22 +16,24 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels"
 	"github.com/agemem/agemem/kernels/cpu"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
-type modelFunc func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error)
+type modelFunc func(msgs []chat.Message, specs []chat.Function) (llm.Response, error)
 
-func (f modelFunc) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
-	return f(msgs, specs)
+func (f modelFunc) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	return f(req.Messages, req.Tools)
 }
 
-func callReply(name string, args any) agent.Reply {
+func callReply(name string, args any) llm.Response {
 	b, _ := json.Marshal(args)
-	return agent.Reply{Message: agent.Message{ToolCalls: []agent.ToolCall{{Name: name, Arguments: string(b)}}}}
+	return llm.Response{Message: chat.Message{ToolCalls: []chat.ToolCall{{Name: name, Arguments: string(b)}}}}
 }
 
-func answer(s string) agent.Reply { return agent.Reply{Message: agent.Message{Content: s}} }
+func answer(s string) llm.Response { return llm.Response{Message: chat.Message{Content: s}} }
 
-func specNames(specs []agent.Spec) []string {
+func specNames(specs []chat.Function) []string {
 	var out []string
 	for _, s := range specs {
 		out = append(out, s.Name)
@@ -124,7 +126,7 @@ func TestAutonomousLimitAndMetaTools(t *testing.T) {
 	var prompts []string
 	var lastSpecs []string
 	step := 0
-	m := modelFunc(func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	m := modelFunc(func(msgs []chat.Message, specs []chat.Function) (llm.Response, error) {
 		prompts = append(prompts, msgs[0].Content)
 		lastSpecs = specNames(specs)
 		step++
@@ -138,7 +140,7 @@ func TestAutonomousLimitAndMetaTools(t *testing.T) {
 		}
 		return answer("done"), nil
 	})
-	s := &Session{Config: c, Agent: m, KB: kb, Exec: stabletoolbench.Simulate}
+	s := &Conversation{Config: c, Agent: m, KB: kb, Exec: stabletoolbench.Simulate}
 	res, err := s.Turn(context.Background(), "What is the revenue of a company?")
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +183,7 @@ func TestWorkflowAndHybridControlFlow(t *testing.T) {
 	c := cfg(Workflow)
 	c.Limit, c.TopK = 7, 5
 	prunes := 0
-	ctrl := modelFunc(func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	ctrl := modelFunc(func(msgs []chat.Message, specs []chat.Function) (llm.Response, error) {
 		switch specs[0].Name {
 		case "remove_tools":
 			prunes++
@@ -189,14 +191,14 @@ func TestWorkflowAndHybridControlFlow(t *testing.T) {
 		case "search_tools":
 			return answer("```json\n{\"keywords\": [\"revenue\", \"net income\"]}\n```"), nil
 		}
-		return agent.Reply{}, nil
+		return llm.Response{}, nil
 	})
 	var agentSpecs []string
-	ag := modelFunc(func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	ag := modelFunc(func(msgs []chat.Message, specs []chat.Function) (llm.Response, error) {
 		agentSpecs = specNames(specs)
 		return answer("ok"), nil
 	})
-	s := &Session{Config: c, Agent: ag, Controller: ctrl, KB: kb, Exec: stabletoolbench.Simulate}
+	s := &Conversation{Config: c, Agent: ag, Controller: ctrl, KB: kb, Exec: stabletoolbench.Simulate}
 	res, err := s.Turn(context.Background(), "q1")
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +214,7 @@ func TestWorkflowAndHybridControlFlow(t *testing.T) {
 	// Hybrid: the prune runs first and sees the loaded tools verbatim.
 	s.Config.Mode = Hybrid
 	var pruneSaw string
-	ctrl2 := modelFunc(func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+	ctrl2 := modelFunc(func(msgs []chat.Message, specs []chat.Function) (llm.Response, error) {
 		pruneSaw = msgs[1].Content
 		return callReply("remove_tools", map[string][]string{"tool_names": s.Set()[:3]}), nil
 	})
@@ -236,9 +238,9 @@ func TestHistory(t *testing.T) {
 	for _, mode := range []string{"truncate", "summarize"} {
 		c := cfg(Autonomous)
 		c.History, c.HistoryTurns = mode, 2
-		var seen []agent.Message
+		var seen []chat.Message
 		summaries := 0
-		m := modelFunc(func(msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+		m := modelFunc(func(msgs []chat.Message, specs []chat.Function) (llm.Response, error) {
 			if specs == nil {
 				summaries++
 				return answer("S"), nil
@@ -246,7 +248,7 @@ func TestHistory(t *testing.T) {
 			seen = msgs
 			return answer("a"), nil
 		})
-		s := &Session{Config: c, Agent: m, KB: kb, Exec: stabletoolbench.Simulate}
+		s := &Conversation{Config: c, Agent: m, KB: kb, Exec: stabletoolbench.Simulate}
 		s.set = kb.Tools()[:3]
 		for _, q := range []string{"q1", "q2", "q3", "q4"} {
 			if _, err := s.Turn(context.Background(), q); err != nil {
@@ -390,7 +392,7 @@ func TestKBOnDevice(t *testing.T) {
 	emb := embed.NewHashing(512, []int{3})
 	var tools []agent.CatalogTool
 	for i := range embed.DeviceMinFloats/512 + 10 {
-		tools = append(tools, agent.CatalogTool{Spec: agent.Spec{Name: fmt.Sprintf("tool_%d", i), Description: fmt.Sprintf("returns figure %d of company %d", i%97, i)}})
+		tools = append(tools, agent.CatalogTool{Function: chat.Function{Name: fmt.Sprintf("tool_%d", i), Description: fmt.Sprintf("returns figure %d of company %d", i%97, i)}})
 	}
 	dev, err := agent.NewCatalog(ctx, emb, tools)
 	if err != nil {

@@ -12,27 +12,29 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/internal/jsonerr"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Executor runs a domain tool of the working set (an MCP server, a
 // simulator). An error is reported to the model as the call's result.
 type Executor func(ctx context.Context, t agent.CatalogTool, args json.RawMessage) (string, error)
 
-// Session is one conversation of many user queries: its messages and its
+// Conversation is one conversation of many user queries: its messages and its
 // working set T persist from query to query (the session driver of the
 // paper, A.3.4). The working set starts empty.
-type Session struct {
+type Conversation struct {
 	Config Config
 	// Agent answers the user. Controller makes the prune, search and
 	// summary calls (Workflow and Hybrid; summaries in every mode); nil
 	// uses Agent. The paper suggests a cheaper model there.
-	Agent, Controller agent.Model
+	Agent, Controller llm.Model
 	KB                *agent.Catalog
 	Exec              Executor
 	// Now gives {current_date} when Config.Date is empty.
 	Now func() time.Time
 
-	msgs    []agent.Message     // the dialogue, without the system message
+	msgs    []chat.Message      // the dialogue, without the system message
 	summary string              // SUMMARIZEHISTORY's summary of dropped turns
 	set     []agent.CatalogTool // T, the domain tools loaded, in the order added
 }
@@ -60,7 +62,7 @@ type TurnResult struct {
 }
 
 // Set is the working set's tool names, in the order added.
-func (s *Session) Set() []string {
+func (s *Conversation) Set() []string {
 	out := make([]string, len(s.set))
 	for i, t := range s.set {
 		out[i] = t.Name
@@ -68,7 +70,7 @@ func (s *Session) Set() []string {
 	return out
 }
 
-func (s *Session) controller() agent.Model {
+func (s *Conversation) controller() llm.Model {
 	if s.Controller != nil {
 		return s.Controller
 	}
@@ -76,7 +78,7 @@ func (s *Session) controller() agent.Model {
 }
 
 // meta is how many meta-tools the agent carries in the session's mode.
-func (s *Session) meta() int {
+func (s *Conversation) meta() int {
 	switch s.Config.Mode {
 	case Autonomous:
 		return 2
@@ -87,9 +89,9 @@ func (s *Session) meta() int {
 }
 
 // room is how many domain tools fit under L beside the meta-tools.
-func (s *Session) room() int { return s.Config.Limit - s.meta() }
+func (s *Conversation) room() int { return s.Config.Limit - s.meta() }
 
-func (s *Session) vars() map[string]string {
+func (s *Conversation) vars() map[string]string {
 	date := s.Config.Date
 	if date == "" {
 		now := time.Now
@@ -133,7 +135,7 @@ func (t *turn) drop(names ...string) {
 }
 
 // Turn runs one user query through the session's mode.
-func (s *Session) Turn(ctx context.Context, query string) (TurnResult, error) {
+func (s *Conversation) Turn(ctx context.Context, query string) (TurnResult, error) {
 	if err := s.Config.Validate(); err != nil {
 		return TurnResult{}, err
 	}
@@ -185,8 +187,8 @@ func (s *Session) Turn(ctx context.Context, query string) (TurnResult, error) {
 	if s.summary != "" {
 		system += "\n\nSummary of the earlier conversation:\n" + s.summary
 	}
-	msgs := append([]agent.Message{{Role: "system", Content: system}}, s.msgs...)
-	msgs = append(msgs, agent.Message{Role: "user", Content: query})
+	msgs := append([]chat.Message{{Role: "system", Content: system}}, s.msgs...)
+	msgs = append(msgs, chat.Message{Role: "user", Content: query})
 	tr, err := agent.Run(ctx, s.Agent, ts, msgs, agent.Limits{MaxSteps: s.Config.MaxSteps})
 	t.res.Trace = tr
 	s.msgs = slices.Clone(tr.Messages[1:])
@@ -197,7 +199,7 @@ func (s *Session) Turn(ctx context.Context, query string) (TurnResult, error) {
 
 // describeSet lists the working set for the prune and search prompts:
 // each name verbatim, with its description.
-func (s *Session) describeSet() []string {
+func (s *Conversation) describeSet() []string {
 	out := make([]string, len(s.set))
 	for i, t := range s.set {
 		out[i] = t.Name + ": " + oneLine(t.Description, 160)
@@ -214,7 +216,7 @@ func oneLine(s string, n int) string {
 }
 
 // prune is LLM_prune: the controller names tools to remove.
-func (s *Session) prune(ctx context.Context, t *turn, query string) error {
+func (s *Conversation) prune(ctx context.Context, t *turn, query string) error {
 	if len(s.set) == 0 {
 		return nil
 	}
@@ -230,7 +232,7 @@ func (s *Session) prune(ctx context.Context, t *turn, query string) error {
 // removeNames removes the named domain tools that are loaded; it returns
 // the names removed (meta-tools and unknown names are ignored: "otherwise
 // the removal will not work").
-func (s *Session) removeNames(names []string) []string {
+func (s *Conversation) removeNames(names []string) []string {
 	var gone []string
 	s.set = slices.DeleteFunc(s.set, func(t agent.CatalogTool) bool {
 		if slices.Contains(names, t.Name) {
@@ -247,7 +249,7 @@ func (s *Session) removeNames(names []string) []string {
 // removes nothing, or Autonomous mode (the agent is told "Hit L limit,
 // remove tools."), leaves out the new tools that do not fit. It returns
 // the tools added and an error message for the model ("" when all fit).
-func (s *Session) search(ctx context.Context, t *turn, keywords []string, query string) ([]string, string, error) {
+func (s *Conversation) search(ctx context.Context, t *turn, keywords []string, query string) ([]string, string, error) {
 	found, err := s.KB.Search(ctx, keywords, s.Config.TopK)
 	if err != nil {
 		return nil, "", err
@@ -318,8 +320,8 @@ var listSchema = func(arg, desc string) json.RawMessage {
 
 // searchTool is SYS_SEARCH_TOOLS; the tools it finds join ts for the
 // agent's next call.
-func (s *Session) searchTool(t *turn, query string, ts *agent.Toolset) agent.Tool {
-	return agent.Tool{Spec: agent.Spec{Name: SearchTools,
+func (s *Conversation) searchTool(t *turn, query string, ts *agent.Toolset) agent.Tool {
+	return agent.Tool{Function: chat.Function{Name: SearchTools,
 		Description: "Search the tool database and add the tools found to your context: one search keyword for each tool you want to add.",
 		Parameters:  listSchema("keywords", "Search keywords, one for each tool to add.")},
 		Call: func(ctx context.Context, args json.RawMessage) (string, error) {
@@ -354,8 +356,8 @@ func (s *Session) searchTool(t *turn, query string, ts *agent.Toolset) agent.Too
 
 // removeTool is SYS_REMOVE_TOOLS (Autonomous mode); it never removes
 // itself or SYS_SEARCH_TOOLS.
-func (s *Session) removeTool(t *turn, ts *agent.Toolset) agent.Tool {
-	return agent.Tool{Spec: agent.Spec{Name: RemoveTools,
+func (s *Conversation) removeTool(t *turn, ts *agent.Toolset) agent.Tool {
+	return agent.Tool{Function: chat.Function{Name: RemoveTools,
 		Description: "Remove tools you no longer need from your context, by their exact names.",
 		Parameters:  listSchema("tool_names", "Names of the tools to remove, verbatim.")},
 		Call: func(ctx context.Context, args json.RawMessage) (string, error) {
@@ -384,8 +386,8 @@ func (s *Session) removeTool(t *turn, ts *agent.Toolset) agent.Tool {
 
 // domainTool is a working-set tool as the agent calls it; its runs are
 // recorded.
-func (s *Session) domainTool(tool agent.CatalogTool, t *turn) agent.Tool {
-	return agent.Tool{Spec: tool.Spec, Call: func(ctx context.Context, args json.RawMessage) (string, error) {
+func (s *Conversation) domainTool(tool agent.CatalogTool, t *turn) agent.Tool {
+	return agent.Tool{Function: tool.Function, Call: func(ctx context.Context, args json.RawMessage) (string, error) {
 		out, err := s.Exec(ctx, tool, args)
 		if err == nil && !slices.Contains(t.res.Called, tool.Name) {
 			t.res.Called = append(t.res.Called, tool.Name)
@@ -399,9 +401,9 @@ var fence = regexp.MustCompile("(?s)```(?:json)?\\s*(.*?)```")
 // askList makes a controller call that answers with a list of strings:
 // a call of the one tool it is offered, or (a model without tool calls)
 // a JSON list, an object holding one, or one item per line.
-func (s *Session) askList(ctx context.Context, system, human, tool, arg, desc string) ([]string, error) {
-	spec := agent.Spec{Name: tool, Description: desc, Parameters: listSchema(arg, desc)}
-	r, err := s.controller().Chat(ctx, []agent.Message{{Role: "system", Content: system}, {Role: "user", Content: human}}, []agent.Spec{spec})
+func (s *Conversation) askList(ctx context.Context, system, human, tool, arg, desc string) ([]string, error) {
+	spec := chat.Function{Name: tool, Description: desc, Parameters: listSchema(arg, desc)}
+	r, err := s.controller().Chat(ctx, llm.Request{Messages: []chat.Message{{Role: "system", Content: system}, {Role: "user", Content: human}}, Tools: []chat.Function{spec}})
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +451,7 @@ func clean(xs []string) []string {
 // manageHistory is H(msgs_prev): at most HistoryTurns earlier user turns
 // stay; older ones are dropped (truncate) or summarised into the system
 // message (summarize). The working set is untouched.
-func (s *Session) manageHistory(ctx context.Context) error {
+func (s *Conversation) manageHistory(ctx context.Context) error {
 	var starts []int
 	for i, m := range s.msgs {
 		if m.Role == "user" {
@@ -474,7 +476,7 @@ func (s *Session) manageHistory(ctx context.Context) error {
 				fmt.Fprintf(&b, "tool %s: %s\n", m.Name, oneLine(m.Content, 300))
 			}
 		}
-		r, err := s.controller().Chat(ctx, []agent.Message{{Role: "system", Content: summaryPrompt}, {Role: "user", Content: b.String()}}, nil)
+		r, err := s.controller().Chat(ctx, llm.Request{Messages: []chat.Message{{Role: "system", Content: summaryPrompt}, {Role: "user", Content: b.String()}}})
 		if err != nil {
 			return fmt.Errorf("memtool: summarising the history: %w", err)
 		}

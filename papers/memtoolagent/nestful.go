@@ -7,9 +7,9 @@ import (
 	"io"
 	"strings"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/nestful"
 	"github.com/agemem/agemem/internal/par"
+	"github.com/agemem/agemem/llm"
 )
 
 // NestfulPrompt is the agent's system prompt for s with the recalled entries
@@ -42,12 +42,12 @@ func NestfulPrompt(s nestful.Sample, recalled []Entry) string {
 
 // NestfulOptions configure a run.
 type NestfulOptions struct {
-	Model agent.Model
+	Model llm.Model
 	// Memory, when set, is MemToolAgent's: built from the memory samples
 	// (each played and scored; a failure reflected on by Extractor, nil:
 	// Model) and recalled for every test sample. Nil plays without.
 	Memory    *Memory
-	Extractor agent.Model
+	Extractor llm.Model
 	// Exec, when set, executes every parsed prediction for the win rate.
 	Exec     *nestful.Executor
 	Log      io.Writer

@@ -10,10 +10,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/nestful"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // scripted answers each query from a table and records the system
@@ -24,15 +25,15 @@ type scripted struct {
 	systems map[string]string
 }
 
-func (m *scripted) Chat(_ context.Context, msgs []agent.Message, _ []agent.Spec) (agent.Reply, error) {
+func (m *scripted) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	q := msgs[len(msgs)-1].Content
-	if msgs[0].Role == "system" && strings.HasPrefix(msgs[0].Content, "You are an agent responsible for analyzing") {
-		return agent.Reply{Message: agent.Message{Role: "assistant", Content: "it added where it should have multiplied"}}, nil
+	q := req.Messages[len(req.Messages)-1].Content
+	if req.Messages[0].Role == "system" && strings.HasPrefix(req.Messages[0].Content, "You are an agent responsible for analyzing") {
+		return llm.Response{Message: chat.Message{Role: "assistant", Content: "it added where it should have multiplied"}}, nil
 	}
-	m.systems[q] = msgs[0].Content
-	return agent.Reply{Message: agent.Message{Role: "assistant", Content: m.answers[q]}, PromptTokens: 100}, nil
+	m.systems[q] = req.Messages[0].Content
+	return llm.Response{Message: chat.Message{Role: "assistant", Content: m.answers[q]}, PromptTokens: 100}, nil
 }
 
 // TestBenchWithAndWithoutMemory: a scripted model right on some samples,
@@ -69,7 +70,7 @@ func TestBenchWithAndWithoutMemory(t *testing.T) {
 	if strings.Contains(m.systems["rhombus one"], "Example Query") {
 		t.Fatal("a prompt without memory shows memory entries")
 	}
-	mem := &Memory{Store: ltm.NewMemory(1), Embedder: embed.NewHashing(256, nil), Count: TopK(2)}
+	mem := &Memory{Store: ltm.NewMemStore(1), Embedder: embed.NewHashing(256, nil), Count: TopK(2)}
 	on, err := Nestful(context.Background(), test, memory, NestfulOptions{Model: m, Exec: ex, Memory: mem})
 	if err != nil {
 		t.Fatal(err)
@@ -88,8 +89,8 @@ func TestBenchWithAndWithoutMemory(t *testing.T) {
 
 type failing struct{}
 
-func (failing) Chat(context.Context, []agent.Message, []agent.Spec) (agent.Reply, error) {
-	return agent.Reply{}, errors.New("prompt of 3524 tokens exceeds the limit of 2048")
+func (failing) Chat(context.Context, llm.Request) (llm.Response, error) {
+	return llm.Response{}, errors.New("prompt of 3524 tokens exceeds the limit of 2048")
 }
 
 // TestBenchScoresAModelErrorAsAFailure: a sample the model gives no

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // AgentPrompt is the acting agent's system prompt (MemToolAgent, Figure
@@ -43,8 +44,8 @@ Reflect on the query, response, and other similar queries to catch the mistake, 
 
 // Reflect asks the extractor model for the reflection on a failed
 // execution: prompt as the system message, the query as the user's.
-func Reflect(ctx context.Context, m agent.Model, prompt, query string) (string, error) {
-	r, err := m.Chat(ctx, []agent.Message{{Role: "system", Content: prompt}, {Role: "user", Content: "Query: " + query}}, nil)
+func Reflect(ctx context.Context, m llm.Model, prompt, query string) (string, error) {
+	r, err := m.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: "system", Content: prompt}, {Role: "user", Content: "Query: " + query}}})
 	if err != nil {
 		return "", fmt.Errorf("toolmem: the memory extractor: %w", err)
 	}
@@ -55,7 +56,7 @@ func Reflect(ctx context.Context, m agent.Model, prompt, query string) (string, 
 }
 
 // ToolList is tools described one a line, for the extractor's prompt.
-func ToolList(specs []agent.Spec) string {
+func ToolList(specs []chat.Function) string {
 	var b strings.Builder
 	for _, s := range specs {
 		fmt.Fprintf(&b, "- %s: %s %s\n", s.Name, s.Description, s.Parameters)

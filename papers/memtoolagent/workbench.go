@@ -10,16 +10,17 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/workbench"
 	"github.com/agemem/agemem/internal/par"
+	"github.com/agemem/agemem/llm"
 )
 
 // WorkBenchOptions configure a run of MemToolAgent on WorkBench.
 type WorkBenchOptions struct {
-	Model agent.Model
+	Model llm.Model
 	// Memory, when set, is MemToolAgent's: built from the held-out queries
 	// (each played, scored, a failure reflected on by Extractor) and
 	// recalled for every test query. Nil plays without memory.
 	Memory    *Memory
-	Extractor agent.Model // nil: Model
+	Extractor llm.Model // nil: Model
 	// Online adds each test query's entry to the memory as it is scored.
 	Online bool
 	// HardPreference is MemToolAgent's Hard Preference Guiding: the tools
@@ -58,7 +59,7 @@ func WorkBench(ctx context.Context, d *workbench.Data, tasks []workbench.Task, o
 				return err
 			}
 			tools, _ := d.New().Toolset(nil, nil)
-			e.Reflection, err = Reflect(ctx, ext, ExtractorPrompt(workbench.Prompt, ToolList(tools.Specs()), similar, r.Execution()), r.Query)
+			e.Reflection, err = Reflect(ctx, ext, ExtractorPrompt(workbench.Prompt, ToolList(tools.Functions()), similar, r.Execution()), r.Query)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

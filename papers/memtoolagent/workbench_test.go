@@ -9,7 +9,9 @@ import (
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/workbench"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools/ltm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // habit is a scripted agent that knows each query's gold calls but, like
@@ -54,7 +56,7 @@ func TestMemoryChangesWhatTheAgentDoes(t *testing.T) {
 		}
 	}
 	c := &critic{}
-	mem := &Memory{Store: ltm.NewMemory(1), Embedder: embed.NewHashing(256, []int{3}), Count: DefaultAdaptive()}
+	mem := &Memory{Store: ltm.NewMemStore(1), Embedder: embed.NewHashing(256, []int{3}), Count: DefaultAdaptive()}
 	on, err := WorkBench(ctx, d, tasks, WorkBenchOptions{Model: model, Extractor: c, Memory: mem, Limits: lim, Parallel: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -107,13 +109,13 @@ func TestHardPreferenceGuiding(t *testing.T) {
 
 const lesson = "Ranges up to today end on 2023-11-29, not 2023-11-30."
 
-func (h habit) Chat(_ context.Context, msgs []agent.Message, _ []agent.Spec) (agent.Reply, error) {
-	if msgs[len(msgs)-1].Role == "tool" {
-		return agent.Reply{Message: agent.Message{Content: "Done."}}, nil
+func (h habit) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	if req.Messages[len(req.Messages)-1].Role == "tool" {
+		return llm.Response{Message: chat.Message{Content: "Done."}}, nil
 	}
-	fixed := strings.Contains(msgs[0].Content, lesson)
-	var calls []agent.ToolCall
-	for _, g := range h.gold[msgs[len(msgs)-1].Content] {
+	fixed := strings.Contains(req.Messages[0].Content, lesson)
+	var calls []chat.ToolCall
+	for _, g := range h.gold[req.Messages[len(req.Messages)-1].Content] {
 		a, _ := workbench.ParseAction(g)
 		var b strings.Builder
 		b.WriteString("{")
@@ -130,24 +132,24 @@ func (h habit) Chat(_ context.Context, msgs []agent.Message, _ []agent.Spec) (ag
 			b.WriteString(string(kj) + ":" + string(vj))
 		}
 		b.WriteString("}")
-		calls = append(calls, agent.ToolCall{Name: a.Tool, Arguments: b.String()})
+		calls = append(calls, chat.ToolCall{Name: a.Tool, Arguments: b.String()})
 	}
-	return agent.Reply{Message: agent.Message{ToolCalls: calls}}, nil
+	return llm.Response{Message: chat.Message{ToolCalls: calls}}, nil
 }
 
-func (c *critic) Chat(_ context.Context, msgs []agent.Message, _ []agent.Spec) (agent.Reply, error) {
-	c.prompts = append(c.prompts, msgs[0].Content)
-	if strings.Contains(msgs[0].Content, "2023-11-30") && strings.Contains(msgs[0].Content, "Tool call:") {
-		return agent.Reply{Message: agent.Message{Content: lesson}}, nil
+func (c *critic) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	c.prompts = append(c.prompts, req.Messages[0].Content)
+	if strings.Contains(req.Messages[0].Content, "2023-11-30") && strings.Contains(req.Messages[0].Content, "Tool call:") {
+		return llm.Response{Message: chat.Message{Content: lesson}}, nil
 	}
-	return agent.Reply{Message: agent.Message{Content: "The agent used wrong values."}}, nil
+	return llm.Response{Message: chat.Message{Content: "The agent used wrong values."}}, nil
 }
 
-func (o *offered) Chat(_ context.Context, _ []agent.Message, specs []agent.Spec) (agent.Reply, error) {
+func (o *offered) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
 	var names []string
-	for _, s := range specs {
+	for _, s := range req.Tools {
 		names = append(names, s.Name)
 	}
 	o.seen = append(o.seen, names)
-	return agent.Reply{Message: agent.Message{Content: "Done."}}, nil
+	return llm.Response{Message: chat.Message{Content: "Done."}}, nil
 }

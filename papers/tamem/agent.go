@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // MaxTurns is the retrieval agent's budget (the paper's 7).
@@ -38,16 +40,16 @@ type Answered struct {
 // Answer runs the retrieval agent on one question of conversation ns,
 // with at most budget tool-calling turns (below 1: MaxTurns, the paper's;
 // its Figure 3 sweeps it).
-func (d *DB) Answer(ctx context.Context, m agent.Model, ns, speakerA, speakerB, question string, budget int) (Answered, error) {
+func (d *DB) Answer(ctx context.Context, m llm.Model, ns, speakerA, speakerB, question string, budget int) (Answered, error) {
 	if budget < 1 {
 		budget = MaxTurns
 	}
-	s := d.NewSession(ns, K)
+	s := d.NewRetrieval(ns, K)
 	ts, err := agent.NewToolset(s.Tools()...)
 	if err != nil {
 		return Answered{}, err
 	}
-	msgs := []agent.Message{{Role: "system", Content: fmt.Sprintf(AnswerPrompt, speakerA, speakerB)}, {Role: "user", Content: question}}
+	msgs := []chat.Message{{Role: "system", Content: fmt.Sprintf(AnswerPrompt, speakerA, speakerB)}, {Role: "user", Content: question}}
 	tr, err := agent.Run(ctx, m, ts, msgs, agent.Limits{MaxSteps: budget})
 	if err != nil {
 		return Answered{}, err
@@ -61,7 +63,7 @@ func (d *DB) Answer(ctx context.Context, m agent.Model, ns, speakerA, speakerB, 
 	}
 	if !tr.HasAnswer {
 		// Out of budget: one more turn, no tools, for the answer.
-		r, err := m.Chat(ctx, append(tr.Messages, agent.Message{Role: "user", Content: "Answer the question now with what you found."}), nil)
+		r, err := m.Chat(ctx, llm.Request{Messages: append(tr.Messages, chat.Message{Role: "user", Content: "Answer the question now with what you found."})})
 		if err != nil {
 			return Answered{}, err
 		}
@@ -105,7 +107,7 @@ type SessionText struct {
 type Extractor func(ctx context.Context, session int, date string, lines []Line) ([]Page, error)
 
 // ModelExtractor is the extraction agent on m: one call a session.
-func ModelExtractor(m agent.Model) Extractor {
+func ModelExtractor(m llm.Model) Extractor {
 	return func(ctx context.Context, session int, date string, lines []Line) ([]Page, error) {
 		return Extract(ctx, m, session, date, lines)
 	}

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
 )
 
 // The chunking ablation (the paper's §IV-D): the session is cut into
@@ -145,7 +145,7 @@ const ChunkPrompt = `You build a memory of a conversation. Read the numbered mes
 // session, and each chunk is extracted on its own (one call a chunk) into
 // one page whose dialogue is the chunk. Whatever span the note gives, it
 // covers the chunk.
-func ChunkExtractor(m agent.Model, chunk Chunker) Extractor {
+func ChunkExtractor(m llm.Model, chunk Chunker) Extractor {
 	return func(ctx context.Context, session int, date string, lines []Line) ([]Page, error) {
 		spans, err := chunk(ctx, lines)
 		if err != nil {

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // linesOf makes messages whose token count is their text (for FixedChunks
@@ -92,13 +93,13 @@ func TestSemanticChunksSplitAtTheTopic(t *testing.T) {
 
 type chunkNotes struct{ calls []string }
 
-func (m *chunkNotes) Chat(_ context.Context, msgs []agent.Message, _ []agent.Spec) (agent.Reply, error) {
-	m.calls = append(m.calls, msgs[1].Content)
-	if strings.Contains(msgs[1].Content, "[0] A: 9") {
-		return agent.Reply{Message: agent.Message{Content: "no notes here"}}, nil
+func (m *chunkNotes) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	m.calls = append(m.calls, req.Messages[1].Content)
+	if strings.Contains(req.Messages[1].Content, "[0] A: 9") {
+		return llm.Response{Message: chat.Message{Content: "no notes here"}}, nil
 	}
-	n := strings.Count(msgs[1].Content, "\n[") - 1 // the last message's number
-	return agent.Reply{Message: agent.Message{Content: fmt.Sprintf(`[{"start": 0, "end": %d, "summary": "part %d", "tag": "t"}]`, n, len(m.calls))}}, nil
+	n := strings.Count(req.Messages[1].Content, "\n[") - 1 // the last message's number
+	return llm.Response{Message: chat.Message{Content: fmt.Sprintf(`[{"start": 0, "end": %d, "summary": "part %d", "tag": "t"}]`, n, len(m.calls))}}, nil
 }
 
 // ChunkExtractor writes one page a chunk: the chunk's dialogue, its note

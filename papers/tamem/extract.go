@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // noteSchema is a note as the extractor writes it (Eq. 2).
@@ -40,7 +41,7 @@ const Overlap = 1
 // Extract asks m for the notes of one session (a single call) and turns
 // them into pages. A reply that is not a JSON array of notes, or notes
 // outside the session, is an error naming what is wrong.
-func Extract(ctx context.Context, m agent.Model, session int, date string, lines []Line) ([]Page, error) {
+func Extract(ctx context.Context, m llm.Model, session int, date string, lines []Line) ([]Page, error) {
 	notes, err := askNotes(ctx, m, ExtractPrompt, date, lines)
 	if err != nil {
 		return nil, err
@@ -50,14 +51,14 @@ func Extract(ctx context.Context, m agent.Model, session int, date string, lines
 
 // askNotes gives m the instruction and the numbered messages with their
 // date (one call) and reads the notes it answers with.
-func askNotes(ctx context.Context, m agent.Model, instruction, date string, lines []Line) ([]Note, error) {
+func askNotes(ctx context.Context, m llm.Model, instruction, date string, lines []Line) ([]Note, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Session date: %s.\n", date)
 	for i, l := range lines {
 		fmt.Fprintf(&b, "[%d] %s: %s\n", i, l.Speaker, l.Text)
 	}
 	b.WriteString("Answer:")
-	r, err := m.Chat(ctx, []agent.Message{{Role: "system", Content: instruction}, {Role: "user", Content: b.String()}}, nil)
+	r, err := m.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: "system", Content: instruction}, {Role: "user", Content: b.String()}}})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/llm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 func lines(texts ...string) []Line {
@@ -92,16 +94,16 @@ func TestToolsCacheWhatTheyReturned(t *testing.T) {
 	ctx := context.Background()
 	d := openDB(t, ":memory:")
 	d.Add(ctx, "c", Pages(1, "8 May 2023", session, notes))
-	s := d.NewSession("c", K)
+	s := d.NewRetrieval("c", K)
 	ts, err := agent.NewToolset(s.Tools()...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(ts.Specs()); n != 10 {
+	if n := len(ts.Functions()); n != 10 {
 		t.Fatalf("%d tools", n)
 	}
 	call := func(name, args string) string {
-		out, _, err := ts.Execute(ctx, agent.ToolCall{Name: name, Arguments: args})
+		out, _, err := ts.Execute(ctx, chat.ToolCall{Name: name, Arguments: args})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,29 +166,29 @@ func TestParseNotes(t *testing.T) {
 // from the last result.
 type scripted struct {
 	extract string
-	plan    []agent.ToolCall
+	plan    []chat.ToolCall
 	calls   int
 }
 
-func (m *scripted) Chat(_ context.Context, msgs []agent.Message, specs []agent.Spec) (agent.Reply, error) {
-	if strings.HasPrefix(msgs[0].Content, "You build a memory") {
+func (m *scripted) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	if strings.HasPrefix(req.Messages[0].Content, "You build a memory") {
 		m.calls++
-		return agent.Reply{Message: agent.Message{Content: m.extract}}, nil
+		return llm.Response{Message: chat.Message{Content: m.extract}}, nil
 	}
 	step := 0
-	for _, msg := range msgs {
+	for _, msg := range req.Messages {
 		if msg.Role == "assistant" {
 			step++
 		}
 	}
-	if specs != nil && step < len(m.plan) {
-		return agent.Reply{Message: agent.Message{ToolCalls: []agent.ToolCall{m.plan[step]}}}, nil
+	if req.Tools != nil && step < len(m.plan) {
+		return llm.Response{Message: chat.Message{ToolCalls: []chat.ToolCall{m.plan[step]}}}, nil
 	}
-	last := msgs[len(msgs)-1].Content
+	last := req.Messages[len(req.Messages)-1].Content
 	if i := strings.Index(last, `"time":"`); i >= 0 {
-		return agent.Reply{Message: agent.Message{Content: strings.SplitN(last[i+8:], `"`, 2)[0]}}, nil
+		return llm.Response{Message: chat.Message{Content: strings.SplitN(last[i+8:], `"`, 2)[0]}}, nil
 	}
-	return agent.Reply{Message: agent.Message{Content: "Not mentioned"}}, nil
+	return llm.Response{Message: chat.Message{Content: "Not mentioned"}}, nil
 }
 
 // TestBuildAndAnswer: a conversation is extracted once (a second build
@@ -197,7 +199,7 @@ func TestBuildAndAnswer(t *testing.T) {
 	ctx := context.Background()
 	d := openDB(t, ":memory:")
 	good, _ := json.Marshal(notes)
-	m := &scripted{extract: string(good), plan: []agent.ToolCall{{Name: "list_persons", Arguments: "{}"}, {Name: "person_events", Arguments: `{"person":"Caroline"}`}}}
+	m := &scripted{extract: string(good), plan: []chat.ToolCall{{Name: "list_persons", Arguments: "{}"}, {Name: "person_events", Arguments: `{"person":"Caroline"}`}}}
 	c := Conversation{ID: "c", SpeakerA: "Caroline", SpeakerB: "Melanie", Sessions: []SessionText{{N: 1, Date: "8 May 2023", Lines: session}}}
 	if failed, err := d.Build(ctx, ModelExtractor(m), c, nil); err != nil || failed != 0 || m.calls != 1 {
 		t.Fatalf("build: %d failed, %v, %d calls", failed, err, m.calls)
@@ -210,14 +212,14 @@ func TestBuildAndAnswer(t *testing.T) {
 	if err != nil || a.Answer != "2023-05-07" || !a.Finalized || a.Turns != 3 || strings.Join(a.Tools, ",") != "list_persons,person_events" {
 		t.Fatalf("answer %+v %v", a, err)
 	}
-	m.plan = []agent.ToolCall{{Name: "match_keyword", Arguments: `{"keyword":"Boston"}`}}
+	m.plan = []chat.ToolCall{{Name: "match_keyword", Arguments: `{"keyword":"Boston"}`}}
 	a, _ = d.Answer(ctx, m, "c", "Caroline", "Melanie", "Where is Caroline moving?", 0)
 	if strings.Join(a.Context, ",") != "D1:2,D1:3,D1:4" {
 		t.Fatalf("context %v", a.Context)
 	}
-	loop := make([]agent.ToolCall, MaxTurns+2)
+	loop := make([]chat.ToolCall, MaxTurns+2)
 	for i := range loop {
-		loop[i] = agent.ToolCall{Name: "list_tags", Arguments: "{}"}
+		loop[i] = chat.ToolCall{Name: "list_tags", Arguments: "{}"}
 	}
 	m.plan = loop
 	if a, _ = d.Answer(ctx, m, "c", "Caroline", "Melanie", "What?", 0); a.Finalized || a.Turns != MaxTurns || a.Answer == "" {

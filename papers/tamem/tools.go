@@ -7,14 +7,15 @@ import (
 	"strings"
 
 	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // K is the top-k of the similarity queries (the paper's k = 5).
 const K = 5
 
-// Session is one question's retrieval: the database's tools over one
+// Retrieval is one question's retrieval: the database's tools over one
 // conversation, with the per-question cache and the pages seen.
-type Session struct {
+type Retrieval struct {
 	db *DB
 	ns string
 	k  int
@@ -24,16 +25,16 @@ type Session struct {
 	pages []int // pages returned, in order
 }
 
-// NewSession starts a question's retrieval over conversation ns.
-func (d *DB) NewSession(ns string, k int) *Session {
-	return &Session{db: d, ns: ns, k: k, seen: map[string]bool{}}
+// NewRetrieval starts a question's retrieval over conversation ns.
+func (d *DB) NewRetrieval(ns string, k int) *Retrieval {
+	return &Retrieval{db: d, ns: ns, k: k, seen: map[string]bool{}}
 }
 
 // Pages are the pages this session returned, in order.
-func (s *Session) Pages() []int { return s.pages }
+func (s *Retrieval) Pages() []int { return s.pages }
 
 // pagesResult renders pages, those already returned shown only by id.
-func (s *Session) pagesResult(ctx context.Context, ids []int, empty string) (string, error) {
+func (s *Retrieval) pagesResult(ctx context.Context, ids []int, empty string) (string, error) {
 	if len(ids) == 0 {
 		return empty, nil
 	}
@@ -59,7 +60,7 @@ func (s *Session) pagesResult(ctx context.Context, ids []int, empty string) (str
 const noKey = "nothing matches; list the available %s with %s and use one of them exactly"
 
 // Tools are the ten query tools of the paper's Figure 2.
-func (s *Session) Tools() []agent.Tool {
+func (s *Retrieval) Tools() []agent.Tool {
 	str := func(name, desc string) json.RawMessage {
 		raw, _ := json.Marshal(map[string]any{"type": "object", "properties": map[string]any{name: map[string]any{"type": "string", "description": desc}},
 			"required": []string{name}, "additionalProperties": false})
@@ -72,7 +73,7 @@ func (s *Session) Tools() []agent.Tool {
 		return m[name]
 	}
 	byKey := func(tool, kind, lister, what string) agent.Tool {
-		return agent.Tool{Spec: agent.Spec{Name: tool, Description: fmt.Sprintf("Memory pages (dialogue, time, summary) indexed by the %s given, exactly one of list_%s.", kind, lister),
+		return agent.Tool{Function: chat.Function{Name: tool, Description: fmt.Sprintf("Memory pages (dialogue, time, summary) indexed by the %s given, exactly one of list_%s.", kind, lister),
 			Parameters: str(kind, "the "+kind)},
 			Call: func(ctx context.Context, raw json.RawMessage) (string, error) {
 				ids, err := s.db.ByKey(ctx, s.ns, kind, arg(raw, kind))
@@ -83,7 +84,7 @@ func (s *Session) Tools() []agent.Tool {
 			}}
 	}
 	similar := func(tool, kind, what string) agent.Tool {
-		return agent.Tool{Spec: agent.Spec{Name: tool, Description: fmt.Sprintf("Memory pages holding the %d %s most similar to a description.", s.k, what),
+		return agent.Tool{Function: chat.Function{Name: tool, Description: fmt.Sprintf("Memory pages holding the %d %s most similar to a description.", s.k, what),
 			Parameters: str("query", "what to look for")},
 			Call: func(ctx context.Context, raw json.RawMessage) (string, error) {
 				ids, err := s.db.Similar(ctx, s.ns, kind, arg(raw, "query"), s.k)
@@ -94,7 +95,7 @@ func (s *Session) Tools() []agent.Tool {
 			}}
 	}
 	profile := func(tool, kind, what string) agent.Tool {
-		return agent.Tool{Spec: agent.Spec{Name: tool, Description: fmt.Sprintf("All %s of a person, as stored.", what), Parameters: str("person", "the person's name")},
+		return agent.Tool{Function: chat.Function{Name: tool, Description: fmt.Sprintf("All %s of a person, as stored.", what), Parameters: str("person", "the person's name")},
 			Call: func(ctx context.Context, raw json.RawMessage) (string, error) {
 				person := arg(raw, "person")
 				key := kind + " profile " + norm(person)
@@ -122,7 +123,7 @@ func (s *Session) Tools() []agent.Tool {
 			}}
 	}
 	lister := func(tool, kind string) agent.Tool {
-		return agent.Tool{Spec: agent.Spec{Name: tool, Description: fmt.Sprintf("Every %s the memory is indexed by.", kind), Parameters: none},
+		return agent.Tool{Function: chat.Function{Name: tool, Description: fmt.Sprintf("Every %s the memory is indexed by.", kind), Parameters: none},
 			Call: func(ctx context.Context, _ json.RawMessage) (string, error) {
 				keys, err := s.db.Keys(ctx, s.ns, kind)
 				if err != nil {

@@ -10,8 +10,9 @@ import (
 
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/memtools"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Judges are the evaluators the paper runs with an LLM.
@@ -74,7 +75,7 @@ Retrieved memories:
 How relevant are the retrieved memories to the question, on a scale of 0.0 to 1.0? Respond with only a number between 0.0 and 1.0 (e.g., "0.85").`
 
 // LLMStorage asks a policy with StoragePrompt.
-type LLMStorage struct{ Policy memtools.Policy }
+type LLMStorage struct{ Policy llm.Model }
 
 // HighQuality implements StorageJudge.
 func (j LLMStorage) HighQuality(ctx context.Context, t env.Task, entry string) (bool, error) {
@@ -84,7 +85,7 @@ func (j LLMStorage) HighQuality(ctx context.Context, t env.Task, entry string) (
 }
 
 // LLMRelevance asks a policy with RelevancePrompt.
-type LLMRelevance struct{ Policy memtools.Policy }
+type LLMRelevance struct{ Policy llm.Model }
 
 // Relevance implements RelevanceJudge.
 func (j LLMRelevance) Relevance(ctx context.Context, question string, mems []string) (float64, error) {
@@ -94,14 +95,15 @@ func (j LLMRelevance) Relevance(ctx context.Context, question string, mems []str
 
 // askNumber sends a judging prompt and reads the first number in [0, 1] of
 // the reply.
-func askNumber(ctx context.Context, pol memtools.Policy, prompt string) (float64, error) {
-	out, err := pol.Complete(ctx, []stm.Message{{Role: stm.User, Content: prompt}})
+func askNumber(ctx context.Context, pol llm.Model, prompt string) (float64, error) {
+	out, err := pol.Chat(ctx, llm.Request{Messages: []chat.Message{{Role: stm.User, Content: prompt}}})
 	if err != nil {
 		return 0, fmt.Errorf("llm judge: %w", err)
 	}
-	m := number.FindString(out.Text)
+	text := out.Message.Content
+	m := number.FindString(text)
 	if m == "" {
-		return 0, fmt.Errorf("llm judge: no score in %q", out.Text)
+		return 0, fmt.Errorf("llm judge: no score in %q", text)
 	}
 	v, _ := strconv.ParseFloat(m, 64)
 	return math.Min(1, math.Max(0, v)), nil
@@ -142,9 +144,9 @@ Please evaluate the generated answer on a scale of 0.0 to 1.0:
 - 0.0-0.1: Completely incorrect or irrelevant
 Respond with only a number between 0.0 and 1.0 (e.g., "0.85").`
 
-// LLMJudge asks a policy (any model behind memtools.Policy) with the
+// LLMJudge asks a policy (any model behind llm.Model) with the
 // paper's prompt and reads the first number of its reply.
-type LLMJudge struct{ Policy memtools.Policy }
+type LLMJudge struct{ Policy llm.Model }
 
 var number = regexp.MustCompile(`[01](?:\.\d+)?|\.\d+`)
 

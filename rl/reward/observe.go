@@ -5,7 +5,7 @@ import (
 
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Observation is what the reward reads from a played episode, before any
@@ -21,7 +21,7 @@ type Observation struct {
 	RoundsOver                       bool // some turn ran out of steps
 	Maintained                       bool // an Update_memory or Delete_memory succeeded
 	// FinalPrompt is the context the last call saw (Eq. 21).
-	FinalPrompt []stm.Message
+	FinalPrompt []chat.Message
 	Stored      []string // the entries Stage 1 added (Eq. 23)
 	Retrieved   []string // the memories Stage 3 retrieved (Eq. 25)
 	// FormatErrors counts the replies that broke the format

@@ -17,7 +17,7 @@ import (
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Weights are every coefficient of Eq. 16-26.
@@ -202,7 +202,7 @@ func penalty(w Weights, o Observation) float64 {
 
 // preserved is 1 when every key item of the query is still in the context
 // the answer was generated from (Eq. 21), directly or in a summary.
-func preserved(items []string, ctxMsgs []stm.Message) float64 {
+func preserved(items []string, ctxMsgs []chat.Message) float64 {
 	var all strings.Builder
 	for _, m := range ctxMsgs {
 		all.WriteString(strings.ToLower(m.Content))

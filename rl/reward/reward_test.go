@@ -7,9 +7,11 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/model/chat"
 )
 
 var paper = Weights{Task: 1.0 / 3, Context: 1.0 / 3, Memory: 1.0 / 3,
@@ -30,7 +32,7 @@ func add(content string) memtools.Result {
 
 func step(tokens int, overflow bool, rs ...memtools.Result) memtools.Step {
 	return memtools.Step{PromptTokens: tokens, Overflow: overflow, Results: rs,
-		Prompt: []stm.Message{{Role: stm.User, Content: task.Question}}}
+		Prompt: []chat.Message{{Role: stm.User, Content: task.Question}}}
 }
 
 // episode lays out steps per stage; the answer (if any) ends Stage 3.
@@ -120,14 +122,14 @@ func TestUpdateAndDeleteAreMaintenance(t *testing.T) {
 
 func TestFilteringTheQueryLosesPreservation(t *testing.T) {
 	r := episode(nil, nil, []memtools.Step{step(100, false)}, "1823", true, 100)
-	r.Stages[2][0].Trace.Steps[0].Prompt = []stm.Message{{Role: stm.User, Content: "In what year?"}}
+	r.Stages[2][0].Trace.Steps[0].Prompt = []chat.Message{{Role: stm.User, Content: "In what year?"}}
 	testkit.Near(t, "R_preservation", compute(t, r).Preservation, 0, 1e-9)
 }
 
 type fixedPolicy string
 
-func (f fixedPolicy) Complete(context.Context, []stm.Message) (memtools.Completion, error) {
-	return memtools.Completion{Text: string(f)}, nil
+func (f fixedPolicy) Chat(context.Context, llm.Request) (llm.Response, error) {
+	return llm.Reply(string(f)), nil
 }
 
 func TestLLMJudgeReadsTheScore(t *testing.T) {

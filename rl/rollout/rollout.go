@@ -8,12 +8,12 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
 
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/llm"
 )
 
 // Env is what rollouts are played in: a list of tasks and how one episode
@@ -22,10 +22,10 @@ import (
 type Env[R any] interface {
 	// Len is the number of tasks.
 	Len() int
-	// Play runs one episode of task t with pol. seed is the rollout's own
-	// (for whatever the episode draws: memory ids, say), so a run is
+	// Play runs one episode of task t with model m. seed is the rollout's
+	// own (for whatever the episode draws: memory ids, say), so a run is
 	// reproducible.
-	Play(ctx context.Context, pol memtools.Policy, t int, seed uint64) (R, error)
+	Play(ctx context.Context, m llm.Model, t int, seed uint64) (R, error)
 }
 
 // Experience is one policy call: the tokens it saw and produced. (The
@@ -55,14 +55,14 @@ type Score struct {
 	Info  map[string]any
 }
 
-// Seeder is a policy whose sampling seed can be set per batch (the native
-// policy), so a run is reproducible from its seed.
-type Seeder interface{ SetSeed(uint64) }
-
 // Options shape a rollout batch.
 type Options struct {
 	K    int    // rollouts per task
 	Seed uint64 // sampling
+	// Sampling, when set, is every call's (the rollout temperature): each
+	// batch draws from (a seed of Seed and the batch's number, its place
+	// in the batch), so a run is reproducible. Nil keeps the model's own.
+	Sampling *llm.Sampling
 	// EpisodeSeed is the seed Play gets for rollout i (default: i).
 	EpisodeSeed func(i int) uint64
 	// Done, if set, is called as each rollout ends with how many have
@@ -73,14 +73,14 @@ type Options struct {
 // Run plays K rollouts of each task with the policy and returns them in
 // order (task-major: rollouts g·K … g·K+K−1 belong to tasks[g]) with their
 // experiences, in call order within each rollout.
-func Run[R any](ctx context.Context, pol memtools.BatchPolicy, e Env[R], tasks []int, o Options) ([]Rollout[R], []Experience, error) {
-	return RunOn(ctx, []memtools.BatchPolicy{pol}, e, tasks, o)
+func Run[R any](ctx context.Context, m llm.Model, e Env[R], tasks []int, o Options) ([]Rollout[R], []Experience, error) {
+	return RunOn(ctx, []llm.Model{m}, e, tasks, o)
 }
 
-// RunOn is Run with the rollouts spread over several policies, the same
-// weights on different devices: rollout i is decoded by pols[i mod N],
-// each policy batching its own rollouts, so N GPUs decode at once.
-func RunOn[R any](ctx context.Context, pols []memtools.BatchPolicy, e Env[R], tasks []int, o Options) ([]Rollout[R], []Experience, error) {
+// RunOn is Run with the rollouts spread over several models, the same
+// weights on different devices: rollout i is decoded by ms[i mod N],
+// each batching its own rollouts, so N GPUs decode at once.
+func RunOn[R any](ctx context.Context, pols []llm.Model, e Env[R], tasks []int, o Options) ([]Rollout[R], []Experience, error) {
 	if o.K < 1 {
 		return nil, nil, fmt.Errorf("rollout: K = %d, want at least 1", o.K)
 	}
@@ -105,7 +105,7 @@ func RunOn[R any](ctx context.Context, pols []memtools.BatchPolicy, e Env[R], ta
 		for i := d; i < n; i += len(pols) {
 			live++
 		}
-		bs[d] = &batcher{pol: pol, live: live, seed: o.Seed ^ uint64(d)<<48}
+		bs[d] = &batcher{pol: pol, live: live, seed: o.Seed ^ uint64(d)<<48, sampling: o.Sampling}
 	}
 	var wg sync.WaitGroup
 	var doneMu sync.Mutex
@@ -138,7 +138,7 @@ func RunOn[R any](ctx context.Context, pols []memtools.BatchPolicy, e Env[R], ta
 	return rs, exps, nil
 }
 
-// recorder is one rollout's policy: it queues the rollout's requests on
+// recorder is one rollout's model: it queues the rollout's requests on
 // the batcher and keeps every call that produced tokens.
 type recorder struct {
 	b       *batcher
@@ -146,9 +146,9 @@ type recorder struct {
 	calls   []Experience
 }
 
-// Complete implements memtools.Policy.
-func (p *recorder) Complete(ctx context.Context, msgs []stm.Message) (memtools.Completion, error) {
-	c, err := p.b.complete(ctx, p.rollout, msgs)
+// Chat implements llm.Model.
+func (p *recorder) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	c, err := p.b.complete(ctx, p.rollout, req)
 	if err == nil && len(c.ResponseIDs) > 0 {
 		p.calls = append(p.calls, Experience{Rollout: p.rollout, Call: len(p.calls), PromptIDs: c.PromptIDs,
 			ResponseIDs: c.ResponseIDs})
@@ -156,29 +156,31 @@ func (p *recorder) Complete(ctx context.Context, msgs []stm.Message) (memtools.C
 	return c, err
 }
 
-// batcher gathers the requests of all live rollouts and answers them with
-// one CompleteBatch once every live rollout is waiting. The batch is sorted
-// by rollout, so its makeup, and with a seed per batch every sample, is the
-// same on every run.
+// batcher gathers the requests of all live rollouts and answers them as
+// one batch once every live rollout is waiting (llm.Batcher's ChatBatch;
+// concurrent calls on other models). The batch is sorted by rollout, so
+// its makeup, and with a seed per batch every sample, is the same on every
+// run.
 type batcher struct {
-	pol     memtools.BatchPolicy
-	mu      sync.Mutex
-	live    int
-	pending []*request
-	seed    uint64
-	batches uint64
+	pol      llm.Model
+	sampling *llm.Sampling
+	mu       sync.Mutex
+	live     int
+	pending  []*request
+	seed     uint64
+	batches  uint64
 }
 
 type request struct {
 	rollout int
-	msgs    []stm.Message
-	out     memtools.Completion
+	req     llm.Request
+	out     llm.Response
 	err     error
 	ready   chan struct{}
 }
 
-func (b *batcher) complete(ctx context.Context, rollout int, msgs []stm.Message) (memtools.Completion, error) {
-	r := &request{rollout: rollout, msgs: msgs, ready: make(chan struct{})}
+func (b *batcher) complete(ctx context.Context, rollout int, req llm.Request) (llm.Response, error) {
+	r := &request{rollout: rollout, req: req, ready: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	b.flushIfAllWaiting(ctx)
@@ -205,15 +207,18 @@ func (b *batcher) flushIfAllWaiting(ctx context.Context) {
 	batch := b.pending
 	b.pending = nil
 	sort.Slice(batch, func(i, j int) bool { return batch[i].rollout < batch[j].rollout })
-	convs := make([][]stm.Message, len(batch))
-	for i, r := range batch {
-		convs[i] = r.msgs
-	}
-	if s, ok := b.pol.(Seeder); ok {
-		s.SetSeed(b.seed*0x9e3779b97f4a7c15 + b.batches)
-	}
+	reqs := make([]llm.Request, len(batch))
+	seed := b.seed*0x9e3779b97f4a7c15 + b.batches
 	b.batches++
-	outs, err := b.pol.CompleteBatch(ctx, convs)
+	for i, r := range batch {
+		reqs[i] = r.req
+		if b.sampling != nil {
+			s := *b.sampling
+			s.Seed, s.Stream = seed, uint64(i)
+			reqs[i].Sampling = &s
+		}
+	}
+	outs, err := chatAll(ctx, b.pol, reqs)
 	for i, r := range batch {
 		switch {
 		case err == nil:
@@ -223,11 +228,28 @@ func (b *batcher) flushIfAllWaiting(ctx context.Context) {
 		default:
 			// One bad conversation (say, a prompt over the limit) fails the
 			// batch; retry alone so only its rollout sees the error.
-			var one []memtools.Completion
-			if one, r.err = b.pol.CompleteBatch(ctx, convs[i:i+1]); r.err == nil {
+			var one []llm.Response
+			if one, r.err = chatAll(ctx, b.pol, reqs[i:i+1]); r.err == nil {
 				r.out = one[0]
 			}
 		}
 		close(r.ready)
 	}
+}
+
+// chatAll answers reqs in one batch where the model batches, else with
+// concurrent calls (a server batches them itself); the first failure is
+// the error.
+func chatAll(ctx context.Context, m llm.Model, reqs []llm.Request) ([]llm.Response, error) {
+	if bm, ok := m.(llm.Batcher); ok {
+		return bm.ChatBatch(ctx, reqs)
+	}
+	out := make([]llm.Response, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() { out[i], errs[i] = m.Chat(ctx, r) })
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }

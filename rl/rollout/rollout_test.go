@@ -8,8 +8,7 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/env"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/stm"
+	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/rl/rollout"
 	"github.com/agemem/agemem/setup"
 )
@@ -20,26 +19,27 @@ type echo struct {
 	mu      sync.Mutex
 	batches []int
 	seeds   []uint64
-	seed    uint64
 }
 
-func (e *echo) SetSeed(s uint64) { e.seed = s }
-
-func (e *echo) Complete(ctx context.Context, m []stm.Message) (memtools.Completion, error) {
-	out, err := e.CompleteBatch(ctx, [][]stm.Message{m})
+func (e *echo) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	out, err := e.ChatBatch(ctx, []llm.Request{req})
 	return out[0], err
 }
 
-func (e *echo) CompleteBatch(_ context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
+// ChatBatch answers every conversation and records the batch's size and
+// seed.
+func (e *echo) ChatBatch(_ context.Context, reqs []llm.Request) ([]llm.Response, error) {
 	e.mu.Lock()
-	e.batches = append(e.batches, len(convs))
-	e.seeds = append(e.seeds, e.seed)
+	e.batches = append(e.batches, len(reqs))
+	if s := reqs[0].Sampling; s != nil {
+		e.seeds = append(e.seeds, s.Seed)
+	}
 	e.mu.Unlock()
-	out := make([]memtools.Completion, len(convs))
-	for i, c := range convs {
-		n := len(c)
-		out[i] = memtools.Completion{Text: fmt.Sprintf("<think>%d messages</think><answer>yes</answer>", n),
-			PromptIDs: []int{n}, ResponseIDs: []int{1, 2}, LogProbs: []float32{-0.1, -0.2}}
+	out := make([]llm.Response, len(reqs))
+	for i, r := range reqs {
+		n := len(r.Messages)
+		out[i] = llm.Reply(fmt.Sprintf("<think>%d messages</think><answer>yes</answer>", n))
+		out[i].PromptIDs, out[i].ResponseIDs, out[i].LogProbs = []int{n}, []int{1, 2}, []float32{-0.1, -0.2}
 	}
 	return out, nil
 }
@@ -69,7 +69,7 @@ func TestRolloutsAreBatchedAndReproducible(t *testing.T) {
 	ts := tasks(2)
 	run := func() (*echo, []rollout.Rollout[env.Outcome], []rollout.Experience) {
 		p := &echo{}
-		rs, exps, err := rollout.Run(context.Background(), p, ageMem(ts), indices(2), rollout.Options{K: 3, Seed: 9})
+		rs, exps, err := rollout.Run(context.Background(), p, ageMem(ts), indices(2), rollout.Options{K: 3, Seed: 9, Sampling: &llm.Sampling{Temperature: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,13 +114,13 @@ func TestRolloutsAreBatchedAndReproducible(t *testing.T) {
 // rejects over-long prompts: the rollouts that hit it fail, the run does not.
 type failing struct{ echo }
 
-func (f *failing) CompleteBatch(ctx context.Context, convs [][]stm.Message) ([]memtools.Completion, error) {
-	for i, c := range convs {
-		if len(c) > 6 {
+func (f *failing) ChatBatch(ctx context.Context, reqs []llm.Request) ([]llm.Response, error) {
+	for i, r := range reqs {
+		if len(r.Messages) > 6 {
 			return nil, fmt.Errorf("conversation %d is too long", i)
 		}
 	}
-	return f.echo.CompleteBatch(ctx, convs)
+	return f.echo.ChatBatch(ctx, reqs)
 }
 
 func TestABadConversationFailsItsRolloutNotTheRun(t *testing.T) {
@@ -150,9 +150,9 @@ func TestKMustBePositive(t *testing.T) {
 func TestRunOnSpreadsOverPolicies(t *testing.T) {
 	ts := tasks(2)
 	a, b := &echo{}, &echo{}
-	o := rollout.Options{K: 3, Seed: 9}
+	o := rollout.Options{K: 3, Seed: 9, Sampling: &llm.Sampling{Temperature: 1}}
 	e := ageMem(ts)
-	rs, exps, err := rollout.RunOn(context.Background(), []memtools.BatchPolicy{a, b}, e, indices(2), o)
+	rs, exps, err := rollout.RunOn(context.Background(), []llm.Model{a, b}, e, indices(2), o)
 	if err != nil {
 		t.Fatal(err)
 	}

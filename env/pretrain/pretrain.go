@@ -569,3 +569,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	return res, metrics.Close()
 }
+
+// CopySource is SFT's source of c's copy sequences (sft.Options.Copies).
+func CopySource(c Config) func(tok *tokenizer.Tokenizer, vocab int, seed uint64) (interface{ Next() train.Sequence }, error) {
+	return func(tok *tokenizer.Tokenizer, vocab int, seed uint64) (interface{ Next() train.Sequence }, error) {
+		gen, _, err := Open(c, tok, vocab, seed)
+		if err != nil {
+			return nil, err
+		}
+		return gen, nil
+	}
+}

@@ -63,7 +63,7 @@ func testSchedulerMatchesGenerateAlone(t *testing.T, budget int) KVStats {
 	var arrived sync.WaitGroup
 	arrived.Add(len(prompts) - 1)
 	var firstStep sync.Once
-	sc := NewScheduler(m, nil, SchedulerOptions{MaxBatch: 4, PrefillChunk: 5, KVBudget: budget, OnStep: func(seqs, _ int) {
+	sc := New(m, nil, Options{MaxBatch: 4, PrefillChunk: 5, KVBudget: budget, OnStep: func(seqs, _ int) {
 		firstStep.Do(func() {
 			arrived.Wait()
 			time.Sleep(20 * time.Millisecond)
@@ -85,7 +85,7 @@ func testSchedulerMatchesGenerateAlone(t *testing.T, budget int) KVStats {
 			if i > 0 {
 				arrived.Done()
 			}
-			g, err := sc.Generate(context.Background(), p, samplings[i], func(id int) { streamed[i] = append(streamed[i], id) })
+			g, err := sc.Generate(context.Background(), Request{Prompt: p, Sampling: samplings[i], OnToken: func(id int) { streamed[i] = append(streamed[i], id) }})
 			if err != nil {
 				t.Error(err)
 			}
@@ -114,7 +114,7 @@ func testSchedulerMatchesGenerateAlone(t *testing.T, budget int) KVStats {
 	}
 	if budget > 0 {
 		// One request larger than the whole pool is refused, by name.
-		if _, err := sc.Generate(context.Background(), prompts[3], Sampling{MaxTokens: 40}, nil); err == nil || !strings.Contains(err.Error(), "exceeds the KV cache budget of 48 positions") {
+		if _, err := sc.Generate(context.Background(), Request{Prompt: prompts[3], Sampling: Sampling{MaxTokens: 40}}); err == nil || !strings.Contains(err.Error(), "exceeds the KV cache budget of 48 positions") {
 			t.Fatalf("a request over the budget: %v", err)
 		}
 	}
@@ -123,14 +123,14 @@ func testSchedulerMatchesGenerateAlone(t *testing.T, budget int) KVStats {
 
 func TestSchedulerCancelAndClose(t *testing.T) {
 	m := tinyModel(t, "tiny-qwen2")
-	sc := NewScheduler(m, nil, SchedulerOptions{MaxBatch: 2})
+	sc := New(m, nil, Options{MaxBatch: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	_, err := sc.Generate(ctx, []int{1, 2, 3}, Sampling{MaxTokens: 1000}, func(int) {
+	_, err := sc.Generate(ctx, Request{Prompt: []int{1, 2, 3}, Sampling: Sampling{MaxTokens: 1000}, OnToken: func(int) {
 		if n++; n == 3 {
 			cancel()
 		}
-	})
+	}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled request: err %v", err)
 	}
@@ -138,17 +138,17 @@ func TestSchedulerCancelAndClose(t *testing.T) {
 		t.Fatalf("a cancelled sequence kept decoding: %d tokens", n)
 	}
 	// Bad requests are refused before they reach the loop; the loop still serves.
-	if _, err := sc.Generate(context.Background(), nil, Sampling{MaxTokens: 2}, nil); err == nil {
+	if _, err := sc.Generate(context.Background(), Request{Sampling: Sampling{MaxTokens: 2}}); err == nil {
 		t.Fatal("empty prompt accepted")
 	}
-	if _, err := sc.Generate(context.Background(), []int{1}, Sampling{MaxTokens: m.MaxPositions}, nil); err == nil {
+	if _, err := sc.Generate(context.Background(), Request{Prompt: []int{1}, Sampling: Sampling{MaxTokens: m.MaxPositions}}); err == nil {
 		t.Fatal("a prompt past the model's positions was accepted")
 	}
-	if g, err := sc.Generate(context.Background(), []int{1, 2}, Sampling{MaxTokens: 3}, nil); err != nil || len(g.Tokens) != 3 {
+	if g, err := sc.Generate(context.Background(), Request{Prompt: []int{1, 2}, Sampling: Sampling{MaxTokens: 3}}); err != nil || len(g.Tokens) != 3 {
 		t.Fatalf("after bad requests: %v, %v", g, err)
 	}
 	sc.Close()
-	if _, err := sc.Generate(context.Background(), []int{1}, Sampling{MaxTokens: 2}, nil); !errors.Is(err, ErrSchedulerClosed) {
+	if _, err := sc.Generate(context.Background(), Request{Prompt: []int{1}, Sampling: Sampling{MaxTokens: 2}}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
@@ -157,7 +157,7 @@ func TestSchedulerCancelAndClose(t *testing.T) {
 // its error at the next step, not when the batch frees a place.
 func TestSchedulerReleasesAWaitingCallerThatGaveUp(t *testing.T) {
 	m := tinyModel(t, "tiny-qwen2")
-	sc := NewScheduler(m, nil, SchedulerOptions{MaxBatch: 1})
+	sc := New(m, nil, Options{MaxBatch: 1})
 	defer sc.Close()
 	ctxA, stopA := context.WithCancel(context.Background())
 	defer stopA()
@@ -165,13 +165,13 @@ func TestSchedulerReleasesAWaitingCallerThatGaveUp(t *testing.T) {
 	var once sync.Once
 	doneA := make(chan error, 1)
 	go func() {
-		_, err := sc.Generate(ctxA, []int{1, 2, 3}, Sampling{MaxTokens: m.MaxPositions - 3}, func(int) { once.Do(func() { close(started) }) })
+		_, err := sc.Generate(ctxA, Request{Prompt: []int{1, 2, 3}, Sampling: Sampling{MaxTokens: m.MaxPositions - 3}, OnToken: func(int) { once.Do(func() { close(started) }) }})
 		doneA <- err
 	}()
 	<-started
 	ctxB, stopB := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer stopB()
-	if _, err := sc.Generate(ctxB, []int{4, 5}, Sampling{MaxTokens: 5}, nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := sc.Generate(ctxB, Request{Prompt: []int{4, 5}, Sampling: Sampling{MaxTokens: 5}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the waiting request: %v", err)
 	}
 	select {
