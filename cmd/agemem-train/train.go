@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -17,8 +16,6 @@ import (
 	"github.com/agemem/agemem/eval"
 	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/model/qwen"
-	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/setup"
 )
@@ -55,7 +52,12 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 				if !(deviceGiB > 0) {
 					return fmt.Errorf("--device-gib %g: want a device's memory in GiB", deviceGiB)
 				}
-				return printPlan(cmd.OutOrStdout(), cfg, deviceGiB)
+				plan, err := setup.Plan(cfg)
+				if err != nil {
+					return err
+				}
+				plan.Print(cmd.OutOrStdout(), deviceGiB)
+				return nil
 			}
 			res, err := runGRPO(cmd.Context(), cfg, resume, cmd.ErrOrStderr())
 			if err != nil {
@@ -72,182 +74,6 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate the config and the model, print the memory a run needs, and stop")
 	cmd.Flags().Float64Var(&deviceGiB, "device-gib", 24, "with --dry-run: each device's memory in GiB, to say whether the run fits (24: the paper's RTX 4090)")
 	return cmd
-}
-
-// printPlan is --dry-run: the config is valid (it loaded), the model's
-// config.json is read, and the memory of a step is estimated.
-func printPlan(w io.Writer, cfg setup.Config, deviceGiB float64) error {
-	mc, err := qwen.LoadConfig(cfg.RL.Init)
-	if err != nil {
-		return fmt.Errorf("rl.init: %w", err)
-	}
-	L, kvw := float64(mc.Layers), float64(mc.KVHeads*mc.HeadDim)
-	rc := cfg.RL
-	gib := func(b float64) string { return fmt.Sprintf("%.2f GiB", b/(1<<30)) }
-	// The frozen base as the devices hold it (the CPU tape holds float32).
-	base, shards, stage := train.BaseF32, 1, 0
-	if len(cfg.Model.Devices) > 0 {
-		base = map[string]train.Base{"bf16": train.BaseBF16, "q8_0": train.BaseQ8}[cfg.Model.TrainDtype]
-		if cfg.Model.ZeroStage > 0 && len(cfg.Model.Devices) > 1 {
-			shards, stage = len(cfg.Model.Devices), cfg.Model.ZeroStage
-		}
-	}
-	st := train.StateBytes(mc, cfg.LoRA, base, shards, stage)
-	params, trainable, weights, optimizer := st.Params, st.Trainable, st.Weights, st.Optimizer
-	working := stage >= 2 && base != train.BaseF32
-	wname := "weights (f32 masters)"
-	switch {
-	case !cfg.LoRA.Enabled && working:
-		wname = fmt.Sprintf("weights (bf16 working copies, 1/%d of the f32 masters)", shards)
-	case working:
-		wname = fmt.Sprintf("weights (bf16 frozen base, bf16 adapters, 1/%d of their f32 masters)", shards)
-	case cfg.LoRA.Enabled && base == train.BaseBF16:
-		wname = "weights (bf16 frozen base, f32 adapters)"
-	case cfg.LoRA.Enabled && base == train.BaseQ8:
-		wname = "weights (Q8_0 projections, bf16 embeddings, f32 adapters)"
-	case cfg.LoRA.Enabled:
-		wname = "weights (f32 frozen base and adapters)"
-	}
-	// The frozen reference: the base itself under LoRA, none at rl.beta 0
-	// (no KL term), else a copy held as the devices hold frozen weights.
-	offload := cfg.Model.OffloadReference && len(cfg.Model.Devices) > 0
-	ref, refName := train.ReferenceBytes(mc, base, offload), "reference policy"
-	switch {
-	case cfg.LoRA.Enabled || rc.Beta == 0:
-		ref = 0
-	case offload:
-		refName = "reference policy (in host memory, a layer at a time)"
-	}
-	oname := "gradients + AdamW moments"
-	switch {
-	case stage >= 2:
-		oname = fmt.Sprintf("gradients (1/%d and a layer's) + AdamW moments (1/%d)", shards, shards)
-	case shards > 1:
-		oname = fmt.Sprintf("gradients + AdamW moments (1/%d of them)", shards)
-	}
-	engine := 4 * params // the rollout engine's copy of the weights
-	ename := "rollout engine weights"
-	if slices.ContainsFunc(cfg.Model.Devices, func(d string) bool { return strings.HasPrefix(d, "cuda") }) {
-		// Rollouts decode on the training GPUs over the replicas' own
-		// weights (train.Replica.Engine): no second copy.
-		engine, ename = 0, "rollout engine weights (the trainer's, shared)"
-	}
-	seqs := float64(rc.K * rc.BatchTasks)
-	kvPos := seqs * float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget)
-	kvName := "KV caches of all rollouts (upper bound)"
-	if b := float64(rc.KVBudget); b > 0 {
-		// The paged pool holds at least one whole rollout (it runs alone).
-		b = max(b, float64(cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget))
-		if rc.PrefixCache {
-			b += float64(rc.KVBudget) // the prefix cache keeps the budget again
-		}
-		if b < kvPos {
-			kvPos, kvName = b, "KV caches (rl.kv_budget)"
-		}
-	}
-	kv := kvPos * L * 2 * kvw * 4
-	// A micro-batch is rl.batch_tokens, but never less than one whole
-	// rollout: a sequence is not split across micro-batches.
-	mb := max(rc.BatchTokens, cfg.Agent.ContextBudget+cfg.Agent.ResponseBudget)
-	onDevices, bf16 := len(cfg.Model.Devices) > 0, base != train.BaseF32
-	act, logits := train.ActivationBytes(mc, mb, rc.BatchTokens, train.TrainOptions{Recompute: rc.Recompute}, onDevices, bf16)
-	actName := "activations of a micro-batch"
-	if rc.Recompute && onDevices && bf16 {
-		actName = "activations of a micro-batch (bf16 checkpoints)"
-	}
-	chunk := min(rc.BatchTokens, max(1, train.LogitChunkFloats/mc.VocabSize))
-	// The update's items were checked on an H100 (BenchmarkCUDAPaperStep,
-	// 7B shape, one 10240-token rollout a micro-batch) before the MLP
-	// chunks and bf16 checkpoints: 24.54 GiB predicted, 25.65 GiB measured
-	// at the allocator's peak.
-	total := weights + ref + optimizer + engine + kv + act + logits
-	fmt.Fprintf(w, "config valid; policy %s: %s, %d layers, hidden %d, %.2fM parameters, %.2fM trainable (%s)\n",
-		rc.Init, mc.ModelType, mc.Layers, mc.HiddenSize, params/1e6, trainable/1e6, map[bool]string{true: "LoRA", false: "full"}[cfg.LoRA.Enabled])
-	fmt.Fprintf(w, "a step: %d tasks x %d rollouts, contexts up to %d + %d tokens, micro-batches of %d tokens\n", rc.BatchTasks, rc.K, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget, rc.BatchTokens)
-	devs := "the CPU tape (model.devices is empty)"
-	if len(cfg.Model.Devices) > 0 {
-		devs = strings.Join(cfg.Model.Devices, ", ")
-	}
-	fmt.Fprintf(w, "memory per device (%s):\n", devs)
-	for _, l := range []struct {
-		name string
-		b    float64
-	}{{wname, weights}, {refName, ref}, {oname, optimizer},
-		{ename, engine}, {kvName, kv}, {actName, act},
-		{fmt.Sprintf("vocabulary logits and gradient (%d tokens at a time)", chunk), logits},
-		{"the update alone (no engine, no KV caches)", weights + ref + optimizer + act + logits}, {"total (approximate)", total}} {
-		fmt.Fprintf(w, "  %-58s %s\n", l.name, gib(l.b))
-	}
-	if total <= deviceGiB*(1<<30) {
-		fmt.Fprintf(w, "fits in %.0f GiB per device\n", deviceGiB)
-		return nil
-	}
-	// Name the largest item and the setting that shrinks it.
-	weightsFix := "lora.enabled: true with model.train_dtype: bf16 (a bf16 frozen base)"
-	switch {
-	case len(cfg.Model.Devices) == 0:
-		weightsFix = "GPUs in model.devices (the CPU tape holds every weight in f32) with lora.enabled: true and model.train_dtype: bf16 or q8_0"
-	case cfg.LoRA.Enabled && base == train.BaseF32:
-		weightsFix = "model.train_dtype: bf16 or q8_0 (a 16- or 8-bit frozen base)"
-	case cfg.LoRA.Enabled && base == train.BaseBF16:
-		weightsFix = "model.train_dtype: q8_0 (the base's projections in 8 bits)"
-	case cfg.LoRA.Enabled && base == train.BaseQ8:
-		weightsFix = "a larger device: the base is 8-bit already (a 4-bit base is not built)"
-	case !cfg.LoRA.Enabled && !working:
-		weightsFix = "model.train_dtype: bf16 with model.zero_stage: 2 over several model.devices (bf16 working weights, the f32 masters split across the devices), or lora.enabled: true"
-	case !cfg.LoRA.Enabled:
-		weightsFix = "lora.enabled: true (a bf16 frozen base and small adapters), or more devices (each holds 1/N of the masters)"
-	}
-	refFix := "rl.beta: 0 (no KL term, so no reference: DAPO, Dr. GRPO), or lora.enabled: true (the reference is the base without the adapter)"
-	if len(cfg.Model.Devices) > 0 && !offload {
-		refFix = "model.offload_reference: true (its layers uploaded one at a time), " + refFix
-	}
-	if base == train.BaseF32 && len(cfg.Model.Devices) > 0 {
-		refFix = "model.train_dtype: bf16 (the reference held in bf16), " + refFix
-	}
-	optFix := "model.zero_stage: 2 over several model.devices (gradients and moments split across them), or lora.enabled: true"
-	switch {
-	case stage == 1:
-		optFix = "model.zero_stage: 2 (the gradients split too), or lora.enabled: true"
-	case stage >= 2:
-		optFix = "more devices in model.devices (each holds 1/N), or lora.enabled: true"
-	}
-	kvFix := "rl.kv_budget (the paged KV pool's positions; rollouts beyond it wait), or lower rl.k x rl.batch_tasks or agent.context_budget"
-	if rc.KVBudget > 0 && rc.PrefixCache {
-		kvFix = "rl.prefix_cache: false (the prefix cache holds rl.kv_budget again), a smaller rl.kv_budget, or lower agent.context_budget"
-	}
-	actFix := "rl.recompute: true, or a smaller rl.batch_tokens"
-	if rc.Recompute {
-		actFix = "a smaller rl.batch_tokens (recomputation is on; a rollout is never split)"
-	}
-	items := []struct {
-		name, fix string
-		b         float64
-	}{
-		{wname, weightsFix, weights},
-		{"the reference policy", refFix, ref},
-		{oname, optFix, optimizer},
-		{"the rollout engine's weights", "GPUs in model.devices (rollouts then decode with the trainer's own weights)", engine},
-		{"the KV caches", kvFix, kv},
-		{"the activations", actFix, act},
-		{"the vocabulary logits", "nothing: they are already chunked", logits},
-	}
-	// The largest first, then the others a setting can still shrink: the
-	// largest may take the biggest change (LoRA, more devices) where a
-	// smaller item's setting is enough.
-	slices.SortStableFunc(items, func(a, b struct {
-		name, fix string
-		b         float64
-	}) int {
-		return cmp.Compare(b.b, a.b)
-	})
-	fmt.Fprintf(w, "does not fit in %.0f GiB per device (--device-gib): the largest item is %s (%s); to shrink it: %s\n", deviceGiB, items[0].name, gib(items[0].b), items[0].fix)
-	for _, it := range items[1:] {
-		if it.b >= 1<<28 && !strings.HasPrefix(it.fix, "nothing") { // a quarter GiB
-			fmt.Fprintf(w, "  then %s (%s): %s\n", it.name, gib(it.b), it.fix)
-		}
-	}
-	return nil
 }
 
 // runGRPO trains rl.init in the AgeMem environment (setup.GRPO).

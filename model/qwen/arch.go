@@ -11,7 +11,21 @@ import (
 // training, device parameters for device replicas. Bind is the only place
 // that spells a checkpoint tensor's name and shape; loading, random
 // initialisation, training, adapters and the GGUF export all derive from
-// it, and Layer.Forward is the only place that spells the block's maths.
+// it.
+//
+// Layer.Forward (with MLP.Forward) is the only place that spells the
+// block's forward maths. Three Ops run it: the engine's (model.go:
+// inference, KV caches), the tape's (model/train weights.go: the CPU
+// trainer, whose backward the tape derives from the ops it recorded) and
+// the device replica's (model/train block.go: the GPU trainer, whose ops
+// keep what its backward needs, and which runs the block again through
+// Layer.Forward when it recomputes). The device replica's backward is the
+// one written by hand: layerBackward in model/train block.go walks the
+// block in reverse, each op's backward beside that op's forward as llm.c
+// keeps them, because its fixed sequence of kernels (gradients accumulated
+// in place into shared buffers, the recomputed MLP's backward run chunk by
+// chunk right after each chunk's forward) is what its step's speed and
+// memory were measured with. Its tests hold it to the tape's gradients.
 
 // Decoder is the whole model: token embedding, layers, final norm, LM head.
 type Decoder[P any] struct {
@@ -177,7 +191,7 @@ func (d *Decoder[P]) Linear(module string) (*Linear[P], error) {
 // inference), the autodiff tape and device replicas implement them, so
 // Layer.Forward is the model's one forward. An op may reuse the storage of
 // an input the block never reads again (the engine does, for x in Add and
-// gate in SiLUMul).
+// gate in SiLUMul; a device replica for b in Add).
 type Ops[V any] interface {
 	// RMSNorm normalises each row of len(w) of x and scales it by w.
 	RMSNorm(x, w V) V
@@ -192,6 +206,11 @@ type Ops[V any] interface {
 	SiLUMul(gate, up V) V
 	// Add is a + b.
 	Add(a, b V) V
+	// RowWise is f(x) for an f whose every output row depends on its own
+	// input row alone and is as wide (the MLP): an implementation may run
+	// it over chunks of rows, so that only a chunk's intermediates exist
+	// at a time.
+	RowWise(x V, f func(Ops[V], V) V) V
 }
 
 // Forward is one pre-norm decoder block:
@@ -209,7 +228,39 @@ func (l *Layer[V]) Forward(op Ops[V], li int, x V) V {
 	}
 	q, k = op.Rope(q, a.Heads), op.Rope(k, a.KVHeads)
 	x = op.Add(x, op.Linear(&a.O, op.Attention(li, q, k, v)))
-	xn = op.RMSNorm(x, l.MLPNorm)
-	m := &l.MLP
-	return op.Add(x, op.Linear(&m.Down, op.SiLUMul(op.Linear(&m.Gate, xn), op.Linear(&m.Up, xn))))
+	return op.Add(x, op.RowWise(op.RMSNorm(x, l.MLPNorm), l.MLP.Forward))
+}
+
+// Forward is the SwiGLU MLP of normed rows x: Down · (silu(Gate·x) ∘ Up·x).
+func (m *MLP[V]) Forward(op Ops[V], x V) V {
+	return op.Linear(&m.Down, op.SiLUMul(op.Linear(&m.Gate, x), op.Linear(&m.Up, x)))
+}
+
+// Map is d with every parameter p held as f(p) (f is called on absent
+// ones too, P's zero value, and should give Q's): a device replica's
+// decoder as the tensors an engine reads.
+func Map[P, Q any](d *Decoder[P], f func(P) Q) *Decoder[Q] {
+	out := &Decoder[Q]{Config: d.Config, Embed: f(d.Embed), Norm: f(d.Norm), LMHead: f(d.LMHead), Layers: make([]Layer[Q], len(d.Layers))}
+	for i := range d.Layers {
+		out.Layers[i] = MapLayer(&d.Layers[i], f)
+	}
+	return out
+}
+
+// MapLayer is Map for one layer: its projections keep their adapters'
+// scale, dropout and dropout streams, so ops over the mapped layer drop
+// what ops over l would.
+func MapLayer[P, Q any](l *Layer[P], f func(P) Q) Layer[Q] {
+	lin := func(x *Linear[P]) Linear[Q] {
+		return Linear[Q]{W: f(x.W), B: f(x.B), A: f(x.A), LB: f(x.LB), Scale: x.Scale, Dropout: x.Dropout,
+			Module: x.Module, Target: x.Target, In: x.In, Out: x.Out, stream: x.stream}
+	}
+	a := &l.Attn
+	return Layer[Q]{
+		AttnNorm: f(l.AttnNorm),
+		Attn: Attention[Q]{Q: lin(&a.Q), K: lin(&a.K), V: lin(&a.V), O: lin(&a.O),
+			QKNorm: a.QKNorm, QNorm: f(a.QNorm), KNorm: f(a.KNorm), Heads: a.Heads, KVHeads: a.KVHeads},
+		MLPNorm: f(l.MLPNorm),
+		MLP:     MLP[Q]{Gate: lin(&l.MLP.Gate), Up: lin(&l.MLP.Up), Down: lin(&l.MLP.Down)},
+	}
 }

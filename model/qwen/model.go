@@ -449,6 +449,12 @@ func (o engineOps) Add(a, b kernels.Tensor) kernels.Tensor {
 	return a
 }
 
+// RowWise runs f on every row at once: inference holds no activations for
+// a backward, so there is nothing to bound.
+func (o engineOps) RowWise(x kernels.Tensor, f func(Ops[kernels.Tensor], kernels.Tensor) kernels.Tensor) kernels.Tensor {
+	return f(o, x)
+}
+
 // Score returns log pi(continuation[i] | prompt, continuation[:i]) for each
 // continuation token: one forward pass over prompt and continuation (the
 // old- and reference-policy log-probabilities of GRPO).

@@ -437,3 +437,9 @@ func (o tapeOps[T]) Attention(_ int, q, k, v *tape.Var[T]) *tape.Var[T] {
 func (o tapeOps[T]) SiLUMul(g, u *tape.Var[T]) *tape.Var[T] { return o.tp.SiLUMul(g, u) }
 
 func (o tapeOps[T]) Add(a, b *tape.Var[T]) *tape.Var[T] { return o.tp.Add(a, b) }
+
+// RowWise runs f on every row at once: the tape bounds its memory by
+// recomputing whole layers (TrainOptions.Recompute) instead.
+func (o tapeOps[T]) RowWise(x *tape.Var[T], f func(qwen.Ops[*tape.Var[T]], *tape.Var[T]) *tape.Var[T]) *tape.Var[T] {
+	return f(o, x)
+}

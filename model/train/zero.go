@@ -26,6 +26,57 @@ type zero2 struct {
 	pos, passes []int
 }
 
+// gradStages is told, around each stage of a backward pass, which stage
+// it is: before(s) must give each gradient stage s writes a buffer,
+// after(s) may take them (sum them onto their owner, ZeRO-2). The stages
+// run in order: 0 the LM head and final norm, then 1+(L−1−li) for layer
+// li from the last, then L+1 the embedding.
+type gradStages interface {
+	before(d *Replica, s int)
+	after(d *Replica, s int)
+}
+
+// stage tells d.stages that stage s begins (before) or ends.
+func (d *Replica) stage(s int, before bool) {
+	switch {
+	case d.stages == nil:
+	case before:
+		d.stages.before(d, s)
+	default:
+		d.stages.after(d, s)
+	}
+}
+
+// stageParams lists the trainable parameters (indices into Params) whose
+// gradient each backward stage writes; the tied embedding is in the
+// head's stage and the embedding's.
+func (d *Replica) stageParams() [][]int {
+	index := map[*DeviceParam]int{}
+	for j, p := range d.Params {
+		index[p] = j
+	}
+	L := len(d.Layers)
+	out := make([][]int, L+2)
+	add := func(s int, ps ...*DeviceParam) {
+		for _, p := range ps {
+			if j, ok := index[p]; ok {
+				out[s] = append(out[s], j)
+			}
+		}
+	}
+	add(0, d.Norm, d.LMHead)
+	for li := range d.Layers {
+		l := &d.Layers[li]
+		s := 1 + L - 1 - li
+		add(s, l.AttnNorm, l.MLPNorm, l.Attn.QNorm, l.Attn.KNorm)
+		for _, lin := range []*devLinear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
+			add(s, lin.W, lin.B, lin.A, lin.LB)
+		}
+	}
+	add(L+1, d.Embed)
+	return out
+}
+
 // errPeerFailed is what a replica waiting for the others sees when one of
 // them failed: the failure itself is reported by that one.
 var errPeerFailed = errors.New("another device failed during the step")
