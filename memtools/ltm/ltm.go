@@ -59,7 +59,23 @@ func ValidID(id string) bool { return idPattern.MatchString(id) }
 func formatID(x uint32) string { return fmt.Sprintf("mem_%08x", x) }
 
 // ErrMetadata is metadata a store refuses: over its limits, or not JSON.
+// Errors that wrap it are *MetadataError.
 var ErrMetadata = errors.New("invalid metadata")
+
+// MetadataError says why metadata was refused.
+type MetadataError struct {
+	Entry  int // the entry's 1-based place in an Import (0 elsewhere)
+	Reason string
+}
+
+func (e *MetadataError) Error() string {
+	if e.Entry > 0 {
+		return fmt.Sprintf("entry %d: invalid metadata: %s", e.Entry, e.Reason)
+	}
+	return "invalid metadata: " + e.Reason
+}
+
+func (e *MetadataError) Is(target error) bool { return target == ErrMetadata }
 
 // MetadataLimits bound a memory's metadata at the store, so that no path
 // that writes (the API, MCP, the agent's tools, an import) stores what a
@@ -112,14 +128,14 @@ func (l MetadataLimits) normalize(m map[string]any) (map[string]any, error) {
 	}
 	l = l.withDefaults()
 	if d := depth(m, l.MaxDepth); d > l.MaxDepth {
-		return nil, fmt.Errorf("%w: it nests deeper than %d levels of objects and arrays (memory.max_metadata_depth)", ErrMetadata, l.MaxDepth)
+		return nil, &MetadataError{Reason: fmt.Sprintf("it nests deeper than %d levels of objects and arrays (memory.max_metadata_depth)", l.MaxDepth)}
 	}
 	raw, err := json.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("%w: not JSON: %v", ErrMetadata, err)
+		return nil, &MetadataError{Reason: fmt.Sprintf("not JSON: %v", err)}
 	}
 	if len(raw) > l.MaxBytes {
-		return nil, fmt.Errorf("%w: %d bytes of JSON exceed %d (memory.max_metadata_bytes)", ErrMetadata, len(raw), l.MaxBytes)
+		return nil, &MetadataError{Reason: fmt.Sprintf("%d bytes of JSON exceed %d (memory.max_metadata_bytes)", len(raw), l.MaxBytes)}
 	}
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {

@@ -191,6 +191,9 @@ func (s *SQLite) importEntries(ctx context.Context, ns string, es []Entry, limit
 		}
 		d = len(e.Embedding)
 		md, err := lim.normalize(e.Metadata)
+		if me := (*MetadataError)(nil); errors.As(err, &me) {
+			me.Entry = i + 1
+		}
 		if err != nil {
 			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
 		}
