@@ -183,7 +183,12 @@ func mcpNamespace(ctx context.Context, open string) string {
 // another key.
 func (s *Server) mcpHTTP(server func(*http.Request) *mcp.Server) http.Handler {
 	sdkHandler := mcp.NewStreamableHTTPHandler(server,
-		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.MaxBodyBytes, SessionTimeout: s.cfg.SessionTTL})
+		// Behind a trusted proxy on the same host, every request arrives on
+		// loopback with the public Host: the SDK's DNS-rebinding guard for
+		// loopback servers would refuse them all, and the proxy is the
+		// server's public face, where Host is checked.
+		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.MaxBodyBytes, SessionTimeout: s.cfg.SessionTTL,
+			DisableLocalhostProtection: len(s.trusted) > 0})
 	// A GET is the stream of what the server sends unasked: it lasts as
 	// long as the client stays, so shutdown ends it instead of waiting.
 	h := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
