@@ -122,7 +122,7 @@ func DefaultConfig() Config {
 		MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxConcurrentPerKey: 16, MaxQueuePerKey: 64, RateBurst: 20, MaxBodyBytes: 1 << 20, MaxMessages: 256,
 		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-		MaxConnections: 4096, MaxConnectionsPerClient: 256,
+		MaxConnections: 4096, MaxConnectionsPerClient: 256, TrustedProxies: []string{},
 		SessionTTL: time.Hour, MaxSessions: 10000, MaxSessionsPerNamespace: 1000, PrefixCache: 1 << 16, LogFormat: "json"}
 }
 
