@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -197,11 +198,17 @@ type clientConn struct {
 	br              *bufio.Reader // reads after a trusted proxy's header
 	err             error
 	closed          sync.Once
+	timedOut        atomic.Bool // a read met its deadline
 }
 
 var errRefused = errors.New("connection refused over serve.max_connections_per_client")
 
-func (c *clientConn) Read(p []byte) (int, error) {
+func (c *clientConn) Read(p []byte) (n int, err error) {
+	defer func() {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			c.timedOut.Store(true)
+		}
+	}()
 	if !c.viaProxy {
 		return c.Conn.Read(p)
 	}
@@ -315,6 +322,11 @@ func (c *clientConn) Write(b []byte) (int, error) {
 		code = "bad_request"
 	}
 	e := &apiError{Status: status, Type: "invalid_request_error", Code: code, Message: "the server could not read the request: " + msg}
+	if status == http.StatusBadRequest && c.timedOut.Load() {
+		// net/http answers headers cut short by serve.read_header_timeout
+		// with a bare 400.
+		e.Status, e.Code, e.Message = http.StatusRequestTimeout, "header_timeout", "the request's headers did not arrive within serve.read_header_timeout"
+	}
 	if _, err := c.Conn.Write(rawResponse(e, "")); err != nil {
 		return 0, err
 	}
