@@ -346,23 +346,14 @@ func Repair(ctx context.Context, path string, opt RepairOptions) (RepairReport, 
 	if w, err := CheckWAL(path); err == nil && w.Cut {
 		rep.LogMissing = w.Lost
 	}
-	rep.Aside = fmt.Sprintf("%s.damaged-%s", path, time.Now().UTC().Format("20060102T150405Z"))
-	for i := 2; ; i++ { // never over an earlier repair's files
-		if _, err := os.Lstat(rep.Aside); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		rep.Aside = fmt.Sprintf("%s.damaged-%s-%d", path, time.Now().UTC().Format("20060102T150405Z"), i)
-	}
-	for _, suf := range []string{"", "-wal", "-shm"} {
-		if err := os.Rename(path+suf, rep.Aside+suf); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return rep, err
-		}
-	}
-	file, err := os.ReadFile(rep.Aside)
+	// Everything is read, and every embedding recomputed, before anything
+	// changes: a repair that fails (an embedder that is down) leaves the
+	// store as it found it.
+	file, err := os.ReadFile(path)
 	if err != nil {
 		return rep, err
 	}
-	wal, err := os.ReadFile(rep.Aside + "-wal")
+	wal, err := os.ReadFile(path + "-wal")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return rep, err
 	}
@@ -382,14 +373,9 @@ func Repair(ctx context.Context, path string, opt RepairOptions) (RepairReport, 
 		}
 		byNS[r.ns] = append(byNS[r.ns], r)
 	}
-	dst, err := OpenSQLite(path, SQLiteOptions{})
-	if err != nil {
-		return rep, err
-	}
-	defer dst.Close()
 	rep.Rebuilt = map[string]int{}
-	for _, ns := range slices.Sorted(maps.Keys(byNS)) {
-		rs := byNS[ns]
+	entries := map[string][]Entry{}
+	for ns, rs := range byNS {
 		// Insertion order: the stored order, then (unknown order) time.
 		slices.SortFunc(rs, func(a, b *recovered) int {
 			if (a.order == 0) != (b.order == 0) {
@@ -402,31 +388,50 @@ func Repair(ctx context.Context, path string, opt RepairOptions) (RepairReport, 
 		})
 		keep, lost, err := reembed(ctx, rs, opt.Embed)
 		if err != nil {
-			return rep, err
+			return rep, fmt.Errorf("%w; nothing was changed", err)
 		}
 		for _, l := range lost {
 			rc.lost[memKey{l.Namespace, l.ID}] = l
 		}
-		es := make([]Entry, len(keep))
-		for i, r := range keep {
-			es[i] = r.e
+		for _, r := range keep {
+			entries[ns] = append(entries[ns], r.e)
 			for _, f := range r.rebuilt {
 				rep.Rebuilt[f]++
 			}
 		}
-		if _, _, err := dst.importEntries(ctx, ns, es, false); err != nil {
-			return rep, err
-		}
-		rep.Kept += len(es)
 	}
 	rep.Lost = slices.SortedFunc(maps.Values(rc.lost), func(a, b LostMemory) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
 	})
+
+	rep.Aside = fmt.Sprintf("%s.damaged-%s", path, time.Now().UTC().Format("20060102T150405Z"))
+	for i := 2; ; i++ { // never over an earlier repair's files
+		if _, err := os.Lstat(rep.Aside); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		rep.Aside = fmt.Sprintf("%s.damaged-%s-%d", path, time.Now().UTC().Format("20060102T150405Z"), i)
+	}
+	for _, suf := range []string{"", "-wal", "-shm"} {
+		if err := os.Rename(path+suf, rep.Aside+suf); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return rep, err
+		}
+	}
 	if len(rep.Lost) > 0 {
 		rep.LostFile = rep.Aside + ".lost"
 		if err := writeLost(rep.LostFile, rep.Lost); err != nil {
 			return rep, err
 		}
+	}
+	dst, err := OpenSQLite(path, SQLiteOptions{})
+	if err != nil {
+		return rep, err
+	}
+	defer dst.Close()
+	for _, ns := range slices.Sorted(maps.Keys(entries)) {
+		if _, _, err := dst.importEntries(ctx, ns, entries[ns], false); err != nil {
+			return rep, fmt.Errorf("write the rebuilt store (the damaged files are at %s): %w", rep.Aside, err)
+		}
+		rep.Kept += len(entries[ns])
 	}
 	return rep, nil
 }

@@ -1,6 +1,7 @@
 package ltm
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -205,5 +206,23 @@ func TestRepairOfAnUndamagedStoreKeepsAll(t *testing.T) {
 			}
 		}
 		s.Close()
+	}
+}
+
+// A repair that needs the embedder and cannot reach it changes nothing:
+// the damaged store stays where it was, with no files moved.
+func TestRepairThatFailsChangesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.db")
+	oldStore(t, path, corpus(2000, 40, 5))
+	damage(t, path, 16<<10, 1)
+	before, _ := os.ReadFile(path)
+	down := func(context.Context, []string) ([][]float32, error) { return nil, errors.New("connection refused") }
+	if _, err := Repair(context.Background(), path, RepairOptions{Embed: down}); err == nil || !strings.Contains(err.Error(), "nothing was changed") {
+		t.Fatalf("a repair whose embedder is down: %v", err)
+	}
+	after, _ := os.ReadFile(path)
+	matches, _ := filepath.Glob(path + ".damaged-*")
+	if !bytes.Equal(before, after) || len(matches) != 0 {
+		t.Fatalf("a failed repair changed the store (aside: %v)", matches)
 	}
 }
