@@ -164,6 +164,7 @@ type cell struct {
 	ends     []int
 	overflow []uint32 // the overflow pages followed
 	off      int      // where the payload starts on its page
+	page     uint32   // its page, once known
 }
 
 // cellAt reads the cell at off of a page of type typ.
@@ -221,6 +222,25 @@ func (d *dbImage) payloadAt(img []byte, off, size int, table bool, free map[uint
 		next = link
 	}
 	return c, true
+}
+
+// children are the pages an interior b-tree page points to: each cell's
+// left child and the right-most pointer (nil for a leaf).
+func children(img []byte, h int) []uint32 {
+	typ := img[h]
+	if typ != 0x02 && typ != 0x05 {
+		return nil
+	}
+	be := binary.BigEndian
+	out := []uint32{be.Uint32(img[h+8:])}
+	for i := range int(be.Uint16(img[h+3:])) {
+		if p := h + 12 + 2*i; p+2 <= len(img) {
+			if off := int(be.Uint16(img[p:])); off+4 <= len(img) {
+				out = append(out, be.Uint32(img[off:]))
+			}
+		}
+	}
+	return out
 }
 
 // btreeCells reads a b-tree page's cells through its cell pointers; ok is

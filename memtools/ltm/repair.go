@@ -58,6 +58,7 @@ type recovered struct {
 	order   int64    // seq (schema 1) or rowid (schema 2); 0 unknown
 	rebuilt []string // fields that could not be read
 	scanned bool     // found by searching a page whose header is destroyed
+	page    uint32   // the page its record was read from
 }
 
 type memKey [2]string // namespace, id
@@ -77,6 +78,7 @@ func (d *dbImage) memories() *recovery {
 	free, complete := d.freePages()
 	rc.freeComplete = complete
 	overflow := map[uint32]bool{}
+	linked := map[uint32]bool{} // pages an interior page points to
 	var unreadable []uint32
 	for p := uint32(1); p <= d.nPages; p++ {
 		img := d.page(p)
@@ -92,10 +94,14 @@ func (d *dbImage) memories() *recovery {
 			unreadable = append(unreadable, p)
 			continue
 		}
+		for _, ch := range children(img, h) {
+			linked[ch] = true
+		}
 		for _, c := range cells {
 			for _, o := range c.overflow {
 				overflow[o] = true
 			}
+			c.page = p
 			rc.add(c, false)
 		}
 	}
@@ -106,6 +112,19 @@ func (d *dbImage) memories() *recovery {
 		if !overflow[p] {
 			for _, c := range d.scanRecords(d.page(p), free) {
 				rc.add(c, true)
+			}
+		}
+	}
+	// Without the whole free list, a freed page that still looks like a
+	// leaf may have been read: a memory on a page no interior page points
+	// to and that no index lists may have been deleted. It is not
+	// restored, but listed with its content.
+	if !complete {
+		for k, r := range rc.rows {
+			if !rc.isKnown(k[0], k[1]) && !linked[r.page] {
+				rc.lost[k] = LostMemory{Namespace: k[0], ID: k[1], Content: r.e.Content,
+					Reason: "no index lists it and the free-page list is unreadable: it may have been deleted before the damage"}
+				delete(rc.rows, k)
 			}
 		}
 	}
@@ -131,6 +150,9 @@ func (rc *recovery) add(c cell, scanned bool) {
 		}
 	case shapeRowV1, shapeRowV2:
 		r, lost := memoryFrom(cols, sh, c)
+		if r != nil {
+			r.page = c.page
+		}
 		// A record found by searching counts only when an index lists it
 		// (the index pages were all read before any search): a page's free
 		// space keeps deleted cells, whose index entries are gone.

@@ -14,6 +14,9 @@ import (
 	"testing"
 )
 
+// atStart is the seed of damage to the file's first bytes.
+const atStart = 99
+
 // damage overwrites n bytes of the file at path at a random place with
 // random bytes and returns where.
 func damage(t *testing.T, path string, n int, seed uint64) (from, to int) {
@@ -24,6 +27,9 @@ func damage(t *testing.T, path string, n int, seed uint64) (from, to int) {
 	}
 	r := rand.New(rand.NewPCG(seed, 3))
 	from = r.IntN(len(raw) - n)
+	if seed == atStart {
+		from = 0 // the header, the schema and the free list's start
+	}
 	for i := from; i < from+n; i++ {
 		raw[i] = byte(r.Uint32())
 	}
@@ -100,7 +106,7 @@ func TestRepairKeepsEveryReadableMemory(t *testing.T) {
 		byID[m.e.ID], pos[m.e.ID] = m, i
 	}
 	for _, layout := range []string{"schema1", "current"} {
-		for seed := range uint64(3) {
+		for _, seed := range []uint64{0, 1, 2, atStart} {
 			t.Run(fmt.Sprintf("%s/seed%d", layout, seed), func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "m.db")
 				if layout == "schema1" {
@@ -120,8 +126,18 @@ func TestRepairKeepsEveryReadableMemory(t *testing.T) {
 				}
 				t.Logf("16 KiB at %d of %d bytes: kept %d of %d (%d had fields rebuilt: %v), lost %d; %d were readable",
 					from, len(clean), rr.Kept, len(ms), rebuiltCount(t, path, rr), rr.Rebuilt, len(rr.Lost), want)
-				if rr.Kept < want {
-					t.Fatalf("repair kept %d, %d were readable", rr.Kept, want)
+				// With the header destroyed, the free list is unreadable: a
+				// memory that neither an index nor an interior page vouches
+				// for might be one deleted before, and is listed (with its
+				// content) rather than restored.
+				withContent := 0
+				for _, l := range rr.Lost {
+					if l.Content != "" {
+						withContent++
+					}
+				}
+				if rr.Kept < want && (from > 100 || rr.Kept+withContent < want) {
+					t.Fatalf("repair kept %d (and listed %d with their content), %d were readable", rr.Kept, withContent, want)
 				}
 				if rr.Kept+len(rr.Lost) != len(ms) {
 					t.Fatalf("kept %d + lost %d: %d memories unaccounted for", rr.Kept, len(rr.Lost), len(ms)-rr.Kept-len(rr.Lost))
