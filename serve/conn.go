@@ -81,7 +81,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			case l.refusing <- struct{}{}:
 				go func() {
 					defer func() { <-l.refusing }()
-					l.refuse(c, bufio.NewReader(c), reason)
+					br := bufio.NewReader(c)
+					if viaProxy {
+						c.SetReadDeadline(time.Now().Add(refuseTimeout))
+						readProxyHeader(br) // what follows is the request
+					}
+					l.refuse(c, br, reason)
 				}()
 			default:
 				c.Close()
