@@ -10,7 +10,6 @@ import (
 	"maps"
 	"math"
 	mrand "math/rand/v2"
-	"mime"
 	"net/http"
 	"regexp"
 	"slices"
@@ -208,15 +207,37 @@ var knownParams = map[string]bool{
 	"metadata": true, "store": true, "service_tier": true, "prompt_cache_key": true, "safety_identifier": true,
 }
 
-// decodeChat reads a chat request strictly: a JSON content type (or none),
-// exactly one JSON object, only known parameters.
-func decodeChat(r *http.Request, req *chatRequest) *apiError {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return &apiError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
-				Message: fmt.Sprintf("Content-Type %q: send application/json", ct)}
+// messageKeys are the keys of an OpenAI chat message the server accepts:
+// those it reads, and those an assistant message comes back with from
+// OpenAI's clients (refusal is ignored; a tool call, function call or
+// audio must be empty, as the server runs its own tools and speaks text).
+// Any other key is refused, as OpenAI refuses it.
+var messageKeys = map[string]bool{"role": true, "content": true, "name": true, "refusal": true, "tool_calls": true, "function_call": true, "audio": true}
+
+// checkMessages refuses a message key the server would otherwise drop.
+func checkMessages(raw json.RawMessage) *apiError {
+	var msgs []map[string]json.RawMessage
+	if json.Unmarshal(raw, &msgs) != nil {
+		return nil // not an array of objects: the typed decoding says so
+	}
+	for i, m := range msgs {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			param := fmt.Sprintf("messages[%d].%s", i, k)
+			switch {
+			case !messageKeys[k]:
+				return errInvalid(param, "unknown_parameter", fmt.Sprintf("Unrecognized message field: %s (a message has role, content and name)", param))
+			case (k == "tool_calls" || k == "function_call" || k == "audio") && isSet(m[k]):
+				return errInvalid(param, "unsupported", param+" is not supported: the server runs its own memory tools and speaks text")
+			}
 		}
 	}
+	return nil
+}
+
+// decodeChat reads a chat request strictly: a JSON content type (or none),
+// exactly one JSON object, only known parameters, in messages only known
+// keys.
+func decodeChat(r *http.Request, req *chatRequest) *apiError {
 	var top map[string]json.RawMessage
 	if aerr := decodeJSON(r, &top, false); aerr != nil {
 		return aerr
@@ -225,6 +246,9 @@ func decodeChat(r *http.Request, req *chatRequest) *apiError {
 		if !knownParams[k] {
 			return errInvalid(k, "unknown_parameter", fmt.Sprintf("Unrecognized request argument supplied: %s", k))
 		}
+	}
+	if aerr := checkMessages(top["messages"]); aerr != nil {
+		return aerr
 	}
 	raw, _ := json.Marshal(top)
 	if err := json.Unmarshal(raw, req); err != nil {

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agemem/agemem/internal/valid"
@@ -69,6 +70,15 @@ type Config struct {
 	// client address; a connection beyond either gets 503 and is closed.
 	MaxConnections          int `yaml:"max_connections"`
 	MaxConnectionsPerClient int `yaml:"max_connections_per_client"`
+	// TrustedProxies are the load balancers' addresses (CIDRs or single
+	// addresses) whose word on who the client is the server takes: a PROXY
+	// protocol header (v1 or v2) opening a connection, else each request's
+	// X-Forwarded-For. A trusted proxy's connections are capped only by
+	// max_connections; each client it names is held to
+	// max_connections_per_client (connections, or requests in flight
+	// through an HTTP proxy). Health and readiness checks are never held
+	// back by the per-client cap. Empty: every peer is a client.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// Sessions keep short-term contexts for SessionTTL after their last
 	// request, at most MaxSessions (least recently used go first).
 	SessionTTL  time.Duration `yaml:"session_ttl"`
@@ -112,7 +122,7 @@ func DefaultConfig() Config {
 		MaxBatch: 16, MaxConcurrent: 64, MaxQueue: 256, MaxConcurrentPerKey: 16, MaxQueuePerKey: 64, RateBurst: 20, MaxBodyBytes: 1 << 20, MaxMessages: 256,
 		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-		MaxConnections: 4096, MaxConnectionsPerClient: 256,
+		MaxConnections: 4096, MaxConnectionsPerClient: 256, TrustedProxies: []string{},
 		SessionTTL: time.Hour, MaxSessions: 10000, MaxSessionsPerNamespace: 1000, PrefixCache: 1 << 16, LogFormat: "json"}
 }
 
@@ -175,6 +185,9 @@ func (sv Config) Validate() error {
 	e.AtLeast("max_header_bytes", sv.MaxHeaderBytes, 1024)
 	e.AtLeast("max_connections", sv.MaxConnections, 1)
 	e.AtLeast("max_connections_per_client", sv.MaxConnectionsPerClient, 1)
+	if _, err := parseProxies(sv.TrustedProxies); err != nil {
+		e.Add("trusted_proxies", "%s", strings.TrimPrefix(err.Error(), "serve.trusted_proxies"))
+	}
 	e.AtLeast("max_sessions", sv.MaxSessions, 1)
 	e.AtLeast("max_sessions_per_namespace", sv.MaxSessionsPerNamespace, 1)
 	e.AtLeast("prefix_cache", sv.PrefixCache, 0)

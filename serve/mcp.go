@@ -183,7 +183,12 @@ func mcpNamespace(ctx context.Context, open string) string {
 // another key.
 func (s *Server) mcpHTTP(server func(*http.Request) *mcp.Server) http.Handler {
 	sdkHandler := mcp.NewStreamableHTTPHandler(server,
-		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.MaxBodyBytes, SessionTimeout: s.cfg.SessionTTL})
+		// Behind a trusted proxy on the same host, every request arrives on
+		// loopback with the public Host: the SDK's DNS-rebinding guard for
+		// loopback servers would refuse them all, and the proxy is the
+		// server's public face, where Host is checked.
+		&mcp.StreamableHTTPOptions{MaxRequestBodyBytes: s.cfg.MaxBodyBytes, SessionTimeout: s.cfg.SessionTTL,
+			DisableLocalhostProtection: len(s.trusted) > 0})
 	// A GET is the stream of what the server sends unasked: it lasts as
 	// long as the client stays, so shutdown ends it instead of waiting.
 	h := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -193,7 +198,9 @@ func (s *Server) mcpHTTP(server func(*http.Request) *mcp.Server) http.Handler {
 			defer context.AfterFunc(s.stopping, cancel)()
 			r = r.WithContext(ctx)
 		}
-		sdkHandler.ServeHTTP(w, r)
+		jw := &mcpErrorWriter{ResponseWriter: w}
+		sdkHandler.ServeHTTP(jw, r)
+		jw.finish()
 	}))
 	if len(s.keys.keys) == 0 {
 		return h // open server: every MCP call uses memory.namespace
@@ -225,4 +232,57 @@ func (s *Server) mcpHTTP(server func(*http.Request) *mcp.Server) http.Handler {
 		}
 		sdk.ServeHTTP(w, r)
 	})
+}
+
+// mcpErrorWriter turns the plain-text errors the MCP SDK writes with
+// http.Error (a wrong Accept or Content-Type, an unknown session, a body
+// too large) into the API's JSON errors; JSON-RPC answers and streams pass
+// through.
+type mcpErrorWriter struct {
+	http.ResponseWriter
+	status int
+	plain  *strings.Builder // the SDK's text, once it began a plain-text error
+}
+
+func (w *mcpErrorWriter) WriteHeader(code int) {
+	if code >= 400 && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.status, w.plain = code, &strings.Builder{}
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *mcpErrorWriter) Write(b []byte) (int, error) {
+	if w.plain != nil {
+		return w.plain.Write(b)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *mcpErrorWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.plain == nil {
+		f.Flush()
+	}
+}
+
+func (w *mcpErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// mcpCodes name the SDK's statuses.
+var mcpCodes = map[int]string{http.StatusBadRequest: "invalid_mcp_request", http.StatusForbidden: "forbidden", http.StatusNotFound: "mcp_session_not_found",
+	http.StatusMethodNotAllowed: "method_not_allowed", http.StatusConflict: "mcp_stream_conflict", http.StatusRequestEntityTooLarge: "body_too_large",
+	http.StatusUnsupportedMediaType: "unsupported_media_type"}
+
+func (w *mcpErrorWriter) finish() {
+	if w.plain == nil {
+		return
+	}
+	h := w.ResponseWriter.Header()
+	h.Del("X-Content-Type-Options")
+	typ, code := "invalid_request_error", mcpCodes[w.status]
+	if w.status >= 500 {
+		typ, code = "server_error", "mcp_error"
+	} else if code == "" {
+		code = "mcp_error"
+	}
+	writeError(w.ResponseWriter, &apiError{Status: w.status, Type: typ, Code: code, Message: "MCP: " + strings.TrimSpace(w.plain.String())})
 }

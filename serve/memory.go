@@ -2,17 +2,22 @@ package serve
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
 	"strings"
 
-	"github.com/agemem/agemem/internal/jsonerr"
 	"github.com/agemem/agemem/memtools/ltm"
 )
+
+// memoryID is the request path's memory id, checked.
+func memoryID(r *http.Request) (string, *apiError) {
+	id := r.PathValue("id")
+	if !ltm.ValidID(id) {
+		return "", errInvalid("memory_id", "invalid_memory_id", fmt.Sprintf("%q is not a memory id (mem_ and 8 lower-case hex digits)", id))
+	}
+	return id, nil
+}
 
 // store opens the namespace the request acts on.
 func (s *Server) store(r *http.Request) (ltm.Store, string, *apiError) {
@@ -27,55 +32,15 @@ func (s *Server) store(r *http.Request) (ltm.Store, string, *apiError) {
 	return st, ns, nil
 }
 
-// decodeBody reads a JSON object strictly: unknown fields, trailing data
-// and an oversized body are errors that say what is wrong.
-func decodeBody(r *http.Request, v any) *apiError { return decodeJSON(r, v, true) }
-
-// decodeJSON reads exactly one JSON value from the body: anything after it
-// but white space is an error.
-func decodeJSON(r *http.Request, v any, strict bool) *apiError {
-	dec := json.NewDecoder(r.Body)
-	if strict {
-		dec.DisallowUnknownFields()
-	}
-	if err := dec.Decode(v); err != nil {
-		return bodyError(err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return bodyError(err)
-		}
-		return errInvalid("", "invalid_json", "the body holds more than one JSON value, or data after it")
-	}
-	return nil
-}
-
-func bodyError(err error) *apiError {
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "body_too_large",
-			Message: fmt.Sprintf("the body exceeds serve.max_body_bytes (%d bytes)", tooBig.Limit)}
-	}
-	if errors.Is(err, io.EOF) {
-		return errInvalid("", "invalid_json", "the body is empty; send a JSON object")
-	}
-	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name, _ := strconv.Unquote(f)
-		return errInvalid(name, "unknown_parameter", fmt.Sprintf("unknown parameter %s", f))
-	}
-	if field, msg, ok := jsonerr.Type(err); ok {
-		return errInvalid(field, "invalid_type", msg)
-	}
-	return errInvalid("", "invalid_json", "the body is not valid JSON for this endpoint: "+err.Error())
-}
-
 // storeError maps a store failure to its response. The details (the
 // store's file, SQLite's message) go to the server's log, not the client.
 func (s *Server) storeError(err error) *apiError {
+	var bad *ltm.MetadataError
 	switch {
 	case errors.Is(err, ltm.ErrNotFound):
 		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "memory_not_found", Message: "no memory with that id in this namespace"}
+	case errors.As(err, &bad):
+		return errInvalid("metadata", "invalid_metadata", bad.Error())
 	case errors.Is(err, ltm.ErrBusy):
 		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_busy",
 			Message: "the memory store has too many writes waiting; retry shortly", retryAfter: 1}
@@ -132,7 +97,11 @@ func (s *Server) getMemory(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	e, err := st.Get(r.Context(), r.PathValue("id"))
+	id, aerr := memoryID(r)
+	if aerr != nil {
+		return aerr
+	}
+	e, err := st.Get(r.Context(), id)
 	if err != nil {
 		return s.storeError(err)
 	}
@@ -177,6 +146,10 @@ func (s *Server) updateMemory(w http.ResponseWriter, r *http.Request) *apiError 
 	if aerr != nil {
 		return aerr
 	}
+	id, aerr := memoryID(r)
+	if aerr != nil {
+		return aerr
+	}
 	var in memoryWrite
 	if aerr := decodeBody(r, &in); aerr != nil {
 		return aerr
@@ -191,7 +164,7 @@ func (s *Server) updateMemory(w http.ResponseWriter, r *http.Request) *apiError 
 	if aerr != nil {
 		return aerr
 	}
-	e, err := st.Update(r.Context(), r.PathValue("id"), in.Content, v, in.Metadata)
+	e, err := st.Update(r.Context(), id, in.Content, v, in.Metadata)
 	if err != nil {
 		return s.storeError(err)
 	}
@@ -205,7 +178,10 @@ func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request) *apiError 
 	if aerr != nil {
 		return aerr
 	}
-	id := r.PathValue("id")
+	id, aerr := memoryID(r)
+	if aerr != nil {
+		return aerr
+	}
 	if err := st.Delete(r.Context(), id); err != nil {
 		return s.storeError(err)
 	}
@@ -273,15 +249,14 @@ func (s *Server) importMemories(w http.ResponseWriter, r *http.Request) *apiErro
 	if aerr != nil {
 		return aerr
 	}
+	if aerr := mediaType(r, jsonlTypes...); aerr != nil {
+		return aerr
+	}
 	recs, err := ltm.ReadJSONL(r.Body, "body")
+	if re := (*ltm.ReadError)(nil); errors.As(err, &re) {
+		return readError(re.Err)
+	}
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return bodyError(err)
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) || r.Context().Err() != nil {
-			return errInvalid("", "incomplete_body", "the body ended before its declared length; nothing was imported")
-		}
 		return errInvalid("", "invalid_jsonl", err.Error())
 	}
 	entries := make([]ltm.Entry, len(recs))
@@ -300,6 +275,10 @@ func (s *Server) importMemories(w http.ResponseWriter, r *http.Request) *apiErro
 	writeJSON(w, 200, map[string]any{"namespace": ns, "imported": len(entries), "added": added, "replaced": replaced})
 	return nil
 }
+
+// jsonlTypes are the media types an import is sent as: JSON Lines' and
+// NDJSON's names, and plain JSON's.
+var jsonlTypes = []string{"application/jsonl", "application/x-ndjson", "application/x-jsonlines", "application/json"}
 
 func (s *Server) namespaces(w http.ResponseWriter, r *http.Request) *apiError {
 	if !principalFrom(r.Context()).Admin && len(s.keys.keys) > 0 {

@@ -75,6 +75,8 @@ type Server struct {
 	system   string
 	ready    atomic.Bool
 	handler  http.Handler
+	health   http.Handler // health and readiness alone, for refused connections
+	trusted  proxies      // serve.trusted_proxies
 	created  int64
 	// stopping ends when Serve begins to shut down: MCP streams, which
 	// would otherwise stay open until the shutdown timeout, end with it.
@@ -95,6 +97,10 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	trusted, err := parseProxies(o.Config.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -102,7 +108,7 @@ func New(o Options) (*Server, error) {
 	sv := o.Config
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
 		sessions: newSessions(sv.SessionTTL, sv.MaxSessions, sv.MaxSessionsPerNamespace),
-		system:   sys, created: time.Now().Unix()}
+		system:   sys, created: time.Now().Unix(), trusted: trusted}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
@@ -134,8 +140,12 @@ func New(o Options) (*Server, error) {
 			"namespace", o.Namespace, "hint", "set serve.keys or $"+sv.KeysEnv)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
+	health := http.NewServeMux()
+	health.HandleFunc("GET /healthz", healthz)
+	health.HandleFunc("GET /readyz", s.readyz)
+	s.health = health
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) *apiError) {
 		mux.Handle(pattern, s.authed(h))
@@ -163,7 +173,7 @@ func New(o Options) (*Server, error) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})
 	})
-	s.handler = s.observe(cleanPaths(mux))
+	s.handler = s.observe(clientLimit(cleanPaths(mux)))
 	s.ready.Store(true)
 	return s, nil
 }
@@ -185,7 +195,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: sv.ReadHeaderTimeout, ReadTimeout: sv.ReadTimeout,
 		WriteTimeout: sv.RequestTimeout + time.Minute, IdleTimeout: sv.IdleTimeout, MaxHeaderBytes: sv.MaxHeaderBytes,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
-	lim := newLimitListener(ln, sv.MaxConnections, sv.MaxConnectionsPerClient,
+	hs.ConnContext = withConn
+	lim := newLimitListener(ln, sv.MaxConnections, sv.MaxConnectionsPerClient, s.trusted, s.health,
 		func(reason string) { s.metrics.refused.WithLabelValues(reason).Inc() })
 	hs.RegisterOnShutdown(s.stop)
 	errc := make(chan error, 1)
@@ -209,6 +220,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.Close()
 	s.log.Info("stopped")
 	return nil
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, 200, map[string]string{"status": "ok"})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {

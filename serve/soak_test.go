@@ -81,10 +81,7 @@ func TestSoak(t *testing.T) {
 	d := soakDuration(t)
 	c := testConfig(t)
 	const tenants, perTenant = 8, 2
-	c.Serve.Keys = nil
-	for i := range tenants {
-		c.Serve.Keys = append(c.Serve.Keys, APIKey{Key: fmt.Sprintf("sk-soak-%d", i), Namespace: fmt.Sprintf("tenant%d", i)})
-	}
+	soakKeys(&c, tenants)
 	addr := serveOn(t, newServer(t, c))
 	base := "http://" + addr
 	// A request that hangs (a lost slot, a deadlock) fails the soak as a
@@ -93,18 +90,8 @@ func TestSoak(t *testing.T) {
 	defer client.CloseIdleConnections()
 
 	run := func(d time.Duration, st *soakStats) {
-		var wg sync.WaitGroup
-		stop := time.Now().Add(d)
-		for i := range tenants * perTenant {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				soakClient(client, base, fmt.Sprintf("sk-soak-%d", i/perTenant), i, stop, st)
-			}()
-		}
-		wg.Wait()
+		soakRun(tenants, perTenant, d, st, func(int) (*http.Client, string) { return client, base })
 	}
-	newStats := func() *soakStats { return &soakStats{byStatus: map[string]int{}} }
 
 	warm := newStats()
 	run(min(d/4, 5*time.Second), warm)
@@ -141,6 +128,28 @@ func TestSoak(t *testing.T) {
 	// allocator's noise, not by what requests leave behind.
 	if h1 > h0+8<<20 {
 		t.Fatalf("heap %.1f MiB after the soak, %.1f MiB before", float64(h1)/(1<<20), float64(h0)/(1<<20))
+	}
+}
+
+func newStats() *soakStats { return &soakStats{byStatus: map[string]int{}} }
+
+// soakRun runs perTenant clients of each of tenants keys (sk-soak-N) for
+// d; target gives client i its HTTP client and the server's base URL.
+func soakRun(tenants, perTenant int, d time.Duration, st *soakStats, target func(i int) (*http.Client, string)) {
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	for i := range tenants * perTenant {
+		client, base := target(i)
+		wg.Go(func() { soakClient(client, base, fmt.Sprintf("sk-soak-%d", i/perTenant), i, stop, st) })
+	}
+	wg.Wait()
+}
+
+// soakKeys gives c the soak's tenants' keys.
+func soakKeys(c *config, tenants int) {
+	c.Serve.Keys = nil
+	for i := range tenants {
+		c.Serve.Keys = append(c.Serve.Keys, APIKey{Key: fmt.Sprintf("sk-soak-%d", i), Namespace: fmt.Sprintf("tenant%d", i)})
 	}
 }
 

@@ -81,10 +81,11 @@ func Embedder(ctx context.Context, cfg Config) (embed.Embedder, error) {
 	return embed.NewHashing(e.Dim, e.CharNgrams), nil
 }
 
-// StoreOptions are the SQLite memory store's options: memory.sync, and
-// embed.device for the top-k of large namespaces (IndexDevice).
+// StoreOptions are the SQLite memory store's options: memory.sync, the
+// metadata limits, and embed.device for the top-k of large namespaces
+// (IndexDevice).
 func StoreOptions(cfg Config) ltm.SQLiteOptions {
-	return ltm.SQLiteOptions{SyncFull: cfg.Memory.Sync == "full", Device: IndexDevice(cfg)}
+	return ltm.SQLiteOptions{SyncFull: cfg.Memory.Sync == "full", Device: IndexDevice(cfg), Metadata: cfg.Memory.Limits()}
 }
 
 // IndexDevice is embed.device for the top-k of large indexes (memory

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -253,13 +255,18 @@ lines without an id get new ones.`,
 	}
 	check := &cobra.Command{
 		Use:   "check",
-		Short: "Check the store's file (quick_check) and write-ahead log (frame checksums) without changing them",
+		Short: "Check the store's file (quick_check) and write-ahead log (frame checksums, its index) without changing them",
 		Long: `Runs SQLite's quick_check on memory.path and reads its write-ahead log frame
-by frame with SQLite's checksums. A log that breaks before its last frames
-would lose acknowledged writes in SQLite's recovery: the server refuses to
-open such a store, and this command says how many frames are affected. Exits
-non-zero when the store is damaged.`,
-		Args: cobra.NoArgs,
+by frame with SQLite's checksums, beside the log's index (the -shm file), which
+records how many frames were committed. A crash leaves at most an unfinished
+transaction's frames at the log's end (a torn tail: never acknowledged, and
+dropped as SQLite does). A log that breaks with committed frames after the
+break was damaged; a log shorter than its index records was cut: in both,
+SQLite's recovery would drop acknowledged writes without a word, so the server
+refuses to open the store and this command says how many frames (and
+transactions) are lost. Exits non-zero when the store is damaged.`,
+		Example: "  serve memory check --set memory.path=data/memory.db",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path, err := storePath()
 			if err != nil {
@@ -269,7 +276,13 @@ non-zero when the store is damaged.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (log: %d frames, %d applied, %d after damage)\n", path, rep, rep.WAL.Frames, rep.WAL.Valid, rep.WAL.Lost)
+			w := rep.WAL
+			index := "no usable index"
+			if w.IndexFrames >= 0 {
+				index = fmt.Sprintf("index records %d committed", w.IndexFrames)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s (log: %d frames, %d applied, %d torn by a crash, %d lost; %s)\n",
+				path, rep, w.Frames, w.Valid, w.Torn, w.Lost, index)
 			if !rep.OK() {
 				return fmt.Errorf("%s is damaged; `serve memory repair` keeps the damaged files aside and rebuilds the store from what is readable", path)
 			}
@@ -278,23 +291,54 @@ non-zero when the store is damaged.`,
 	}
 	repair := &cobra.Command{
 		Use:   "repair",
-		Short: "Move a damaged store aside and rebuild it from every row that can still be read",
+		Short: "Move a damaged store aside and rebuild it from every memory that can still be read",
 		Long: `Renames memory.path (and its -wal, -shm) to memory.path.damaged-TIME, which is
-kept, reads every row SQLite can still read from a copy (scanning the table
-from both ends and through its index, around the damage), and writes them
-into a new store at memory.path. Writes in a log past its damage are not
-recoverable; the counts say what was kept. Stop the server first.`,
-		Args: cobra.NoArgs,
+kept, and reads every page of the old database (with the log's committed
+frames over it) on its own, so that damage costs only the memories on the
+damaged pages: a memory whose content is intact is kept, its embedding
+recomputed with the configured embedder when the stored one is unreadable and
+other unreadable fields rebuilt (metadata {}, timestamps). The new store at
+memory.path is written in the current layout. Memories known to have existed
+(by their record or an index entry) that could not be read are counted and
+listed in memory.path.damaged-TIME.lost. Stop the server first.`,
+		Example: "  serve memory repair --set memory.path=data/memory.db",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path, err := storePath()
 			if err != nil {
 				return err
 			}
-			kept, aside, err := ltm.Repair(path)
+			cfg, err := g.load()
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rebuilt %s with the %d memories that could be read; the damaged files are kept at %s\n", path, kept, aside)
+			enc, err := embedder(context.Background(), cfg)
+			if err != nil {
+				return err
+			}
+			rep, err := ltm.Repair(context.Background(), path, ltm.RepairOptions{Embed: enc.Embed})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "rebuilt %s: kept %d of %d memories, lost %d\n", path, rep.Kept, rep.Kept+len(rep.Lost), len(rep.Lost))
+			if len(rep.Rebuilt) > 0 {
+				var fields []string
+				for _, f := range slices.Sorted(maps.Keys(rep.Rebuilt)) {
+					fields = append(fields, fmt.Sprintf("%s %d", f, rep.Rebuilt[f]))
+				}
+				fmt.Fprintf(out, "kept with unreadable fields rebuilt: %s\n", strings.Join(fields, ", "))
+			}
+			if rep.LostFile != "" {
+				fmt.Fprintf(out, "the lost memories are listed in %s\n", rep.LostFile)
+			}
+			if rep.LogMissing > 0 {
+				fmt.Fprintf(out, "the log had been cut: %d committed frames were gone before the repair, and the memories they wrote are not counted above\n", rep.LogMissing)
+			}
+			if rep.FreeListDamaged {
+				fmt.Fprintln(out, "the free-page list was damaged: only memories an index lists were taken from pages outside the b-trees")
+			}
+			fmt.Fprintf(out, "the damaged files are kept at %s\n", rep.Aside)
 			return nil
 		},
 	}

@@ -13,11 +13,21 @@ type Config struct {
 	// Sync is SQLite's synchronous mode: "normal" survives a killed process,
 	// "full" also survives power loss at the cost of one fsync per write.
 	Sync string `yaml:"sync"`
+	// MaxMetadataBytes and MaxMetadataDepth bound a memory's metadata (its
+	// JSON encoding; objects and arrays nested): every write beyond them
+	// is refused, so no client stores what other clients cannot parse.
+	MaxMetadataBytes int `yaml:"max_metadata_bytes"`
+	MaxMetadataDepth int `yaml:"max_metadata_depth"`
+}
+
+// Limits are the metadata limits of the config.
+func (c Config) Limits() MetadataLimits {
+	return MetadataLimits{MaxBytes: c.MaxMetadataBytes, MaxDepth: c.MaxMetadataDepth}
 }
 
 // DefaultConfig is a SQLite file under data/.
 func DefaultConfig() Config {
-	return Config{Store: "sqlite", Path: "data/memory.db", Namespace: "default", Sync: "normal"}
+	return Config{Store: "sqlite", Path: "data/memory.db", Namespace: "default", Sync: "normal", MaxMetadataBytes: 16 << 10, MaxMetadataDepth: 16}
 }
 
 // Validate checks every key.
@@ -31,5 +41,7 @@ func (c Config) Validate() error {
 		e.Add("namespace", "must not be empty")
 	}
 	e.OneOf("sync", c.Sync, "normal", "full")
+	e.AtLeast("max_metadata_bytes", c.MaxMetadataBytes, 2)
+	e.AtLeast("max_metadata_depth", c.MaxMetadataDepth, 1)
 	return e.Err()
 }

@@ -1,108 +1,16 @@
 package ltm
 
 import (
-	"context"
 	"database/sql"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
-	"time"
 )
 
 // ErrDamaged is a store file or write-ahead log that fails its checks;
 // OpenSQLite refuses it rather than serve from it or write into it.
 var ErrDamaged = errors.New("the memory store is damaged")
-
-// WALReport is what a write-ahead log holds, read frame by frame with
-// SQLite's own checksums (https://sqlite.org/fileformat2.html#walformat).
-type WALReport struct {
-	Frames int // frames of the log's current generation (its salts)
-	Valid  int // frames SQLite's recovery will apply: the checksummed chain up to its last commit
-	// Lost is frames of the current generation after the chain breaks:
-	// writes that were acknowledged (or part of them) and that SQLite's
-	// recovery would drop without a word.
-	Lost int
-	// BadHeader is a log whose header fails its checksum: SQLite ignores
-	// the whole log.
-	BadHeader bool
-}
-
-// CheckWAL reads path's -wal file (absent: an empty report).
-func CheckWAL(path string) (WALReport, error) {
-	var rep WALReport
-	raw, err := os.ReadFile(path + "-wal")
-	if errors.Is(err, os.ErrNotExist) {
-		return rep, nil
-	}
-	if err != nil {
-		return rep, err
-	}
-	if len(raw) < 32 {
-		return rep, nil // an empty or truncated-to-nothing log holds no writes
-	}
-	magic := binary.BigEndian.Uint32(raw)
-	if magic != 0x377f0682 && magic != 0x377f0683 {
-		rep.BadHeader = true
-		return rep, nil
-	}
-	var order binary.ByteOrder = binary.LittleEndian
-	if magic&1 == 1 {
-		order = binary.BigEndian
-	}
-	sum := func(s0, s1 uint32, b []byte) (uint32, uint32) {
-		for i := 0; i+8 <= len(b); i += 8 {
-			s0 += order.Uint32(b[i:]) + s1
-			s1 += order.Uint32(b[i+4:]) + s0
-		}
-		return s0, s1
-	}
-	page := int(binary.BigEndian.Uint32(raw[8:]))
-	salt1, salt2 := binary.BigEndian.Uint32(raw[16:]), binary.BigEndian.Uint32(raw[20:])
-	s0, s1 := sum(0, 0, raw[:24])
-	if s0 != binary.BigEndian.Uint32(raw[24:]) || s1 != binary.BigEndian.Uint32(raw[28:]) || page < 512 || page > 65536 || page&(page-1) != 0 {
-		rep.BadHeader = true
-		// Without a trustworthy header no frame can be checked; any
-		// frame-sized content means writes SQLite will not apply.
-		if len(raw) >= 32+24+512 {
-			rep.Lost = 1
-		}
-		return rep, nil
-	}
-	frame := 24 + page
-	badAt := -1 // the first frame whose checksum fails
-	for off := 32; off+frame <= len(raw); off += frame {
-		h := raw[off : off+24]
-		if binary.BigEndian.Uint32(h[8:]) != salt1 || binary.BigEndian.Uint32(h[12:]) != salt2 {
-			if badAt < 0 {
-				break // a previous generation's frames: already checkpointed
-			}
-			continue
-		}
-		rep.Frames++
-		if badAt >= 0 {
-			continue
-		}
-		a, b := sum(s0, s1, h[:8])
-		a, b = sum(a, b, raw[off+24:off+frame])
-		if a != binary.BigEndian.Uint32(h[16:]) || b != binary.BigEndian.Uint32(h[20:]) {
-			badAt = rep.Frames - 1
-			continue
-		}
-		s0, s1 = a, b
-		if binary.BigEndian.Uint32(h[4:]) != 0 { // a commit frame
-			rep.Valid = rep.Frames
-		}
-	}
-	// A bad last frame is a torn write whose transaction never committed;
-	// a bad frame with frames of the same log after it is damage.
-	if badAt >= 0 && badAt < rep.Frames-1 {
-		rep.Lost = rep.Frames - badAt
-	}
-	return rep, nil
-}
 
 // Report is a store's integrity: SQLite's quick_check of the database
 // file (with the log applied) and the log's own frames.
@@ -125,11 +33,18 @@ func (r Report) String() string {
 		}
 		parts = append(parts, "quick_check: "+strings.Join(qc, "; "))
 	}
-	if r.WAL.BadHeader {
+	w := r.WAL
+	switch {
+	case w.Cut && w.BadHeader:
+		parts = append(parts, fmt.Sprintf("the write-ahead log's header fails its checksum, and its index records %d committed frames not yet in the database file: those acknowledged writes are lost", w.Lost))
+	case w.Cut:
+		parts = append(parts, fmt.Sprintf("the write-ahead log was cut: its index records %d committed frames, the log holds %d that verify; the %d frames of acknowledged writes after them are gone",
+			w.IndexFrames, w.Valid, w.Lost))
+	case w.BadHeader:
 		parts = append(parts, "the write-ahead log's header fails its checksum, so SQLite would ignore every write in it")
-	} else if r.WAL.Lost > 0 {
-		parts = append(parts, fmt.Sprintf("the write-ahead log breaks after %d of its %d frames: %d frames of acknowledged writes would be dropped",
-			r.WAL.Valid, r.WAL.Frames, r.WAL.Lost))
+	case w.Lost > 0:
+		parts = append(parts, fmt.Sprintf("the write-ahead log breaks at frame %d of %d: %d frames of acknowledged writes after it, %d committed transactions among them, would be dropped",
+			w.BreakAt, w.Frames, w.Lost, w.LostCommits))
 	}
 	if len(parts) == 0 {
 		return "ok"
@@ -137,11 +52,15 @@ func (r Report) String() string {
 	return strings.Join(parts, "; ")
 }
 
-// Check examines the store at path without changing it: the log first (as
-// SQLite would recover it), then quick_check on a read-only connection.
+// Check examines the store at path without changing it: the log first
+// (with its index, before SQLite rebuilds the index from the log), then
+// quick_check on a read-only connection.
 func Check(path string) (Report, error) {
 	var rep Report
 	if _, err := os.Stat(path); err != nil {
+		return rep, err
+	}
+	if err := rollBackJournal(path); err != nil {
 		return rep, err
 	}
 	wal, err := CheckWAL(path)
@@ -149,14 +68,31 @@ func Check(path string) (Report, error) {
 		return rep, err
 	}
 	rep.WAL = wal
-	if wal.Lost > 0 || wal.BadHeader {
-		// Opening would run SQLite's recovery, which may rewrite the log;
-		// check a copy's database file alone instead.
-		rep.QuickCheck, err = quickCheck(path, true)
-		return rep, err
-	}
-	rep.QuickCheck, err = quickCheck(path, false)
+	// Opening would run SQLite's recovery, which drops what the check
+	// found lost and rewrites the index that proves it; a damaged log is
+	// checked on the database file alone.
+	rep.QuickCheck, err = quickCheck(path, wal.Lost > 0 || wal.BadHeader)
 	return rep, err
+}
+
+// rollBackJournal lets SQLite roll back a hot rollback journal (left by a
+// crash inside the one step that leaves WAL mode: the layout migration's
+// VACUUM), which restores the file losslessly; the checks and a repair
+// then read the file as it was before.
+func rollBackJournal(path string) error {
+	if st, err := os.Stat(path + "-journal"); err != nil || st.Size() == 0 {
+		return nil
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM sqlite_schema").Scan(&n); err != nil {
+		return fmt.Errorf("roll back %s-journal: %w", path, err)
+	}
+	return nil
 }
 
 // quickCheck runs PRAGMA quick_check; immutable reads the file alone,
@@ -188,94 +124,4 @@ func quickCheck(path string, immutable bool) ([]string, error) {
 		out = append(out, err.Error())
 	}
 	return out, nil
-}
-
-// Repair rebuilds the store at path from what can still be read: the
-// damaged files are moved aside to path.damaged-TIME (kept, never
-// deleted), every row SQLite can read from them is written into a new
-// store at path, and the counts are returned. What the broken part of a
-// log held is not recoverable; Repair makes that loss explicit instead of
-// silent.
-func Repair(path string) (kept int, aside string, err error) {
-	aside = fmt.Sprintf("%s.damaged-%s", path, time.Now().UTC().Format("20060102T150405Z"))
-	for _, suf := range []string{"", "-wal", "-shm"} {
-		if err := os.Rename(path+suf, aside+suf); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return 0, "", err
-		}
-	}
-	// A copy of the damaged file is what SQLite reads (and recovers), so
-	// the kept one stays as it was.
-	work := aside + ".reading"
-	if err := copyFile(aside, work); err != nil {
-		return 0, aside, err
-	}
-	defer os.Remove(work)
-	if err := copyFile(aside+"-wal", work+"-wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, aside, err
-	}
-	defer os.Remove(work + "-wal")
-	defer os.Remove(work + "-shm")
-	src, err := sql.Open("sqlite", "file:"+work)
-	if err != nil {
-		return 0, aside, err
-	}
-	defer src.Close()
-	dst, err := OpenSQLite(path, SQLiteOptions{})
-	if err != nil {
-		return 0, aside, err
-	}
-	defer dst.Close()
-	ctx := context.Background()
-	// Each scan stops at the first unreadable page; scanning the table
-	// from both ends and through the index reaches the rows on either side
-	// of the damage.
-	byNS := map[string][]Entry{}
-	seen := map[[2]string]bool{}
-	for _, q := range []string{
-		"SELECT " + entryCols + ", namespace FROM memories NOT INDEXED",
-		"SELECT " + entryCols + ", namespace FROM memories NOT INDEXED ORDER BY namespace DESC, id DESC",
-		"SELECT " + entryCols + ", namespace FROM memories INDEXED BY memories_ns_seq ORDER BY namespace, seq",
-	} {
-		rows, err := src.QueryContext(ctx, q)
-		if err != nil {
-			continue
-		}
-		for rows.Next() {
-			var ns string
-			e, err := scanEntry(func(dst ...any) error { return rows.Scan(append(dst, &ns)...) })
-			if err != nil {
-				break // the rest of this scan is unreadable
-			}
-			if k := [2]string{ns, e.ID}; !seen[k] {
-				seen[k] = true
-				byNS[ns] = append(byNS[ns], e)
-			}
-		}
-		rows.Close()
-	}
-	for ns, es := range byNS {
-		added, replaced, err := dst.Import(ctx, ns, es)
-		if err != nil {
-			return kept, aside, err
-		}
-		kept += added + replaced
-	}
-	return kept, aside, nil
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(to)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -2,7 +2,9 @@ package ltm
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -47,17 +49,50 @@ func WriteJSONL(w io.Writer, es []Entry) error {
 	return bw.Flush()
 }
 
+// readErr remembers the first error of a reader other than io.EOF: a
+// bufio.Scanner hands out the cut-off last line before it reports that the
+// reading failed, and that line's parse error would hide why.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// ReadError is a failure to read an export (not a malformed line).
+type ReadError struct {
+	Name string
+	Err  error
+}
+
+func (e *ReadError) Error() string { return e.Name + ": " + e.Err.Error() }
+func (e *ReadError) Unwrap() error { return e.Err }
+
 // ReadJSONL reads a whole export and checks every line (unknown fields,
-// empty content) before returning any, so an import of a malformed file
-// writes nothing. name prefixes errors as name:line.
+// empty content, text that is not UTF-8, a memory_id that is not an id)
+// before returning any, so an import of a malformed file writes nothing.
+// name prefixes errors as name:line. A failure to read r is a *ReadError.
 func ReadJSONL(r io.Reader, name string) ([]Record, error) {
 	var out []Record
-	sc := bufio.NewScanner(r)
+	src := &readErr{r: r}
+	sc := bufio.NewScanner(src)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" {
 			continue
+		}
+		if src.err != nil {
+			return nil, &ReadError{name, src.err}
+		}
+		if path, bad := jsonerr.BadText([]byte(line)); bad {
+			return nil, fmt.Errorf("%s:%d: %s holds text that is not UTF-8 (or an escape of half a surrogate pair)", name, n, cmp.Or(path, "the line"))
 		}
 		var rec Record
 		dec := json.NewDecoder(strings.NewReader(line))
@@ -66,7 +101,14 @@ func ReadJSONL(r io.Reader, name string) ([]Record, error) {
 			if _, msg, ok := jsonerr.Type(err); ok {
 				return nil, fmt.Errorf("%s:%d: %s", name, n, msg)
 			}
-			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("%s:%d: the line ends inside a JSON value", name, n)
+			}
+			// Not wrapped: only a failed read of r is returned as its error.
+			return nil, fmt.Errorf("%s:%d: %v", name, n, err)
+		}
+		if rec.ID != "" && !ValidID(rec.ID) {
+			return nil, fmt.Errorf("%s:%d: memory_id %q is not a memory id (mem_ and 8 lower-case hex digits); leave it out for a new one", name, n, rec.ID)
 		}
 		if dec.More() {
 			return nil, fmt.Errorf("%s:%d: more than one JSON value on the line", name, n)
@@ -85,7 +127,7 @@ func ReadJSONL(r io.Reader, name string) ([]Record, error) {
 		out = append(out, rec)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, &ReadError{name, err}
 	}
 	return out, nil
 }

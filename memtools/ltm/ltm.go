@@ -58,21 +58,95 @@ func ValidID(id string) bool { return idPattern.MatchString(id) }
 
 func formatID(x uint32) string { return fmt.Sprintf("mem_%08x", x) }
 
-// normalizeMetadata round-trips metadata through JSON so that stored and
-// filter values compare as the same types (every number a float64).
-func normalizeMetadata(m map[string]any) (map[string]any, error) {
+// ErrMetadata is metadata a store refuses: over its limits, or not JSON.
+// Errors that wrap it are *MetadataError.
+var ErrMetadata = errors.New("invalid metadata")
+
+// MetadataError says why metadata was refused.
+type MetadataError struct {
+	Entry  int // the entry's 1-based place in an Import (0 elsewhere)
+	Reason string
+}
+
+func (e *MetadataError) Error() string {
+	if e.Entry > 0 {
+		return fmt.Sprintf("entry %d: invalid metadata: %s", e.Entry, e.Reason)
+	}
+	return "invalid metadata: " + e.Reason
+}
+
+func (e *MetadataError) Is(target error) bool { return target == ErrMetadata }
+
+// MetadataLimits bound a memory's metadata at the store, so that no path
+// that writes (the API, MCP, the agent's tools, an import) stores what a
+// reader cannot read back: JSON nested thousands deep parses in Go and
+// breaks the recursion limits of other languages' parsers (Python's
+// json: about 1,000).
+type MetadataLimits struct {
+	MaxBytes int // its JSON encoding (0: 16 KiB)
+	MaxDepth int // objects and arrays nested, the metadata object itself 1 (0: 16)
+}
+
+func (l MetadataLimits) withDefaults() MetadataLimits {
+	if l.MaxBytes == 0 {
+		l.MaxBytes = 16 << 10
+	}
+	if l.MaxDepth == 0 {
+		l.MaxDepth = 16
+	}
+	return l
+}
+
+// depth is how deeply v nests objects and arrays, counting no further
+// than limit+1.
+func depth(v any, limit int) int {
+	if limit < 0 {
+		return 0
+	}
+	deepest := 0
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			deepest = max(deepest, depth(e, limit-1))
+		}
+	case []any:
+		for _, e := range x {
+			deepest = max(deepest, depth(e, limit-1))
+		}
+	default:
+		return 0
+	}
+	return deepest + 1
+}
+
+// normalize checks m against the limits and round-trips it through JSON
+// so that stored and filter values compare as the same types (every
+// number a float64).
+func (l MetadataLimits) normalize(m map[string]any) (map[string]any, error) {
 	if m == nil {
 		return nil, nil
 	}
+	l = l.withDefaults()
+	if d := depth(m, l.MaxDepth); d > l.MaxDepth {
+		return nil, &MetadataError{Reason: fmt.Sprintf("it nests deeper than %d levels of objects and arrays (memory.max_metadata_depth)", l.MaxDepth)}
+	}
 	raw, err := json.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("metadata is not JSON: %w", err)
+		return nil, &MetadataError{Reason: fmt.Sprintf("not JSON: %v", err)}
+	}
+	if len(raw) > l.MaxBytes {
+		return nil, &MetadataError{Reason: fmt.Sprintf("%d bytes of JSON exceed %d (memory.max_metadata_bytes)", len(raw), l.MaxBytes)}
 	}
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// normalizeMetadata is normalize under the default limits.
+func normalizeMetadata(m map[string]any) (map[string]any, error) {
+	return MetadataLimits{}.normalize(m)
 }
 
 // Matches reports whether e satisfies filter: every key equals exactly. The

@@ -435,3 +435,45 @@ func TestWriterGoneFreesTheWriteSlot(t *testing.T) {
 		t.Fatalf("a write after writers that hung up: %v (the write slot was never freed)", err)
 	}
 }
+
+// Metadata nested deeper or larger than the limits is refused at the
+// store, with ErrMetadata, by every write and by a search filter; within
+// them it is stored as given.
+func TestMetadataLimits(t *testing.T) {
+	ctx := context.Background()
+	db, err := OpenSQLite(filepath.Join(t.TempDir(), "m.db"), SQLiteOptions{Metadata: MetadataLimits{MaxBytes: 1024, MaxDepth: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ns, _ := db.Namespace("alice")
+	nest := func(n int) map[string]any {
+		var v any = "leaf"
+		for range n - 1 {
+			v = map[string]any{"a": v}
+		}
+		return map[string]any{"a": v}
+	}
+	if _, err := ns.Add(ctx, entry("deep enough", nest(4))); err != nil {
+		t.Fatalf("depth 4 of 4: %v", err)
+	}
+	for name, md := range map[string]map[string]any{
+		"depth 5":    nest(5),
+		"depth 5000": nest(5000),
+		"2 KiB":      {"x": strings.Repeat("y", 2048)},
+		"array deep": {"a": []any{[]any{[]any{[]any{1.0}}}}},
+	} {
+		if _, err := ns.Add(ctx, entry("too much", md)); !errors.Is(err, ErrMetadata) {
+			t.Errorf("%s: add: %v", name, err)
+		}
+		if _, _, err := db.Import(ctx, "alice", []Entry{entry("too much", md)}); !errors.Is(err, ErrMetadata) {
+			t.Errorf("%s: import: %v", name, err)
+		}
+		if _, err := ns.Retrieve(ctx, enc.One("x"), 3, md); !errors.Is(err, ErrMetadata) {
+			t.Errorf("%s: filter: %v", name, err)
+		}
+	}
+	if n, _ := ns.Count(ctx); n != 1 {
+		t.Fatalf("%d memories stored, want the one within the limits", n)
+	}
+}

@@ -37,7 +37,42 @@ var migrations = []string{
 		namespace TEXT    PRIMARY KEY,
 		version   INTEGER NOT NULL
 	) WITHOUT ROWID;`,
+	// Schema 2: memories in a rowid table. A WITHOUT ROWID table is an
+	// index b-tree, whose cells hold at most about a quarter of a page
+	// (1,002 bytes of a 4 KiB page) before the rest spills to an overflow
+	// page of its own, and a memory's embedding alone is 1,536 bytes at
+	// dimension 384: every row took a leaf share and a whole overflow page,
+	// 4.7 KB for 1.6 KB of data. A rowid table's cell holds up to the page
+	// less 35 bytes, so rows pack whole into leaves ("WITHOUT ROWID tables
+	// work best when individual rows are not too large",
+	// https://sqlite.org/withoutrowid.html). The rowid is the insertion
+	// order List returns (an update keeps it), so seq goes; the columns
+	// are ordered small first, so what a long content pushes to overflow
+	// is its tail and the embedding, not the id and timestamps.
+	`CREATE TABLE memories_v2 (
+		namespace   TEXT    NOT NULL,
+		id          TEXT    NOT NULL,
+		memory_type TEXT    NOT NULL DEFAULT '',
+		created     INTEGER NOT NULL, -- Unix nanoseconds, UTC
+		updated     INTEGER NOT NULL,
+		metadata    TEXT    NOT NULL DEFAULT '{}',
+		content     TEXT    NOT NULL,
+		embedding   BLOB    NOT NULL  -- little-endian float32, L2-normalised
+	);
+	INSERT INTO memories_v2 (namespace, id, memory_type, created, updated, metadata, content, embedding)
+		SELECT namespace, id, memory_type, created, updated, metadata, content, embedding
+		FROM memories ORDER BY namespace, seq;
+	DROP TABLE memories;
+	ALTER TABLE memories_v2 RENAME TO memories;
+	CREATE UNIQUE INDEX memories_ns_id ON memories(namespace, id);
+	CREATE INDEX memories_ns ON memories(namespace);`,
 }
+
+// pageSize is a new store's page size: 16 KiB pages hold about ten
+// memories of dimension 384 whole, where 4 KiB pages, SQLite's default,
+// hold two and leave a quarter of each page empty
+// (BenchmarkStorePerMemory measures both).
+const pageSize = 16384
 
 // SchemaVersion is the store schema this build writes.
 var SchemaVersion = len(migrations)
@@ -56,6 +91,8 @@ type SQLiteOptions struct {
 	// Writers queue here, in order, instead of spinning in SQLite's busy
 	// handler, where under hundreds of them some would time out.
 	MaxWriteQueue int
+	// Metadata bounds a memory's metadata (zero fields: the defaults).
+	Metadata MetadataLimits
 }
 
 // ErrBusy is a write refused because MaxWriteQueue writers already wait.
@@ -91,7 +128,9 @@ func OpenSQLite(path string, opt SQLiteOptions) (*SQLite, error) {
 	// Write transactions start IMMEDIATE: a deferred one that reads first
 	// and then writes fails at once with SQLITE_BUSY_SNAPSHOT when another
 	// writer committed in between (WAL), which busy_timeout cannot wait out.
-	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(%s)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)&_pragma=mmap_size(1073741824)", path, sync)
+	// page_size only acts on a new file, and only before the switch to
+	// WAL, which the driver's _journal_mode key makes after every _pragma.
+	dsn := fmt.Sprintf("file:%s?_txlock=immediate&_pragma=page_size(%d)&_journal_mode=WAL&_pragma=synchronous(%s)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=cache_size(-65536)&_pragma=mmap_size(1073741824)", path, pageSize, sync)
 	// A damaged file or log is refused before SQLite touches it: its own
 	// recovery would drop a log's frames after a bad one without a word,
 	// and writing into a damaged file spreads the damage.
@@ -113,6 +152,7 @@ func OpenSQLite(path string, opt SQLiteOptions) (*SQLite, error) {
 	if queue == 0 {
 		queue = 1024
 	}
+	opt.Metadata = opt.Metadata.withDefaults()
 	s := &SQLite{db: db, path: path, opt: opt, writes: gate.New(1, queue), cache: map[string]*nsCache{}}
 	if err := s.migrate(); err != nil {
 		db.Close()
@@ -128,10 +168,45 @@ func (s *SQLite) migrate() error {
 		return err
 	}
 	defer conn.Close()
+	from, err := s.migrateSchema(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if from >= 1 && from < 2 {
+		return compact(ctx, conn)
+	}
+	return nil
+}
+
+// compact returns the pages the schema-1 layout's rows left free and
+// moves the file to the page size new stores have. The page size can
+// only change outside WAL mode, which needs the only connection to the
+// file; with other processes attached the file keeps its page size and
+// VACUUM (in WAL mode) still returns the free pages. A crash inside the
+// rollback-journal VACUUM leaves a hot journal, which SQLite rolls back
+// losslessly at the next open (see rollBackJournal).
+func compact(ctx context.Context, conn *sql.Conn) error {
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode=DELETE").Scan(&mode); err != nil || mode != "delete" {
+		conn.ExecContext(ctx, "VACUUM") // best effort: the layout is migrated already
+		return nil
+	}
+	conn.ExecContext(ctx, "PRAGMA synchronous=FULL") // NORMAL can corrupt a rollback journal's file on power loss
+	conn.ExecContext(ctx, fmt.Sprintf("PRAGMA page_size=%d", pageSize))
+	conn.ExecContext(ctx, "VACUUM")
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode); err != nil || mode != "wal" {
+		return fmt.Errorf("return to WAL mode after compacting (mode %q): %w", mode, err)
+	}
+	return nil
+}
+
+// migrateSchema runs the schema's migrations and returns the version the
+// file had.
+func (s *SQLite) migrateSchema(ctx context.Context, conn *sql.Conn) (int, error) {
 	// BEGIN IMMEDIATE takes the write lock so two processes opening the same
 	// new file do not both run a migration.
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return fmt.Errorf("not a usable SQLite file: %w", err)
+		return 0, fmt.Errorf("not a usable SQLite file: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -139,26 +214,26 @@ func (s *SQLite) migrate() error {
 			conn.ExecContext(ctx, "ROLLBACK")
 		}
 	}()
-	var v int
-	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
-		return fmt.Errorf("read schema version: %w", err)
+	var from int
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&from); err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
 	}
-	if v > SchemaVersion {
-		return fmt.Errorf("schema version %d is newer than this build supports (%d); upgrade agemem", v, SchemaVersion)
+	if from > SchemaVersion {
+		return 0, fmt.Errorf("schema version %d is newer than this build supports (%d); upgrade agemem", from, SchemaVersion)
 	}
-	for ; v < SchemaVersion; v++ {
+	for v := from; v < SchemaVersion; v++ {
 		if _, err := conn.ExecContext(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("migrate schema %d -> %d: %w", v, v+1, err)
+			return 0, fmt.Errorf("migrate schema %d -> %d: %w", v, v+1, err)
 		}
 		if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return err
+		return 0, err
 	}
 	committed = true
-	return nil
+	return from, nil
 }
 
 // Close closes the file.
@@ -202,6 +277,9 @@ type sqliteNS struct {
 }
 
 const entryCols = "id, content, embedding, metadata, memory_type, created, updated"
+
+// insertMemory adds a row: namespace and then entryCols.
+const insertMemory = `INSERT INTO memories (namespace, ` + entryCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 
 func (n *sqliteNS) wrap(op string, err error) error {
 	return fmt.Errorf("%s (store %s, namespace %q): %w", op, n.s.path, n.ns, err)

@@ -87,7 +87,7 @@ func (n *sqliteNS) get(ctx context.Context, q queryer, id string) (Entry, error)
 }
 
 func (n *sqliteNS) Retrieve(ctx context.Context, query []float32, topK int, filter map[string]any) ([]Scored, error) {
-	f, err := normalizeMetadata(filter)
+	f, err := n.s.opt.Metadata.normalize(filter)
 	if err != nil {
 		return nil, n.wrap("retrieve", fmt.Errorf("filter: %w", err))
 	}
@@ -123,7 +123,7 @@ func (n *sqliteNS) List(ctx context.Context) ([]Entry, error) {
 }
 
 func (n *sqliteNS) list(ctx context.Context, q queryer) ([]Entry, error) {
-	rows, err := q.QueryContext(ctx, "SELECT "+entryCols+" FROM memories WHERE namespace = ? ORDER BY seq", n.ns)
+	rows, err := q.QueryContext(ctx, "SELECT "+entryCols+" FROM memories WHERE namespace = ? ORDER BY rowid", n.ns)
 	if err != nil {
 		return nil, n.wrap("list", err)
 	}
@@ -180,13 +180,16 @@ func orEmpty(m map[string]any) map[string]any {
 }
 
 // encodeVec stores v normalised, so Retrieve needs one dot product per row.
+// A vector of unit length already is stored as it is: scaling it by a
+// factor a rounding away from 1 would change its bits on every rewrite (a
+// repair writes back what it read).
 func encodeVec(v []float32) []byte {
 	var s float64
 	for _, x := range v {
 		s += float64(x) * float64(x)
 	}
 	inv := float32(1)
-	if s > 0 {
+	if s > 0 && math.Abs(s-1) > 1e-6 {
 		inv = float32(1 / math.Sqrt(s))
 	}
 	b := make([]byte, 4*len(v))

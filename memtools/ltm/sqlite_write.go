@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +19,7 @@ import (
 )
 
 func (n *sqliteNS) Add(ctx context.Context, e Entry) (Entry, error) {
-	md, err := normalizeMetadata(e.Metadata)
+	md, err := n.s.opt.Metadata.normalize(e.Metadata)
 	if err != nil {
 		return Entry{}, n.wrap("add memory", err)
 	}
@@ -41,9 +42,8 @@ func (n *sqliteNS) Add(ctx context.Context, e Entry) (Entry, error) {
 	mdJSON, _ := json.Marshal(orEmpty(md))
 	for try := 0; ; try++ {
 		e.ID = randomID()
-		_, err = tx.ExecContext(ctx, `INSERT INTO memories (namespace, `+entryCols+`, seq)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM memories WHERE namespace = ?))`,
-			n.ns, e.ID, e.Content, encodeVec(e.Embedding), string(mdJSON), e.MemoryType, e.Created.UnixNano(), e.Updated.UnixNano(), n.ns)
+		_, err = tx.ExecContext(ctx, insertMemory,
+			n.ns, e.ID, e.Content, encodeVec(e.Embedding), string(mdJSON), e.MemoryType, e.Created.UnixNano(), e.Updated.UnixNano())
 		if err == nil {
 			break
 		}
@@ -74,7 +74,7 @@ func (n *sqliteNS) Update(ctx context.Context, id, content string, embedding []f
 		return Entry{}, n.wrap("update "+id, err)
 	}
 	if metadata != nil {
-		md, err := normalizeMetadata(metadata)
+		md, err := n.s.opt.Metadata.normalize(metadata)
 		if err != nil {
 			return Entry{}, n.wrap("update "+id, err)
 		}
@@ -164,7 +164,17 @@ func (s *SQLite) begin(ctx context.Context) (*writeTx, error) {
 // of that id if the namespace holds one (so importing the same export
 // twice leaves one copy); others get new ids. Embeddings must be set.
 func (s *SQLite) Import(ctx context.Context, ns string, es []Entry) (added, replaced int, err error) {
+	return s.importEntries(ctx, ns, es, true)
+}
+
+// importEntries is Import; a repair writes back what a store held
+// without holding it to today's metadata limits.
+func (s *SQLite) importEntries(ctx context.Context, ns string, es []Entry, limits bool) (added, replaced int, err error) {
 	n := &sqliteNS{s: s, ns: ns}
+	lim := s.opt.Metadata
+	if !limits {
+		lim = MetadataLimits{MaxBytes: math.MaxInt, MaxDepth: math.MaxInt}
+	}
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return 0, 0, n.wrap("import", err)
@@ -180,7 +190,10 @@ func (s *SQLite) Import(ctx context.Context, ns string, es []Entry) (added, repl
 			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
 		}
 		d = len(e.Embedding)
-		md, err := normalizeMetadata(e.Metadata)
+		md, err := lim.normalize(e.Metadata)
+		if me := (*MetadataError)(nil); errors.As(err, &me) {
+			me.Entry = i + 1
+		}
 		if err != nil {
 			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
 		}
@@ -213,9 +226,8 @@ func (s *SQLite) Import(ctx context.Context, ns string, es []Entry) (added, repl
 			if id == "" || try > 0 {
 				id = randomID()
 			}
-			_, err = tx.ExecContext(ctx, `INSERT INTO memories (namespace, `+entryCols+`, seq)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM memories WHERE namespace = ?))`,
-				ns, id, e.Content, encodeVec(e.Embedding), string(mdJSON), e.MemoryType, created.UnixNano(), updated.UnixNano(), ns)
+			_, err = tx.ExecContext(ctx, insertMemory,
+				ns, id, e.Content, encodeVec(e.Embedding), string(mdJSON), e.MemoryType, created.UnixNano(), updated.UnixNano())
 			if err == nil {
 				break
 			}
