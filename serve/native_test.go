@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agemem/agemem/internal/testkit"
 	"github.com/agemem/agemem/llm"
@@ -164,4 +165,46 @@ func testNativeBackend(t *testing.T, budget int) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// TestPrefixCacheDoesNotCrossTenants: the timing side channel of a shared
+// prompt cache, measured by what it leaks through (the prompt tokens a
+// request is served from cache). Alice's long message, sent again by Bob,
+// is prefilled in full for Bob (only the system prompt every tenant shares
+// comes from the cache), while Alice's own repeat is served from her
+// cached prefix.
+func TestPrefixCacheDoesNotCrossTenants(t *testing.T) {
+	c := testConfig(t)
+	c.Agent.MaxSteps = 1
+	db, err := ltm.OpenSQLite(c.Memory.Path, ltm.SQLiteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(with(c.options(), func(o *Options) { o.Native, o.Store = randomPolicy(t), db }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Server: newHTTPTest(s), srv: s, db: db}
+	defer func() { ts.Close(); s.Close(); db.Close() }()
+	pc := s.be.(*native.Engine).Batching().Prefixes()
+	secret := strings.Repeat("My account number at the Velden savings bank is 4417 0092 1183, and my mother's maiden name is Quenby. ", 8)
+	send := func(key string) (reused int64, took time.Duration) {
+		before := pc.Reused
+		t0 := time.Now()
+		r := do(t, "POST", ts.URL+"/v1/chat/completions", key, chatBody("", secret, "seed", 1, "temperature", 0, "max_tokens", 4))
+		if r.Status != 200 && r.Status != 422 {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+		return pc.Reused - before, time.Since(t0)
+	}
+	aliceFirst, t1 := send(aliceKey)
+	bob, t2 := send(bobKey)
+	aliceAgain, t3 := send(aliceKey)
+	t.Logf("prompt tokens from cache: alice %d (%v), bob with alice's text %d (%v), alice again %d (%v)", aliceFirst, t1, bob, t2, aliceAgain, t3)
+	if bob != aliceFirst {
+		t.Fatalf("bob's request took %d cached tokens, alice's first %d: a tenant's prompt was served from another's cache", bob, aliceFirst)
+	}
+	if aliceAgain <= bob+100 {
+		t.Fatalf("alice's repeat took %d cached tokens, no more than bob's %d: the cache does not serve a tenant's own prefix", aliceAgain, bob)
+	}
 }
