@@ -61,11 +61,10 @@ func Embedder(ctx context.Context, cfg Config) (embed.Embedder, error) {
 		if err != nil {
 			return nil, err
 		}
-		oe, err := ollama.NewEmbedder(ctx, c, e.Model)
+		oe, err := ollama.NewEmbedder(ctx, c, e.Model, cfg.Ollama.KeepAlive)
 		if err != nil {
 			return nil, fmt.Errorf("embed.model: %w", err)
 		}
-		oe.KeepAlive = cfg.Ollama.KeepAlive
 		return oe, nil
 	case "openai":
 		c, err := cfg.OpenAI.Connect()
