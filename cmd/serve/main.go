@@ -100,7 +100,7 @@ SIGINT or SIGTERM finishes the requests in flight and stops.`,
 	root.Flags().StringVar(&pol, "policy", "", "policy directory, or the Ollama model with --backend ollama (serve.policy)")
 	root.Flags().StringVar(&adapter, "adapter", "", "LoRA adapter directory on top of the policy (serve.adapter)")
 	root.Flags().IntVar(&maxBatch, "max-batch", 0, "sequences per decoding step; 1 turns batching off (serve.max_batch)")
-	root.AddCommand(memoryCmd(g), mcpCmd(g), loadtestCmd())
+	root.AddCommand(memoryCmd(g), mcpCmd(g), loadtestCmd(), docsCmd())
 	return root
 }
 
