@@ -10,14 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/llm"
-	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/setup"
 )
 
@@ -157,59 +154,14 @@ func printAgentTrace(w io.Writer, tools []string, tr agent.Trace) {
 
 // chatModel is the llm.Model the flags name: a local checkpoint on the
 // built-in engine (native), else the model on the OpenAI-compatible server.
-// A native model stays loaded for the process's life.
 func chatModel(cmd *cobra.Command, cfg setup.Config, model, dir, dev string) (llm.Model, error) {
 	return chatModels(cmd, cfg, model, dir, dev, 1)
-}
-
-// nativeEngine loads a local checkpoint on the --device's backend,
-// answering greedily up to agent.response_budget tokens a reply, parallel
-// calls decoding in shared steps, each conversation's prefix kept for its
-// next call.
-func nativeEngine(cmd *cobra.Command, cfg setup.Config, dir, dev string, parallel int) (*native.Engine, error) {
-	be, err := device.Open(dev, cmd.ErrOrStderr())
-	if err != nil {
-		return nil, err
-	}
-	cp, err := native.Open(be, dir, "", cfg.Model.Generation())
-	if err != nil {
-		return nil, err
-	}
-	return cp.Start(native.Options{Sampling: llm.Sampling{MaxTokens: cfg.Agent.ResponseBudget},
-		Engine: engine.Options{MaxBatch: parallel, PrefixBudget: max(parallel, 1) * cp.Model.MaxPositions}}), nil
 }
 
 // chatModels is chatModel for parallel agents: on the native engine their
 // calls decode together.
 func chatModels(cmd *cobra.Command, cfg setup.Config, model, dir, dev string, parallel int) (llm.Model, error) {
-	if dir != "" {
-		return nativeEngine(cmd, cfg, dir, dev, parallel)
-	}
-	if model == "" {
-		model = cfg.OpenAI.Model
-	}
-	if model == "" {
-		return nil, fmt.Errorf("name the model with --model (or openai.model), or a local checkpoint with --native DIR")
-	}
-	if name, ok := strings.CutPrefix(model, "ollama:"); ok {
-		// Ollama's own API with native tools (its /v1 works through the
-		// openai backend too, without them).
-		cl, err := cfg.Ollama.Connect()
-		if err != nil {
-			return nil, err
-		}
-		if err := cl.HasModel(cmd.Context(), name); err != nil {
-			return nil, err
-		}
-		return cfg.Ollama.ChatModel(cl, name, false, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget), nil
-	}
-	cl, err := cfg.OpenAI.Connect()
-	if err != nil {
-		return nil, err
-	}
-	m := cfg.OpenAI.ChatModel(cl, model, cfg.Agent.ResponseBudget)
-	m.Sampling.Temperature, m.Sampling.TopP = 0, 0 // an agent answers greedily
-	return m, nil
+	return setup.ChatModel(cmd.Context(), cfg, setup.Models{Model: model, Native: dir}, dev, parallel, cmd.ErrOrStderr())
 }
 
 // mcpFlags are the MCP servers a command takes beside the config's
