@@ -11,22 +11,11 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/llm"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/setup"
 )
 
-func agentCmd(g *globals) *cobra.Command {
-	var prompt, system, model, native, dev string
-	var memory, asJSON bool
-	var maxSteps int
-	var mf mcpFlags
-	cmd := &cobra.Command{
-		Use:   "agent",
-		Short: "Run one function-calling conversation with memory tools and MCP servers' tools",
-		Long: `Runs the function-calling agent loop once: the model on the OpenAI-compatible
+const agentLong = `Runs the function-calling agent loop once: the model on the OpenAI-compatible
 server at openai.base_url (--model, or openai.model), or a local Qwen
 checkpoint run by the built-in engine (--native DIR, the tools rendered by
 its own chat template and its <tool_call> blocks parsed back), answers --prompt,
@@ -37,7 +26,17 @@ tools of every MCP server in the config's mcp.servers and named with
 --mcp-url (streamable HTTP; headers with --mcp-header NAME=VALUE) or
 --mcp-command (a command line started over stdio). A call to an unknown tool, with arguments that break the
 tool's JSON Schema, or to a server that failed is told to the model.
-Prints the trace (--json for machines).`,
+Prints the trace (--json for machines).`
+
+func agentCmd(g *globals) *cobra.Command {
+	var prompt, system, model, native, dev string
+	var memory, asJSON bool
+	var maxSteps int
+	var mf mcpFlags
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run one function-calling conversation with memory tools and MCP servers' tools",
+		Long:  agentLong,
 		Example: `  agemem-train agent --set openai.base_url=http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --memory \
     --prompt "Remember that my sister's name is Ada."
   agemem-train agent --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b \
@@ -61,45 +60,15 @@ Prints the trace (--json for machines).`,
 			if err != nil {
 				return err
 			}
-			ts, err := agent.NewToolset()
-			if err != nil {
-				return err
-			}
-			if memory {
-				db, err := ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
-				if err != nil {
-					return err
-				}
-				defer db.Close()
-				st, err := db.Namespace(cfg.Memory.Namespace)
-				if err != nil {
-					return err
-				}
-				h, err := setup.NewHelpers(ctx, cfg)
-				if err != nil {
-					return err
-				}
-				rt := h.Apply(&memtools.Runtime{Store: st, Context: stm.New(nil), Embedder: cfg.Embed.Hashing(), Options: cfg.Tools})
-				for _, t := range agent.MemoryTools(rt) {
-					if err := ts.Add(t); err != nil {
-						return err
-					}
-				}
-			}
 			servers, err := mf.servers(cfg)
 			if err != nil {
 				return err
 			}
-			for _, s := range servers {
-				c, err := agent.ConnectMCP(ctx, s)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				if err := ts.AddMCP(ctx, c); err != nil {
-					return err
-				}
+			ts, closeTools, err := setup.AgentToolset(ctx, cfg, memory, servers)
+			if err != nil {
+				return err
 			}
+			defer closeTools()
 			var msgs []chat.Message
 			if system != "" {
 				msgs = append(msgs, chat.Message{Role: "system", Content: system})
