@@ -71,23 +71,9 @@ along and the vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") 
 				return fmt.Errorf("--out is required")
 			}
 			if tokPath != "" {
-				tok, err := tokenizer.Load(tokPath)
-				if err != nil {
+				var err error
+				if cfg.VocabSize, err = copyTokenizer(tokPath, out); err != nil {
 					return err
-				}
-				cfg.VocabSize = tok.VocabSize()
-				raw, _ := os.ReadFile(tokPath)
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(out, "tokenizer.json"), raw, 0o644); err != nil {
-					return err
-				}
-				// The chat template travels with the tokenizer when it sits beside it.
-				if tc, err := os.ReadFile(filepath.Join(filepath.Dir(tokPath), "tokenizer_config.json")); err == nil {
-					if err := os.WriteFile(filepath.Join(out, "tokenizer_config.json"), tc, 0o644); err != nil {
-						return err
-					}
 				}
 			}
 			pr := train.NewProgress(cmd.ErrOrStderr(), 100, isatty.IsTerminal(os.Stderr.Fd()))
@@ -107,6 +93,30 @@ along and the vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") 
 	cmd.Flags().StringVar(&tokPath, "tokenizer", "", "tokenizer.json to copy (sets the vocabulary size)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed")
 	return cmd
+}
+
+// copyTokenizer copies tokenizer.json, and the tokenizer_config.json
+// beside it that holds the chat template, into dir, and returns the
+// vocabulary's size.
+func copyTokenizer(tokPath, dir string) (int, error) {
+	tok, err := tokenizer.Load(tokPath)
+	if err != nil {
+		return 0, err
+	}
+	raw, err := os.ReadFile(tokPath)
+	if err != nil {
+		return 0, err
+	}
+	if err := writeFile(filepath.Join(dir, "tokenizer.json"), raw); err != nil {
+		return 0, err
+	}
+	// The chat template travels with the tokenizer when it sits beside it.
+	if tc, err := os.ReadFile(filepath.Join(filepath.Dir(tokPath), "tokenizer_config.json")); err == nil {
+		if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), tc, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return tok.VocabSize(), nil
 }
 
 func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
