@@ -36,7 +36,7 @@ type Options struct {
 	// continuous-batching scheduler (serve.max_batch).
 	Backend  Backend
 	Policy   *engine.Generator
-	Store    *ltm.SQLite
+	Store    ltm.DB
 	Embedder embed.Embedder
 	// Summarizer, if set, replaces the extractive summariser of
 	// Summary_context (tools.summarizer ollama).
@@ -55,7 +55,7 @@ type Server struct {
 	tools    memtools.Options
 	ns       string
 	be       Backend
-	db       *ltm.SQLite
+	db       ltm.DB
 	enc      embed.Embedder
 	sum      memtools.Summarizer
 	log      *slog.Logger

@@ -17,9 +17,10 @@ import (
 	"github.com/agemem/agemem/setup"
 )
 
-// session is an open namespace of the configured SQLite store.
+// session is an open namespace of the configured store (SQLite or
+// PostgreSQL).
 type session struct {
-	db  *ltm.SQLite
+	db  ltm.DB
 	ns  ltm.Store
 	enc embed.Embedder
 	cfg setup.Config
@@ -30,10 +31,7 @@ func open(g *globals) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Memory.Store != "sqlite" {
-		return nil, fmt.Errorf("memory.store is %q: the memory commands administer a sqlite store", cfg.Memory.Store)
-	}
-	db, err := ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
+	db, err := setup.OpenStore(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +87,9 @@ func memoryCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "memory",
 		Short: "List, search, add, update, delete, export and import a user's long-term memories",
-		Long: `Administers one namespace (one user) of the SQLite long-term store named by
-memory.path. --namespace picks the user (default: memory.namespace).`,
+		Long: `Administers one namespace (one user) of the long-term store: the SQLite file
+memory.path, or the PostgreSQL database memory.dsn when memory.store is
+postgres. --namespace picks the user (default: memory.namespace).`,
 	}
 	cmd.PersistentFlags().StringVar(&g.namespace, "namespace", "", "the user's namespace")
 	var asJSON bool

@@ -7,9 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Entry is one memory m_i = (c, enc(c), metadata) of Eq. 10. Stores keep the
@@ -33,6 +37,10 @@ type Scored struct {
 // Store is one namespace of long-term memory.
 type Store interface {
 	// Add stores e under a new id (e.ID is ignored) and returns it as stored.
+	// A namespace holds a content once: when it already holds an entry of
+	// exactly e.Content, Add returns that entry (the oldest, if updates made
+	// several) unchanged and stores nothing, so identical adds, concurrent or
+	// retried, leave one memory.
 	Add(ctx context.Context, e Entry) (Entry, error)
 	// Update replaces the content and embedding of id; a nil metadata keeps
 	// the old metadata (Eq. 12).
@@ -48,8 +56,74 @@ type Store interface {
 	Count(ctx context.Context) (int, error)
 }
 
+// DB is a durable store of many namespaces (one per user): SQLite on one
+// machine, PostgreSQL for any number of replicas.
+type DB interface {
+	// Namespace returns the Store of one user; namespaces never see each
+	// other.
+	Namespace(ns string) (Store, error)
+	// Namespaces lists the namespaces that hold at least one entry.
+	Namespaces(ctx context.Context) ([]string, error)
+	// Import writes entries into namespace ns in one transaction: all of
+	// them or none. An entry whose ID is a valid id keeps it (and its
+	// timestamps), replacing the entry of that id if the namespace holds
+	// one, so importing the same entries twice leaves one copy; others get
+	// new ids. Embeddings must be set.
+	Import(ctx context.Context, ns string, es []Entry) (added, replaced int, err error)
+	// Ping checks that the database answers.
+	Ping() error
+	Close() error
+}
+
 // ErrNotFound is returned for an id the store does not hold.
 var ErrNotFound = errors.New("memory not found")
+
+// ErrUnavailable wraps an error of a database that cannot be reached (down,
+// restarting, refusing connections, a connection cut mid-call): nothing was
+// changed by the call unless its error says otherwise, and the same call
+// may succeed later. A server answers it with 503 and Retry-After.
+var ErrUnavailable = errors.New("the memory database is unavailable")
+
+// checkNamespace is the rule every store applies to a namespace's name.
+func checkNamespace(ns string) error {
+	if ns == "" || len(ns) > 256 || strings.ContainsRune(ns, 0) || !utf8.ValidString(ns) {
+		return fmt.Errorf("namespace %q: must be 1-256 bytes of UTF-8 without NUL", ns)
+	}
+	return nil
+}
+
+// checkContent refuses content no store can keep as the same text:
+// PostgreSQL's text holds neither NUL nor invalid UTF-8, and a JSONL export
+// would rewrite invalid UTF-8.
+func checkContent(c string) error {
+	if !utf8.ValidString(c) {
+		return errors.New("content is not valid UTF-8")
+	}
+	if strings.ContainsRune(c, 0) {
+		return errors.New("content contains a NUL character")
+	}
+	return nil
+}
+
+// unit returns v scaled to length 1, as every store keeps embeddings. A
+// vector already of length 1 to within float32 rounding (one scaling leaves
+// |v|^2 within about 3e-7 of 1) comes back as it is, so that copying an
+// entry between stores keeps its bits and its checksum.
+func unit(v []float32) []float32 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	out := slices.Clone(v)
+	if s == 0 || math.Abs(s-1) <= 1e-6 {
+		return out
+	}
+	inv := float32(1 / math.Sqrt(s))
+	for i := range out {
+		out[i] *= inv
+	}
+	return out
+}
 
 var idPattern = regexp.MustCompile(`^mem_[0-9a-f]{8}$`)
 
@@ -72,7 +146,27 @@ func normalizeMetadata(m map[string]any) (map[string]any, error) {
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return nil, err
 	}
+	// PostgreSQL's jsonb holds no U+0000; no store keeps what one cannot.
+	if hasNUL(out) {
+		return nil, errors.New("metadata contains a NUL character (U+0000)")
+	}
 	return out, nil
+}
+
+func hasNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.ContainsRune(v, 0)
+	case []any:
+		return slices.ContainsFunc(v, hasNUL)
+	case map[string]any:
+		for k, x := range v {
+			if strings.ContainsRune(k, 0) || hasNUL(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Matches reports whether e satisfies filter: every key equals exactly. The

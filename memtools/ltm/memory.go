@@ -50,17 +50,22 @@ func (m *Memory) Add(_ context.Context, e Entry) (Entry, error) {
 	if err := checkEmbedding(e.Embedding, dim); err != nil {
 		return Entry{}, fmt.Errorf("add memory: %w", err)
 	}
+	if err := checkContent(e.Content); err != nil {
+		return Entry{}, fmt.Errorf("add memory: %w", err)
+	}
 	md, err := normalizeMetadata(e.Metadata)
 	if err != nil {
 		return Entry{}, fmt.Errorf("add memory: %w", err)
+	}
+	if i, ok := m.holding(e.Content); ok {
+		return cloneEntry(m.entries[i]), nil
 	}
 	if m.idx == nil {
 		m.idx = embed.NewIndex(len(e.Embedding))
 	}
 	e.ID = m.newID()
 	e.Metadata = md
-	e.Embedding = slices.Clone(e.Embedding)
-	embed.Normalize(e.Embedding)
+	e.Embedding = unit(e.Embedding)
 	e.Created = m.now().UTC()
 	e.Updated = e.Created
 	if _, err := m.idx.Add(e.Embedding); err != nil {
@@ -71,6 +76,17 @@ func (m *Memory) Add(_ context.Context, e Entry) (Entry, error) {
 	m.next++
 	m.entries = append(m.entries, e)
 	return cloneEntry(e), nil
+}
+
+// holding returns the row of the oldest entry of content c.
+func (m *Memory) holding(c string) (int, bool) {
+	row, found := 0, false
+	for i, e := range m.entries {
+		if e.Content == c && (!found || m.seq[e.ID] < m.seq[m.entries[row].ID]) {
+			row, found = i, true
+		}
+	}
+	return row, found
 }
 
 // Update implements Store.
@@ -84,6 +100,9 @@ func (m *Memory) Update(_ context.Context, id, content string, embedding []float
 	if err := checkEmbedding(embedding, m.idx.Dim()); err != nil {
 		return Entry{}, fmt.Errorf("update %s: %w", id, err)
 	}
+	if err := checkContent(content); err != nil {
+		return Entry{}, fmt.Errorf("update %s: %w", id, err)
+	}
 	e := m.entries[i]
 	if metadata != nil {
 		md, err := normalizeMetadata(metadata)
@@ -93,17 +112,18 @@ func (m *Memory) Update(_ context.Context, id, content string, embedding []float
 		e.Metadata = md
 	}
 	e.Content = content
-	e.Embedding = slices.Clone(embedding)
-	embed.Normalize(e.Embedding)
+	e.Embedding = unit(embedding)
 	e.Updated = m.now().UTC()
-	if err := m.idx.Set(i, embedding); err != nil {
+	if err := m.idx.Set(i, e.Embedding); err != nil {
 		return Entry{}, err
 	}
 	m.entries[i] = e
 	return cloneEntry(e), nil
 }
 
-// Delete implements Store.
+// Delete implements Store. The rows after id move up one, so that rows
+// stay in insertion order: Retrieve breaks ties by row, and every store
+// breaks them by insertion order.
 func (m *Memory) Delete(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -111,11 +131,15 @@ func (m *Memory) Delete(_ context.Context, id string) error {
 	if !ok {
 		return fmt.Errorf("delete %s: %w", id, ErrNotFound)
 	}
-	last := len(m.entries) - 1
-	m.idx.SwapRemove(i)
-	m.entries[i] = m.entries[last]
-	m.byID[m.entries[i].ID] = i
-	m.entries = m.entries[:last]
+	for r := i; r+1 < len(m.entries); r++ {
+		m.entries[r] = m.entries[r+1]
+		m.byID[m.entries[r].ID] = r
+		if err := m.idx.Set(r, m.entries[r].Embedding); err != nil {
+			return err
+		}
+	}
+	m.idx.SwapRemove(len(m.entries) - 1)
+	m.entries = m.entries[:len(m.entries)-1]
 	delete(m.byID, id)
 	delete(m.seq, id)
 	return nil

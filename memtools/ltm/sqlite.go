@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/agemem/agemem/embed"
@@ -37,6 +36,9 @@ var migrations = []string{
 		namespace TEXT    PRIMARY KEY,
 		version   INTEGER NOT NULL
 	) WITHOUT ROWID;`,
+	// Add looks a content up before storing it (a namespace holds a content
+	// once).
+	`CREATE INDEX memories_ns_content ON memories(namespace, content);`,
 }
 
 // SchemaVersion is the store schema this build writes.
@@ -172,8 +174,8 @@ func (s *SQLite) Path() string { return s.path }
 
 // Namespace returns the Store of one user. Namespaces never see each other.
 func (s *SQLite) Namespace(ns string) (Store, error) {
-	if ns == "" || len(ns) > 256 || strings.ContainsAny(ns, "\x00") {
-		return nil, fmt.Errorf("namespace %q: must be 1-256 bytes without NUL", ns)
+	if err := checkNamespace(ns); err != nil {
+		return nil, err
 	}
 	return &sqliteNS{s: s, ns: ns}, nil
 }

@@ -181,17 +181,10 @@ func orEmpty(m map[string]any) map[string]any {
 
 // encodeVec stores v normalised, so Retrieve needs one dot product per row.
 func encodeVec(v []float32) []byte {
-	var s float64
-	for _, x := range v {
-		s += float64(x) * float64(x)
-	}
-	inv := float32(1)
-	if s > 0 {
-		inv = float32(1 / math.Sqrt(s))
-	}
+	v = unit(v)
 	b := make([]byte, 4*len(v))
 	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x*inv))
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
 	}
 	return b
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,8 +33,20 @@ func (n *sqliteNS) Add(ctx context.Context, e Entry) (Entry, error) {
 	if err := checkEmbedding(e.Embedding, d); err != nil {
 		return Entry{}, n.wrap("add memory", err)
 	}
+	if err := checkContent(e.Content); err != nil {
+		return Entry{}, n.wrap("add memory", err)
+	}
+	// A namespace holds a content once; the write slot makes the look-up
+	// and the insert one step.
+	held, err := scanEntry(tx.QueryRowContext(ctx, "SELECT "+entryCols+" FROM memories WHERE namespace = ? AND content = ? ORDER BY seq LIMIT 1", n.ns, e.Content).Scan)
+	if err == nil {
+		return held, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return Entry{}, n.wrap("add memory", err)
+	}
 	e.Metadata = md
-	e.Embedding = slices.Clone(e.Embedding)
+	e.Embedding = unit(e.Embedding)
 	e.Created = time.Now().UTC()
 	e.Updated = e.Created
 	mdJSON, _ := json.Marshal(orEmpty(md))
@@ -73,6 +84,9 @@ func (n *sqliteNS) Update(ctx context.Context, id, content string, embedding []f
 	if err := checkEmbedding(embedding, len(e.Embedding)); err != nil {
 		return Entry{}, n.wrap("update "+id, err)
 	}
+	if err := checkContent(content); err != nil {
+		return Entry{}, n.wrap("update "+id, err)
+	}
 	if metadata != nil {
 		md, err := normalizeMetadata(metadata)
 		if err != nil {
@@ -81,7 +95,7 @@ func (n *sqliteNS) Update(ctx context.Context, id, content string, embedding []f
 		e.Metadata = md
 	}
 	e.Content = content
-	e.Embedding = slices.Clone(embedding)
+	e.Embedding = unit(embedding)
 	e.Updated = time.Now().UTC()
 	mdJSON, _ := json.Marshal(orEmpty(e.Metadata))
 	if _, err := tx.ExecContext(ctx, `UPDATE memories SET content = ?, embedding = ?, metadata = ?, updated = ?
@@ -164,6 +178,9 @@ func (s *SQLite) begin(ctx context.Context) (*writeTx, error) {
 // of that id if the namespace holds one (so importing the same export
 // twice leaves one copy); others get new ids. Embeddings must be set.
 func (s *SQLite) Import(ctx context.Context, ns string, es []Entry) (added, replaced int, err error) {
+	if err := checkNamespace(ns); err != nil {
+		return 0, 0, err
+	}
 	n := &sqliteNS{s: s, ns: ns}
 	tx, err := s.begin(ctx)
 	if err != nil {
@@ -180,6 +197,9 @@ func (s *SQLite) Import(ctx context.Context, ns string, es []Entry) (added, repl
 			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
 		}
 		d = len(e.Embedding)
+		if err := checkContent(e.Content); err != nil {
+			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
+		}
 		md, err := normalizeMetadata(e.Metadata)
 		if err != nil {
 			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
