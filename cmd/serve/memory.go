@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/cmd/internal/memcli"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/setup"
@@ -297,7 +298,7 @@ recoverable; the counts say what was kept. Stop the server first.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(list, search, get, add, update, del, export, imp, check, repair)
+	cmd.AddCommand(list, search, get, add, update, del, export, imp, check, repair, memcli.Migrate(g.load))
 	return cmd
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgvector/pgvector-go"
 )
 
@@ -188,14 +189,20 @@ func (n *pgNS) Update(ctx context.Context, id, content string, embedding []float
 }
 
 func (n *pgNS) Delete(ctx context.Context, id string) error {
-	var deleted int64
-	// Not tried again after a lost answer: a second try of a delete that
-	// committed would report ErrNotFound.
-	err := n.p.retry(ctx, false, func() error {
+	del := func() (int64, error) {
 		tag, err := n.p.pool.Exec(ctx, "DELETE FROM agemem_memories WHERE namespace = $1 AND id = $2", n.ns, id)
-		deleted = tag.RowsAffected()
-		return err
-	})
+		return tag.RowsAffected(), err
+	}
+	deleted, err := del()
+	if err != nil && unavailable(err) && ctx.Err() == nil {
+		// A first try that sent its statement and lost the answer may have
+		// deleted the entry: a second finding nothing then means it is
+		// gone, as asked.
+		sent := !pgconn.SafeToRetry(err)
+		if deleted, err = del(); err == nil && deleted == 0 && sent {
+			return nil
+		}
+	}
 	if err != nil {
 		return n.p.wrap("delete "+id, n.ns, err)
 	}
