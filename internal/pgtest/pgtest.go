@@ -56,6 +56,12 @@ func Schema(t testing.TB) (dsn, schema string) {
 		t.Skipf("PostgreSQL at AGEMEM_TEST_PG_DSN does not answer: %v", err)
 	}
 	defer conn.Close(ctx)
+	// pgvector goes to public, once, before any test's schema exists: an
+	// extension made inside a test's schema would go when it is dropped.
+	// The lock keeps test packages running at once from racing to make it.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(7370); CREATE EXTENSION IF NOT EXISTS vector SCHEMA public; SELECT pg_advisory_unlock(7370)`); err != nil {
+		t.Fatalf("create the vector extension: %v", err)
+	}
 	schema = fmt.Sprintf("t_%08x", rand.Uint32())
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
