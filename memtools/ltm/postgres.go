@@ -151,10 +151,7 @@ func (p *Postgres) migrate(ctx context.Context, cc *pgx.ConnConfig) error {
 		return err
 	}
 	if available == nil && installed == nil {
-		major := serverNum / 10000
-		return fmt.Errorf("the PostgreSQL %d server has no pgvector extension (the vector type): install pgvector %s or later on the database server "+
-			"(Debian and Ubuntu: the postgresql-%d-pgvector package; Red Hat and Fedora: pgvector_%d; or build it from its source against postgresql-server-dev-%d), then restart agemem",
-			major, minVector, major, major, major)
+		return noVector(serverNum)
 	}
 	if _, err := pgschema.Apply(ctx, conn, "memory", pgMigrations); err != nil {
 		var pe *pgconn.PgError
@@ -174,6 +171,15 @@ func (p *Postgres) migrate(ctx context.Context, cc *pgx.ConnConfig) error {
 		}
 	}
 	return nil
+}
+
+// noVector is the error of a server without pgvector: what to install
+// where, for the server's major version.
+func noVector(serverNum int) error {
+	major := serverNum / 10000
+	return fmt.Errorf("the PostgreSQL %d server has no pgvector extension (the vector type): install pgvector %s or later on the database server "+
+		"(Debian and Ubuntu: the postgresql-%d-pgvector package; Red Hat and Fedora: pgvector_%d; or build it from its source against postgresql-server-dev-%d), then start agemem again",
+		major, minVector, major, major, major)
 }
 
 // versionLess compares dotted versions ("0.7.4" < "0.8.0").

@@ -11,40 +11,54 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// clustered is n vectors as embeddings of texts on a few topics lie: near
-// a 16-dimensional subspace (random data of the full dimension, which no
-// embedder makes, is the case no approximate index does well on), around
-// 20 topics. Seeded: the same seed gives the same vectors.
-func clustered(seed uint64, n, dim int) [][]float32 {
-	const k = 16
-	basis := rand.New(rand.NewPCG(99, uint64(dim))) // one subspace per dimension
-	w := make([]float32, dim*k)
-	for i := range w {
-		w[i] = float32(basis.NormFloat64())
+// latent makes vectors as embeddings of texts on a few topics lie: near
+// a 16-dimensional subspace (random vectors of the full dimension, which
+// no embedder makes, are the case no approximate index does well on),
+// around topic centres. Seeded: the same arguments, the same vectors.
+type latent struct {
+	dim     int
+	w       []float32 // [dim][16]
+	centres [][16]float64
+}
+
+func newLatent(dim, topics int) *latent {
+	r := rand.New(rand.NewPCG(99, uint64(dim)))
+	l := &latent{dim: dim, w: make([]float32, dim*16), centres: make([][16]float64, topics)}
+	for i := range l.w {
+		l.w[i] = float32(r.NormFloat64())
 	}
-	centres := make([][k]float64, 20)
-	for i := range centres {
-		for j := range k {
-			centres[i][j] = basis.NormFloat64()
+	for i := range l.centres {
+		for j := range 16 {
+			l.centres[i][j] = r.NormFloat64()
 		}
 	}
+	return l
+}
+
+// vec draws one vector of topic t.
+func (l *latent) vec(r *rand.Rand, t int) []float32 {
+	var z [16]float64
+	for j := range z {
+		z[j] = l.centres[t][j] + 0.5*r.NormFloat64()
+	}
+	v := make([]float32, l.dim)
+	for d := range v {
+		var s float64
+		for j := range z {
+			s += float64(l.w[d*16+j]) * z[j]
+		}
+		v[d] = float32(s + 0.2*r.NormFloat64())
+	}
+	return v
+}
+
+// clustered is n vectors on 20 topics.
+func clustered(seed uint64, n, dim int) [][]float32 {
+	l := newLatent(dim, 20)
 	r := rand.New(rand.NewPCG(seed, 1))
 	out := make([][]float32, n)
 	for i := range out {
-		c := centres[r.IntN(len(centres))]
-		var z [k]float64
-		for j := range k {
-			z[j] = c[j] + 0.5*r.NormFloat64()
-		}
-		v := make([]float32, dim)
-		for d := range v {
-			var s float64
-			for j := range k {
-				s += float64(w[d*k+j]) * z[j]
-			}
-			v[d] = float32(s + 0.2*r.NormFloat64())
-		}
-		out[i] = v
+		out[i] = l.vec(r, r.IntN(20))
 	}
 	return out
 }

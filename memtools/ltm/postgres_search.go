@@ -218,14 +218,16 @@ func (p *Postgres) large(ctx context.Context, ns string) (bool, error) {
 // hnswState is what this process knows of one dimension's index.
 type hnswState struct {
 	valid    bool
-	checked  time.Time
 	building bool
+	next     time.Time // look again (and maybe build) from then on
 }
 
 // indexReady reports whether dimension d's HNSW index is built and valid;
 // when it is not, it starts building it in the background (at most one
 // build per dimension across every process sharing the database) and the
-// caller searches exactly meanwhile.
+// caller searches exactly meanwhile. It asks the database at most every
+// 30 s, and after a failed build (a role that may not create indexes, say)
+// every 10 minutes.
 func (p *Postgres) indexReady(ctx context.Context, d int) bool {
 	p.mu.Lock()
 	st := p.indexes[d]
@@ -233,32 +235,37 @@ func (p *Postgres) indexReady(ctx context.Context, d int) bool {
 		st = &hnswState{}
 		p.indexes[d] = st
 	}
-	if st.valid || st.building || time.Since(st.checked) < 30*time.Second {
+	if st.valid || st.building || time.Now().Before(st.next) {
 		defer p.mu.Unlock()
 		return st.valid
 	}
-	st.checked = time.Now()
+	st.next = time.Now().Add(30 * time.Second)
 	p.mu.Unlock()
 	valid, err := p.indexValid(ctx, d)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err == nil && valid {
-		st.valid = true
-		return true
+	if err != nil || valid {
+		st.valid = valid
+		return valid
 	}
-	if err == nil && !st.building {
+	if !st.building {
 		st.building = true
 		p.builds.Add(1)
 		go func() {
 			defer p.builds.Done()
 			err := p.BuildIndex(p.bg, d)
-			if err != nil && !errors.Is(err, context.Canceled) {
-				p.log.Error("memory store: HNSW index build failed; large namespaces are searched exactly", "dim", d, "err", err)
+			valid := false
+			if err == nil { // built, or another process is building it
+				valid, err = p.indexValid(p.bg, d)
 			}
 			p.mu.Lock()
-			st.building = false
-			st.checked = time.Time{}
-			p.mu.Unlock()
+			defer p.mu.Unlock()
+			st.building, st.valid = false, valid
+			st.next = time.Now().Add(30 * time.Second)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				p.log.Error("memory store: HNSW index build failed; large namespaces are searched exactly", "dim", d, "err", err)
+				st.next = time.Now().Add(10 * time.Minute)
+			}
 		}()
 	}
 	return false

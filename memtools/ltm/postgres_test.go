@@ -208,3 +208,17 @@ func TestPostgresDSNPasswordIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgresWithoutPgvectorSaysWhatToInstall: the package of the
+// server's own major version.
+func TestPostgresWithoutPgvectorSaysWhatToInstall(t *testing.T) {
+	msg := noVector(150018).Error()
+	for _, want := range []string{"PostgreSQL 15", "postgresql-15-pgvector", "pgvector_15", "0.8.0"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+	if !versionLess("0.7.4", "0.8.0") || versionLess("0.8.0", "0.8.0") || !versionLess("0.8.0", "0.10.0") {
+		t.Error("versionLess")
+	}
+}
