@@ -222,3 +222,41 @@ func TestPostgresWithoutPgvectorSaysWhatToInstall(t *testing.T) {
 		t.Error("versionLess")
 	}
 }
+
+// TestPostgresCreatesTheExtension: in a new database the first open
+// creates the vector extension; a role that may not create it is told
+// who can.
+func TestPostgresCreatesTheExtension(t *testing.T) {
+	ctx := context.Background()
+	base := pgtest.DSN(t)
+	admin := pgtest.Conn(t, base)
+	var super bool
+	if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
+		t.Skip("AGEMEM_TEST_PG_DSN's role is not a superuser: it cannot make the databases and role this test needs")
+	}
+	name := fmt.Sprintf("agemem_t_%08x", rand.Uint32())
+	for _, sql := range []string{"CREATE ROLE " + name + " LOGIN", "CREATE DATABASE " + name + "_a", "CREATE DATABASE " + name + "_b OWNER " + name} {
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, sql := range []string{"DROP DATABASE " + name + "_a WITH (FORCE)", "DROP DATABASE " + name + "_b WITH (FORCE)", "DROP ROLE " + name} {
+			admin.Exec(context.Background(), sql)
+		}
+	})
+	p := openPG(t, PostgresOptions{DSN: pgtest.WithParam(base, "dbname", name+"_a")})
+	ns, _ := p.Namespace("alice")
+	if _, err := ns.Add(ctx, entry("in a database that had no vector extension", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var where string
+	if err := p.pool.QueryRow(ctx, "SELECT current_database() || ' ' || extversion FROM pg_extension WHERE extname = 'vector'").Scan(&where); err != nil || !strings.HasPrefix(where, name+"_a ") {
+		t.Fatalf("the extension: %q, %v", where, err)
+	}
+	dsn := pgtest.WithParam(pgtest.WithParam(base, "dbname", name+"_b"), "user", name)
+	_, err := OpenPostgres(ctx, PostgresOptions{DSN: dsn, HNSW: DefaultConfig().HNSW})
+	if err == nil || !strings.Contains(err.Error(), "a superuser must run CREATE EXTENSION vector") {
+		t.Fatalf("a role that may not create the extension: %v", err)
+	}
+}
