@@ -35,14 +35,16 @@ type Config struct {
 	HNSW HNSW `yaml:"hnsw"`
 }
 
-// HNSW configures PostgreSQL's HNSW index (pgvector): a namespace smaller
+// HNSW configures PostgreSQL's HNSW indexes (pgvector): a namespace smaller
 // than MinRows is searched exactly (a B-tree finds its rows, every one is
-// scored), a larger one through the index, with pgvector 0.8's iterative
-// scan so that the namespace filter cannot leave it short of top_k.
+// scored), a larger one through an index of its own (a partial index on
+// its rows), with pgvector 0.8's iterative scan so that a metadata filter
+// cannot leave it short of top_k.
 type HNSW struct {
-	// MinRows is the namespace size from which the index is used; 0 never
-	// uses (nor builds) it. The index is built in the background, without
-	// blocking writes, the first time a namespace reaches this size.
+	// MinRows is the namespace size from which its index is used; 0 never
+	// uses (nor builds) one. A namespace's index is built in the
+	// background, without blocking writes, the first time a search finds it
+	// this large; each build reads the whole table once.
 	MinRows int `yaml:"min_rows"`
 	// M is the graph's links per node (pgvector's m).
 	M int `yaml:"m"`
@@ -60,7 +62,7 @@ type HNSW struct {
 // DefaultConfig is a SQLite file under data/.
 func DefaultConfig() Config {
 	return Config{Store: "sqlite", Path: "data/memory.db", Namespace: "default", Sync: "normal",
-		MaxConns: 10, HNSW: HNSW{MinRows: 100000, M: 16, EfConstruction: 64, EfSearch: 100}}
+		MaxConns: 10, HNSW: HNSW{MinRows: 10000, M: 16, EfConstruction: 64, EfSearch: 100}}
 }
 
 var memSize = regexp.MustCompile(`^[1-9][0-9]*(kB|MB|GB|TB)$`)

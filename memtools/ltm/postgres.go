@@ -27,8 +27,9 @@ import (
 // pgMigrations[i] takes the memory schema from version i to i+1
 // (pgschema.Apply); append, never edit. Embeddings are pgvector's vector
 // without a fixed dimension, so one table holds namespaces of any; each
-// HNSW index covers one dimension (a partial index on dim, the column cast
-// to vector(dim), or halfvec(dim) past 2,000 dimensions: BuildIndex).
+// HNSW index covers one large namespace's rows of one dimension (a partial
+// index, the column cast to vector(dim), or halfvec(dim) past 2,000
+// dimensions: BuildIndex).
 // Exact search reads the float32 values themselves, as SQLite does, so both
 // stores return the same entries with the same scores.
 var pgMigrations = []string{
@@ -78,9 +79,10 @@ type Postgres struct {
 	name string // user@host/database, for messages: never the password
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	sizes   map[string]nsSize
-	indexes map[int]*hnswState
+	mu        sync.Mutex
+	sizes     map[string]nsSize
+	indexes   map[string]*hnswState // by index name
+	buildSlot chan struct{}         // one index build at a time
 
 	stop   context.CancelFunc // ends the background index builds
 	bg     context.Context
@@ -119,7 +121,8 @@ func OpenPostgres(ctx context.Context, opt PostgresOptions) (*Postgres, error) {
 		cc.RuntimeParams["hnsw.ef_search"] = fmt.Sprint(opt.HNSW.EfSearch)
 		cc.RuntimeParams["hnsw.iterative_scan"] = "relaxed_order"
 	}
-	p := &Postgres{opt: opt, name: name, log: opt.Log, sizes: map[string]nsSize{}, indexes: map[int]*hnswState{}}
+	p := &Postgres{opt: opt, name: name, log: opt.Log, sizes: map[string]nsSize{},
+		indexes: map[string]*hnswState{}, buildSlot: make(chan struct{}, 1)}
 	if p.log == nil {
 		p.log = slog.Default()
 	}

@@ -108,27 +108,36 @@ func recall(got, want []Scored) float64 {
 	return float64(hit) / float64(len(want))
 }
 
-// TestPostgresHNSW: a namespace from min_rows on is searched through the
-// HNSW index (the plan says so) with high recall, its filter kept exactly;
-// a smaller one beside it is still searched exactly.
+// TestPostgresHNSW: a namespace from min_rows on is searched through its
+// own HNSW index (the plan says so) with high recall, its filter kept
+// exactly; a smaller one beside it is still searched exactly, and a large
+// one whose name needs quoting gets an index of its own.
 func TestPostgresHNSW(t *testing.T) {
 	ctx := context.Background()
 	const dim = 64
 	p := openPG(t, PostgresOptions{HNSW: HNSW{MinRows: 1000, M: 16, EfConstruction: 64, EfSearch: 100}})
 	fillNS(t, p, "big", clustered(1, 3000, dim))
 	fillNS(t, p, "small", clustered(2, 300, dim))
-	if err := p.BuildIndex(ctx, dim); err != nil {
+	odd := `o'brien $ns$ "x"`
+	fillNS(t, p, odd, clustered(7, 1200, dim))
+	if err := p.BuildIndex(ctx, "big", dim); err != nil {
 		t.Fatal(err)
+	}
+	if err := p.BuildIndex(ctx, odd, dim); err != nil {
+		t.Fatal(err)
+	}
+	if _, ex := plan(t, p, odd, clustered(8, 1, dim)[0], nil); !strings.Contains(ex, hnswName(odd, dim)) {
+		t.Fatalf("the namespace %q does not use its index:\n%s", odd, ex)
 	}
 	big, _ := p.Namespace("big")
 	small, _ := p.Namespace("small")
 	bigAll, _ := big.List(ctx)
 	smallAll, _ := small.List(ctx)
 	queries := clustered(3, 40, dim)
-	if _, ex := plan(t, p, "big", queries[0], nil); !strings.Contains(ex, hnswName(dim)) {
+	if _, ex := plan(t, p, "big", queries[0], nil); !strings.Contains(ex, hnswName("big", dim)) {
 		t.Fatalf("the large namespace's query does not use the HNSW index:\n%s", ex)
 	}
-	if sql, ex := plan(t, p, "small", queries[0], nil); strings.Contains(ex, hnswName(dim)) || strings.Contains(sql, "vector(64)") {
+	if sql, ex := plan(t, p, "small", queries[0], nil); strings.Contains(ex, "hnsw") || strings.Contains(sql, "vector(64)") {
 		t.Fatalf("the small namespace's query uses the HNSW index:\n%s", ex)
 	}
 	var sum, sumF float64
@@ -193,7 +202,7 @@ func TestPostgresHNSWBuildsItself(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if ok, _ := p.indexValid(ctx, dim); ok {
+		if ok, _ := p.indexValid(ctx, "big", dim); ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -202,7 +211,7 @@ func TestPostgresHNSWBuildsItself(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	p.builds.Wait()
-	if _, ex := plan(t, p, "big", q, nil); !strings.Contains(ex, hnswName(dim)) {
+	if _, ex := plan(t, p, "big", q, nil); !strings.Contains(ex, hnswName("big", dim)) {
 		t.Fatalf("after the build the search does not use the index:\n%s", ex)
 	}
 }
@@ -214,11 +223,11 @@ func TestPostgresHalfvecIndex(t *testing.T) {
 	p := openPG(t, PostgresOptions{HNSW: HNSW{MinRows: 100, M: 8, EfConstruction: 32, EfSearch: 64}})
 	vs := clustered(6, 300, dim)
 	fillNS(t, p, "wide", vs)
-	if err := p.BuildIndex(ctx, dim); err != nil {
+	if err := p.BuildIndex(ctx, "wide", dim); err != nil {
 		t.Fatal(err)
 	}
 	sql, ex := plan(t, p, "wide", vs[17], nil)
-	if !strings.Contains(ex, hnswName(dim)) || !strings.Contains(sql, "halfvec(2100)") {
+	if !strings.Contains(ex, hnswName("wide", dim)) || !strings.Contains(sql, "halfvec(2100)") {
 		t.Fatalf("the 2,100-dimension query does not use a halfvec index:\n%s\n%s", sql, ex)
 	}
 	ns, _ := p.Namespace("wide")

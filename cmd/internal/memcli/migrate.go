@@ -116,7 +116,7 @@ func open(ctx context.Context, cfg setup.Config, flag, spec string, mustExist bo
 		}
 		return db, nil
 	}
-	return nil, fmt.Errorf("%s %q: want sqlite:FILE, postgres://... or postgres:KEY=VALUE ...", flag, spec)
+	return nil, fmt.Errorf("%s %q: want sqlite:FILE, a postgres:// URL, or postgres: followed by key=value pairs", flag, spec)
 }
 
 func print(w io.Writer, rs []ltm.CopyReport, asJSON bool) error {
