@@ -37,10 +37,7 @@ type Scored struct {
 // Store is one namespace of long-term memory.
 type Store interface {
 	// Add stores e under a new id (e.ID is ignored) and returns it as stored.
-	// A namespace holds a content once: when it already holds an entry of
-	// exactly e.Content, Add returns that entry (the oldest, if updates made
-	// several) unchanged and stores nothing, so identical adds, concurrent or
-	// retried, leave one memory.
+	// A namespace of a DB holds a content once (see DB).
 	Add(ctx context.Context, e Entry) (Entry, error)
 	// Update replaces the content and embedding of id; a nil metadata keeps
 	// the old metadata (Eq. 12).
@@ -57,7 +54,18 @@ type Store interface {
 }
 
 // DB is a durable store of many namespaces (one per user): SQLite on one
-// machine, PostgreSQL for any number of replicas.
+// machine, PostgreSQL for any number of replicas. Its namespaces, which
+// concurrent requests and retried ones write to, keep two rules the
+// in-memory store of a rollout does not need:
+//
+//   - A namespace holds a content once: when it already holds an entry of
+//     exactly e.Content, Add returns that entry (the oldest, if updates made
+//     several) unchanged and stores nothing, so identical adds, concurrent
+//     or retried, leave one memory (Import, which restores, keeps what it
+//     is given).
+//   - Text is what every store can keep as it is: content valid UTF-8
+//     without NUL, metadata without NUL (PostgreSQL's text and jsonb hold
+//     neither), so a namespace moves between stores unchanged.
 type DB interface {
 	// Namespace returns the Store of one user; namespaces never see each
 	// other.
@@ -92,15 +100,18 @@ func checkNamespace(ns string) error {
 	return nil
 }
 
-// checkContent refuses content no store can keep as the same text:
-// PostgreSQL's text holds neither NUL nor invalid UTF-8, and a JSONL export
-// would rewrite invalid UTF-8.
-func checkContent(c string) error {
-	if !utf8.ValidString(c) {
+// checkText refuses text a DB cannot keep as it is: PostgreSQL's text
+// holds neither NUL nor invalid UTF-8 (and a JSONL export would rewrite
+// invalid UTF-8), its jsonb no U+0000. md is normalised metadata.
+func checkText(content string, md map[string]any) error {
+	if !utf8.ValidString(content) {
 		return errors.New("content is not valid UTF-8")
 	}
-	if strings.ContainsRune(c, 0) {
+	if strings.ContainsRune(content, 0) {
 		return errors.New("content contains a NUL character")
+	}
+	if hasNUL(md) {
+		return errors.New("metadata contains a NUL character (U+0000)")
 	}
 	return nil
 }
@@ -145,10 +156,6 @@ func normalizeMetadata(m map[string]any) (map[string]any, error) {
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return nil, err
-	}
-	// PostgreSQL's jsonb holds no U+0000; no store keeps what one cannot.
-	if hasNUL(out) {
-		return nil, errors.New("metadata contains a NUL character (U+0000)")
 	}
 	return out, nil
 }

@@ -50,15 +50,9 @@ func (m *Memory) Add(_ context.Context, e Entry) (Entry, error) {
 	if err := checkEmbedding(e.Embedding, dim); err != nil {
 		return Entry{}, fmt.Errorf("add memory: %w", err)
 	}
-	if err := checkContent(e.Content); err != nil {
-		return Entry{}, fmt.Errorf("add memory: %w", err)
-	}
 	md, err := normalizeMetadata(e.Metadata)
 	if err != nil {
 		return Entry{}, fmt.Errorf("add memory: %w", err)
-	}
-	if i, ok := m.holding(e.Content); ok {
-		return cloneEntry(m.entries[i]), nil
 	}
 	if m.idx == nil {
 		m.idx = embed.NewIndex(len(e.Embedding))
@@ -78,17 +72,6 @@ func (m *Memory) Add(_ context.Context, e Entry) (Entry, error) {
 	return cloneEntry(e), nil
 }
 
-// holding returns the row of the oldest entry of content c.
-func (m *Memory) holding(c string) (int, bool) {
-	row, found := 0, false
-	for i, e := range m.entries {
-		if e.Content == c && (!found || m.seq[e.ID] < m.seq[m.entries[row].ID]) {
-			row, found = i, true
-		}
-	}
-	return row, found
-}
-
 // Update implements Store.
 func (m *Memory) Update(_ context.Context, id, content string, embedding []float32, metadata map[string]any) (Entry, error) {
 	m.mu.Lock()
@@ -98,9 +81,6 @@ func (m *Memory) Update(_ context.Context, id, content string, embedding []float
 		return Entry{}, fmt.Errorf("update %s: %w", id, ErrNotFound)
 	}
 	if err := checkEmbedding(embedding, m.idx.Dim()); err != nil {
-		return Entry{}, fmt.Errorf("update %s: %w", id, err)
-	}
-	if err := checkContent(content); err != nil {
 		return Entry{}, fmt.Errorf("update %s: %w", id, err)
 	}
 	e := m.entries[i]

@@ -53,10 +53,10 @@ func (n *pgNS) Add(ctx context.Context, e Entry) (Entry, error) {
 	if err := checkEmbedding(e.Embedding, 0); err != nil {
 		return Entry{}, n.p.wrap("add memory", n.ns, err)
 	}
-	if err := checkContent(e.Content); err != nil {
-		return Entry{}, n.p.wrap("add memory", n.ns, err)
-	}
 	md, err := normalizeMetadata(e.Metadata)
+	if err == nil {
+		err = checkText(e.Content, md)
+	}
 	if err != nil {
 		return Entry{}, n.p.wrap("add memory", n.ns, err)
 	}
@@ -147,17 +147,18 @@ func (n *pgNS) Update(ctx context.Context, id, content string, embedding []float
 	if err := checkEmbedding(embedding, 0); err != nil {
 		return Entry{}, n.p.wrap(op, n.ns, err)
 	}
-	if err := checkContent(content); err != nil {
-		return Entry{}, n.p.wrap(op, n.ns, err)
-	}
 	var mdArg any // nil keeps the stored metadata
+	var md map[string]any
 	if metadata != nil {
-		md, err := normalizeMetadata(metadata)
-		if err != nil {
+		var err error
+		if md, err = normalizeMetadata(metadata); err != nil {
 			return Entry{}, n.p.wrap(op, n.ns, err)
 		}
 		raw, _ := json.Marshal(orEmpty(md))
 		mdArg = string(raw)
+	}
+	if err := checkText(content, md); err != nil {
+		return Entry{}, n.p.wrap(op, n.ns, err)
 	}
 	v := unit(embedding)
 	now := time.Now().UTC()
@@ -280,10 +281,10 @@ func (p *Postgres) Import(ctx context.Context, ns string, es []Entry) (added, re
 		if err := checkEmbedding(e.Embedding, len(es[0].Embedding)); err != nil {
 			return 0, 0, p.wrap(fmt.Sprintf("import entry %d", i+1), ns, err)
 		}
-		if err := checkContent(e.Content); err != nil {
-			return 0, 0, p.wrap(fmt.Sprintf("import entry %d", i+1), ns, err)
-		}
 		md, err := normalizeMetadata(e.Metadata)
+		if err == nil {
+			err = checkText(e.Content, md)
+		}
 		if err != nil {
 			return 0, 0, p.wrap(fmt.Sprintf("import entry %d", i+1), ns, err)
 		}

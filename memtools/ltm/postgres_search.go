@@ -38,7 +38,7 @@ func (n *pgNS) Retrieve(ctx context.Context, query []float32, topK int, filter m
 	if err != nil {
 		return nil, n.p.wrap("retrieve", n.ns, fmt.Errorf("filter: %w", err))
 	}
-	if topK <= 0 {
+	if topK <= 0 || hasNUL(f) { // no memory holds a NUL (checkText)
 		return nil, nil
 	}
 	var out []Scored

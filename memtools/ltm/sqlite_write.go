@@ -33,7 +33,7 @@ func (n *sqliteNS) Add(ctx context.Context, e Entry) (Entry, error) {
 	if err := checkEmbedding(e.Embedding, d); err != nil {
 		return Entry{}, n.wrap("add memory", err)
 	}
-	if err := checkContent(e.Content); err != nil {
+	if err := checkText(e.Content, md); err != nil {
 		return Entry{}, n.wrap("add memory", err)
 	}
 	// A namespace holds a content once; the write slot makes the look-up
@@ -84,15 +84,15 @@ func (n *sqliteNS) Update(ctx context.Context, id, content string, embedding []f
 	if err := checkEmbedding(embedding, len(e.Embedding)); err != nil {
 		return Entry{}, n.wrap("update "+id, err)
 	}
-	if err := checkContent(content); err != nil {
-		return Entry{}, n.wrap("update "+id, err)
-	}
 	if metadata != nil {
 		md, err := normalizeMetadata(metadata)
 		if err != nil {
 			return Entry{}, n.wrap("update "+id, err)
 		}
 		e.Metadata = md
+	}
+	if err := checkText(content, e.Metadata); err != nil {
+		return Entry{}, n.wrap("update "+id, err)
 	}
 	e.Content = content
 	e.Embedding = unit(embedding)
@@ -197,10 +197,10 @@ func (s *SQLite) Import(ctx context.Context, ns string, es []Entry) (added, repl
 			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
 		}
 		d = len(e.Embedding)
-		if err := checkContent(e.Content); err != nil {
-			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
-		}
 		md, err := normalizeMetadata(e.Metadata)
+		if err == nil {
+			err = checkText(e.Content, md)
+		}
 		if err != nil {
 			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)
 		}

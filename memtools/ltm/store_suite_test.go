@@ -45,11 +45,12 @@ func dbs(t *testing.T, f func(t *testing.T, db DB)) {
 	t.Run("postgres", func(t *testing.T) { f(t, openPG(t, PostgresOptions{})) })
 }
 
-// TestStoreHoldsAContentOnce: identical adds, one after another or 32 at
+// TestDBHoldsAContentOnce: identical adds, one after another or 32 at
 // once, leave one memory, and every caller gets its id (mem0 #6515).
-func TestStoreHoldsAContentOnce(t *testing.T) {
+func TestDBHoldsAContentOnce(t *testing.T) {
 	ctx := context.Background()
-	stores(t, func(t *testing.T, s Store) {
+	dbs(t, func(t *testing.T, db DB) {
+		s, _ := db.Namespace("alice")
 		first, err := s.Add(ctx, entry("Alice's cat is called Tabby.", map[string]any{"src": "chat 1"}))
 		if err != nil {
 			t.Fatal(err)
@@ -219,12 +220,13 @@ func bruteForce(all []Entry, q []float32, k int, filter map[string]any) []Scored
 	return out
 }
 
-// TestStoreRefusesWhatItCannotKeep: text no store can keep as it is
-// (PostgreSQL holds no NUL and no invalid UTF-8) is refused everywhere,
-// and the store is left as it was.
-func TestStoreRefusesWhatItCannotKeep(t *testing.T) {
+// TestDBRefusesWhatItCannotKeep: text a DB cannot keep as it is
+// (PostgreSQL holds no NUL and no invalid UTF-8) is refused by both, and
+// the store is left as it was.
+func TestDBRefusesWhatItCannotKeep(t *testing.T) {
 	ctx := context.Background()
-	stores(t, func(t *testing.T, s Store) {
+	dbs(t, func(t *testing.T, db DB) {
+		s, _ := db.Namespace("alice")
 		ok, err := s.Add(ctx, entry("a fine memory", nil))
 		if err != nil {
 			t.Fatal(err)
@@ -254,6 +256,12 @@ func TestStoreRefusesWhatItCannotKeep(t *testing.T) {
 		}
 		if g, _ := s.Get(ctx, ok.ID); g.Content != "a fine memory" {
 			t.Fatalf("the refused update changed the entry: %+v", g)
+		}
+		if hits, err := s.Retrieve(ctx, enc.One("fine"), 3, map[string]any{"k": "a\x00b"}); err != nil || len(hits) != 0 {
+			t.Fatalf("a filter with NUL: %v %v", hits, err)
+		}
+		if _, _, err := db.Import(ctx, "alice", []Entry{{Content: "a\x00", Embedding: enc.One("a")}}); err == nil {
+			t.Error("Import of content with NUL succeeded")
 		}
 	})
 }
