@@ -222,7 +222,8 @@ func mcpCmd(g *globals) *cobra.Command {
 		Long: `Runs an MCP server (the official Go SDK) on stdin/stdout exposing
 Add_memory, Update_memory, Delete_memory and Retrieve_memory on one
 namespace (--namespace, default memory.namespace) of the store at
-memory.path or memory.dsn. Over HTTP the same tools are at /mcp of the running server.`,
+memory.path (or memory.dsn with memory.store postgres). Over HTTP the
+same tools are at /mcp of the running server.`,
 		Example: `  serve mcp --stdio --namespace alice --config configs/tiny.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
