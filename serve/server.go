@@ -45,7 +45,7 @@ type Options struct {
 	// native engine (serve.max_batch, prefix_cache, kv_budget).
 	Backend  Backend
 	Native   *native.Checkpoint
-	Store    *ltm.SQLite
+	Store    ltm.DB
 	Embedder embed.Embedder
 	// Summarizer, if set, replaces the extractive summariser of
 	// Summary_context (tools.summarizer ollama).
@@ -64,7 +64,7 @@ type Server struct {
 	tools    memtools.Options
 	ns       string
 	be       Backend
-	db       *ltm.SQLite
+	db       ltm.DB
 	enc      embed.Embedder
 	sum      memtools.Summarizer
 	log      *slog.Logger

@@ -5,7 +5,6 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/memtools/stm"
 )
 
@@ -29,7 +28,7 @@ func AgentToolset(ctx context.Context, cfg Config, memory bool, servers []agent.
 		return nil, close, err
 	}
 	if memory {
-		db, err := ltm.OpenSQLite(cfg.Memory.Path, StoreOptions(cfg))
+		db, err := OpenStore(ctx, cfg)
 		if err != nil {
 			return nil, close, err
 		}

@@ -80,6 +80,21 @@ func Embedder(ctx context.Context, cfg Config) (embed.Embedder, error) {
 	return embed.NewHashing(e.Dim, e.CharNgrams), nil
 }
 
+// OpenStore opens the durable long-term store memory.store names: the
+// SQLite file memory.path, or the PostgreSQL database memory.dsn (the
+// password from PGPASSWORD or ~/.pgpass). memory.store "memory" keeps
+// nothing between runs, so a command that needs a store refuses it.
+func OpenStore(ctx context.Context, cfg Config) (ltm.DB, error) {
+	m := cfg.Memory
+	switch m.Store {
+	case "sqlite":
+		return ltm.OpenSQLite(m.Path, StoreOptions(cfg))
+	case "postgres":
+		return ltm.OpenPostgres(ctx, ltm.PostgresOptions{DSN: m.DSN, MaxConns: m.MaxConns, HNSW: m.HNSW, Metadata: m.Limits()})
+	}
+	return nil, fmt.Errorf("memory.store is %q, which keeps nothing between runs: this command needs sqlite or postgres", m.Store)
+}
+
 // StoreOptions are the SQLite memory store's options: memory.sync, the
 // metadata limits, and embed.device for the top-k of large namespaces
 // (IndexDevice).

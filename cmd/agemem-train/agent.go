@@ -20,8 +20,9 @@ server at openai.base_url (--model, or openai.model), or a local Qwen
 checkpoint run by the built-in engine (--native DIR, the tools rendered by
 its own chat template and its <tool_call> blocks parsed back), answers --prompt,
 calling tools until it answers without one (or --max-steps turns pass).
-Tools: with --memory, AgeMem's long-term memory tools on the SQLite store
-at memory.path (namespace memory.namespace), the store serve uses; and the
+Tools: with --memory, AgeMem's long-term memory tools on the store serve
+uses (memory.path, or memory.dsn with memory.store postgres; namespace
+memory.namespace); and the
 tools of every MCP server in the config's mcp.servers and named with
 --mcp-url (streamable HTTP; headers with --mcp-header NAME=VALUE) or
 --mcp-command (a command line started over stdio). A call to an unknown tool, with arguments that break the
@@ -92,7 +93,7 @@ func agentCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&model, "model", "", "the model on the server (default openai.model), or ollama:NAME for Ollama's own API with native tools")
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen2/2.5/3 checkpoint directory, run by the built-in engine (greedy)")
 	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device: auto, cpu, cuda or cuda:N")
-	cmd.Flags().BoolVar(&memory, "memory", false, "add AgeMem's long-term memory tools on memory.path")
+	cmd.Flags().BoolVar(&memory, "memory", false, "add AgeMem's long-term memory tools on the configured store (memory.path, or memory.dsn with memory.store postgres)")
 	mf.add(cmd)
 	cmd.Flags().IntVar(&maxSteps, "max-steps", 8, "the most model turns")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the trace as JSON")

@@ -14,14 +14,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/cmd/internal/memcli"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/setup"
 )
 
-// session is an open namespace of the configured SQLite store.
+// session is an open namespace of the configured store (SQLite or
+// PostgreSQL).
 type session struct {
-	db  *ltm.SQLite
+	db  ltm.DB
 	ns  ltm.Store
 	enc embed.Embedder
 	cfg setup.Config
@@ -32,10 +34,7 @@ func open(g *globals) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Memory.Store != "sqlite" {
-		return nil, fmt.Errorf("memory.store is %q: the memory commands administer a sqlite store", cfg.Memory.Store)
-	}
-	db, err := ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
+	db, err := setup.OpenStore(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -89,12 +88,13 @@ func memoryCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "memory",
 		Short: "List, search, add, update, delete, export and import a user's long-term memories",
-		Long: `Administers one namespace (one user) of the SQLite long-term store named by
-memory.path. --namespace picks the user (default: memory.namespace).`,
+		Long: `Administers one namespace (one user) of the long-term store: the SQLite file
+memory.path, or the PostgreSQL database memory.dsn when memory.store is
+postgres. --namespace picks the user (default: memory.namespace).`,
 	}
 	cmd.PersistentFlags().StringVar(&g.namespace, "namespace", "", "the user's namespace")
 	cmd.AddCommand(memoryListCmd(g), memorySearchCmd(g), memoryGetCmd(g), memoryAddCmd(g), memoryUpdateCmd(g), memoryDeleteCmd(g),
-		memoryExportCmd(g), memoryImportCmd(g), memoryCheckCmd(g), memoryRepairCmd(g))
+		memoryExportCmd(g), memoryImportCmd(g), memoryCheckCmd(g), memoryRepairCmd(g), memcli.Migrate(g.load))
 	return cmd
 }
 
