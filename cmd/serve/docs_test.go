@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agemem/agemem/internal/clidoc"
+	"github.com/agemem/agemem/serve"
 	"github.com/agemem/agemem/setup"
 )
 
@@ -28,6 +29,19 @@ func TestCLIReferenceIsCurrent(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("docs/reference/cli/%s is not what the code generates: run `make docs`", filepath.Base(p))
 		}
+	}
+}
+
+// TestOpenAPIReferenceIsCurrent: docs/reference/openapi.json is the
+// document serve serves at /openapi.json, as `make docs` writes it.
+func TestOpenAPIReferenceIsCurrent(t *testing.T) {
+	want, err := serve.OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../docs/reference/openapi.json")
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("docs/reference/openapi.json is not the document serve serves: run `make docs`")
 	}
 }
 
