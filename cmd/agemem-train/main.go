@@ -68,7 +68,7 @@ reasoning) with a policy, and reports how well the policy used its memory.`,
 		pprof.StopCPUProfile()
 		return profFile.Close()
 	}
-	root.AddCommand(dataCmd(g), episodeCmd(g), configCmd(g), initModelCmd(g), pretrainCmd(g), probeCmd(), sftCmd(g), trainCmd(g), evalCmd(g), tokenizeCmd(), generateCmd(), tokenizerCmd(g), mergeCmd(), exportCmd(g), embedCmd(g), agentCmd(g), locomoCmd(g), toolsCmd(g), memtoolCmd(g))
+	root.AddCommand(dataCmd(g), episodeCmd(g), configCmd(g), initModelCmd(g), pretrainCmd(g), probeCmd(), sftCmd(g), trainCmd(g), evalCmd(g), tokenizeCmd(), generateCmd(), tokenizerCmd(g), mergeCmd(), exportCmd(g), embedCmd(g), agentCmd(g), locomoCmd(g), toolsCmd(g), memtoolCmd(g), consoleCmd())
 	return root
 }
 
