@@ -23,8 +23,9 @@ type journal struct {
 	max   int
 	maxNS int
 	byNS  map[string][]*journalTurn // each namespace's turns, oldest first
-	order []*journalTurn            // every turn, oldest first
-	head  int                       // order[:head] are gone
+	order []*journalTurn            // every turn, oldest first, and some gone
+	head  int                       // order[:head] are dropped
+	live  int                       // turns kept
 	now   func() time.Time
 }
 
@@ -63,26 +64,36 @@ func (j *journal) record(ns, session, id string, turn []chat.Message, tr memtool
 	e := &journalTurn{ns: ns, t: t}
 	j.byNS[ns] = append(j.byNS[ns], e)
 	j.order = append(j.order, e)
+	j.live++
 	if own := j.byNS[ns]; len(own) > j.maxNS {
 		own[0].gone = true
 		j.byNS[ns] = own[1:]
+		j.live--
 	}
-	for len(j.order)-j.head > j.max {
+	for j.live > j.max {
 		old := j.order[j.head]
 		j.order[j.head] = nil
 		j.head++
-		if !old.gone {
-			own := j.byNS[old.ns]
-			j.byNS[old.ns] = own[1:] // the oldest overall is its namespace's oldest
-			if len(own) == 1 {
-				delete(j.byNS, old.ns)
+		if old.gone {
+			continue
+		}
+		own := j.byNS[old.ns]
+		j.byNS[old.ns] = own[1:] // the oldest kept overall is its namespace's oldest
+		if len(own) == 1 {
+			delete(j.byNS, old.ns)
+		}
+		j.live--
+	}
+	// Drop what is gone from order now and then, so that a busy tenant's
+	// dropped turns do not pile up behind a quiet tenant's old one.
+	if len(j.order)-j.head > 2*j.max {
+		kept := make([]*journalTurn, 0, j.live)
+		for _, x := range j.order[j.head:] {
+			if !x.gone {
+				kept = append(kept, x)
 			}
 		}
-	}
-	// Compact the dropped front now and then, so order does not grow.
-	if j.head > j.max {
-		j.order = append([]*journalTurn(nil), j.order[j.head:]...)
-		j.head = 0
+		j.order, j.head = kept, 0
 	}
 }
 
