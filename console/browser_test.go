@@ -1,12 +1,17 @@
 package console_test
 
 import (
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/agemem/agemem/console"
 	"github.com/agemem/agemem/console/browsertest"
+	"github.com/agemem/agemem/model/train"
 )
 
 // TestRunPagesInChromium walks the training pages of a real GRPO run in
@@ -80,5 +85,50 @@ func TestRunPagesInChromium(t *testing.T) {
 	b.Settle()
 	if p := b.Problems(); len(p) > 0 {
 		t.Fatalf("the pages reported errors:\n%s", strings.Join(p, "\n"))
+	}
+}
+
+// TestLiveRunRefreshesInChromium: the page of a run still training (its
+// metrics.jsonl written lately, no policy yet) re-reads itself: a step the
+// trainer logs after the page opened shows up without a reload.
+func TestLiveRunRefreshesInChromium(t *testing.T) {
+	b := browsertest.Start(t)
+	dir := t.TempDir()
+	m, err := train.OpenMetrics(filepath.Join(dir, "sft", "metrics.jsonl"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for step := 1; step <= 3; step++ {
+		m.Log(map[string]any{"step": step, "loss": 2.0 / float64(step)})
+	}
+	cfg := console.DefaultConfig()
+	cfg.Runs, cfg.Refresh = dir, time.Second
+	c, err := console.New(console.Options{Config: cfg, Open: console.Principal{Admin: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(c)
+	defer ts.Close()
+	b.Do(chromedp.Navigate(ts.URL+"/ui/runs/run?name=sft"), chromedp.WaitVisible(chromedp.CSS(".charts img")))
+	if tag := b.Text("p.runs"); !strings.Contains(tag, "training") {
+		t.Fatalf("a run written a moment ago is not marked as training: %q", tag)
+	}
+	before := browsertest.Get(b, chromedp.Evaluate[string](`document.querySelector(".charts img").src`, chromedp.EvalAsValue))
+	m.Log(map[string]any{"step": 4, "loss": 0.123})
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.Text("table.figures"), "0.123") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page never showed step 4's loss:\n%s", b.Text("table.figures"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	after := browsertest.Get(b, chromedp.Evaluate[string](`document.querySelector(".charts img").src`, chromedp.EvalAsValue))
+	if after == before {
+		t.Fatalf("the chart's image was not redrawn: %s", after)
+	}
+	b.Settle()
+	if p := b.Problems(); len(p) > 0 {
+		t.Fatalf("the page reported errors:\n%s", strings.Join(p, "\n"))
 	}
 }

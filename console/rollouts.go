@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -47,7 +48,7 @@ func (rs *runStore) rolloutsOf(r runInfo) (*rolloutFile, error) {
 	defer f.mu.Unlock()
 	err := f.t.read(func(off int64, raw []byte) error {
 		var ref rolloutRef
-		if err := json.Unmarshal(raw, &ref); err != nil {
+		if err := indexLine(raw, &ref); err != nil {
 			return err
 		}
 		ref.off, ref.n = off, len(raw)
@@ -59,6 +60,26 @@ func (rs *runStore) rolloutsOf(r runInfo) (*rolloutFile, error) {
 		clear(f.steps)
 	})
 	return f, err
+}
+
+// trajectoryKey opens a line's trajectory, most of its bytes. The trainer
+// writes a record's keys sorted (Go's encoding of a map), so every field
+// the index reads comes before it.
+var trajectoryKey = []byte(`,"trajectory":`)
+
+// indexLine reads the fields a rollout's index keeps from its line,
+// skipping the trajectory when it comes last: a long run's first view
+// indexes ten thousand lines. (A quote inside a JSON string is escaped, so
+// the first unescaped occurrence is the key.)
+func indexLine(raw []byte, ref *rolloutRef) error {
+	if i := bytes.Index(raw, trajectoryKey); i > 0 {
+		head := append(raw[:i:i], '}')
+		if json.Unmarshal(head, ref) == nil && ref.Step > 0 {
+			return nil
+		}
+		*ref = rolloutRef{}
+	}
+	return json.Unmarshal(raw, ref)
 }
 
 // groupSum is a group's line in a step's list.
@@ -75,8 +96,11 @@ type groupSum struct {
 
 type stepsData struct {
 	Run      runInfo
-	Steps    []int
+	NSteps   int
 	Step     int
+	// The steps around this one and at the ends (-1, 0: none).
+	Prev, Next  int
+	First, Last int
 	Groups   []groupSum
 	Rollouts int
 	Rounds   bool
@@ -95,16 +119,26 @@ func (c *Console) rollouts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
-	d := stepsData{Run: run, Rollouts: len(f.refs), Bad: append([]string(nil), f.t.bad...)}
+	d := stepsData{Run: run, Rollouts: len(f.refs), Bad: append([]string(nil), f.t.bad...), Prev: -1, Next: -1}
+	steps := make([]int, 0, len(f.steps))
 	for s := range f.steps {
-		d.Steps = append(d.Steps, s)
+		steps = append(steps, s)
 	}
-	sort.Ints(d.Steps)
-	d.Step = -1
+	sort.Ints(steps)
+	d.NSteps, d.Step = len(steps), -1
+	if len(steps) > 0 {
+		d.First, d.Last, d.Step = steps[0], steps[len(steps)-1], steps[len(steps)-1]
+	}
 	if n, err := strconv.Atoi(r.URL.Query().Get("step")); err == nil {
 		d.Step = n
-	} else if len(d.Steps) > 0 {
-		d.Step = d.Steps[len(d.Steps)-1]
+	}
+	if i, ok := slices.BinarySearch(steps, d.Step); ok {
+		if i > 0 {
+			d.Prev = steps[i-1]
+		}
+		if i+1 < len(steps) {
+			d.Next = steps[i+1]
+		}
 	}
 	byGroup := map[[2]int]*groupSum{}
 	for _, i := range f.steps[d.Step] {

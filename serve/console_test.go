@@ -41,7 +41,7 @@ func startLogged(t *testing.T, c config) (*testServer, *logBuffer) {
 // visitor is a browser-like client of the console: a cookie jar, no
 // redirects followed (the tests read them), and the last CSRF token seen.
 type visitor struct {
-	t    *testing.T
+	t    testing.TB
 	c    *http.Client
 	base string
 	csrf string
@@ -52,7 +52,7 @@ var (
 	nonceRE = regexp.MustCompile(`name="nonce" value="([^"]+)"`)
 )
 
-func newVisitor(t *testing.T, base string) *visitor {
+func newVisitor(t testing.TB, base string) *visitor {
 	jar, _ := cookiejar.New(nil)
 	return &visitor{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
