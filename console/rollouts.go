@@ -95,16 +95,16 @@ type groupSum struct {
 }
 
 type stepsData struct {
-	Run      runInfo
-	NSteps   int
-	Step     int
+	Run    runInfo
+	NSteps int
+	Step   int
 	// The steps around this one and at the ends (-1, 0: none).
 	Prev, Next  int
 	First, Last int
-	Groups   []groupSum
-	Rollouts int
-	Rounds   bool
-	Bad      []string
+	Groups      []groupSum
+	Rollouts    int
+	Rounds      bool
+	Bad         []string
 }
 
 func (c *Console) rollouts(w http.ResponseWriter, r *http.Request) {
