@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -97,6 +98,63 @@ func (l *logins) drop(tok string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.m, sha256.Sum256([]byte(tok)))
+}
+
+// failures counts each client address's failed logins over the minute
+// since its first.
+type failures struct {
+	mu  sync.Mutex
+	m   map[string]*window
+	max int
+}
+
+type window struct {
+	start time.Time
+	n     int
+}
+
+// maxAddrs bounds the addresses remembered (older windows go first).
+const maxAddrs = 10000
+
+// allow reports whether addr may try to log in at now.
+func (f *failures) allow(addr string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := f.m[addr]
+	return w == nil || now.Sub(w.start) > time.Minute || w.n < f.max
+}
+
+func (f *failures) failed(addr string, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]*window{}
+	}
+	if len(f.m) >= maxAddrs {
+		for k, w := range f.m {
+			if now.Sub(w.start) > time.Minute {
+				delete(f.m, k)
+			}
+		}
+		if len(f.m) >= maxAddrs {
+			clear(f.m)
+		}
+	}
+	w := f.m[addr]
+	if w == nil || now.Sub(w.start) > time.Minute {
+		w = &window{start: now}
+		f.m[addr] = w
+	}
+	w.n++
+}
+
+// clientAddr is the request's client address without its port.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 type sessionKey struct{}
@@ -207,8 +265,15 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.showLogin(w, r, http.StatusForbidden, next, "The login form expired; log in again.")
 		return
 	}
+	addr := clientAddr(r)
+	if !c.failures.allow(addr, time.Now()) {
+		w.Header().Set("Retry-After", "60")
+		c.showLogin(w, r, http.StatusTooManyRequests, next, "Too many failed logins from this address: wait a minute (serve.console.login_failures).")
+		return
+	}
 	p, ok := c.o.Login(strings.TrimSpace(r.PostForm.Get("key")))
 	if !ok {
+		c.failures.failed(addr, time.Now())
 		c.log.Info("console: login refused", "remote", r.RemoteAddr)
 		c.showLogin(w, r, http.StatusUnauthorized, next, "That is not a valid API key.")
 		return

@@ -19,6 +19,10 @@ type Config struct {
 	// once (at the cap the oldest is logged out).
 	SessionTTL time.Duration `yaml:"session_ttl"`
 	MaxLogins  int           `yaml:"max_logins"`
+	// LoginFailures are the failed logins one client address may make in a
+	// minute; beyond them it is told to wait (429), so keys cannot be
+	// guessed at speed.
+	LoginFailures int `yaml:"login_failures"`
 	// PageSize is the memories a page lists.
 	PageSize int `yaml:"page_size"`
 	// Refresh is how often a live page (health, a run still training)
@@ -38,7 +42,7 @@ type Config struct {
 
 // DefaultConfig is the console on, without training runs.
 func DefaultConfig() Config {
-	return Config{Enabled: true, SessionTTL: 12 * time.Hour, MaxLogins: 1000, PageSize: 50, Refresh: 5 * time.Second,
+	return Config{Enabled: true, SessionTTL: 12 * time.Hour, MaxLogins: 1000, LoginFailures: 10, PageSize: 50, Refresh: 5 * time.Second,
 		Turns: 2000, TurnsPerNamespace: 200, ListRefresh: 30 * time.Second}
 }
 
@@ -54,6 +58,7 @@ func (c Config) Validate() error {
 		}
 	}
 	e.AtLeast("max_logins", c.MaxLogins, 1)
+	e.AtLeast("login_failures", c.LoginFailures, 1)
 	if c.PageSize < 1 || c.PageSize > 1000 {
 		e.Add("page_size", "%d is outside [1, 1000]", c.PageSize)
 	}

@@ -103,14 +103,15 @@ type Options struct {
 
 // Console is the console's http.Handler, for paths under Prefix.
 type Console struct {
-	o      Options
-	mux    *http.ServeMux
-	logins *logins
-	tmpl   map[string]*template.Template
-	runs   *runStore
-	static http.Handler
-	cop    *http.CrossOriginProtection
-	log    *slog.Logger
+	o        Options
+	mux      *http.ServeMux
+	logins   *logins
+	failures *failures
+	tmpl     map[string]*template.Template
+	runs     *runStore
+	static   http.Handler
+	cop      *http.CrossOriginProtection
+	log      *slog.Logger
 }
 
 //go:embed templates/*.html
@@ -128,7 +129,7 @@ func New(o Options) (*Console, error) {
 		o.Title = "agemem"
 	}
 	c := &Console{o: o, logins: newLogins(o.Config.SessionTTL, o.Config.MaxLogins), log: o.Logger,
-		cop: http.NewCrossOriginProtection()}
+		failures: &failures{max: o.Config.LoginFailures}, cop: http.NewCrossOriginProtection()}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}

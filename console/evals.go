@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// evalRow is the part of a row of agemem-train eval's JSON report (eval.Row)
-// the tables show; eval's tests hold the two to the same fields.
+// evalRow is the part of a row of agemem-train eval's JSON report (eval.Row,
+// which sits above the console's layer) the tables show; the console's
+// tests read a report eval wrote and find each row's figures on the page.
 type evalRow struct {
 	Policy       string             `json:"policy"`
 	Tasks        int                `json:"tasks"`
@@ -75,12 +76,16 @@ func (rs *runStore) evalAt(path, name string, d fs.DirEntry) *evalFile {
 	return ef
 }
 
+// evalTool is a tool column: the tool's name and its short header.
+type evalTool struct{ Name, Label string }
+
 // evalTools are the tool columns, in Figure 7's order.
-var evalTools = []string{"Add_memory", "Update_memory", "Delete_memory", "Retrieve_memory", "Summary_context", "Filter_context"}
+var evalTools = []evalTool{{"Add_memory", "add"}, {"Update_memory", "update"}, {"Delete_memory", "delete"},
+	{"Retrieve_memory", "retrieve"}, {"Summary_context", "summary"}, {"Filter_context", "filter"}}
 
 type evalsData struct {
 	Files []evalFile
-	Tools []string
+	Tools []evalTool
 }
 
 // evals shows the chosen reports' rows in one table (?file=a&file=b),

@@ -1,14 +1,19 @@
 package console_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/agemem/agemem/console"
+	"github.com/agemem/agemem/eval"
 )
 
 // runsConsole serves dir's runs as agemem-train console does.
@@ -63,9 +68,23 @@ func TestRunPagesShowARealRun(t *testing.T) {
 	if code != 200 || strings.Count(body, `class="rollout"`) != 4 || !strings.Contains(body, "Stage 1") || !strings.Contains(body, "Stage 3") {
 		t.Fatalf("group page (4 rollouts with trajectories): %d\n%s", code, body)
 	}
+	// The evaluation table reads eval's own report: every row's figures.
 	code, _, body = get(t, c, ts.URL+"/ui/runs/evals?file=tiny/eval.json")
-	if code != 200 || !strings.Contains(body, "No-Memory") || !strings.Contains(body, "oracle") {
-		t.Fatalf("evaluation page: %d\n%s", code, body)
+	raw, err := os.ReadFile(filepath.Join(runsDir(t), "tiny", "eval.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []eval.Row
+	if err := json.Unmarshal(raw, &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("eval.json: %v (%d rows)", err, len(rows))
+	}
+	for _, r := range rows {
+		for _, want := range []string{r.Policy, fmt.Sprintf("%.3f ± %.3f", r.J.Mean, r.J.SE), fmt.Sprintf("%.3f ± %.3f", r.MQ.Mean, r.MQ.SE),
+			fmt.Sprintf("%.0f", r.PromptTokens), fmt.Sprintf("%.2f", r.ToolCalls["Add_memory"])} {
+			if code != 200 || !strings.Contains(body, want) {
+				t.Fatalf("the evaluation page lacks %q of %s: %d\n%s", want, r.Policy, code, body)
+			}
+		}
 	}
 }
 

@@ -277,6 +277,18 @@ func TestConsoleRefusesForgedAndForeignRequests(t *testing.T) {
 	if code, _, _ := alice.get("/ui/memories"); code != http.StatusSeeOther {
 		t.Fatalf("a page after logout: %d", code)
 	}
+
+	// Guessing keys: after serve.console.login_failures failures a minute
+	// an address is told to wait, even with the right key.
+	guesser := newVisitor(t, ts.URL)
+	for range ts.srv.cfg.Console.LoginFailures - 1 { // bob's wrong key above was the first
+		if code := guesser.login("sk-guess-000000"); code != http.StatusUnauthorized {
+			t.Fatalf("a wrong key: %d", code)
+		}
+	}
+	if code := guesser.login(aliceKey); code != http.StatusTooManyRequests {
+		t.Fatalf("a login after %d failures in a minute: %d, want 429", ts.srv.cfg.Console.LoginFailures, code)
+	}
 }
 
 // TestConsoleMemoryListFollowsOtherWriters: the list pages keep each
