@@ -43,7 +43,7 @@ func TestRunPagesInChromium(t *testing.T) {
 	}
 	b.Screenshot("console-runs")
 
-	b.Do(chromedp.Click(chromedp.CSS(`a[href="/ui/runs/run?name=tiny%2frl"]`)), chromedp.WaitVisible(chromedp.CSS(".charts")))
+	b.Follow(chromedp.Click(chromedp.CSS(`a[href="/ui/runs/run?name=tiny%2frl"]`)))
 	imagesDrawn("run page")
 	if n := len(browsertest.Get(b, chromedp.Nodes(chromedp.CSSAll(".charts img")))); n < 2 {
 		t.Fatalf("the run page draws %d charts, want the reward's and KL's at least", n)
@@ -51,9 +51,9 @@ func TestRunPagesInChromium(t *testing.T) {
 	b.Screenshot("console-run")
 
 	// Both runs on one chart, chosen on the list.
-	b.Do(chromedp.Navigate(ts.URL+"/ui/runs"),
-		chromedp.Click(chromedp.CSS(`input[value="tiny/rl"]`)), chromedp.Click(chromedp.CSS(`input[value="tiny/rl-t1.0"]`)),
-		chromedp.Submit(chromedp.CSS(`input[value="tiny/rl"]`)), chromedp.WaitVisible(chromedp.CSS(".charts")))
+	b.Do(chromedp.Navigate(ts.URL + "/ui/runs"))
+	b.Follow(chromedp.Click(chromedp.CSS(`input[value="tiny/rl"]`)), chromedp.Click(chromedp.CSS(`input[value="tiny/rl-t1.0"]`)),
+		chromedp.Submit(chromedp.CSS(`input[value="tiny/rl"]`)))
 	imagesDrawn("compare page")
 	if title := b.Text("h1"); !strings.Contains(title, "tiny/rl,") && !strings.Contains(title, ", tiny/rl") || !strings.Contains(title, "tiny/rl-t1.0") {
 		t.Fatalf("the compare page is titled %q", title)
@@ -67,7 +67,7 @@ func TestRunPagesInChromium(t *testing.T) {
 	}
 	b.Screenshot("console-rollouts")
 
-	b.Do(chromedp.Click(chromedp.CSS(`table.groups a[href*="/ui/runs/group?"]`)), chromedp.WaitVisible(chromedp.CSS("table.rollouts")))
+	b.Follow(chromedp.Click(chromedp.CSS(`table.groups a[href*="/ui/runs/group?"]`)))
 	rows := browsertest.Get(b, chromedp.Nodes(chromedp.CSSAll("table.rollouts tbody tr")))
 	if len(rows) != 4 {
 		t.Fatalf("a group shows %d rollouts, want K = 4", len(rows))

@@ -47,8 +47,7 @@ func TestConsoleInChromium(t *testing.T) {
 	// Log in.
 	b.Do(chromedp.Navigate(ts.URL+"/ui/"), chromedp.WaitVisible(chromedp.CSS(`input[name=key]`)))
 	b.Screenshot("console-login")
-	b.Do(chromedp.SendKeys(chromedp.CSS(`input[name=key]`), aliceKey), chromedp.Submit(chromedp.CSS(`input[name=key]`)),
-		chromedp.WaitVisible(chromedp.CSS("table.memories")))
+	b.Follow(chromedp.SendKeys(chromedp.CSS(`input[name=key]`), aliceKey), chromedp.Submit(chromedp.CSS(`input[name=key]`)))
 	if loc := b.Location(); !strings.Contains(loc, "/ui/memories") || strings.Contains(loc, aliceKey) {
 		t.Fatalf("after login the tab is at %s", loc)
 	}
@@ -63,8 +62,7 @@ func TestConsoleInChromium(t *testing.T) {
 	b.Screenshot("console-memories")
 
 	// Search.
-	b.Do(chromedp.SendKeys(chromedp.CSS(`input[name=q]`), "what is the cat called"), chromedp.Submit(chromedp.CSS(`input[name=q]`)),
-		chromedp.WaitVisible(chromedp.CSS("table.memories")))
+	b.Follow(chromedp.SendKeys(chromedp.CSS(`input[name=q]`), "what is the cat called"), chromedp.Submit(chromedp.CSS(`input[name=q]`)))
 	first := b.Text("table.memories tbody tr")
 	if !strings.Contains(first, "Miso") || !strings.Contains(first, "0.") {
 		t.Fatalf("the best hit of the search is %q, want the cat's memory with its score", first)
@@ -72,10 +70,10 @@ func TestConsoleInChromium(t *testing.T) {
 	b.Screenshot("console-search")
 
 	// Edit on the memory's page; the API reads the edit.
-	b.Do(chromedp.Click(chromedp.CSS(`table.memories a[href^="/ui/memories/`+id+`"]`)), chromedp.WaitVisible(chromedp.CSS(`textarea[name=content]`)),
-		chromedp.SetValue(chromedp.CSS(`textarea[name=content]`), "Alice's cat is called Mochi"),
+	b.Follow(chromedp.Click(chromedp.CSS(`table.memories a[href^="/ui/memories/` + id + `"]`)))
+	b.Follow(chromedp.SetValue(chromedp.CSS(`textarea[name=content]`), "Alice's cat is called Mochi"),
 		chromedp.SetValue(chromedp.CSS(`textarea[name=metadata]`), `{"pet": "cat"}`),
-		chromedp.Click(chromedp.CSS(`form.card button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS(".notice")))
+		chromedp.Click(chromedp.CSS(`form.card button[type=submit]`)))
 	if n := b.Text(".notice"); n != "Memory updated." {
 		t.Fatalf("after the edit the page says %q", n)
 	}
@@ -86,9 +84,9 @@ func TestConsoleInChromium(t *testing.T) {
 	b.Screenshot("console-memory")
 
 	// Delete, through the confirmation page.
-	b.Do(chromedp.Click(chromedp.CSS(`a.danger`)), chromedp.WaitVisible(chromedp.CSS(`button.danger`)))
+	b.Follow(chromedp.Click(chromedp.CSS(`a.danger`)))
 	b.Screenshot("console-delete")
-	b.Do(chromedp.Click(chromedp.CSS(`button.danger`)), chromedp.WaitVisible(chromedp.CSS(".notice")))
+	b.Follow(chromedp.Click(chromedp.CSS(`button.danger`)))
 	if n := b.Text(".notice"); n != "Memory deleted." {
 		t.Fatalf("after the delete the page says %q", n)
 	}
@@ -108,7 +106,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if convs := b.Text("main table"); !strings.Contains(convs, "trip-planning") || !strings.Contains(convs, "Hello there") {
 		t.Fatalf("the conversations:\n%s", convs)
 	}
-	b.Do(chromedp.Click(chromedp.CSS(`a[href^="/ui/conversations/trip-planning"]`)), chromedp.WaitVisible(chromedp.CSS("article.turn")))
+	b.Follow(chromedp.Click(chromedp.CSS(`a[href^="/ui/conversations/trip-planning"]`)))
 	turns := b.Text("main")
 	for _, want := range []string{"Add_memory", "Retrieve_memory", "Alice's sister lives in Porto", "prompt"} {
 		if !strings.Contains(turns, want) {
@@ -116,7 +114,7 @@ func TestConsoleInChromium(t *testing.T) {
 		}
 	}
 	b.Screenshot("console-conversation")
-	b.Do(chromedp.Click(chromedp.CSS(`.mems a`)), chromedp.WaitVisible(chromedp.CSS("#content")))
+	b.Follow(chromedp.Click(chromedp.CSS(`.mems a`)))
 	if c := b.Text("#content"); c != "Alice's sister lives in Porto" {
 		t.Fatalf("the memory a turn wrote links to %q", c)
 	}
@@ -133,9 +131,8 @@ func TestConsoleInChromium(t *testing.T) {
 
 	// Another tenant: bob reaches neither alice's pages nor her forms.
 	aliceHas := len(api("GET", "/v1/memories", aliceKey, nil).json(t)["data"].([]any))
-	b.Do(chromedp.Click(chromedp.CSS(`form[action="/ui/logout"] button`)), chromedp.WaitVisible(chromedp.CSS(`input[name=key]`)),
-		chromedp.SendKeys(chromedp.CSS(`input[name=key]`), bobKey), chromedp.Submit(chromedp.CSS(`input[name=key]`)),
-		chromedp.WaitVisible(chromedp.CSS("table.memories")))
+	b.Follow(chromedp.Click(chromedp.CSS(`form[action="/ui/logout"] button`)))
+	b.Follow(chromedp.SendKeys(chromedp.CSS(`input[name=key]`), bobKey), chromedp.Submit(chromedp.CSS(`input[name=key]`)))
 	if list := b.Text("main"); strings.Contains(list, "Alice") {
 		t.Fatalf("bob's list shows alice's memories:\n%s", list)
 	}
@@ -148,20 +145,21 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	b.Do(chromedp.Navigate(ts.URL+"/ui/conversations/trip-planning"), chromedp.WaitVisible(chromedp.CSS("p.error")))
 	// bob's own form, pointed at alice's namespace.
-	b.Do(chromedp.Navigate(ts.URL+"/ui/memories"), chromedp.WaitVisible(chromedp.CSS(`textarea[name=content]`)),
-		chromedp.SetValue(chromedp.CSS(`form[action="/ui/memories"][method=post] input[name=namespace]`), "alice"),
+	b.Do(chromedp.Navigate(ts.URL + "/ui/memories"))
+	b.Follow(chromedp.SetValue(chromedp.CSS(`form[action="/ui/memories"][method=post] input[name=namespace]`), "alice"),
 		chromedp.SetValue(chromedp.CSS(`textarea[name=content]`), "planted by bob"),
-		chromedp.Submit(chromedp.CSS(`textarea[name=content]`)), chromedp.WaitVisible(chromedp.CSS("p.error")))
+		chromedp.Submit(chromedp.CSS(`textarea[name=content]`)))
+	if msg := b.Text("p.error"); !strings.Contains(msg, "may not see namespace alice") {
+		t.Fatalf("bob's form sent to alice's namespace: %q", msg)
+	}
 	if n := len(api("GET", "/v1/memories", aliceKey, nil).json(t)["data"].([]any)); n != aliceHas {
 		t.Fatalf("alice holds %d memories after bob's forged form, had %d", n, aliceHas)
 	}
 
 	// An admin chooses the namespace.
-	b.Do(chromedp.Click(chromedp.CSS(`form[action="/ui/logout"] button`)), chromedp.WaitVisible(chromedp.CSS(`input[name=key]`)),
-		chromedp.SendKeys(chromedp.CSS(`input[name=key]`), adminKey), chromedp.Submit(chromedp.CSS(`input[name=key]`)),
-		chromedp.WaitVisible(chromedp.CSS(`select[name=namespace]`)))
-	b.Do(chromedp.SetValue(chromedp.CSS(`select[name=namespace]`), "alice"), chromedp.Submit(chromedp.CSS(`select[name=namespace]`)),
-		chromedp.WaitVisible(chromedp.CSS("table.memories")))
+	b.Follow(chromedp.Click(chromedp.CSS(`form[action="/ui/logout"] button`)))
+	b.Follow(chromedp.SendKeys(chromedp.CSS(`input[name=key]`), adminKey), chromedp.Submit(chromedp.CSS(`input[name=key]`)))
+	b.Follow(chromedp.SetValue(chromedp.CSS(`select[name=namespace]`), "alice"), chromedp.Submit(chromedp.CSS(`select[name=namespace]`)))
 	if list := b.Text("table.memories"); !strings.Contains(list, "Alice works as a nurse in Lyon") {
 		t.Fatalf("the admin's view of alice:\n%s", list)
 	}

@@ -173,3 +173,27 @@ func (b *Tab) Screenshot(name string) {
 // Settle waits for the messages of what the tab just did to arrive (they
 // come on their own goroutine).
 func (b *Tab) Settle() { time.Sleep(300 * time.Millisecond) }
+
+// Follow runs actions that load a new page (a link clicked, a form sent)
+// and waits until the new page has loaded: a wait for an element alone
+// could find it on the page being left.
+func (b *Tab) Follow(actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	Get(b, chromedp.Evaluate[bool](`window.__leaving = true`, chromedp.EvalAsValue))
+	b.Do(actions...)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// An evaluation may fail while the old page goes (its context
+		// destroyed): that is a try, not an error.
+		ctx, cancel := context.WithTimeout(b.Ctx, 5*time.Second)
+		loaded, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.__leaving === undefined && document.readyState === "complete"`, chromedp.EvalAsValue))
+		cancel()
+		if err == nil && loaded {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("browser: no new page loaded within 30 s (at %s; last error %v)", b.Location(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
