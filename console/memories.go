@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,10 @@ func (c *Console) nsPage(r *http.Request, ns, nav, title string, data any) *page
 	p.NS = ns
 	if p.Who.Admin && c.o.Memories != nil {
 		p.All, _ = c.o.Memories.Namespaces(r.Context())
+		if !slices.Contains(p.All, ns) {
+			p.All = append(p.All, ns)
+			slices.Sort(p.All)
+		}
 	}
 	return p
 }
