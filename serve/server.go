@@ -70,6 +70,8 @@ type Server struct {
 	log      *slog.Logger
 	keys     *keyring
 	sessions *sessions
+	journal  *journal // recent turns, for the console
+	lists    *lists   // memory lists, for the console
 	admit    *admission
 	metrics  *metrics
 	system   string
@@ -108,7 +110,8 @@ func New(o Options) (*Server, error) {
 	sv := o.Config
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
 		sessions: newSessions(sv.SessionTTL, sv.MaxSessions, sv.MaxSessionsPerNamespace),
-		system:   sys, created: time.Now().Unix(), trusted: trusted}
+		journal:  newJournal(sv.Console.Turns, sv.Console.TurnsPerNamespace), lists: newLists(sv.Console.ListRefresh),
+		system: sys, created: time.Now().Unix(), trusted: trusted}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
@@ -169,6 +172,12 @@ func New(o Options) (*Server, error) {
 	if o.ToolGateway != nil {
 		gw := o.ToolGateway
 		mux.Handle("/mcp/tools", s.mcpHTTP(func(r *http.Request) *mcp.Server { return gw.Server(mcpNamespace(r.Context(), s.ns)) }))
+	}
+	if sv.Console.Enabled {
+		if err := s.mountConsole(mux); err != nil {
+			s.be.Close()
+			return nil, err
+		}
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/stabletoolbench"
+	"github.com/agemem/agemem/console"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/env/pretrain"
@@ -282,7 +283,22 @@ func GRPO(ctx context.Context, cfg Config, log io.Writer) (rl.Options[env.Outcom
 	if err != nil {
 		return o, err
 	}
-	return grpoOptions[env.Outcome](cfg, AgeMem(cfg, h, tasks, tok), rew, log)
+	return grpoOptions[env.Outcome](cfg, AgeMem(cfg, h, tasks, tok), transcribed{rew}, log)
+}
+
+// transcribed is the composite reward with each rollout's trajectory (its
+// three stages of turns: the user's messages, the policy's replies, the
+// tool calls and their results, clipped) added to its line of
+// rollouts.jsonl, for the console's rollout browser: a group's K
+// trajectories side by side show why one rollout beat its siblings.
+type transcribed struct{ reward.Composite }
+
+func (t transcribed) Score(ctx context.Context, o env.Outcome) (rollout.Score, error) {
+	sc, err := t.Composite.Score(ctx, o)
+	if err == nil {
+		sc.Info["trajectory"] = console.EpisodeOf(o.Result)
+	}
+	return sc, err
 }
 
 // grpoOptions are GRPO's options from the config for an environment and

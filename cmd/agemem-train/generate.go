@@ -53,9 +53,8 @@ counts, times and rates, as ollama run --verbose does.`,
 				if err != nil {
 					return fmt.Errorf("stdin: %w", err)
 				}
-				if prompt = strings.TrimRight(string(text), "\n"); prompt == "" {
-					return fmt.Errorf("stdin held no prompt")
-				}
+				prompt = strings.TrimRight(string(text), "\n") // empty: no prompt, nothing to chat about either
+				in = strings.NewReader("")
 			}
 			if raw && prompt == "" {
 				return fmt.Errorf("--raw needs a prompt (an argument, --prompt or stdin): a raw prompt has no conversation to keep")

@@ -77,7 +77,7 @@ config (--config, --set key=value).`,
 		pprof.StopCPUProfile()
 		return profFile.Close()
 	}
-	root.AddCommand(docsCmd(), dataCmd(g), episodeCmd(g), configCmd(g), initModelCmd(g), pretrainCmd(g), probeCmd(), sftCmd(g), trainCmd(g), evalCmd(g), tokenizeCmd(), generateCmd(), tokenizerCmd(g), mergeCmd(), exportCmd(g), embedCmd(g), agentCmd(g), locomoCmd(g), toolsCmd(g), memtoolCmd(g), memoryCmd(g))
+	root.AddCommand(docsCmd(), dataCmd(g), episodeCmd(g), configCmd(g), initModelCmd(g), pretrainCmd(g), probeCmd(), sftCmd(g), trainCmd(g), evalCmd(g), tokenizeCmd(), generateCmd(), tokenizerCmd(g), mergeCmd(), exportCmd(g), embedCmd(g), agentCmd(g), locomoCmd(g), toolsCmd(g), memtoolCmd(g), memoryCmd(g), consoleCmd())
 	return root
 }
 

@@ -21,6 +21,7 @@ var Order = [][]string{
 	{"env"},      // AgeMem's environments and its pretraining data
 	{"rl"},       // rollouts, reward, GRPO
 	{"papers"},   // MemTool, MemToolAgent, FitText, TA-Mem
+	{"console"},  // the web console's pages and charts (serve and agemem-train host it)
 	{"serve"},    // the HTTP server
 	{"setup"},    // configuration and the composition root
 	{"eval"},     // evaluation tables
