@@ -300,7 +300,7 @@ func TestSessionEvictionIsPerTenant(t *testing.T) {
 			t.Fatalf("bob's failing request: %d %s", r.Status, r.Body)
 		}
 	}
-	if n := ts.srv.sessions.len(); n != 1 {
+	if n := sessionCount(t, ts.srv); n != 1 {
 		t.Fatalf("%d sessions after 5 failed requests; want alice's one", n)
 	}
 	// Bob's live sessions beyond his cap evict his own.
@@ -325,7 +325,7 @@ func TestSessionEvictionIsPerTenant(t *testing.T) {
 	if r := do(t, "POST", ts.URL+"/v1/chat/completions", adminKey, chatBody("c1", "hi"), "X-AgeMem-Namespace", "carol"); r.Status != 200 {
 		t.Fatalf("carol: %d %s", r.Status, r.Body)
 	}
-	if n := ts.srv.sessions.len(); n != 4 {
+	if n := sessionCount(t, ts.srv); n != 4 {
 		t.Fatalf("%d sessions, want max_sessions 4", n)
 	}
 }
@@ -422,4 +422,14 @@ func TestStoreErrorsAreRetryableAndOpaque(t *testing.T) {
 	if r.Status != 500 || r.errorCode(t) != "store_error" || strings.Contains(string(r.Body), c.Memory.Path) || strings.Contains(string(r.Body), "memory.db") {
 		t.Fatalf("a failed store: %d %s", r.Status, r.Body)
 	}
+}
+
+// sessionCount is the sessions srv's state holds.
+func sessionCount(t *testing.T, srv *Server) int {
+	t.Helper()
+	n, err := srv.state.sessions(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

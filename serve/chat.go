@@ -53,7 +53,11 @@ type traceInfo struct {
 	SessionID string `json:"session_id,omitempty"`
 	// SessionReset says why the session named started empty: "expired"
 	// (session_ttl) or "evicted" (max_sessions, max_sessions_per_namespace).
-	SessionReset  string      `json:"session_reset,omitempty"`
+	SessionReset string `json:"session_reset,omitempty"`
+	// SessionTurn counts the requests of the session that succeeded, this
+	// one included: 1 for a new or reset session. Replicas and retries
+	// never skip or repeat a number.
+	SessionTurn   int         `json:"session_turn,omitempty"`
 	Namespace     string      `json:"namespace"`
 	Steps         []traceStep `json:"steps"`
 	ContextTokens int         `json:"context_tokens"`
@@ -106,7 +110,11 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) *apiError
 	if aerr != nil {
 		return aerr
 	}
-	if !s.sessions.drop(ns, r.PathValue("id")) {
+	found, err := writeOf(r.Context()).hold.dropSession(r.Context(), ns, r.PathValue("id"))
+	if err != nil {
+		return s.stateError(err)
+	}
+	if !found {
 		return &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "session_not_found", Message: "no such session"}
 	}
 	writeJSON(w, 200, map[string]any{"session_id": r.PathValue("id"), "deleted": true})
@@ -141,21 +149,22 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		return aerr
 	}
 	defer release()
+	ws := writeOf(r.Context())
+	if done, aerr := ws.claim(w, r, s); done {
+		return aerr
+	}
 
-	// The context this request runs on: a session's (copied, and kept only
-	// if the request succeeds) or a fresh one from the messages.
-	var sess *session
+	// The context this request runs on: a session's (kept only if the
+	// request succeeds) or a fresh one from the messages.
+	var sess sessionState
 	var cctx *stm.Context
-	var reset string
 	if req.SessionID != "" {
-		sess, reset = s.sessions.get(ns, req.SessionID)
-		sess.mu.Lock()
-		defer func() {
-			sess.mu.Unlock()
-			s.sessions.done(ns, req.SessionID, sess)
-		}()
+		var err error
+		if sess, err = ws.hold.session(r.Context(), ns, req.SessionID, s.be); err != nil {
+			return s.stateError(err)
+		}
 		if sess.ctx != nil {
-			cctx = sess.ctx.Clone()
+			cctx = sess.ctx
 			cctx.Append(newTurn(turn)...)
 		}
 	}
@@ -179,7 +188,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	g.Namespace = ns
 	rt := &memtools.Runtime{Store: st, Context: cctx, Embedder: s.enc, Summarizer: s.summarizer(), Options: s.tools}
 	lim := s.agent.Limits()
-	info := &traceInfo{SessionID: req.SessionID, SessionReset: reset, Namespace: ns}
+	info := &traceInfo{SessionID: req.SessionID, SessionReset: sess.reset, Namespace: ns}
 	if req.SessionID != "" {
 		w.Header().Set("X-Session-ID", req.SessionID)
 	}
@@ -218,15 +227,23 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		return aerr
 	}
-	if sess != nil {
-		sess.ctx = cctx
+	if req.SessionID != "" {
+		info.SessionTurn = sess.turns + 1
+		ws.keep(&sessionState{ctx: cctx, turns: info.SessionTurn})
 	}
 	finish := "stop"
 	if !tr.HasAnswer {
 		finish = "length"
 	}
 	if stream != nil {
-		stream.end(finish, u, info)
+		// The session and the answer are saved before the last event: a
+		// stream that ends with [DONE] and a finish reason was saved.
+		stream.end(finish, u, info, func(tail []byte) *apiError {
+			if err := ws.commit(r.Context(), tail); err != nil {
+				return s.stateError(err)
+			}
+			return nil
+		})
 		return nil
 	}
 	content := tr.Answer
@@ -260,6 +277,8 @@ func outcome(tr memtools.Trace, err error) *apiError {
 	case errors.Is(err, errAnswerCut):
 		return &apiError{Status: http.StatusUnprocessableEntity, Type: "invalid_model_output", Code: "answer_cut",
 			Message: "the model started an answer it did not finish (the response budget ran out or the format broke)"}
+	case ltm.Unavailable(err):
+		return unavailable()
 	case errors.Is(err, ltm.ErrBusy):
 		return &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "store_busy",
 			Message: "the memory store has too many writes waiting; retry shortly", retryAfter: 1}

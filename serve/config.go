@@ -88,6 +88,30 @@ type Config struct {
 	// tenant's own least recently used session goes (and at max_sessions,
 	// one of the tenant holding the most).
 	MaxSessionsPerNamespace int `yaml:"max_sessions_per_namespace"`
+	// State is where sessions and the answers recorded under idempotency
+	// keys live: memory (this process: one replica), postgres (the
+	// database of memory.dsn: any number of replicas behind a load
+	// balancer, each serving any request of any session) or auto
+	// (postgres when memory.store is postgres, else memory).
+	State string `yaml:"state"`
+	// StateConns is each replica's pool of PostgreSQL connections for the
+	// state (state postgres): a request that continues a session or
+	// carries an Idempotency-Key holds one while it runs. Replicas ×
+	// (state_conns + memory.max_conns) must stay below the database's
+	// max_connections.
+	StateConns int `yaml:"state_conns"`
+	// StateKeepalive is how long the database waits on a silent
+	// connection before probing it (TCP keepalive, 3 probes at this
+	// interval), so that a replica whose machine dies gives up its
+	// sessions' locks within about 4 × state_keepalive. A killed process's
+	// connections close at once.
+	StateKeepalive time.Duration `yaml:"state_keepalive"`
+	// IdempotencyTTL is how long the answer to a request with an
+	// Idempotency-Key is kept: the same key within it returns that answer.
+	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
+	// IdempotencyKeys bounds the answers kept in memory (state memory);
+	// beyond it the oldest go first, before idempotency_ttl.
+	IdempotencyKeys int `yaml:"idempotency_keys"`
 	// PrefixCache is how many positions of finished requests' key/value
 	// caches the native backend keeps, so that a conversation's next turn
 	// (which resends everything before it) prefills only what is new; 0
@@ -126,7 +150,8 @@ func DefaultConfig() Config {
 		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		MaxConnections: 4096, MaxConnectionsPerClient: 256, TrustedProxies: []string{},
-		SessionTTL: time.Hour, MaxSessions: 10000, MaxSessionsPerNamespace: 1000, PrefixCache: 1 << 16, LogFormat: "json", Console: console.DefaultConfig()}
+		SessionTTL: time.Hour, MaxSessions: 10000, MaxSessionsPerNamespace: 1000,
+		State: "auto", StateConns: 32, StateKeepalive: 10 * time.Second, IdempotencyTTL: 24 * time.Hour, IdempotencyKeys: 100000, PrefixCache: 1 << 16, LogFormat: "json", Console: console.DefaultConfig()}
 }
 
 // Validate checks every key.
@@ -180,7 +205,8 @@ func (sv Config) Validate() error {
 		key string
 		d   time.Duration
 	}{{"request_timeout", sv.RequestTimeout}, {"shutdown_timeout", sv.ShutdownTimeout}, {"session_ttl", sv.SessionTTL},
-		{"read_header_timeout", sv.ReadHeaderTimeout}, {"read_timeout", sv.ReadTimeout}, {"idle_timeout", sv.IdleTimeout}} {
+		{"read_header_timeout", sv.ReadHeaderTimeout}, {"read_timeout", sv.ReadTimeout}, {"idle_timeout", sv.IdleTimeout},
+		{"state_keepalive", sv.StateKeepalive}, {"idempotency_ttl", sv.IdempotencyTTL}} {
 		if d.d <= 0 {
 			e.Add(d.key, "%s must be positive (a duration such as 30s or 5m)", d.d)
 		}
@@ -193,6 +219,9 @@ func (sv Config) Validate() error {
 	}
 	e.AtLeast("max_sessions", sv.MaxSessions, 1)
 	e.AtLeast("max_sessions_per_namespace", sv.MaxSessionsPerNamespace, 1)
+	e.OneOf("state", sv.State, "auto", "memory", "postgres")
+	e.AtLeast("state_conns", sv.StateConns, 1)
+	e.AtLeast("idempotency_keys", sv.IdempotencyKeys, 1)
 	e.AtLeast("prefix_cache", sv.PrefixCache, 0)
 	e.AtLeast("kv_budget", sv.KVBudget, 0)
 	e.OneOf("log_format", sv.LogFormat, "json", "text")

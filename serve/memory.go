@@ -52,6 +52,9 @@ func (s *Server) storeError(err error) *apiError {
 			Message: "the memory store has too many writes waiting; retry shortly", retryAfter: 1}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return contextError(err)
+	case ltm.Unavailable(err):
+		s.log.Warn("memory store unavailable", "err", err)
+		return unavailable()
 	}
 	s.log.Error("memory store failed", "err", err)
 	return &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "store_error",

@@ -1,7 +1,10 @@
 package serve
 
 import (
+	"context"
+	"math"
 	"strconv"
+	"time"
 
 	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/model/engine"
@@ -42,7 +45,7 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_active_requests", Help: "Agent loops running."},
 			func() float64 { return float64(s.admit.active()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_sessions", Help: "Server-side sessions held."},
-			func() float64 { return float64(s.sessions.len()) }),
+			s.sessionGauge),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_kv_cache_blocks", Help: "Blocks of the paged KV pool (serve.kv_budget; 0 without)."},
 			func() float64 { return float64(s.kv().Blocks) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "agemem_kv_cache_peak_blocks", Help: "The most KV pool blocks held at once."},
@@ -56,6 +59,17 @@ func newMetrics(s *Server) *metrics {
 func (m *metrics) observe(route string, code int, seconds float64) {
 	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 	m.latency.WithLabelValues(route).Observe(seconds)
+}
+
+// sessionGauge is the sessions held; NaN while the state cannot be read.
+func (s *Server) sessionGauge() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := s.state.sessions(ctx)
+	if err != nil {
+		return math.NaN()
+	}
+	return float64(n)
 }
 
 // step records one decoding step of the scheduler.

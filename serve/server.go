@@ -53,33 +53,37 @@ type Options struct {
 	// ToolGateway, if set, is served at /mcp/tools: MemTool's working set
 	// of tools in front of the config's MCP servers, one per namespace.
 	ToolGateway *memtool.Gateway
-	Logger      *slog.Logger
+	// StateDSN, if set, keeps sessions and idempotency keys in that
+	// PostgreSQL database (serve.state postgres: memory.dsn), shared by
+	// every replica; else they live in this process.
+	StateDSN string
+	Logger   *slog.Logger
 }
 
 // Server is the HTTP server. Handler serves it; Serve runs it on a
 // listener until its context ends, then shuts down gracefully.
 type Server struct {
-	cfg      Config
-	agent    memtools.Agent
-	tools    memtools.Options
-	ns       string
-	be       Backend
-	db       ltm.DB
-	enc      embed.Embedder
-	sum      memtools.Summarizer
-	log      *slog.Logger
-	keys     *keyring
-	sessions *sessions
-	journal  *journal // recent turns, for the console
-	lists    *lists   // memory lists, for the console
-	admit    *admission
-	metrics  *metrics
-	system   string
-	ready    atomic.Bool
-	handler  http.Handler
-	health   http.Handler // health and readiness alone, for refused connections
-	trusted  proxies      // serve.trusted_proxies
-	created  int64
+	cfg     Config
+	agent   memtools.Agent
+	tools   memtools.Options
+	ns      string
+	be      Backend
+	db      ltm.DB
+	enc     embed.Embedder
+	sum     memtools.Summarizer
+	log     *slog.Logger
+	keys    *keyring
+	state   state    // sessions and idempotency keys
+	journal *journal // recent turns, for the console
+	lists   *lists   // memory lists, for the console
+	admit   *admission
+	metrics *metrics
+	system  string
+	ready   atomic.Bool
+	handler http.Handler
+	health  http.Handler // health and readiness alone, for refused connections
+	trusted proxies      // serve.trusted_proxies
+	created int64
 	// stopping ends when Serve begins to shut down: MCP streams, which
 	// would otherwise stay open until the shutdown timeout, end with it.
 	stopping context.Context
@@ -109,8 +113,7 @@ func New(o Options) (*Server, error) {
 	}
 	sv := o.Config
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
-		sessions: newSessions(sv.SessionTTL, sv.MaxSessions, sv.MaxSessionsPerNamespace),
-		journal:  newJournal(sv.Console.Turns, sv.Console.TurnsPerNamespace), lists: newLists(sv.Console.ListRefresh),
+		journal: newJournal(sv.Console.Turns, sv.Console.TurnsPerNamespace), lists: newLists(sv.Console.ListRefresh),
 		system: sys, created: time.Now().Unix(), trusted: trusted}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
@@ -138,6 +141,10 @@ func New(o Options) (*Server, error) {
 		}
 		s.be = e
 	}
+	if s.state, err = newState(sv, o.StateDSN, log); err != nil {
+		s.be.Close()
+		return nil, err
+	}
 	if len(kr.keys) == 0 {
 		log.Warn("no API keys configured: the server is open and every request uses one namespace",
 			"namespace", o.Namespace, "hint", "set serve.keys or $"+sv.KeysEnv)
@@ -156,17 +163,19 @@ func New(o Options) (*Server, error) {
 	}
 	api("GET /v1/models", s.models)
 	api("GET /v1/models/{model}", s.model)
-	api("POST /v1/chat/completions", s.chat)
+	// Writes go through write: Idempotency-Key, and a session's state
+	// saved before the answer is sent.
+	api("POST /v1/chat/completions", s.write(s.chat, true))
 	api("POST /v1/embeddings", s.embeddings)
-	api("DELETE /v1/sessions/{id}", s.deleteSession)
+	api("DELETE /v1/sessions/{id}", s.write(s.deleteSession, false))
 	api("GET /v1/memories", s.listMemories)
-	api("POST /v1/memories", s.addMemory)
+	api("POST /v1/memories", s.write(s.addMemory, false))
 	api("POST /v1/memories/search", s.searchMemories)
 	api("GET /v1/memories/export", s.exportMemories)
-	api("POST /v1/memories/import", s.importMemories)
+	api("POST /v1/memories/import", s.write(s.importMemories, false))
 	api("GET /v1/memories/{id}", s.getMemory)
-	api("PATCH /v1/memories/{id}", s.updateMemory)
-	api("DELETE /v1/memories/{id}", s.deleteMemory)
+	api("PATCH /v1/memories/{id}", s.write(s.updateMemory, false))
+	api("DELETE /v1/memories/{id}", s.write(s.deleteMemory, false))
 	api("GET /v1/namespaces", s.namespaces)
 	mux.Handle("/mcp", s.mcpHandler())
 	if o.ToolGateway != nil {
@@ -175,7 +184,7 @@ func New(o Options) (*Server, error) {
 	}
 	if sv.Console.Enabled {
 		if err := s.mountConsole(mux); err != nil {
-			s.be.Close()
+			s.Close()
 			return nil, err
 		}
 	}
@@ -191,8 +200,12 @@ func New(o Options) (*Server, error) {
 // Handler is the server's http.Handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Close stops the backend (call after the HTTP server has drained).
-func (s *Server) Close() { s.be.Close() }
+// Close stops the backend and closes the state's connections (call after
+// the HTTP server has drained).
+func (s *Server) Close() {
+	s.be.Close()
+	s.state.close()
+}
 
 // Serve serves on ln until ctx ends, then stops taking connections, marks
 // itself not ready, ends open MCP streams (a client's GET for what the
@@ -236,13 +249,21 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, 200, map[string]string{"status": "ok"})
 }
 
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+// readyz is ready while the server takes requests and its database
+// answers: a load balancer sends none to a replica that would answer 503.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
 		return
 	}
 	if err := s.db.Ping(); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "store unavailable", "error": err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.state.ping(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "state unavailable", "error": err.Error()})
 		return
 	}
 	writeJSON(w, 200, map[string]any{"status": "ready", "active": s.admit.active(), "queued": s.admit.queued()})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -125,41 +126,46 @@ func (st *sseStream) process(text string) {
 	}
 	delta := body[len(st.sent):]
 	st.sent = body
-	st.chunk(&outMessage{Content: &delta}, nil, nil, nil)
+	st.chunk(&outMessage{Content: &delta})
 }
 
-// chunk writes one event, starting the response first if needed. Called
-// with mu held.
-func (st *sseStream) chunk(delta *outMessage, finish *string, u *usage, info *traceInfo) {
-	if !st.header {
-		h := st.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no")
-		st.w.WriteHeader(http.StatusOK)
-		st.header = true
-		empty := ""
-		st.event(chatChoice{Delta: &outMessage{Role: "assistant", Content: &empty}}, nil, nil)
-	}
-	c := chatChoice{Delta: delta, FinishReason: finish}
-	if delta == nil && finish == nil {
-		st.event(nil, u, info) // the usage chunk has no choices
+// start starts the response, if it is not yet: the headers and the
+// assistant's role. Called with mu held.
+func (st *sseStream) start() {
+	if st.header {
 		return
 	}
-	if delta == nil {
-		c.Delta = &outMessage{}
-	}
-	st.event(c, u, info)
+	h := st.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	st.w.WriteHeader(http.StatusOK)
+	st.header = true
+	empty := ""
+	st.event(st.w, chatChoice{Delta: &outMessage{Role: "assistant", Content: &empty}}, nil, nil)
+	st.flush()
 }
 
-func (st *sseStream) event(c any, u *usage, info *traceInfo) {
+// chunk writes one event of answer text, starting the response first if
+// needed. Called with mu held.
+func (st *sseStream) chunk(delta *outMessage) {
+	st.start()
+	st.event(st.w, chatChoice{Delta: delta}, nil, nil)
+	st.flush()
+}
+
+// event writes one event to w: c is its choice, or nil for none.
+func (st *sseStream) event(w io.Writer, c any, u *usage, info *traceInfo) {
 	ev := st.base
 	ev.Usage, ev.AgeMem = u, info
 	ev.Choices = []chatChoice{}
 	if ch, ok := c.(chatChoice); ok {
 		ev.Choices = []chatChoice{ch}
 	}
-	fmt.Fprintf(st.w, "data: %s\n\n", marshal(ev))
+	fmt.Fprintf(w, "data: %s\n\n", marshal(ev))
+}
+
+func (st *sseStream) flush() {
 	if f, ok := st.w.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -200,25 +206,31 @@ func (st *sseStream) finish(tr memtools.Trace) *apiError {
 	}
 	if rest := tr.Answer[len(st.sent):]; rest != "" || !st.header {
 		st.sent = tr.Answer
-		st.chunk(&outMessage{Content: &rest}, nil, nil, nil)
+		st.chunk(&outMessage{Content: &rest})
 	}
 	return nil
 }
 
 // end sends the finish reason with the trace, the usage if asked, and
-// [DONE].
-func (st *sseStream) end(finish string, u usage, info *traceInfo) {
+// [DONE]. commit runs first, given those events: if it fails, the stream
+// ends with its error instead, unfinished.
+func (st *sseStream) end(finish string, u usage, info *traceInfo, commit func(tail []byte) *apiError) {
 	st.stop()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.chunk(nil, &finish, nil, info)
+	st.start()
+	var tail bytes.Buffer
+	st.event(&tail, chatChoice{Delta: &outMessage{}, FinishReason: &finish}, nil, info)
 	if st.includeUsage {
-		st.chunk(nil, nil, &u, nil)
+		st.event(&tail, nil, &u, nil) // the usage chunk has no choices
 	}
-	fmt.Fprint(st.w, "data: [DONE]\n\n")
-	if f, ok := st.w.(http.Flusher); ok {
-		f.Flush()
+	tail.WriteString("data: [DONE]\n\n")
+	out := tail.Bytes()
+	if aerr := commit(out); aerr != nil {
+		out = fmt.Appendf(nil, "data: %s\n\ndata: [DONE]\n\n", marshal(map[string]*apiError{"error": aerr}))
 	}
+	st.w.Write(out)
+	st.flush()
 }
 
 // fail reports an error inside a stream already under way.
@@ -227,9 +239,7 @@ func (st *sseStream) fail(e *apiError) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	fmt.Fprintf(st.w, "data: %s\n\ndata: [DONE]\n\n", marshal(map[string]*apiError{"error": e}))
-	if f, ok := st.w.(http.Flusher); ok {
-		f.Flush()
-	}
+	st.flush()
 }
 
 // stepPolicy marks the step boundaries of a streamed loop.

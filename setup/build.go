@@ -85,13 +85,21 @@ func Embedder(ctx context.Context, cfg Config) (embed.Embedder, error) {
 // SQLite file memory.path, or the PostgreSQL database memory.dsn (the
 // password from PGPASSWORD or ~/.pgpass). memory.store "memory" keeps
 // nothing between runs, so a command that needs a store refuses it.
-func OpenStore(ctx context.Context, cfg Config) (ltm.DB, error) {
+func OpenStore(ctx context.Context, cfg Config) (ltm.DB, error) { return openStore(ctx, cfg, false) }
+
+// OpenServingStore is OpenStore for a server: a PostgreSQL database that
+// cannot be reached yet is not an error (ltm.PostgresOptions.Lazy), so a
+// replica started during an outage comes up not ready and serves once the
+// database answers.
+func OpenServingStore(ctx context.Context, cfg Config) (ltm.DB, error) { return openStore(ctx, cfg, true) }
+
+func openStore(ctx context.Context, cfg Config, lazy bool) (ltm.DB, error) {
 	m := cfg.Memory
 	switch m.Store {
 	case "sqlite":
 		return ltm.OpenSQLite(m.Path, StoreOptions(cfg))
 	case "postgres":
-		return ltm.OpenPostgres(ctx, ltm.PostgresOptions{DSN: m.DSN, MaxConns: m.MaxConns, HNSW: m.HNSW, Metadata: m.Limits()})
+		return ltm.OpenPostgres(ctx, ltm.PostgresOptions{DSN: m.DSN, MaxConns: m.MaxConns, HNSW: m.HNSW, Metadata: m.Limits(), Lazy: lazy})
 	}
 	return nil, fmt.Errorf("memory.store is %q, which keeps nothing between runs: this command needs sqlite or postgres", m.Store)
 }

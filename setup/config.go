@@ -241,6 +241,9 @@ func (c Config) problems() valid.Errors {
 	}
 	e.AtLeast("eval.tasks", c.Eval.Tasks, 0)
 	e.Section("serve", c.Serve.Validate())
+	if c.Serve.State == "postgres" && c.Memory.Store != "postgres" {
+		e.Add("serve.state", "postgres keeps sessions in memory.dsn's database: set memory.store: postgres (and memory.dsn), or serve.state: memory")
+	}
 	e.Section("ollama", c.Ollama.Validate())
 	e.Section("openai", c.OpenAI.Validate())
 	e.Section("mcp", c.MCP.Validate())

@@ -114,7 +114,7 @@ func logger(cfg setup.Config) *slog.Logger {
 // (tests serve a scripted one).
 func run(ctx context.Context, cfg setup.Config, be serve.Backend) error {
 	log := logger(cfg)
-	db, err := setup.OpenStore(ctx, cfg)
+	db, err := setup.OpenServingStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -128,6 +128,9 @@ func run(ctx context.Context, cfg setup.Config, be serve.Backend) error {
 		enc = cfg.Embed.Hashing()
 	}
 	o := serve.Options{Config: cfg.Serve, Agent: cfg.Agent, Tools: cfg.Tools, Namespace: cfg.Memory.Namespace, Backend: be, Store: db, Embedder: enc, Summarizer: helpers.Summarizer, Logger: log}
+	if cfg.Serve.State == "postgres" || (cfg.Serve.State == "auto" && cfg.Memory.Store == "postgres") {
+		o.StateDSN = cfg.Memory.DSN
+	}
 	switch {
 	case be != nil:
 	case cfg.Serve.Backend == "ollama":

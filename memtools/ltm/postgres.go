@@ -13,6 +13,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -73,6 +74,12 @@ type PostgresOptions struct {
 	Metadata MetadataLimits
 	// Log receives the index builds' progress (nil: slog.Default()).
 	Log *slog.Logger
+	// Lazy opens the store while the database cannot be reached: the
+	// schema is checked and migrated on the first call that reaches it,
+	// and until then every call fails with ErrUnavailable. A server sets
+	// it, so that a replica started during an outage comes up (not ready)
+	// and serves once the database is back; a command wants the error.
+	Lazy bool
 }
 
 // Postgres is the memory of every namespace in one PostgreSQL database.
@@ -81,6 +88,10 @@ type Postgres struct {
 	opt  PostgresOptions
 	name string // user@host/database, for messages: never the password
 	log  *slog.Logger
+
+	cc       *pgx.ConnConfig // for migrate's own connection
+	migrated atomic.Bool
+	migrate1 sync.Mutex // one migration at a time
 
 	mu        sync.Mutex
 	sizes     map[string]nsSize
@@ -129,8 +140,12 @@ func OpenPostgres(ctx context.Context, opt PostgresOptions) (*Postgres, error) {
 	if p.log == nil {
 		p.log = slog.Default()
 	}
-	if err := p.migrate(ctx, cc.Copy()); err != nil {
-		return nil, p.wrap("open memory store", "", err)
+	p.cc = cc.Copy()
+	if err := p.ensure(ctx); err != nil {
+		if !opt.Lazy || !unavailable(err) {
+			return nil, p.wrap("open memory store", "", err)
+		}
+		p.log.Warn("the memory database cannot be reached: the store opens and migrates when it answers", "db", name, "err", err)
 	}
 	cfg.AfterConnect = pgxvec.RegisterTypes
 	p.pool, err = pgxpool.NewWithConfig(ctx, cfg)
@@ -139,6 +154,24 @@ func OpenPostgres(ctx context.Context, opt PostgresOptions) (*Postgres, error) {
 	}
 	p.bg, p.stop = context.WithCancel(context.Background())
 	return p, nil
+}
+
+// ensure migrates the schema, once: at open, or (Lazy) on the first call
+// after the database answers.
+func (p *Postgres) ensure(ctx context.Context) error {
+	if p.migrated.Load() {
+		return nil
+	}
+	p.migrate1.Lock()
+	defer p.migrate1.Unlock()
+	if p.migrated.Load() {
+		return nil
+	}
+	if err := p.migrate(ctx, p.cc.Copy()); err != nil {
+		return err
+	}
+	p.migrated.Store(true)
+	return nil
 }
 
 // migrate checks that the server has pgvector and applies pgMigrations.
@@ -218,6 +251,9 @@ func (p *Postgres) Close() error {
 func (p *Postgres) Ping() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if err := p.ensure(ctx); err != nil {
+		return p.wrap("ping", "", err)
+	}
 	return p.wrap("ping", "", p.pool.Ping(ctx))
 }
 
@@ -259,6 +295,9 @@ func (p *Postgres) Namespaces(ctx context.Context) ([]string, error) {
 // broken connection by then, so the second try dials anew. Only calls
 // that can run twice, or failures that sent nothing, are tried again.
 func (p *Postgres) retry(ctx context.Context, idempotent bool, f func() error) error {
+	if err := p.ensure(ctx); err != nil {
+		return err
+	}
 	err := f()
 	if err != nil && unavailable(err) && (idempotent || pgconn.SafeToRetry(err)) && ctx.Err() == nil {
 		err = f()
@@ -281,6 +320,13 @@ func (p *Postgres) wrap(op, ns string, err error) error {
 	}
 	return fmt.Errorf("%s (%s): %w", op, where, err)
 }
+
+// Unavailable reports whether err is a database's that cannot be reached
+// (ErrUnavailable, or a connection's error: refused, cut, the server
+// shutting down or starting): the same call may succeed later. Other
+// users of the same database (the server's sessions) classify their
+// errors with it too.
+func Unavailable(err error) bool { return errors.Is(err, ErrUnavailable) || unavailable(err) }
 
 // unavailable reports an error of the database's reachability, not of the
 // request: refused or cut connections, a server shutting down or starting,

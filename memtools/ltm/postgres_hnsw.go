@@ -155,6 +155,9 @@ func (p *Postgres) BuildIndex(ctx context.Context, ns string, d int) error {
 	if !ok {
 		return fmt.Errorf("dimension %d: pgvector indexes at most 4,000 dimensions (halfvec); the namespace is searched exactly", d)
 	}
+	if err := p.ensure(ctx); err != nil {
+		return p.wrap("build HNSW index", ns, err)
+	}
 	name := hnswName(ns, d)
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {

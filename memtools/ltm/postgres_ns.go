@@ -194,6 +194,9 @@ func (n *pgNS) Delete(ctx context.Context, id string) error {
 		tag, err := n.p.pool.Exec(ctx, "DELETE FROM agemem_memories WHERE namespace = $1 AND id = $2", n.ns, id)
 		return tag.RowsAffected(), err
 	}
+	if err := n.p.ensure(ctx); err != nil {
+		return n.p.wrap("delete "+id, n.ns, err)
+	}
 	deleted, err := del()
 	if err != nil && unavailable(err) && ctx.Err() == nil {
 		// A first try that sent its statement and lost the answer may have
