@@ -6,7 +6,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
-	"io/fs"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -104,36 +103,44 @@ func (d *fieldDocs) parse(t reflect.Type) map[string]string {
 	if !ok {
 		return out
 	}
-	pkgs, err := parser.ParseDir(token.NewFileSet(), filepath.Join(d.root, filepath.FromSlash(rel)), func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, parser.ParseComments)
+	// Files are parsed one by one: parser.ParseDir is deprecated, and the
+	// package's non-test files are all the reference needs.
+	dir := filepath.Join(d.root, filepath.FromSlash(rel))
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		d.err = fmt.Errorf("config reference: %w", err)
 		return out
 	}
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			ast.Inspect(f, func(n ast.Node) bool {
-				ts, ok := n.(*ast.TypeSpec)
-				if !ok || ts.Name.Name != t.Name() {
-					return true
-				}
-				st, ok := ts.Type.(*ast.StructType)
-				if !ok {
-					return false
-				}
-				for _, fl := range st.Fields.List {
-					text := fl.Doc.Text()
-					if text == "" {
-						text = fl.Comment.Text()
-					}
-					for _, n := range fl.Names {
-						out[n.Name] = strings.Join(strings.Fields(text), " ")
-					}
-				}
-				return false
-			})
+	fset := token.NewFileSet()
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
 		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			d.err = fmt.Errorf("config reference: %w", err)
+			return out
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok || ts.Name.Name != t.Name() {
+				return true
+			}
+			st, ok := ts.Type.(*ast.StructType)
+			if !ok {
+				return false
+			}
+			for _, fl := range st.Fields.List {
+				text := fl.Doc.Text()
+				if text == "" {
+					text = fl.Comment.Text()
+				}
+				for _, n := range fl.Names {
+					out[n.Name] = strings.Join(strings.Fields(text), " ")
+				}
+			}
+			return false
+		})
 	}
 	return out
 }

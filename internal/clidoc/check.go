@@ -16,6 +16,11 @@ type Line struct {
 	N    int      // the line it starts on
 	Args []string // after the binary's name
 	Text string
+	// Fails is the error the docs show the line ending with: the comment
+	// line after it, when that starts with the binary's name and a colon
+	// ("# agemem-train: config --set: unknown key ..."), without the "..."
+	// a shortened message ends with.
+	Fails string
 }
 
 // Lines are the command lines of binary (its name, also as bin/NAME,
@@ -53,6 +58,10 @@ func Lines(files []string, binary string) ([]Line, error) {
 			cont.WriteString(l)
 			text := cont.String()
 			cont.Reset()
+			if msg, ok := strings.CutPrefix(strings.TrimSpace(l), "# "+binary+": "); ok && len(out) > 0 && out[len(out)-1].File == f && out[len(out)-1].N == start-1 {
+				out[len(out)-1].Fails = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(msg), "..."))
+				continue
+			}
 			if args, ok := commandOf(text, binary); ok {
 				out = append(out, Line{File: f, N: start, Args: args, Text: strings.TrimSpace(text)})
 			}

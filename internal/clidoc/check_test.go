@@ -34,6 +34,8 @@ func TestLinesAndCheck(t *testing.T) {
 		"other run --steps 3\n"+
 		"tool run --stpes 3  # a comment -> here\n"+
 		"tool dta synth\n"+
+		"tool run --set rl.nope=1\n"+
+		"# tool: config --set: unknown key rl.nope; ...\n"+
 		"```\n"), 0o644)
 	ls, err := Lines([]string{md}, "tool")
 	if err != nil {
@@ -43,7 +45,7 @@ func TestLinesAndCheck(t *testing.T) {
 	for _, l := range ls {
 		got = append(got, strings.Join(l.Args, " "))
 	}
-	want := []string{"run --steps 3 --set rl.k=8", "data synth", "run --steps=2", "run --stpes 3", "dta synth"}
+	want := []string{"run --steps 3 --set rl.k=8", "data synth", "run --steps=2", "run --stpes 3", "dta synth", "run --set rl.nope=1"}
 	if !slices.Equal(got, want) || ls[0].N != 4 {
 		t.Fatalf("lines %q (first at %d), want %q", got, ls[0].N, want)
 	}
@@ -61,5 +63,8 @@ func TestLinesAndCheck(t *testing.T) {
 	}
 	if _, err := Check(tree(), ls[4]); err == nil || !strings.Contains(err.Error(), "dta") {
 		t.Fatalf("a misspelt command: %v", err)
+	}
+	if ls[5].Fails != "config --set: unknown key rl.nope;" || ls[4].Fails != "" {
+		t.Fatalf("the documented failure %q (and %q)", ls[5].Fails, ls[4].Fails)
 	}
 }
