@@ -263,7 +263,7 @@ type keyID struct{ ns, key string }
 
 type keyRecord struct {
 	lock    lock
-	holders int     // requests holding or waiting for lock
+	holders int           // requests holding or waiting for lock
 	ans     *storedAnswer // nil until a request of the key is recorded
 	expires time.Time
 }

@@ -91,7 +91,9 @@ func OpenStore(ctx context.Context, cfg Config) (ltm.DB, error) { return openSto
 // cannot be reached yet is not an error (ltm.PostgresOptions.Lazy), so a
 // replica started during an outage comes up not ready and serves once the
 // database answers.
-func OpenServingStore(ctx context.Context, cfg Config) (ltm.DB, error) { return openStore(ctx, cfg, true) }
+func OpenServingStore(ctx context.Context, cfg Config) (ltm.DB, error) {
+	return openStore(ctx, cfg, true)
+}
 
 func openStore(ctx context.Context, cfg Config, lazy bool) (ltm.DB, error) {
 	m := cfg.Memory
