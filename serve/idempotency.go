@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -113,7 +114,7 @@ func (ws *writeState) claim(w http.ResponseWriter, r *http.Request, s *Server) (
 	}
 	if ans.fingerprint != ws.fp {
 		return true, &apiError{Status: http.StatusUnprocessableEntity, Type: "invalid_request_error", Param: idempotencyHeader, Code: "idempotency_key_reused",
-			Message: "this Idempotency-Key was used with another request (method, path, session or body); use a new key for a new request"}
+			Message: fmt.Sprintf("Idempotency-Key %q was used with another request (method, path, session or body); use a new key for a new request", ws.key)}
 	}
 	for k, v := range ans.header {
 		w.Header().Set(k, v)
