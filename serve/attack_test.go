@@ -284,8 +284,9 @@ func TestRateLimitPerKey(t *testing.T) {
 // Failing requests create no session, a tenant at its cap evicts only its
 // own sessions, a server at max_sessions evicts from the tenant holding the
 // most, and a request naming an evicted session is told so.
-func TestSessionEvictionIsPerTenant(t *testing.T) {
-	c := testConfig(t)
+func TestSessionEvictionIsPerTenant(t *testing.T) { forEachState(t, testSessionEvictionIsPerTenant) }
+
+func testSessionEvictionIsPerTenant(t *testing.T, c config) {
 	c.Serve.MaxSessions, c.Serve.MaxSessionsPerNamespace = 4, 2
 	ts := start(t, c, newScripted())
 	post := func(key, session, user string) reply {

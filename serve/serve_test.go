@@ -39,6 +39,9 @@ type config struct {
 	Memory ltm.Config
 	Embed  embed.Config
 	Ollama ollama.Config
+	// StateDSN keeps sessions and idempotency keys in PostgreSQL
+	// (forEachState); "" keeps them in the process.
+	StateDSN string
 }
 
 func defaults() config {
@@ -48,7 +51,7 @@ func defaults() config {
 
 // options are the server's options for c.
 func (c config) options() Options {
-	return Options{Config: c.Serve, Agent: c.Agent, Tools: c.Tools, Namespace: c.Memory.Namespace, Embedder: c.Embed.Hashing()}
+	return Options{Config: c.Serve, Agent: c.Agent, Tools: c.Tools, Namespace: c.Memory.Namespace, Embedder: c.Embed.Hashing(), StateDSN: c.StateDSN}
 }
 
 // with applies f to o.
@@ -328,8 +331,10 @@ func TestBadRequestsGetJSONErrors(t *testing.T) {
 
 // Sessions keep the short-term context between requests, including what
 // Filter_context removed; a failed request leaves the session as it was.
-func TestSessionsKeepShortTermContext(t *testing.T) {
-	ts := start(t, testConfig(t), newScripted())
+func TestSessionsKeepShortTermContext(t *testing.T) { forEachState(t, testSessionsKeepShortTermContext) }
+
+func testSessionsKeepShortTermContext(t *testing.T, c config) {
+	ts := start(t, c, newScripted())
 	answer(t, ts, aliceKey, "s", "my favourite colour is green")
 	answer(t, ts, aliceKey, "s", "I live in Velden")
 	if got, _ := answer(t, ts, aliceKey, "s", "History?"); got != "my favourite colour is green | I live in Velden | History?" {

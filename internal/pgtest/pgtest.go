@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,4 +88,78 @@ func Conn(t testing.TB, dsn string) *pgx.Conn {
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
+}
+
+// Cluster is a PostgreSQL server of the test's own (scripts/pg.sh start),
+// for tests that stop and restart the database under a running program.
+// It listens on a unix socket in Dir only.
+type Cluster struct {
+	Dir, DSN string
+	script   string
+}
+
+// NewCluster starts a new cluster, stopped and removed at the test's end.
+// Without PostgreSQL 15 and pgvector installed (scripts/pg.sh install) it
+// skips, unless AGEMEM_REQUIRE_PG=1, where it fails.
+func NewCluster(t testing.TB) *Cluster {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/usr/share/postgresql/15/extension/vector.control"); err != nil {
+		if os.Getenv("AGEMEM_REQUIRE_PG") == "1" {
+			t.Fatal("AGEMEM_REQUIRE_PG=1 but PostgreSQL 15 with pgvector is not installed (scripts/pg.sh install)")
+		}
+		t.Skip("PostgreSQL 15 with pgvector is not installed (scripts/pg.sh install, as root)")
+	}
+	// Not t.TempDir: its parent is private to this user, and as root the
+	// server runs as postgres, which must reach the directory.
+	dir, err := os.MkdirTemp("", "agemem-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	c := &Cluster{Dir: dir, script: filepath.Join(root, "scripts", "pg.sh")}
+	t.Cleanup(func() {
+		exec.Command("bash", c.script, "stop", dir).Run()
+		os.RemoveAll(dir)
+	})
+	c.Start(t)
+	c.DSN = fmt.Sprintf("host=%s user=agemem dbname=postgres", dir)
+	return c
+}
+
+// Start starts the server (again).
+func (c *Cluster) Start(t testing.TB) {
+	t.Helper()
+	if out, err := exec.Command("bash", c.script, "start", c.Dir).CombinedOutput(); err != nil {
+		t.Fatalf("scripts/pg.sh start %s: %v\n%s", c.Dir, err, out)
+	}
+}
+
+// Stop stops the server (a fast shutdown: connections are cut).
+func (c *Cluster) Stop(t testing.TB) {
+	t.Helper()
+	if out, err := exec.Command("bash", c.script, "stop", c.Dir).CombinedOutput(); err != nil {
+		t.Fatalf("scripts/pg.sh stop %s: %v\n%s", c.Dir, err, out)
+	}
+}
+
+// repoRoot is the directory of go.mod, above the test's.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
 }

@@ -192,12 +192,16 @@ func (p *Postgres) migrate(ctx context.Context, cc *pgx.ConnConfig) error {
 	if available == nil && installed == nil {
 		return noVector(serverNum)
 	}
-	if _, err := pgschema.Apply(ctx, conn, "memory", pgMigrations); err != nil {
+	from, err := pgschema.Apply(ctx, conn, "memory", pgMigrations)
+	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" && installed == nil {
 			return fmt.Errorf("%w; the role may not create the vector extension: a superuser must run CREATE EXTENSION vector in database %q once", err, cc.Database)
 		}
 		return err
+	}
+	if from < len(pgMigrations) {
+		p.log.Info("migrated the memory schema", "db", p.name, "from", from, "to", len(pgMigrations))
 	}
 	if p.opt.HNSW.MinRows > 0 {
 		var v string
