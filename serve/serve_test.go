@@ -331,7 +331,9 @@ func TestBadRequestsGetJSONErrors(t *testing.T) {
 
 // Sessions keep the short-term context between requests, including what
 // Filter_context removed; a failed request leaves the session as it was.
-func TestSessionsKeepShortTermContext(t *testing.T) { forEachState(t, testSessionsKeepShortTermContext) }
+func TestSessionsKeepShortTermContext(t *testing.T) {
+	forEachState(t, testSessionsKeepShortTermContext)
+}
 
 func testSessionsKeepShortTermContext(t *testing.T, c config) {
 	ts := start(t, c, newScripted())
