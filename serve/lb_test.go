@@ -32,28 +32,8 @@ type loadBalancer struct {
 // unless AGEMEM_REQUIRE_LB is set (CI installs it), when it fails.
 func startHAProxy(t *testing.T, backend string) loadBalancer {
 	t.Helper()
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		if _, err2 := os.Stat("/usr/sbin/haproxy"); err2 == nil {
-			bin, err = "/usr/sbin/haproxy", nil
-		}
-	}
-	if err != nil {
-		if os.Getenv("AGEMEM_REQUIRE_LB") != "" {
-			t.Fatal("haproxy is not installed and AGEMEM_REQUIRE_LB is set (.ci/run installs Debian's haproxy)")
-		}
-		t.Skip("haproxy is not installed (Debian: apt-get install haproxy); set AGEMEM_REQUIRE_LB=1 to fail instead")
-	}
-	var ports [2]int
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-	}
-	lb := loadBalancer{tcp: fmt.Sprintf("127.0.0.1:%d", ports[0]), http: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	haproxyBin(t)
+	lb := loadBalancer{tcp: freeAddr(t), http: freeAddr(t)}
 	cfg := fmt.Sprintf(`global
     maxconn 4000
 
@@ -84,6 +64,45 @@ backend serve_http
     http-check send meth GET uri /healthz
     server serve %s check inter 100ms fall 2
 `, lb.tcp, backend, lb.http, backend)
+	runHAProxy(t, cfg, lb.tcp, lb.http)
+	return lb
+}
+
+// haproxyBin is Debian's haproxy. Without it the test skips, unless
+// AGEMEM_REQUIRE_LB is set (CI installs it), when it fails.
+func haproxyBin(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		if _, err2 := os.Stat("/usr/sbin/haproxy"); err2 == nil {
+			bin, err = "/usr/sbin/haproxy", nil
+		}
+	}
+	if err != nil {
+		if os.Getenv("AGEMEM_REQUIRE_LB") != "" {
+			t.Fatal("haproxy is not installed and AGEMEM_REQUIRE_LB is set (.ci/run installs Debian's haproxy)")
+		}
+		t.Skip("haproxy is not installed (Debian: apt-get install haproxy); set AGEMEM_REQUIRE_LB=1 to fail instead")
+	}
+	return bin
+}
+
+// freeAddr is a loopback address no one listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// runHAProxy runs HAProxy on cfg for the test's life and waits until it
+// listens on every address of listen.
+func runHAProxy(t *testing.T, cfg string, listen ...string) {
+	t.Helper()
+	bin := haproxyBin(t)
 	path := filepath.Join(t.TempDir(), "haproxy.cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -101,7 +120,7 @@ backend serve_http
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 	})
-	for _, a := range []string{lb.tcp, lb.http} {
+	for _, a := range listen {
 		for deadline := time.Now().Add(10 * time.Second); ; {
 			c, err := net.Dial("tcp", a)
 			if err == nil {
@@ -114,7 +133,6 @@ backend serve_http
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return lb
 }
 
 // clientFrom is an HTTP client whose connections come from the loopback

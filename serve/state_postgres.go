@@ -92,9 +92,9 @@ type pgState struct {
 	swept    atomic.Int64 // Unix nanoseconds of the last sweep of expired answers
 }
 
-// openPGState prepares the pool; nothing is dialled until a request needs
-// the state, and the schema is migrated then (once, however many replicas
-// start together), so a replica starts while the database is down.
+// openPGState prepares the pool and migrates the serve schema (once,
+// however many replicas start together); a replica starts while the
+// database is down, and migrates when it returns.
 func openPGState(dsn string, sv Config, log *slog.Logger) (*pgState, error) {
 	if err := ltm.CheckDSN(dsn); err != nil {
 		return nil, fmt.Errorf("memory.dsn %w", err)
@@ -124,7 +124,20 @@ func openPGState(dsn string, sv Config, log *slog.Logger) (*pgState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pgState{pool: pool, sv: sv, log: log}, nil
+	p := &pgState{pool: pool, sv: sv, log: log}
+	// Migrate now if the database answers (replicas starting together
+	// migrate once: pgschema's lock); a database that is down is migrated
+	// when it returns, and a schema this build cannot use stops the start.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.ready(ctx); err != nil {
+		if !ltm.Unavailable(err) {
+			pool.Close()
+			return nil, err
+		}
+		log.Warn("the state's database cannot be reached: the server starts not ready and migrates when it answers", "err", err)
+	}
+	return p, nil
 }
 
 // ready migrates the serve schema the first time the database answers.
