@@ -90,7 +90,7 @@ SIGINT or SIGTERM finishes the requests in flight and stops.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return run(ctx, cfg, nil)
+			return runOn(ctx, cfg, nil, nil)
 		},
 	}
 	g.Register(root.PersistentFlags())
@@ -110,9 +110,9 @@ func logger(cfg setup.Config) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stderr, nil))
 }
 
-// run serves until ctx ends. be, if not nil, replaces the configured policy
-// (tests serve a scripted one).
-func run(ctx context.Context, cfg setup.Config, be serve.Backend) error {
+// runOn serves until ctx ends. be, if not nil, replaces the configured
+// policy, and addr, if not nil, is told the address listened on (tests).
+func runOn(ctx context.Context, cfg setup.Config, be serve.Backend, addr chan<- string) error {
 	log := logger(cfg)
 	db, err := setup.OpenServingStore(ctx, cfg)
 	if err != nil {
@@ -160,7 +160,7 @@ func run(ctx context.Context, cfg setup.Config, be serve.Backend) error {
 	if err != nil {
 		return err
 	}
-	return listenAndServe(ctx, cfg, s, log)
+	return listenAndServe(ctx, cfg, s, log, addr)
 }
 
 // toolGateway connects to every server of mcp.servers and indexes their
@@ -198,13 +198,16 @@ func embedder(ctx context.Context, cfg setup.Config) (embed.Embedder, error) {
 	return setup.Embedder(ctx, cfg)
 }
 
-func listenAndServe(ctx context.Context, cfg setup.Config, s *serve.Server, log *slog.Logger) error {
+func listenAndServe(ctx context.Context, cfg setup.Config, s *serve.Server, log *slog.Logger, addr chan<- string) error {
 	ln, err := net.Listen("tcp", cfg.Serve.Addr)
 	if err != nil {
 		s.Close()
 		return fmt.Errorf("serve.addr: %w", err)
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Memory.Path)
+	if addr != nil {
+		addr <- ln.Addr().String()
+	}
 	return s.Serve(ctx, ln)
 }
 
