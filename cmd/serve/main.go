@@ -114,6 +114,7 @@ func logger(cfg setup.Config) *slog.Logger {
 // policy, and addr, if not nil, is told the address listened on (tests).
 func runOn(ctx context.Context, cfg setup.Config, be serve.Backend, addr chan<- string) error {
 	log := logger(cfg)
+	slog.SetDefault(log) // the store's messages (migrations, index builds) in the server's format
 	db, err := setup.OpenServingStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -204,7 +205,11 @@ func listenAndServe(ctx context.Context, cfg setup.Config, s *serve.Server, log 
 		s.Close()
 		return fmt.Errorf("serve.addr: %w", err)
 	}
-	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Memory.Path)
+	store := cfg.Memory.Path
+	if cfg.Memory.Store == "postgres" {
+		store = "postgres"
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "store", store)
 	if addr != nil {
 		addr <- ln.Addr().String()
 	}
