@@ -153,7 +153,6 @@ func (e *Engine) Model() *qwen.Model { return e.model }
 // pool's figures, SetPrefix).
 func (e *Engine) Batching() *engine.Engine { return e.eng }
 
-
 // Chat implements llm.Model.
 func (e *Engine) Chat(ctx context.Context, r llm.Request) (llm.Response, error) {
 	out, err := e.ChatBatch(ctx, []llm.Request{r})
