@@ -146,6 +146,9 @@ func (e *Engine) Close() {
 	}
 }
 
+// Options are the engine's.
+func (e *Engine) Options() Options { return e.opt }
+
 // Model is what the engine runs.
 func (e *Engine) Model() *qwen.Model { return e.model }
 
