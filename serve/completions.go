@@ -38,6 +38,7 @@ type completionRequest struct {
 	Echo        bool            `json:"echo"`
 	User        string          `json:"user"`
 	// vLLM's extensions.
+	StopTokenIDs           []int `json:"stop_token_ids"`
 	ReturnTokenIDs         bool  `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool  `json:"return_tokens_as_token_ids"`
 	SkipSpecialTokens      *bool `json:"skip_special_tokens"`
@@ -112,6 +113,14 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	if req.Seed != nil {
 		smp.Seed = uint64(*req.Seed)
+	}
+	for i, id := range req.StopTokenIDs {
+		if id < 0 || id >= e.Model().VocabSize {
+			return errInvalid(fmt.Sprintf("stop_token_ids[%d]", i), "invalid_value", fmt.Sprintf("token id %d is outside the vocabulary", id))
+		}
+		if !slices.Contains(smp.StopIDs, id) {
+			smp.StopIDs = append(slices.Clip(smp.StopIDs), id)
+		}
 	}
 	if err := smp.Check(); err != nil {
 		return errInvalid("", "invalid_value", err.Error())
