@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,17 +40,6 @@ const maxAdapters = 8
 
 // maxAdapterBytes bounds one downloaded adapter file.
 const maxAdapterBytes = 4 << 30
-
-// Manifest is agemem_adapter.json: what agemem-train publishes beside an
-// adapter, so that an engine loads the bytes the trainer wrote or none.
-type Manifest struct {
-	Name    string            `json:"name"`
-	Version int               `json:"version"`
-	Files   map[string]string `json:"files"` // file name -> SHA-256, hex
-}
-
-// ManifestFile is the manifest's name in an adapter directory.
-const ManifestFile = "agemem_adapter.json"
 
 var adapterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
 
@@ -284,7 +272,7 @@ func (s *Server) adapterObject(ae *adapterEngine) map[string]any {
 func fetchAdapter(ctx context.Context, path string) (dir, sum string, cleanup func(), err error) {
 	cleanup = func() {}
 	if !strings.HasPrefix(path, "http://") && !strings.HasPrefix(path, "https://") {
-		raw, err := os.ReadFile(filepath.Join(path, ManifestFile))
+		raw, err := os.ReadFile(filepath.Join(path, lora.ManifestFile))
 		if errors.Is(err, os.ErrNotExist) {
 			h := sha256.New()
 			for _, f := range []string{"adapter_config.json", "adapter_model.safetensors"} {
@@ -299,20 +287,20 @@ func fetchAdapter(ctx context.Context, path string) (dir, sum string, cleanup fu
 		if err != nil {
 			return "", "", cleanup, err
 		}
-		m, err := readManifest(raw)
+		m, err := lora.ReadManifest(raw)
 		if err != nil {
 			return "", "", cleanup, err
 		}
-		for f, want := range m.Files {
+		for f := range m.Files {
 			b, err := os.ReadFile(filepath.Join(path, f))
 			if err != nil {
 				return "", "", cleanup, err
 			}
-			if err := checkSum(f, b, want); err != nil {
+			if err := m.Check(f, b); err != nil {
 				return "", "", cleanup, err
 			}
 		}
-		return path, sumOf(raw), cleanup, nil
+		return path, lora.Sum(raw), cleanup, nil
 	}
 	base := strings.TrimSuffix(path, "/")
 	hc := &http.Client{Timeout: 10 * time.Minute}
@@ -335,11 +323,11 @@ func fetchAdapter(ctx context.Context, path string) (dir, sum string, cleanup fu
 		}
 		return b, err
 	}
-	raw, err := get(ManifestFile)
+	raw, err := get(lora.ManifestFile)
 	if err != nil {
-		return "", "", cleanup, fmt.Errorf("an adapter URL needs its %s: %w", ManifestFile, err)
+		return "", "", cleanup, fmt.Errorf("an adapter URL needs its %s: %w", lora.ManifestFile, err)
 	}
-	m, err := readManifest(raw)
+	m, err := lora.ReadManifest(raw)
 	if err != nil {
 		return "", "", cleanup, err
 	}
@@ -348,10 +336,10 @@ func fetchAdapter(ctx context.Context, path string) (dir, sum string, cleanup fu
 		return "", "", cleanup, err
 	}
 	cleanup = func() { os.RemoveAll(tmp) }
-	for f, want := range m.Files {
+	for f := range m.Files {
 		b, err := get(f)
 		if err == nil {
-			err = checkSum(f, b, want)
+			err = m.Check(f, b)
 		}
 		if err == nil {
 			err = os.WriteFile(filepath.Join(tmp, f), b, 0o600)
@@ -361,35 +349,5 @@ func fetchAdapter(ctx context.Context, path string) (dir, sum string, cleanup fu
 			return "", "", func() {}, err
 		}
 	}
-	return tmp, sumOf(raw), cleanup, nil
-}
-
-func readManifest(raw []byte) (Manifest, error) {
-	var m Manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return m, fmt.Errorf("%s: %v", ManifestFile, err)
-	}
-	for _, f := range []string{"adapter_config.json", "adapter_model.safetensors"} {
-		if m.Files[f] == "" {
-			return m, fmt.Errorf("%s lists no checksum of %s", ManifestFile, f)
-		}
-	}
-	for f := range m.Files {
-		if f != filepath.Base(f) || strings.HasPrefix(f, ".") {
-			return m, fmt.Errorf("%s names %q, not a file of the adapter's directory", ManifestFile, f)
-		}
-	}
-	return m, nil
-}
-
-func checkSum(name string, b []byte, want string) error {
-	if got := sumOf(b); got != want {
-		return fmt.Errorf("%s has SHA-256 %s, its manifest says %s (a torn or stale copy)", name, got, want)
-	}
-	return nil
-}
-
-func sumOf(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
+	return tmp, lora.Sum(raw), cleanup, nil
 }

@@ -216,10 +216,10 @@ func TestAdapterFromURLIsChecked(t *testing.T) {
 	files := map[string]string{}
 	for _, f := range []string{"adapter_config.json", "adapter_model.safetensors"} {
 		b, _ := os.ReadFile(filepath.Join(dir, f))
-		files[f] = sumOf(b)
+		files[f] = lora.Sum(b)
 	}
-	man, _ := json.Marshal(Manifest{Name: "agemem-v1", Version: 1, Files: files})
-	os.WriteFile(filepath.Join(dir, ManifestFile), man, 0o644)
+	man, _ := json.Marshal(lora.Manifest{Name: "agemem-v1", Version: 1, Files: files})
+	os.WriteFile(filepath.Join(dir, lora.ManifestFile), man, 0o644)
 	pub := httptest.NewServer(http.FileServer(http.Dir(filepath.Dir(dir))))
 	defer pub.Close()
 	url := pub.URL + "/" + filepath.Base(dir)

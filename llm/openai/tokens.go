@@ -145,3 +145,16 @@ func (m *TokenModel) Chat(ctx context.Context, r llm.Request) (llm.Response, err
 }
 
 var _ llm.Model = (*TokenModel)(nil)
+
+// Post sends body to path and reads a 200 reply to its end (the adapter
+// endpoints answer text), retrying as the client's Config says.
+func (c *Client) Post(ctx context.Context, path string, body any) error {
+	resp, cancel, err := c.post(ctx, path, path, body)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return err
+}
