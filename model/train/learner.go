@@ -204,7 +204,7 @@ func NewLearner(t *Optimizer, o LearnerOptions, log io.Writer) (Learner, error) 
 	if o.Ranks != nil && o.Ranks.Size > 1 {
 		p, err := newRankLearner(t, bes, o)
 		if err == nil && log != nil {
-			fmt.Fprintf(log, "rank %d of %d: training on %s, gradients all-reduced through %s\n", o.Ranks.Rank, o.Ranks.Size, o.Devices[0], o.Ranks.Reduce.Name())
+			fmt.Fprintf(log, "rank %d of %d: training on %s, gradients all-reduced through %s\n", o.Ranks.Rank, o.Ranks.Size, o.Devices[0], p.Reduce.Name())
 		}
 		return p, err
 	}

@@ -16,6 +16,9 @@ import (
 type Ranks struct {
 	Rank, Size int
 	Reduce     kernels.Reducer
+	// ReduceFor, when Reduce is nil, makes the reducer for the rank's
+	// device once it is open (NCCL needs the GPU's backend).
+	ReduceFor func(kernels.TrainBackend) (kernels.Reducer, error)
 	// Exchange returns every rank's values, rank order; key is the same on
 	// every rank for one call.
 	Exchange func(key string, mine []float64) ([][]float64, error)
@@ -29,8 +32,17 @@ func newRankLearner(t *Optimizer, bes []kernels.TrainBackend, o LearnerOptions) 
 		return nil, fmt.Errorf("rank %d: %d devices: a rank of a run across processes trains on one (model.devices names it, or the launcher's LOCAL_RANK picks it)", r.Rank, len(bes))
 	case o.ZeroStage > 0:
 		return nil, fmt.Errorf("model.zero_stage %d: ZeRO shards state between one process's devices; a run across processes holds a whole replica per rank (zero_stage 0)", o.ZeroStage)
-	case r.Reduce == nil || r.Exchange == nil:
+	case (r.Reduce == nil && r.ReduceFor == nil) || r.Exchange == nil:
 		return nil, fmt.Errorf("rank %d: no reducer or exchange between the ranks", r.Rank)
+	}
+	if r.Reduce == nil {
+		red, err := r.ReduceFor(bes[0])
+		if err != nil {
+			return nil, fmt.Errorf("rank %d: %w", r.Rank, err)
+		}
+		rr := *r
+		rr.Reduce = red
+		r = &rr
 	}
 	p, err := NewParallel(t, bes, r.Reduce, LearnerOptions{BF16: o.BF16, BaseQ8: o.BaseQ8, OffloadReference: o.OffloadReference}, nil)
 	if err != nil {
