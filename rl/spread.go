@@ -43,7 +43,9 @@ type scored struct {
 	Reruns int                `json:"reruns,omitempty"`
 }
 
-func (s scored) score() rollout.Score { return rollout.Score{Total: s.Total, Parts: s.Parts, Info: s.Info} }
+func (s scored) score() rollout.Score {
+	return rollout.Score{Total: s.Total, Parts: s.Parts, Info: s.Info}
+}
 
 // roundPart is one rank's share of a rollout round.
 type roundPart struct {
