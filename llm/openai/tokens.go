@@ -149,7 +149,7 @@ var _ llm.Model = (*TokenModel)(nil)
 // Post sends body to path and reads a 200 reply to its end (the adapter
 // endpoints answer text), retrying as the client's Config says.
 func (c *Client) Post(ctx context.Context, path string, body any) error {
-	resp, cancel, err := c.post(ctx, path, path, body)
+	resp, cancel, err := c.post(ctx, path, "", body)
 	if err != nil {
 		return err
 	}

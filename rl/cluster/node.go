@@ -191,9 +191,9 @@ func (n *Node) wait(ctx context.Context, method string, p rankParams, out any, d
 		resp, err := n.rpc.Call(ctx, method, p)
 		switch {
 		case err == nil && resp.Error != nil:
-			err = resp.Error
+			err = errors.New(resp.Error.Message)
 			if resp.Error.Code == codeAborted {
-				n.cancel(errors.New(resp.Error.Message))
+				n.cancel(err)
 			}
 			return err
 		case err == nil:
