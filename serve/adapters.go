@@ -230,10 +230,14 @@ func (s *Server) closeAdapters() {
 
 // listModels is GET /v1/models: the served model and every adapter, each
 // adapter with its parent and source as vLLM lists them.
-func (s *Server) listModels(w http.ResponseWriter, _ *http.Request) *apiError {
-	data := []any{s.modelObject()}
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) *apiError {
 	a := s.adapters
 	a.mu.Lock()
+	if len(a.byName) == 0 {
+		a.mu.Unlock()
+		return s.models(w, r)
+	}
+	data := []any{s.modelObject()}
 	names := make([]string, 0, len(a.byName))
 	for n := range a.byName {
 		names = append(names, n)

@@ -249,11 +249,7 @@ func (p *pool) fail(d int, why error) (int, error) {
 		}
 	}
 	if best < 0 {
-		var all []error
-		for _, err := range p.down {
-			all = append(all, err)
-		}
-		return 0, errors.Join(all...)
+		return 0, errors.Join(p.down...)
 	}
 	p.bs[best].join()
 	return best, nil
