@@ -67,6 +67,7 @@ type spread struct {
 	pub       *fleet.Publisher
 	codec     *native.Codec
 	adapter   fleet.Adapter // rank 0: the version published last
+	older     fleet.Adapter // and the one before it
 	name      string        // the adapter the next rollouts run
 	urls      []string      // the engines that hold it, this rank's share first
 	preferred int
@@ -238,10 +239,14 @@ func (sp *spread) sync(ctx context.Context, version int, p *train.Policy, lora b
 		if err != nil {
 			return err
 		}
-		if sp.adapter.Name != "" && sp.adapter.Name != ad.Name {
-			sp.pub.Remove(sp.adapter)
+		// The version before the one the engines dropped goes: an engine
+		// that reads its files lazily has had a whole step to.
+		if sp.older.Name != "" && sp.older.Name != ad.Name && sp.older.Name != sp.adapter.Name {
+			sp.pub.Remove(sp.older)
 		}
-		sp.adapter = ad
+		if sp.adapter.Name != ad.Name {
+			sp.older, sp.adapter = sp.adapter, ad
+		}
 		part.Adapter, part.Engines = ad.Name, up
 		if sp.node != nil {
 			sp.node.Server().SetEngines(ad.Name, up)
