@@ -1,6 +1,10 @@
 package rl
 
 import (
+	"fmt"
+	"net/url"
+	"time"
+
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/rl/grpo"
@@ -66,6 +70,27 @@ type Config struct {
 	ValTasks int    `yaml:"val_tasks"`
 	KeepBest bool   `yaml:"keep_best"`
 	Out      string `yaml:"out"`
+	// Engines are OpenAI-compatible servers the rollouts run on, by their
+	// API roots (http://host:8000/v1): vLLM started with --enable-lora, or
+	// serve, both with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true; each loads
+	// every adapter version before the step that uses it. Empty: rollouts
+	// decode in process. Needs lora.enabled (rl/fleet).
+	Engines []string `yaml:"engines"`
+	// EngineKeyEnv names the variable that holds the engines' API key (an
+	// admin key of serve); "" sends none.
+	EngineKeyEnv string `yaml:"engine_key_env"`
+	// EngineTimeout bounds one request to an engine, EngineRetries its
+	// retries on a connection error or 5xx: past them the engine counts
+	// as failed and its episodes are played again on the others.
+	EngineTimeout time.Duration `yaml:"engine_timeout"`
+	EngineRetries int           `yaml:"engine_retries"`
+	// AdapterDir is a directory every engine reads (a shared filesystem;
+	// vLLM loads adapters from paths only) where each version is
+	// published; "": they are published under out/adapters and served to
+	// the engines over HTTP at AdapterAddr ("": a free port on every
+	// interface, the engines told the address that routes to them).
+	AdapterDir  string `yaml:"adapter_dir"`
+	AdapterAddr string `yaml:"adapter_addr"`
 }
 
 // DefaultConfig is the paper's K 8, β 0.1 and the common PPO clip 0.2.
@@ -73,7 +98,8 @@ func DefaultConfig() Config {
 	return Config{Init: "checkpoints/tiny", K: 8, BatchTasks: 2, Steps: 6,
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1},
 		Clip:           0.2, Beta: 0.1, Eps: 1e-6, ScaleRewards: "group", Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
-		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, MaxRounds: 1, ValEvery: 10, ValTasks: 200, Out: "runs/tiny/rl"}
+		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, MaxRounds: 1, ValEvery: 10, ValTasks: 200, Out: "runs/tiny/rl",
+		Engines: []string{}, EngineTimeout: 2 * time.Minute, EngineRetries: 1}
 }
 
 // Validate checks every key.
@@ -110,5 +136,14 @@ func (c Config) Validate() error {
 	e.AtLeast("save_every", c.SaveEvery, 0)
 	e.AtLeast("val_every", c.ValEvery, 0)
 	e.AtLeast("val_tasks", c.ValTasks, 1)
+	for i, u := range c.Engines {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			e.Add(fmt.Sprintf("engines[%d]", i), "%q is not an http(s) API root such as http://10.0.0.5:8000/v1", u)
+		}
+	}
+	if c.EngineTimeout <= 0 {
+		e.Add("engine_timeout", "%v must be positive", c.EngineTimeout)
+	}
+	e.AtLeast("engine_retries", c.EngineRetries, 0)
 	return e.Err()
 }

@@ -84,6 +84,7 @@ type Server struct {
 	// would otherwise stay open until the shutdown timeout, end with it.
 	stopping context.Context
 	stop     context.CancelFunc
+	adapters *adapterSet // LoRA adapters loaded at run time (adapters.go)
 }
 
 // New checks the options and builds the routes.
@@ -111,7 +112,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
 		sessions: newSessions(sv.SessionTTL, sv.MaxSessions, sv.MaxSessionsPerNamespace),
 		journal:  newJournal(sv.Console.Turns, sv.Console.TurnsPerNamespace), lists: newLists(sv.Console.ListRefresh),
-		system: sys, created: time.Now().Unix(), trusted: trusted}
+		system: sys, created: time.Now().Unix(), trusted: trusted, adapters: newAdapterSet()}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
@@ -154,9 +155,12 @@ func New(o Options) (*Server, error) {
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) *apiError) {
 		mux.Handle(pattern, s.authed(h))
 	}
-	api("GET /v1/models", s.models)
-	api("GET /v1/models/{model}", s.model)
+	api("GET /v1/models", s.listModels)
+	api("GET /v1/models/{model}", s.getModel)
 	api("POST /v1/chat/completions", s.chat)
+	api("POST /v1/completions", s.completions)
+	api("POST /v1/load_lora_adapter", s.loadAdapter)
+	api("POST /v1/unload_lora_adapter", s.unloadAdapter)
 	api("POST /v1/embeddings", s.embeddings)
 	api("DELETE /v1/sessions/{id}", s.deleteSession)
 	api("GET /v1/memories", s.listMemories)
@@ -192,7 +196,10 @@ func New(o Options) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Close stops the backend (call after the HTTP server has drained).
-func (s *Server) Close() { s.be.Close() }
+func (s *Server) Close() {
+	s.closeAdapters()
+	s.be.Close()
+}
 
 // Serve serves on ln until ctx ends, then stops taking connections, marks
 // itself not ready, ends open MCP streams (a client's GET for what the

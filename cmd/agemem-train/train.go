@@ -38,10 +38,20 @@ Writes to rl.out: metrics.jsonl (reward and every component, tool calls,
 prompt tokens, KL, clip fraction, entropy, step and rollout time),
 rollouts.jsonl (every rollout's reward components, answer, tool calls),
 reward.png, kl.png,
-checkpoint-N/ (resume with --resume) and policy/.`,
+checkpoint-N/ (resume with --resume) and policy/.
+
+Across processes and machines, launched by torchrun, Kubeflow or Slurm
+(RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, PET_*, SLURM_*): rank
+0 serves a JSON-RPC control endpoint, each rank trains on one device and
+plays its share of each step's groups, and gradients are summed over
+NCCL or a TCP ring; --dry-run prints the plan. With rl.engines the
+rollouts run on vLLM or serve engines that load each adapter version.`,
 		Example: `  agemem-train train --config configs/tiny.yaml
   agemem-train train --config configs/tiny.yaml --set rl.steps=40 --set reward.w_task=0.5
-  agemem-train train --config configs/tiny.yaml --resume runs/tiny/rl/checkpoint-10`,
+  agemem-train train --config configs/tiny.yaml --resume runs/tiny/rl/checkpoint-10
+  torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr node0 --master-port 29500 \
+    --no-python agemem-train train --config run.yaml --set lora.enabled=true \
+    --set 'rl.engines=[http://gpu3:8000/v1,http://gpu4:8000/v1]'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
@@ -52,12 +62,7 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 				if !(deviceGiB > 0) {
 					return fmt.Errorf("--device-gib %g: want a device's memory in GiB", deviceGiB)
 				}
-				plan, err := setup.Plan(cfg)
-				if err != nil {
-					return err
-				}
-				plan.Print(cmd.OutOrStdout(), deviceGiB)
-				return nil
+				return printClusterPlan(cmd.OutOrStdout(), cfg, deviceGiB)
 			}
 			res, err := runGRPO(cmd.Context(), cfg, resume, cmd.ErrOrStderr())
 			if err != nil {
@@ -71,17 +76,23 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 		},
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate the config and the model, print the memory a run needs, and stop")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate the config and the model, print the cluster plan (ranks, devices, engines) and the memory a device needs, and stop")
 	cmd.Flags().Float64Var(&deviceGiB, "device-gib", 24, "with --dry-run: each device's memory in GiB, to say whether the run fits (24: the paper's RTX 4090)")
 	return cmd
 }
 
 // runGRPO trains rl.init in the AgeMem environment (setup.GRPO).
-func runGRPO(ctx context.Context, cfg setup.Config, resume string, log io.Writer) (rl.Result, error) {
+func runGRPO(ctx context.Context, cfg setup.Config, resume string, log io.Writer) (_ rl.Result, err error) {
 	o, err := setup.GRPO(ctx, cfg, log)
 	if err != nil {
 		return rl.Result{}, err
 	}
+	// A rank of a run across processes joins it (cluster.go).
+	finish, err := joinCluster(ctx, cfg, &o, log)
+	if err != nil {
+		return rl.Result{}, err
+	}
+	defer func() { finish(err) }()
 	o.Resume, o.TTY = resume, isatty.IsTerminal(os.Stderr.Fd())
 	if cfg.Data.Val != "" {
 		tasks, err := env.LoadScored(cfg.Data.Val)
