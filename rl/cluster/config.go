@@ -15,11 +15,11 @@ type Config struct {
 	// DataPort is where each rank accepts its ring neighbour (0: a free
 	// port, which the rendezvous tells the others).
 	DataPort int `yaml:"data_port"`
-	// Heartbeat is how often each rank tells rank 0 it is alive; Timeout
-	// how long a silent rank (or an unreachable rank 0) is given before
-	// the run stops with an error naming it.
+	// Heartbeat is how often each rank tells rank 0 it is alive.
 	Heartbeat time.Duration `yaml:"heartbeat"`
-	Timeout   time.Duration `yaml:"timeout"`
+	// Timeout is how long a silent rank (or an unreachable rank 0) is
+	// given before the run stops with an error naming it.
+	Timeout time.Duration `yaml:"timeout"`
 	// Rendezvous bounds the wait for every rank to join (machines start
 	// at different times; torchrun waits 900 s).
 	Rendezvous time.Duration `yaml:"rendezvous"`
