@@ -71,7 +71,9 @@ rollouts run on vLLM or serve engines that load each adapter version.`,
 			if n := len(res.Steps); n > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "mean reward: step 1 %.3f, step %d %.3f\n", res.Steps[0].Reward, res.Steps[n-1].Step, res.Steps[n-1].Reward)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy written to %s\n", res.Policy)
+			if res.Policy != "" { // rank 0 writes the policy; the other ranks none
+				fmt.Fprintf(cmd.OutOrStdout(), "policy written to %s\n", res.Policy)
+			}
 			return nil
 		},
 	}
