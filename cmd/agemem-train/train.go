@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -169,10 +170,6 @@ same table as the trained ones.`,
 			}
 			// Every policy is checked before any is played: a wrong path
 			// found after the first rows' minutes of play wastes them.
-			isModel := func(dir string) bool {
-				_, err := os.Stat(filepath.Join(dir, "config.json"))
-				return err == nil
-			}
 			if !isModel(norl) {
 				return fmt.Errorf("AgeMem-noRL: %s is not a model directory (no config.json); --norl or rl.init names it", norl)
 			}
@@ -181,48 +178,12 @@ same table as the trained ones.`,
 			}
 			methods := []eval.Method{{Name: "No-Memory", Scripted: "no-memory"}, {Name: "AgeMem-noRL", Dir: norl}, {Name: "AgeMem", Dir: trained}}
 			for _, m := range extra {
-				name, spec, ok := strings.Cut(m, "=")
-				if !ok || name == "" || spec == "" {
-					return fmt.Errorf("--method %q: want NAME=DIR, e.g. Answer-Only=runs/answer-only/rl/policy", m)
+				method, err := parseMethod(cmd, cfg, m)
+				if err != nil {
+					return fmt.Errorf("--method %q: %w", m, err)
 				}
-				// DIR (or ollama:MODEL, openai:MODEL), then ,key=value
-				// options; a directory whose name has a comma is taken
-				// whole when it exists.
-				dir, opts, _ := strings.Cut(spec, ",")
-				if isModel(spec) {
-					dir, opts = spec, ""
-				}
-				var tools string
-				for opt := range strings.SplitSeq(opts, ",") {
-					if opt == "" {
-						continue
-					}
-					k, v, _ := strings.Cut(opt, "=")
-					if k != "tools" {
-						return fmt.Errorf("--method %q: unknown option %q (the one option is tools=all|ltm|stm)", m, opt)
-					}
-					if !slices.Contains([]string{memtools.SubsetAll, memtools.SubsetLTM, memtools.SubsetSTM}, v) {
-						return fmt.Errorf("--method %q: tools=%q is not all, ltm or stm", m, v)
-					}
-					tools = v
-				}
-				if slices.ContainsFunc(methods, func(x eval.Method) bool { return x.Name == name }) {
-					return fmt.Errorf("--method %q: the table already has a row %q", m, name)
-				}
-				method := eval.Method{Name: name, Dir: dir, Tools: tools}
-				greedy := llm.Sampling{Seed: uint64(cfg.Seed)}
-				if model, ok := strings.CutPrefix(dir, "ollama:"); ok {
-					if method.Policy, err = ollamaPolicy(cmd, cfg, model, greedy); err != nil {
-						return fmt.Errorf("--method %q: %w", m, err)
-					}
-					method.Dir = ""
-				} else if model, ok := strings.CutPrefix(dir, "openai:"); ok {
-					if method.Policy, err = openaiPolicy(cfg, model, greedy); err != nil {
-						return fmt.Errorf("--method %q: %w", m, err)
-					}
-					method.Dir = ""
-				} else if !isModel(dir) {
-					return fmt.Errorf("--method %q: %s is not a model directory (no config.json), ollama:MODEL or openai:MODEL", m, dir)
+				if slices.ContainsFunc(methods, func(x eval.Method) bool { return x.Name == method.Name }) {
+					return fmt.Errorf("--method %q: the table already has a row %q", m, method.Name)
 				}
 				methods = append(methods, method)
 			}
@@ -249,4 +210,49 @@ same table as the trained ones.`,
 	cmd.Flags().StringVar(&norl, "norl", "", "the policy without RL (default: rl.init)")
 	cmd.Flags().StringArrayVar(&extra, "method", nil, "another row: NAME=DIR, NAME=ollama:MODEL or NAME=openai:MODEL, each optionally ,tools=ltm|stm: a policy to play on the same tasks (repeatable)")
 	return cmd
+}
+
+func isModel(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "config.json"))
+	return err == nil
+}
+
+// parseMethod reads eval's --method NAME=SPEC: SPEC is a model directory,
+// ollama:MODEL or openai:MODEL, then ,key=value options; a directory
+// whose name has a comma is taken whole when it exists.
+func parseMethod(cmd *cobra.Command, cfg setup.Config, m string) (eval.Method, error) {
+	name, spec, ok := strings.Cut(m, "=")
+	if !ok || name == "" || spec == "" {
+		return eval.Method{}, errors.New("want NAME=DIR, e.g. Answer-Only=runs/answer-only/rl/policy")
+	}
+	dir, opts, _ := strings.Cut(spec, ",")
+	if isModel(spec) {
+		dir, opts = spec, ""
+	}
+	method := eval.Method{Name: name, Dir: dir}
+	for opt := range strings.SplitSeq(opts, ",") {
+		if opt == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(opt, "=")
+		if k != "tools" {
+			return method, fmt.Errorf("unknown option %q (the one option is tools=all|ltm|stm)", opt)
+		}
+		if !slices.Contains([]string{memtools.SubsetAll, memtools.SubsetLTM, memtools.SubsetSTM}, v) {
+			return method, fmt.Errorf("tools=%q is not all, ltm or stm", v)
+		}
+		method.Tools = v
+	}
+	greedy := llm.Sampling{Seed: uint64(cfg.Seed)}
+	var err error
+	if model, ok := strings.CutPrefix(dir, "ollama:"); ok {
+		method.Policy, err = ollamaPolicy(cmd, cfg, model, greedy)
+		method.Dir = ""
+	} else if model, ok := strings.CutPrefix(dir, "openai:"); ok {
+		method.Policy, err = openaiPolicy(cfg, model, greedy)
+		method.Dir = ""
+	} else if !isModel(dir) {
+		err = fmt.Errorf("%s is not a model directory (no config.json), ollama:MODEL or openai:MODEL", dir)
+	}
+	return method, err
 }
