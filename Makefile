@@ -36,8 +36,11 @@ build:
 screenshots:
 	AGEMEM_SCREENSHOTS=$(CURDIR)/docs/images AGEMEM_REQUIRE_BROWSER=1 $(GO) test -count=1 -run 'InChromium' ./serve/ ./console/
 
+# deploy/ is its own module (the Kubernetes API types its recipe check
+# decodes with stay out of agemem's): its test runs beside the rest.
 test: deps
 	$(GO) test -count=1 ./...
+	cd deploy && $(GO) test -count=1 ./...
 
 # GPU tests and benchmarks: they skip with a message where no CUDA device
 # (libcuda.so.1) is found. LD_LIBRARY_PATH must reach libnvrtc and libcublas
@@ -265,6 +268,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	bash scripts/check-tree.sh
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
 # staticcheck (dead code, simplifications, misused APIs), built from the Go

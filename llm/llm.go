@@ -81,6 +81,10 @@ type Response struct {
 	PromptIDs   []int     `json:"-"`
 	ResponseIDs []int     `json:"-"`
 	LogProbs    []float32 `json:"-"`
+	// Model is the model that answered as its server names it (a LoRA
+	// adapter's versioned name on a rollout engine); empty where the
+	// backend does not say.
+	Model string `json:"-"`
 }
 
 // ErrContextFull is what a Model's error is (errors.Is) when the

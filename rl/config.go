@@ -1,6 +1,10 @@
 package rl
 
 import (
+	"fmt"
+	"net/url"
+	"time"
+
 	"github.com/agemem/agemem/internal/valid"
 	"github.com/agemem/agemem/model/optim"
 	"github.com/agemem/agemem/rl/grpo"
@@ -14,7 +18,8 @@ type Config struct {
 	// K rollouts per task form a group; BatchTasks tasks make a step.
 	K          int `yaml:"k"`
 	BatchTasks int `yaml:"batch_tasks"`
-	Steps      int `yaml:"steps"`
+	// Steps is how many GRPO updates the run makes.
+	Steps int `yaml:"steps"`
 	// The learning rate and its schedule.
 	optim.ScheduleConfig `yaml:",inline"`
 	// Clip is PPO's ε; Beta the KL weight β (Eq. 6; 0: no KL term and no
@@ -37,8 +42,13 @@ type Config struct {
 	// tokens at the same temperature (π_θ, π_old and π_ref of logits/T).
 	Temperature float64 `yaml:"temperature"`
 	TopP        float64 `yaml:"top_p"`
-	SaveEvery   int     `yaml:"save_every"`
-	Recompute   bool    `yaml:"recompute"`
+	// SaveEvery writes a checkpoint every that many steps (0: only at the
+	// end), the one --resume continues from.
+	SaveEvery int `yaml:"save_every"`
+	// Recompute trades compute for memory: each layer's activations are
+	// recomputed in the backward pass instead of kept (gradient
+	// checkpointing).
+	Recompute bool `yaml:"recompute"`
 	// PrefixCache keeps each rollout's key/value cache between its calls,
 	// so a call prefills only what its context gained (false: every call
 	// prefills its whole context, as before).
@@ -56,16 +66,45 @@ type Config struct {
 	// BatchTasks such groups (1: the groups that do not vary are dropped
 	// and the step learns from fewer).
 	FilterGroups string `yaml:"filter_groups"`
-	MaxRounds    int    `yaml:"max_rounds"`
+	// MaxRounds bounds the rounds of regeneration FilterGroups makes for one step.
+	MaxRounds int `yaml:"max_rounds"`
 	// Validation (with Options.Validate, which the CLI sets from
 	// data.val): the policy plays ValTasks validation tasks greedily
 	// before the first step, every ValEvery steps and after the last
 	// (0: only then); with KeepBest, out/policy is the trained step that
 	// scored best, not the last (Hugging Face's load_best_model_at_end).
-	ValEvery int    `yaml:"val_every"`
-	ValTasks int    `yaml:"val_tasks"`
-	KeepBest bool   `yaml:"keep_best"`
-	Out      string `yaml:"out"`
+	ValEvery int `yaml:"val_every"`
+	// ValTasks is how many validation tasks each validation plays.
+	ValTasks int `yaml:"val_tasks"`
+	// KeepBest makes out/policy the step that scored best on validation.
+	KeepBest bool `yaml:"keep_best"`
+	// Out is the run's directory: checkpoints, metrics, the final policy.
+	Out string `yaml:"out"`
+	// Engines are OpenAI-compatible servers the rollouts run on, by their
+	// API roots (http://host:8000/v1): vLLM started with --enable-lora, or
+	// serve, both with VLLM_ALLOW_RUNTIME_LORA_UPDATING=true; each loads
+	// every adapter version before the step that uses it. Empty: rollouts
+	// decode in process. Needs lora.enabled (rl/fleet).
+	Engines []string `yaml:"engines"`
+	// EngineKeyEnv names the variable that holds the engines' API key (an
+	// admin key of serve); "" sends none.
+	EngineKeyEnv string `yaml:"engine_key_env"`
+	// EngineTimeout bounds one request to an engine, EngineRetries its
+	// retries on a connection error or 5xx: past them the engine counts
+	// as failed and its episodes are played again on the others.
+	EngineTimeout time.Duration `yaml:"engine_timeout"`
+	// EngineRetries is how often one request to an engine is retried on a
+	// connection error or 5xx before the engine counts as failed.
+	EngineRetries int `yaml:"engine_retries"`
+	// AdapterDir is a directory every engine reads (a shared filesystem;
+	// vLLM loads adapters from paths only) where each version is
+	// published; "": they are published under out/adapters and served to
+	// the engines over HTTP at AdapterAddr ("": a free port on every
+	// interface, the engines told the address that routes to them).
+	AdapterDir string `yaml:"adapter_dir"`
+	// AdapterAddr is where the trainer serves published adapters over HTTP
+	// when AdapterDir is "" ("": a free port on every interface).
+	AdapterAddr string `yaml:"adapter_addr"`
 }
 
 // DefaultConfig is the paper's K 8, β 0.1 and the common PPO clip 0.2.
@@ -73,7 +112,8 @@ func DefaultConfig() Config {
 	return Config{Init: "checkpoints/tiny", K: 8, BatchTasks: 2, Steps: 6,
 		ScheduleConfig: optim.ScheduleConfig{LR: 1e-4, Schedule: "constant", MinLRRatio: 0.1},
 		Clip:           0.2, Beta: 0.1, Eps: 1e-6, ScaleRewards: "group", Aggregation: "token-mean", Epochs: 1, Minibatches: 1, BatchTokens: 4096,
-		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, MaxRounds: 1, ValEvery: 10, ValTasks: 200, Out: "runs/tiny/rl"}
+		Temperature: 1, TopP: 1, SaveEvery: 10, PrefixCache: true, MaxRounds: 1, ValEvery: 10, ValTasks: 200, Out: "runs/tiny/rl",
+		Engines: []string{}, EngineTimeout: 2 * time.Minute, EngineRetries: 1}
 }
 
 // Validate checks every key.
@@ -110,5 +150,14 @@ func (c Config) Validate() error {
 	e.AtLeast("save_every", c.SaveEvery, 0)
 	e.AtLeast("val_every", c.ValEvery, 0)
 	e.AtLeast("val_tasks", c.ValTasks, 1)
+	for i, u := range c.Engines {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			e.Add(fmt.Sprintf("engines[%d]", i), "%q is not an http(s) API root such as http://10.0.0.5:8000/v1", u)
+		}
+	}
+	if c.EngineTimeout <= 0 {
+		e.Add("engine_timeout", "%v must be positive", c.EngineTimeout)
+	}
+	e.AtLeast("engine_retries", c.EngineRetries, 0)
 	return e.Err()
 }

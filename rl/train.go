@@ -24,9 +24,11 @@ import (
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/optim"
+	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/rl/cluster"
 	"github.com/agemem/agemem/rl/grpo"
 	"github.com/agemem/agemem/rl/rollout"
 )
@@ -62,6 +64,11 @@ type Options[R any] struct {
 	Resume   string
 	Log      io.Writer
 	TTY      bool
+	// Cluster, when set, makes this process one rank of a run across
+	// processes (rl/cluster): it plays its share of each step's groups
+	// and trains its share of the micro-batches (Learner.Ranks), and only
+	// rank 0 writes metrics, checkpoints and the policy to rl.out.
+	Cluster *cluster.Node
 }
 
 // StepStats are one step's figures (metrics.jsonl holds the same).
@@ -84,6 +91,9 @@ type StepStats struct {
 	// KVPeak is the most KV positions the paged pool held under
 	// rl.kv_budget (0 without one), and Recomputed the rollouts it preempted.
 	KVPeak, Recomputed int
+	// Reruns are the rollouts played again because a remote engine
+	// failed under them; Engines the engines the step's rollouts used.
+	Reruns, Engines int
 }
 
 // Result summarises a run.
@@ -95,9 +105,29 @@ type Result struct {
 }
 
 // Train trains o.Config.Init with step-wise GRPO in o.Env.
-func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
+func Train[R any](ctx context.Context, o Options[R]) (res Result, err error) {
 	rc := o.Config
-	var res Result
+	sp := newSpread(o.Cluster, o.Log)
+	if o.Cluster != nil {
+		// The run stops when any rank fails or falls silent, with why.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		stop := context.AfterFunc(o.Cluster.Context(), func() { cancel(context.Cause(o.Cluster.Context())) })
+		defer func() {
+			stop()
+			if err != nil && context.Cause(ctx) != nil && ctx.Err() != nil {
+				err = fmt.Errorf("rank %d stopped: %w", sp.rank, context.Cause(ctx))
+			}
+			cancel(nil)
+		}()
+		if !sp.lead() {
+			// The other ranks keep their own metrics apart, for their timings.
+			rc.Out = filepath.Join(rc.Out, "ranks", fmt.Sprintf("rank-%d", sp.rank))
+		}
+	}
+	if len(rc.Engines) > 0 && !o.LoRA.Enabled {
+		return res, fmt.Errorf("rl.engines needs lora.enabled: engines hot-load LoRA adapters (vLLM's /v1/load_lora_adapter); full weights each step would need a weight-sync channel into every engine (TRL's NCCL broadcast into vllm-serve), which this trainer does not have. Train LoRA, or leave rl.engines empty to decode in process")
+	}
 	if o.Env.Len() < rc.BatchTasks {
 		return res, fmt.Errorf("%d tasks, rl.batch_tasks needs %d", o.Env.Len(), rc.BatchTasks)
 	}
@@ -137,29 +167,51 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	perRollout, err := train.OpenMetrics(filepath.Join(rc.Out, "rollouts.jsonl"), o.Resume != "")
-	if err != nil {
+	var perRollout *train.Metrics
+	if sp.lead() {
+		if perRollout, err = train.OpenMetrics(filepath.Join(rc.Out, "rollouts.jsonl"), o.Resume != ""); err != nil {
+			return res, err
+		}
+		defer perRollout.Close()
+	}
+	if len(rc.Engines) > 0 {
+		if err := sp.startEngines(rc, native.NewCodec(tok, tmpl, p.W.Config.MaxPositions, 0)); err != nil {
+			return res, err
+		}
+		defer sp.close()
+	}
+	learner.SyncHost()
+	if err := sp.sync(ctx, tr.Step, p, o.LoRA.Enabled); err != nil {
 		return res, err
 	}
-	defer perRollout.Close()
 	loss := hostLoss(rc)
 	fmt.Fprintf(o.Log, "grpo: %d tasks, %d steps of %d tasks x %d rollouts, %d trainable parameters\n", o.Env.Len(), rc.Steps, rc.BatchTasks, rc.K, tr.NumParams())
+	save := learner.Save
+	if !sp.lead() {
+		save = func(string) error { return nil } // rank 0 checkpoints: every rank holds the same weights
+	}
 	loop := train.Loop{Steps: rc.Steps, SaveEvery: rc.SaveEvery, Out: rc.Out, Resumed: o.Resume != "", Log: o.Log, TTY: o.TTY,
-		Save: learner.Save,
+		Save: save,
 		Charts: []train.Chart{{File: "reward.png", Title: "GRPO: mean reward of the step's rollouts and its components",
 			YLabel: "reward", Series: []string{"reward", "r_task", "r_context", "r_memory"}},
 			{File: "kl.png", Title: "GRPO: KL to the reference policy (k3 estimator)", YLabel: "KL (nats per token)", Series: []string{"kl"}}}}
 	loop.Step = func(ctx context.Context, n int) (map[string]any, string, error) {
 		t0 := time.Now()
 		step := n - 1
+		var err error
 		// Rollouts with the current weights.
 		learner.SyncHost()
-		models, err := rolloutEngines(o.Device, learner, p.W)
-		if err != nil {
-			return nil, "", err
-		}
 		var pols []llm.Model
 		var engines []*native.Engine
+		pref := 0
+		var models []*qwen.Model
+		if len(rc.Engines) > 0 {
+			if pols, pref, err = sp.remote(o.ResponseBudget); err != nil {
+				return nil, "", err
+			}
+		} else if models, err = rolloutEngines(o.Device, learner, p.W); err != nil {
+			return nil, "", err
+		}
 		for _, m := range models {
 			eo := engine.Options{PrefixBudget: -1}
 			if rc.KVBudget > 0 {
@@ -181,10 +233,19 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			engines = append(engines, e)
 			pols = append(pols, e)
 		}
-		st := StepStats{Step: n, Parts: map[string]float64{}}
+		st := StepStats{Step: n, Parts: map[string]float64{}, Engines: len(pols)}
+		adapter := sp.name // the version these rollouts run
 		var pl played
+		engineStats := func(part *roundPart) {
+			for _, e := range engines {
+				part.Reused += int(e.Batching().Prefixes().Reused)
+				kv := e.Batching().KV()
+				part.KVPeak, part.Recomputed = max(part.KVPeak, kv.Peak*engine.KVBlock), part.Recomputed+kv.Preempted
+			}
+		}
+		var last roundPart
 		for round := 0; round < rc.MaxRounds && pl.kept < rc.BatchTasks; round++ {
-			if err := playRound(ctx, o, pols, step, round, n, t0, perRollout, &pl, &st); err != nil {
+			if last, err = playRound(ctx, o, sp, pols, pref, engineStats, step, round, n, t0, perRollout, &pl, &st); err != nil {
 				return nil, "", err
 			}
 		}
@@ -193,11 +254,10 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		for k := range st.Parts {
 			st.Parts[k] /= float64(pl.rollouts)
 		}
-		st.ComputedTokens = st.RolloutTokens
-		for _, e := range engines {
-			st.ComputedTokens -= int(e.Batching().Prefixes().Reused)
-			kv := e.Batching().KV()
-			st.KVPeak, st.Recomputed = max(st.KVPeak, kv.Peak*engine.KVBlock), st.Recomputed+kv.Preempted
+		st.ComputedTokens = st.RolloutTokens - last.Reused
+		st.KVPeak, st.Recomputed = last.KVPeak, last.Recomputed
+		if err := sp.checkAdapters(pl.exps); err != nil {
+			return nil, "", err
 		}
 		adv, err := grpo.GroupAdvantages(pl.rewards, rc.K, rc.Eps, rc.ScaleRewards)
 		if err != nil {
@@ -209,6 +269,10 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			trajOf[i] = e.Rollout
 		}
 		if err := update(tr, learner, ref, exps, grpo.Broadcast(adv, trajOf), rc, loss, &st); err != nil {
+			return nil, "", err
+		}
+		learner.SyncHost()
+		if err := sp.sync(ctx, tr.Step, p, o.LoRA.Enabled); err != nil {
 			return nil, "", err
 		}
 		st.Seconds = time.Since(t0).Seconds()
@@ -225,10 +289,13 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		if rc.FilterGroups != "" {
 			rec["groups_played"], rec["groups_kept"] = pl.played, pl.kept
 		}
+		if len(rc.Engines) > 0 {
+			rec["rollouts_rerun"], rec["engines"], rec["adapter"] = st.Reruns, st.Engines, adapter
+		}
 		return rec, fmt.Sprintf("reward %.3f kl %.4f", st.Reward, st.KL), nil
 	}
 	var val *validation
-	if o.Validate != nil {
+	if o.Validate != nil && sp.lead() {
 		if val, err = newValidation(rc.Out, o.Resume != "", rc.KeepBest); err != nil {
 			return res, err
 		}
@@ -258,8 +325,11 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 			return map[string]any{"val_j": j, "val_j_se": se}, nil
 		}
 		loop.Charts = append(loop.Charts, train.Chart{File: "validation.png", Title: "GRPO: J on the validation tasks (greedy)", YLabel: "J", Series: []string{"val_j"}})
-	} else if rc.KeepBest {
+	} else if rc.KeepBest && o.Validate == nil {
 		return res, fmt.Errorf("rl.keep_best needs validation tasks (data.val)")
+	}
+	if !sp.lead() {
+		loop.Charts = nil
 	}
 	metrics, err := loop.Run(ctx, tr.Step)
 	if err != nil {
@@ -270,6 +340,9 @@ func Train[R any](ctx context.Context, o Options[R]) (Result, error) {
 		par.MemoryReport()
 	}
 	learner.SyncHost()
+	if !sp.lead() {
+		return res, metrics.Close()
+	}
 	res.Policy = filepath.Join(rc.Out, "policy")
 	if rc.KeepBest && val.best.Step > 0 {
 		if err := val.install(res.Policy); err != nil {
@@ -296,38 +369,54 @@ type played struct {
 	rollouts     int // every rollout played, kept or not
 }
 
-// playRound plays K rollouts of rl.batch_tasks tasks, scores and logs them,
-// and keeps the groups rl.filter_groups lets through, up to rl.batch_tasks
-// in all. Round 0 draws the tasks and seeds a run without filtering always
+// playRound plays K rollouts of rl.batch_tasks tasks (this rank's share
+// of the groups; the ranks gather the rest), scores and logs them, and
+// keeps the groups rl.filter_groups lets through, up to rl.batch_tasks in
+// all. Round 0 draws the tasks and seeds a run without filtering always
 // drew, so turning the filter on changes nothing else.
-func playRound[R any](ctx context.Context, o Options[R], pols []llm.Model, step, round, n int, t0 time.Time,
-	perRollout *train.Metrics, pl *played, st *StepStats) error {
+func playRound[R any](ctx context.Context, o Options[R], sp *spread, pols []llm.Model, pref int, engineStats func(*roundPart), step, round, n int, t0 time.Time,
+	perRollout *train.Metrics, pl *played, st *StepStats) (roundPart, error) {
 	rc := o.Config
 	tasks := tasksFor(o.Env.Len(), step*rc.MaxRounds+round, rc.BatchTasks, o.Seed)
 	sampling := llm.Sampling{Temperature: rc.Temperature, TopP: rc.TopP, MaxTokens: o.ResponseBudget}
 	rs, exps, err := rollout.RunOn(ctx, pols, o.Env, tasks, rollout.Options{K: rc.K, Seed: o.Seed<<20 ^ uint64(step) ^ uint64(round)<<56, Sampling: &sampling,
-		EpisodeSeed: func(i int) uint64 { return uint64(step*100000+i) ^ uint64(round)<<40 }, Done: rolloutProgress(o.Log, o.TTY, n, t0)})
+		EpisodeSeed: func(i int) uint64 { return uint64(step*100000+i) ^ uint64(round)<<40 }, Done: rolloutProgress(o.Log, o.TTY, n, t0),
+		Groups: sp.mine(len(tasks)), Preferred: pref})
 	if err != nil {
-		return err
+		return roundPart{}, err
 	}
-	for _, e := range exps {
+	var mine roundPart
+	mine.Exps = exps
+	for _, r := range rs {
+		sc, err := o.Reward.Score(ctx, r.Result)
+		if err != nil {
+			return roundPart{}, err
+		}
+		s := scored{Index: r.Index, Group: r.Group, Total: sc.Total, Parts: sc.Parts, Info: sc.Info, Reruns: r.Reruns}
+		if r.Err != nil {
+			s.Err = r.Err.Error()
+		}
+		mine.Rollouts = append(mine.Rollouts, s)
+	}
+	engineStats(&mine)
+	all, err := sp.gather(ctx, fmt.Sprintf("step-%d/round-%d", n, round), mine, len(tasks)*rc.K)
+	if err != nil {
+		return roundPart{}, err
+	}
+	for _, e := range all.Exps {
 		st.RolloutTokens += len(e.PromptIDs) + len(e.ResponseIDs)
 	}
-	rewards := make([]float64, len(rs))
-	metric := make([]float64, len(rs))
-	scores := make([]rollout.Score, len(rs))
-	for i, r := range rs {
-		if scores[i], err = o.Reward.Score(ctx, r.Result); err != nil {
-			return err
-		}
-		rewards[i] = scores[i].Total
-		if metric[i], err = filterMetric(rc.FilterGroups, scores[i]); err != nil {
-			return err
+	rewards := make([]float64, len(all.Rollouts))
+	metric := make([]float64, len(all.Rollouts))
+	for i, r := range all.Rollouts {
+		rewards[i] = r.Total
+		if metric[i], err = filterMetric(rc.FilterGroups, r.score()); err != nil {
+			return roundPart{}, err
 		}
 	}
 	varied, err := grpo.Varied(metric, rc.K)
 	if err != nil {
-		return err
+		return roundPart{}, err
 	}
 	newIndex := map[int]int{}
 	kept := make([]bool, len(tasks))
@@ -342,35 +431,40 @@ func playRound[R any](ctx context.Context, o Options[R], pols []llm.Model, step,
 		}
 		pl.kept++
 	}
-	for i, r := range rs {
-		sc := scores[i]
+	for i, r := range all.Rollouts {
 		rec := map[string]any{"step": n, "group": r.Group, "rollout": i % rc.K}
 		if rc.FilterGroups != "" {
 			rec["round"], rec["kept"] = round, kept[r.Group]
 		}
-		for k, v := range sc.Info {
+		for k, v := range r.Info {
 			rec[k] = v
 		}
-		if r.Err != nil {
-			rec["error"] = r.Err.Error()
+		if r.Err != "" {
+			rec["error"] = r.Err
 		}
-		if err := perRollout.Log(rec); err != nil {
-			return err
+		if r.Reruns > 0 {
+			rec["reruns"] = r.Reruns
 		}
-		st.Reward += sc.Total
-		for k, v := range sc.Parts {
+		if perRollout != nil {
+			if err := perRollout.Log(rec); err != nil {
+				return roundPart{}, err
+			}
+		}
+		st.Reward += r.Total
+		for k, v := range r.Parts {
 			st.Parts[k] += v
 		}
+		st.Reruns += r.Reruns
 	}
-	pl.rollouts += len(rs)
+	pl.rollouts += len(all.Rollouts)
 	pl.played += len(tasks)
-	for _, e := range exps {
+	for _, e := range all.Exps {
 		if j, ok := newIndex[e.Rollout]; ok {
 			e.Rollout = j
 			pl.exps = append(pl.exps, e)
 		}
 	}
-	return nil
+	return all, nil
 }
 
 // filterMetric is the value rl.filter_groups compares within a group.

@@ -49,6 +49,33 @@ func startAll(t *testing.T) *testServer {
 	return ts
 }
 
+// engineServer serves the operations marked x-agemem-engine: native (the
+// token-level routes need the native engine): a native server over a
+// random tiny Qwen3 with runtime adapters on, and an adapter saved there
+// in place of the document's example path.
+type engineServer struct {
+	ts      *testServer
+	adapter string
+}
+
+// exampleAdapterPath is lora_path in the document's examples.
+const exampleAdapterPath = "/srv/adapters/sql-lora"
+
+func startEngine(t *testing.T) *engineServer {
+	ts, _, dir := adapterServer(t, true)
+	return &engineServer{ts: ts, adapter: dir}
+}
+
+// route is where c goes: the engine server for native operations, with
+// the example adapter path made the saved adapter's, else base.
+func (e *engineServer) route(base string, c *apiCall) string {
+	if c.op.Op["x-agemem-engine"] != "native" {
+		return base
+	}
+	c.body = bytes.ReplaceAll(c.body, []byte(exampleAdapterPath), []byte(e.adapter))
+	return e.ts.URL
+}
+
 // apiCall is one request of an operation: its body and how it departs
 // from the documented example request.
 type apiCall struct {
@@ -333,7 +360,7 @@ var methodOrder = []string{"post", "put", "get", "head", "options", "patch", "de
 // (an MCP session id) feed the later requests of the same path.
 func TestOpenAPIConformance(t *testing.T) {
 	d := loadAPIDoc(t)
-	ts := startAll(t)
+	ts, eng := startAll(t), startEngine(t)
 	ops := d.operations(t)
 	slices.SortStableFunc(ops, func(a, b apiOperation) int {
 		return slices.Index(methodOrder, a.Method) - slices.Index(methodOrder, b.Method)
@@ -348,7 +375,7 @@ func TestOpenAPIConformance(t *testing.T) {
 			}
 		}
 		for _, c := range calls {
-			a := d.send(t, ts.URL, c, live)
+			a := d.send(t, eng.route(ts.URL, &c), c, live)
 			if a.status < 0 {
 				continue
 			}
@@ -375,19 +402,22 @@ func TestOpenAPIConformance(t *testing.T) {
 // exist, for the operations that document 404: what names nothing is
 // particular to each route.
 var notFound = map[string]func(c *apiCall){
-	"GET /v1/models/{model}":    func(c *apiCall) { c.params = map[string]string{"model": "gpt-4o"} },
-	"POST /v1/chat/completions": func(c *apiCall) { c.body = []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`) },
-	"POST /v1/embeddings":       func(c *apiCall) { c.body = []byte(`{"model":"gpt-4o","input":"hi"}`) },
-	"DELETE /v1/sessions/{id}":  func(c *apiCall) { c.params = map[string]string{"id": "never-opened"} },
-	"GET /v1/memories/{id}":     func(c *apiCall) { c.params = map[string]string{"id": "mem_ffffffff"} },
-	"PATCH /v1/memories/{id}":   func(c *apiCall) { c.params = map[string]string{"id": "mem_ffffffff"} },
-	"DELETE /v1/memories/{id}":  func(c *apiCall) { c.params = map[string]string{"id": "mem_ffffffff"} },
-	"POST /mcp":                 unknownMCPSession,
-	"GET /mcp":                  unknownMCPSession,
-	"DELETE /mcp":               unknownMCPSession,
-	"POST /mcp/tools":           unknownMCPSession,
-	"GET /mcp/tools":            unknownMCPSession,
-	"DELETE /mcp/tools":         unknownMCPSession,
+	"GET /v1/models/{model}":       func(c *apiCall) { c.params = map[string]string{"model": "gpt-4o"} },
+	"POST /v1/chat/completions":    func(c *apiCall) { c.body = []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`) },
+	"POST /v1/embeddings":          func(c *apiCall) { c.body = []byte(`{"model":"gpt-4o","input":"hi"}`) },
+	"DELETE /v1/sessions/{id}":     func(c *apiCall) { c.params = map[string]string{"id": "never-opened"} },
+	"GET /v1/memories/{id}":        func(c *apiCall) { c.params = map[string]string{"id": "mem_ffffffff"} },
+	"PATCH /v1/memories/{id}":      func(c *apiCall) { c.params = map[string]string{"id": "mem_ffffffff"} },
+	"DELETE /v1/memories/{id}":     func(c *apiCall) { c.params = map[string]string{"id": "mem_ffffffff"} },
+	"POST /v1/completions":         func(c *apiCall) { c.body = []byte(`{"model":"gpt-4o","prompt":[1,2]}`) },
+	"POST /v1/load_lora_adapter":   func(c *apiCall) { c.body = []byte(`{"lora_name":"x","lora_path":"/no/such/adapter"}`) },
+	"POST /v1/unload_lora_adapter": func(c *apiCall) { c.body = []byte(`{"lora_name":"never-loaded"}`) },
+	"POST /mcp":                    unknownMCPSession,
+	"GET /mcp":                     unknownMCPSession,
+	"DELETE /mcp":                  unknownMCPSession,
+	"POST /mcp/tools":              unknownMCPSession,
+	"GET /mcp/tools":               unknownMCPSession,
+	"DELETE /mcp/tools":            unknownMCPSession,
 }
 
 func unknownMCPSession(c *apiCall) { c.params = map[string]string{"Mcp-Session-Id": "no-such-session"} }
@@ -423,7 +453,7 @@ func hasParam(op apiOperation, name string, required bool) bool {
 // status expected, in the error envelope the document gives for it.
 func TestOpenAPIErrors(t *testing.T) {
 	d := loadAPIDoc(t)
-	ts := startAll(t)
+	ts, eng := startAll(t), startEngine(t)
 	maxBody := int(testConfig(t).Serve.MaxBodyBytes)
 	probes := 0
 	for _, op := range d.operations(t) {
@@ -436,7 +466,7 @@ func TestOpenAPIErrors(t *testing.T) {
 			c.name = why
 			change(&c)
 			probes++
-			a := d.send(t, ts.URL, c, nil)
+			a := d.send(t, eng.route(ts.URL, &c), c, nil)
 			if a.status < 0 {
 				return
 			}

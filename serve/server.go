@@ -88,6 +88,7 @@ type Server struct {
 	// would otherwise stay open until the shutdown timeout, end with it.
 	stopping context.Context
 	stop     context.CancelFunc
+	adapters *adapterSet // LoRA adapters loaded at run time (adapters.go)
 }
 
 // New checks the options and builds the routes.
@@ -114,7 +115,7 @@ func New(o Options) (*Server, error) {
 	sv := o.Config
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
 		journal: newJournal(sv.Console.Turns, sv.Console.TurnsPerNamespace), lists: newLists(sv.Console.ListRefresh),
-		system: sys, created: time.Now().Unix(), trusted: trusted}
+		system: sys, created: time.Now().Unix(), trusted: trusted, adapters: newAdapterSet()}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
@@ -161,11 +162,14 @@ func New(o Options) (*Server, error) {
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) *apiError) {
 		mux.Handle(pattern, s.authed(h))
 	}
-	api("GET /v1/models", s.models)
-	api("GET /v1/models/{model}", s.model)
+	api("GET /v1/models", s.listModels)
+	api("GET /v1/models/{model}", s.getModel)
 	// Writes go through write: Idempotency-Key, and a session's state
 	// saved before the answer is sent.
 	api("POST /v1/chat/completions", s.write(s.chat, true))
+	api("POST /v1/completions", s.completions)
+	api("POST /v1/load_lora_adapter", s.loadAdapter)
+	api("POST /v1/unload_lora_adapter", s.unloadAdapter)
 	api("POST /v1/embeddings", s.embeddings)
 	api("DELETE /v1/sessions/{id}", s.write(s.deleteSession, false))
 	api("GET /v1/memories", s.listMemories)
@@ -203,6 +207,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // Close stops the backend and closes the state's connections (call after
 // the HTTP server has drained).
 func (s *Server) Close() {
+	s.closeAdapters()
 	s.be.Close()
 	s.state.close()
 }

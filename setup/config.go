@@ -36,6 +36,7 @@ import (
 	"github.com/agemem/agemem/papers/memtoolagent"
 	"github.com/agemem/agemem/papers/tamem"
 	"github.com/agemem/agemem/rl"
+	"github.com/agemem/agemem/rl/cluster"
 	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/serve"
 )
@@ -68,6 +69,9 @@ type Config struct {
 	SFT sft.Config `yaml:"sft"`
 	// RL is step-wise GRPO (agemem-train train).
 	RL rl.Config `yaml:"rl"`
+	// Cluster is how the ranks of a training run across processes talk
+	// (used when a launcher starts more than one).
+	Cluster cluster.Config `yaml:"cluster"`
 	// Reward holds every weight of Appendix A.2.
 	Reward reward.Config `yaml:"reward"`
 	// Eval configures agemem-train eval.
@@ -192,6 +196,7 @@ func Default() Config {
 		Pretrain: pretrain.DefaultConfig(),
 		SFT:      sft.DefaultConfig(),
 		RL:       rl.DefaultConfig(),
+		Cluster:  cluster.DefaultConfig(),
 		Reward:   reward.DefaultConfig(),
 		Eval:     Eval{Tasks: 60, Out: "runs/tiny/eval.json"},
 		Serve:    serve.DefaultConfig(),
@@ -232,6 +237,7 @@ func (c Config) problems() valid.Errors {
 	e.Section("pretrain", c.Pretrain.Validate())
 	e.Section("sft", c.SFT.Validate())
 	e.Section("rl", c.RL.Validate())
+	e.Section("cluster", c.Cluster.Validate())
 	e.Section("reward", c.Reward.Validate())
 	if c.Model.TrainDtype == "q8_0" && !c.LoRA.Enabled {
 		e.Add("model.train_dtype", "q8_0 holds a frozen base in 8 bits, and full fine-tuning trains every weight: set lora.enabled: true, or train_dtype: bf16")

@@ -122,27 +122,67 @@ func (d *fieldDocs) parse(t reflect.Type) map[string]string {
 			return out
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
-			ts, ok := n.(*ast.TypeSpec)
-			if !ok || ts.Name.Name != t.Name() {
+			gd, ok := n.(*ast.GenDecl)
+			if !ok {
 				return true
 			}
-			st, ok := ts.Type.(*ast.StructType)
-			if !ok {
-				return false
-			}
-			for _, fl := range st.Fields.List {
-				text := fl.Doc.Text()
-				if text == "" {
-					text = fl.Comment.Text()
+			for _, spec := range gd.Specs {
+				ts, ok := spec.(*ast.TypeSpec)
+				if !ok || ts.Name.Name != t.Name() {
+					continue
 				}
-				for _, n := range fl.Names {
-					out[n.Name] = strings.Join(strings.Fields(text), " ")
+				if st, ok := ts.Type.(*ast.StructType); ok {
+					typeDoc := ts.Doc.Text()
+					if typeDoc == "" {
+						typeDoc = gd.Doc.Text()
+					}
+					fieldComments(fset, st, typeDoc, out)
 				}
 			}
 			return false
 		})
 	}
 	return out
+}
+
+// fieldComments puts each field's comment in out, by Go's conventions: a
+// comment above a run of adjacent fields is theirs ("α of Eq. 18, 1/3
+// each." above three fields), as is a comment that names a later field
+// ("Heartbeat is how often ...; Timeout how long ..."); a field with
+// neither has the struct's own comment, which then says what its fields
+// are.
+func fieldComments(fset *token.FileSet, st *ast.StructType, typeDoc string, out map[string]string) {
+	group, groupEnd, named := "", -1, false
+	for _, fl := range st.Fields.List {
+		text := fl.Doc.Text()
+		if text == "" {
+			text = fl.Comment.Text()
+		}
+		line := fset.Position(fl.Pos()).Line
+		switch {
+		case text != "":
+			// A comment that names later fields is theirs only; one that
+			// begins with its field's name ("Enabled trains ...") and names
+			// no other is that field's alone.
+			group, named = text, namesLater(text, st, fl)
+			if !named && len(fl.Names) > 0 && strings.HasPrefix(text, fl.Names[0].Name+" ") {
+				group = ""
+			}
+		case line == groupEnd+1 && !named:
+			text = group
+		}
+		groupEnd = fset.Position(fl.End()).Line
+		for _, n := range fl.Names {
+			t := text
+			if t == "" && namesField(group, n.Name) {
+				t = group
+			}
+			if t == "" {
+				t = typeDoc
+			}
+			out[n.Name] = strings.Join(strings.Fields(t), " ")
+		}
+	}
 }
 
 func yamlName(f reflect.StructField) string {
@@ -189,3 +229,31 @@ func value(v reflect.Value) string {
 
 // cell keeps a table cell on one line.
 func cell(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ") }
+
+// namesField says whether comment mentions the Go field name as a word.
+func namesField(comment, name string) bool {
+	for _, w := range strings.FieldsFunc(comment, func(r rune) bool {
+		return !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		if w == name {
+			return true
+		}
+	}
+	return false
+}
+
+// namesLater says whether comment names a field after fl in st.
+func namesLater(comment string, st *ast.StructType, fl *ast.Field) bool {
+	after := false
+	for _, f := range st.Fields.List {
+		if after {
+			for _, n := range f.Names {
+				if namesField(comment, n.Name) {
+					return true
+				}
+			}
+		}
+		after = after || f == fl
+	}
+	return false
+}

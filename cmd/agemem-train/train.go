@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -38,10 +39,20 @@ Writes to rl.out: metrics.jsonl (reward and every component, tool calls,
 prompt tokens, KL, clip fraction, entropy, step and rollout time),
 rollouts.jsonl (every rollout's reward components, answer, tool calls),
 reward.png, kl.png,
-checkpoint-N/ (resume with --resume) and policy/.`,
+checkpoint-N/ (resume with --resume) and policy/.
+
+Across processes and machines, launched by torchrun, Kubeflow or Slurm
+(RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT, PET_*, SLURM_*): rank
+0 serves a JSON-RPC control endpoint, each rank trains on one device and
+plays its share of each step's groups, and gradients are summed over
+NCCL or a TCP ring; --dry-run prints the plan. With rl.engines the
+rollouts run on vLLM or serve engines that load each adapter version.`,
 		Example: `  agemem-train train --config configs/tiny.yaml
   agemem-train train --config configs/tiny.yaml --set rl.steps=40 --set reward.w_task=0.5
-  agemem-train train --config configs/tiny.yaml --resume runs/tiny/rl/checkpoint-10`,
+  agemem-train train --config configs/tiny.yaml --resume runs/tiny/rl/checkpoint-10
+  torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr node0 --master-port 29500 \
+    --no-python agemem-train train --config run.yaml --set lora.enabled=true \
+    --set 'rl.engines=[http://gpu3:8000/v1,http://gpu4:8000/v1]'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := g.load()
@@ -52,12 +63,7 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 				if !(deviceGiB > 0) {
 					return fmt.Errorf("--device-gib %g: want a device's memory in GiB", deviceGiB)
 				}
-				plan, err := setup.Plan(cfg)
-				if err != nil {
-					return err
-				}
-				plan.Print(cmd.OutOrStdout(), deviceGiB)
-				return nil
+				return printClusterPlan(cmd.OutOrStdout(), cfg, deviceGiB)
 			}
 			res, err := runGRPO(cmd.Context(), cfg, resume, cmd.ErrOrStderr())
 			if err != nil {
@@ -66,22 +72,30 @@ checkpoint-N/ (resume with --resume) and policy/.`,
 			if n := len(res.Steps); n > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "mean reward: step 1 %.3f, step %d %.3f\n", res.Steps[0].Reward, res.Steps[n-1].Step, res.Steps[n-1].Reward)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy written to %s\n", res.Policy)
+			if res.Policy != "" { // rank 0 writes the policy; the other ranks none
+				fmt.Fprintf(cmd.OutOrStdout(), "policy written to %s\n", res.Policy)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&resume, "resume", "", "checkpoint directory to continue from")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate the config and the model, print the memory a run needs, and stop")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "validate the config and the model, print the cluster plan (ranks, devices, engines) and the memory a device needs, and stop")
 	cmd.Flags().Float64Var(&deviceGiB, "device-gib", 24, "with --dry-run: each device's memory in GiB, to say whether the run fits (24: the paper's RTX 4090)")
 	return cmd
 }
 
 // runGRPO trains rl.init in the AgeMem environment (setup.GRPO).
-func runGRPO(ctx context.Context, cfg setup.Config, resume string, log io.Writer) (rl.Result, error) {
+func runGRPO(ctx context.Context, cfg setup.Config, resume string, log io.Writer) (_ rl.Result, err error) {
 	o, err := setup.GRPO(ctx, cfg, log)
 	if err != nil {
 		return rl.Result{}, err
 	}
+	// A rank of a run across processes joins it (cluster.go).
+	finish, err := joinCluster(ctx, cfg, &o, log)
+	if err != nil {
+		return rl.Result{}, err
+	}
+	defer func() { finish(err) }()
 	o.Resume, o.TTY = resume, isatty.IsTerminal(os.Stderr.Fd())
 	if cfg.Data.Val != "" {
 		tasks, err := env.LoadScored(cfg.Data.Val)
@@ -156,10 +170,6 @@ same table as the trained ones.`,
 			}
 			// Every policy is checked before any is played: a wrong path
 			// found after the first rows' minutes of play wastes them.
-			isModel := func(dir string) bool {
-				_, err := os.Stat(filepath.Join(dir, "config.json"))
-				return err == nil
-			}
 			if !isModel(norl) {
 				return fmt.Errorf("AgeMem-noRL: %s is not a model directory (no config.json); --norl or rl.init names it", norl)
 			}
@@ -168,48 +178,12 @@ same table as the trained ones.`,
 			}
 			methods := []eval.Method{{Name: "No-Memory", Scripted: "no-memory"}, {Name: "AgeMem-noRL", Dir: norl}, {Name: "AgeMem", Dir: trained}}
 			for _, m := range extra {
-				name, spec, ok := strings.Cut(m, "=")
-				if !ok || name == "" || spec == "" {
-					return fmt.Errorf("--method %q: want NAME=DIR, e.g. Answer-Only=runs/answer-only/rl/policy", m)
+				method, err := parseMethod(cmd, cfg, m)
+				if err != nil {
+					return fmt.Errorf("--method %q: %w", m, err)
 				}
-				// DIR (or ollama:MODEL, openai:MODEL), then ,key=value
-				// options; a directory whose name has a comma is taken
-				// whole when it exists.
-				dir, opts, _ := strings.Cut(spec, ",")
-				if isModel(spec) {
-					dir, opts = spec, ""
-				}
-				var tools string
-				for opt := range strings.SplitSeq(opts, ",") {
-					if opt == "" {
-						continue
-					}
-					k, v, _ := strings.Cut(opt, "=")
-					if k != "tools" {
-						return fmt.Errorf("--method %q: unknown option %q (the one option is tools=all|ltm|stm)", m, opt)
-					}
-					if !slices.Contains([]string{memtools.SubsetAll, memtools.SubsetLTM, memtools.SubsetSTM}, v) {
-						return fmt.Errorf("--method %q: tools=%q is not all, ltm or stm", m, v)
-					}
-					tools = v
-				}
-				if slices.ContainsFunc(methods, func(x eval.Method) bool { return x.Name == name }) {
-					return fmt.Errorf("--method %q: the table already has a row %q", m, name)
-				}
-				method := eval.Method{Name: name, Dir: dir, Tools: tools}
-				greedy := llm.Sampling{Seed: uint64(cfg.Seed)}
-				if model, ok := strings.CutPrefix(dir, "ollama:"); ok {
-					if method.Policy, err = ollamaPolicy(cmd, cfg, model, greedy); err != nil {
-						return fmt.Errorf("--method %q: %w", m, err)
-					}
-					method.Dir = ""
-				} else if model, ok := strings.CutPrefix(dir, "openai:"); ok {
-					if method.Policy, err = openaiPolicy(cfg, model, greedy); err != nil {
-						return fmt.Errorf("--method %q: %w", m, err)
-					}
-					method.Dir = ""
-				} else if !isModel(dir) {
-					return fmt.Errorf("--method %q: %s is not a model directory (no config.json), ollama:MODEL or openai:MODEL", m, dir)
+				if slices.ContainsFunc(methods, func(x eval.Method) bool { return x.Name == method.Name }) {
+					return fmt.Errorf("--method %q: the table already has a row %q", m, method.Name)
 				}
 				methods = append(methods, method)
 			}
@@ -236,4 +210,49 @@ same table as the trained ones.`,
 	cmd.Flags().StringVar(&norl, "norl", "", "the policy without RL (default: rl.init)")
 	cmd.Flags().StringArrayVar(&extra, "method", nil, "another row: NAME=DIR, NAME=ollama:MODEL or NAME=openai:MODEL, each optionally ,tools=ltm|stm: a policy to play on the same tasks (repeatable)")
 	return cmd
+}
+
+func isModel(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "config.json"))
+	return err == nil
+}
+
+// parseMethod reads eval's --method NAME=SPEC: SPEC is a model directory,
+// ollama:MODEL or openai:MODEL, then ,key=value options; a directory
+// whose name has a comma is taken whole when it exists.
+func parseMethod(cmd *cobra.Command, cfg setup.Config, m string) (eval.Method, error) {
+	name, spec, ok := strings.Cut(m, "=")
+	if !ok || name == "" || spec == "" {
+		return eval.Method{}, errors.New("want NAME=DIR, e.g. Answer-Only=runs/answer-only/rl/policy")
+	}
+	dir, opts, _ := strings.Cut(spec, ",")
+	if isModel(spec) {
+		dir, opts = spec, ""
+	}
+	method := eval.Method{Name: name, Dir: dir}
+	for opt := range strings.SplitSeq(opts, ",") {
+		if opt == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(opt, "=")
+		if k != "tools" {
+			return method, fmt.Errorf("unknown option %q (the one option is tools=all|ltm|stm)", opt)
+		}
+		if !slices.Contains([]string{memtools.SubsetAll, memtools.SubsetLTM, memtools.SubsetSTM}, v) {
+			return method, fmt.Errorf("tools=%q is not all, ltm or stm", v)
+		}
+		method.Tools = v
+	}
+	greedy := llm.Sampling{Seed: uint64(cfg.Seed)}
+	var err error
+	if model, ok := strings.CutPrefix(dir, "ollama:"); ok {
+		method.Policy, err = ollamaPolicy(cmd, cfg, model, greedy)
+		method.Dir = ""
+	} else if model, ok := strings.CutPrefix(dir, "openai:"); ok {
+		method.Policy, err = openaiPolicy(cfg, model, greedy)
+		method.Dir = ""
+	} else if !isModel(dir) {
+		err = fmt.Errorf("%s is not a model directory (no config.json), ollama:MODEL or openai:MODEL", dir)
+	}
+	return method, err
 }

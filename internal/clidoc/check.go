@@ -183,3 +183,36 @@ func Markdown(root string) ([]string, error) {
 	})
 	return files, err
 }
+
+// Documented reads every command line of binary in the Markdown under repo
+// and checks each against the CLI that root makes: its command and flags
+// exist, and setKey accepts each --set (except on a line the docs show
+// failing). It is an error when fewer than min lines are found: a docs
+// test that finds none checks nothing.
+func Documented(repo, binary string, min int, root func() *cobra.Command, setKey func(kv string) error) ([]Line, []error, error) {
+	files, err := Markdown(repo)
+	if err != nil {
+		return nil, nil, err
+	}
+	lines, err := Lines(files, binary)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(lines) < min {
+		return nil, nil, fmt.Errorf("only %d %s command lines in README and docs", len(lines), binary)
+	}
+	var bad []error
+	for _, l := range lines {
+		sets, err := Check(root(), l)
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		for _, kv := range sets {
+			if err := setKey(kv); err != nil && l.Fails == "" {
+				bad = append(bad, fmt.Errorf("%s:%d: --set %s: %v", l.File, l.N, kv, err))
+			}
+		}
+	}
+	return lines, bad, nil
+}

@@ -40,11 +40,9 @@ type Options struct {
 // llm.Model, decoding on one engine.Engine: concurrent calls share
 // decoding steps.
 type Engine struct {
+	*Codec
 	model    *qwen.Model
-	tok      *tokenizer.Tokenizer
-	tmpl     chat.Template
 	opt      Options
-	stopIDs  []int
 	eng      *engine.Engine
 	ownModel bool
 }
@@ -52,12 +50,7 @@ type Engine struct {
 // New starts an engine for m; generation stops at <|im_end|> and
 // <|endoftext|>. Close stops it (the model stays the caller's).
 func New(m *qwen.Model, tok *tokenizer.Tokenizer, tmpl chat.Template, o Options) *Engine {
-	e := &Engine{model: m, tok: tok, tmpl: tmpl, opt: o}
-	for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
-		if id, ok := tok.TokenID(name); ok {
-			e.stopIDs = append(e.stopIDs, id)
-		}
-	}
+	e := &Engine{Codec: NewCodec(tok, tmpl, m.MaxPositions, o.MaxPromptTokens), model: m, opt: o}
 	e.eng = engine.New(m, tok, o.Engine)
 	return e
 }
@@ -153,34 +146,15 @@ func (e *Engine) Close() {
 	}
 }
 
-// Model, Tokenizer and Template are what the engine runs.
-func (e *Engine) Model() *qwen.Model              { return e.model }
-func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
-func (e *Engine) Template() chat.Template         { return e.tmpl }
+// Options are the engine's.
+func (e *Engine) Options() Options { return e.opt }
+
+// Model is what the engine runs.
+func (e *Engine) Model() *qwen.Model { return e.model }
 
 // Batching is the engine the calls decode on (its prefix cache, its KV
 // pool's figures, SetPrefix).
 func (e *Engine) Batching() *engine.Engine { return e.eng }
-
-// Count counts tokens as the model does (AgeMem's context budget).
-func (e *Engine) Count(text string) int { return e.tok.Count(text) }
-
-// ContextLength is the most tokens a prompt and its response may hold.
-func (e *Engine) ContextLength() int { return e.model.MaxPositions }
-
-// Prompt renders a conversation (with its tools) as the model reads it,
-// with the generation prompt, and encodes it.
-func (e *Engine) Prompt(msgs []chat.Message, tools []chat.Function) ([]int, error) {
-	defs, err := chat.Definitions(tools)
-	if err != nil {
-		return nil, err
-	}
-	text, err := chat.Render(msgs, chat.Options{Template: e.tmpl, Tools: defs, AddGenerationPrompt: true})
-	if err != nil {
-		return nil, err
-	}
-	return e.tok.Encode(text), nil
-}
 
 // Chat implements llm.Model.
 func (e *Engine) Chat(ctx context.Context, r llm.Request) (llm.Response, error) {
@@ -201,8 +175,7 @@ func (e *Engine) ChatBatch(ctx context.Context, rs []llm.Request) ([]llm.Respons
 			return nil, err
 		}
 		s := e.sampling(r.Sampling, ids)
-		if limit := e.promptLimit(r.MaxPromptTokens, s.MaxTokens); limit > 0 && len(ids) > limit {
-			err := error(&llm.PromptTooLongError{Tokens: len(ids), Limit: limit})
+		if err := e.CheckPrompt(ids, r.MaxPromptTokens, s.MaxTokens); err != nil {
 			if len(rs) > 1 {
 				err = fmt.Errorf("conversation %d: %w", i, err)
 			}
@@ -219,7 +192,7 @@ func (e *Engine) ChatBatch(ctx context.Context, rs []llm.Request) ([]llm.Respons
 	}
 	out := make([]llm.Response, len(gens))
 	for i, g := range gens {
-		out[i] = e.response(reqs[i], g, len(rs[i].Tools) > 0)
+		out[i] = e.Reply(reqs[i].Prompt, g.Tokens, g.LogProbs, g.FinishReason, len(rs[i].Tools) > 0)
 	}
 	return out, nil
 }
@@ -242,7 +215,7 @@ func (e *Engine) sampling(asked *llm.Sampling, ids []int) engine.Sampling {
 		s.MaxTokens = e.opt.Sampling.MaxTokens
 	}
 	return engine.Sampling{Temperature: s.Temperature, TopP: s.TopP, TopK: s.TopK, MaxTokens: s.MaxTokens,
-		Seed: s.Seed, Stream: s.Stream, StopIDs: e.stopIDs}
+		Seed: s.Seed, Stream: s.Stream, StopIDs: e.StopIDs}
 }
 
 // streamer collects the ids of a reply as they are sampled, for onText to
@@ -254,7 +227,7 @@ func (e *Engine) streamer(onText func(func() string)) func(int) {
 		mu.Lock()
 		cp := slices.Clone(ids)
 		mu.Unlock()
-		return e.tok.Decode(cp, true)
+		return e.Tok.Decode(cp, true)
 	}
 	return func(id int) {
 		mu.Lock()
@@ -262,33 +235,6 @@ func (e *Engine) streamer(onText func(func() string)) func(int) {
 		mu.Unlock()
 		onText(text)
 	}
-}
-
-func (e *Engine) response(r engine.Request, g engine.Generation, tools bool) llm.Response {
-	ids := g.Tokens
-	if g.FinishReason == "stop" && len(ids) > 0 && slices.Contains(e.stopIDs, ids[len(ids)-1]) {
-		ids = ids[:len(ids)-1] // the end-of-turn token is not part of the message
-	}
-	text := e.tok.Decode(ids, true)
-	msg := chat.Message{Role: "assistant", Content: text}
-	if tools {
-		msg = chat.ReplyMessage(text)
-	}
-	return llm.Response{Message: msg, PromptTokens: len(r.Prompt), CompletionTokens: len(g.Tokens),
-		FinishReason: g.FinishReason, PromptIDs: r.Prompt, ResponseIDs: g.Tokens, LogProbs: g.LogProbs}
-}
-
-// promptLimit is the longest prompt allowed: the budget asked for (0: the
-// engine's) but never more than leaves room for maxTokens in the model's
-// positions.
-func (e *Engine) promptLimit(asked, maxTokens int) int {
-	if asked == 0 {
-		asked = e.opt.MaxPromptTokens
-	}
-	if n := e.model.MaxPositions; n > 0 && (asked == 0 || asked > n-maxTokens) {
-		return max(n-maxTokens, 1)
-	}
-	return asked
 }
 
 var _ llm.Batcher = (*Engine)(nil)

@@ -111,7 +111,11 @@ func (e *Error) Error() string {
 	if e.Status == 0 {
 		what = "no reply"
 	}
-	s := fmt.Sprintf("openai server %s, model %q: %s after %d attempt(s): %s", e.Server, e.Model, what, e.Attempts, e.Message)
+	s := "openai server " + e.Server
+	if e.Model != "" {
+		s += fmt.Sprintf(", model %q", e.Model)
+	}
+	s += fmt.Sprintf(": %s after %d attempt(s): %s", what, e.Attempts, e.Message)
 	switch {
 	case e.Status == 401 || e.Status == 403:
 		s += " (check the API key in the variable openai.api_key_env names)"

@@ -230,11 +230,15 @@ func (a *Adapter) Delta(m Module) []float32 {
 // names).
 type Options struct {
 	// Enabled trains a new adapter on a frozen base instead of every weight.
-	Enabled bool    `yaml:"enabled"`
-	R       int     `yaml:"r"`
-	Alpha   float64 `yaml:"alpha"`
+	Enabled bool `yaml:"enabled"`
+	// R is the adapter's rank and Alpha its scale (the update is
+	// Alpha/R · B·A, PEFT's lora_alpha).
+	R     int     `yaml:"r"`
+	Alpha float64 `yaml:"alpha"`
 	// Dropout is applied to the adapter's input while training.
-	Dropout       float64  `yaml:"dropout"`
+	Dropout float64 `yaml:"dropout"`
+	// TargetModules are the linear layers that get an adapter, by PEFT's
+	// names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj).
 	TargetModules []string `yaml:"target_modules"`
 }
 

@@ -5,6 +5,7 @@ import "github.com/agemem/agemem/internal/valid"
 // Config is AdamW and gradient clipping (config section "optim", shared by
 // SFT and RL).
 type Config struct {
+	// Beta1, Beta2, Eps and WeightDecay are AdamW's (PyTorch's names).
 	Beta1       float64 `yaml:"beta1"`
 	Beta2       float64 `yaml:"beta2"`
 	Eps         float64 `yaml:"eps"`

@@ -38,3 +38,19 @@ func (m *Model) RemoveAdapter() {
 		l.A, l.LB = nil, nil
 	}
 }
+
+// WithAdapter is a model over the same base weights with adapter a
+// instead of any adapter m has (vLLM's LoRA request: the base plus the
+// named adapter), so one server holds several adapters for the price of
+// their small matrices. Only the adapter is the new model's own; m must
+// outlive it.
+func (m *Model) WithAdapter(a *lora.Adapter) (*Model, error) {
+	d := *m.Decoder
+	d.Layers = append([]Layer[kernels.Tensor](nil), m.Layers...)
+	out := &Model{Decoder: &d, B: m.B, weights: m.weights}
+	out.RemoveAdapter()
+	if err := out.ApplyAdapter(a); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

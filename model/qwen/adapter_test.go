@@ -71,3 +71,54 @@ func TestAdapterEqualsMerged(t *testing.T) {
 		t.Fatalf("adapter for a missing layer: %v", err)
 	}
 }
+
+// TestWithAdapterSharesTheBase: a model WithAdapter gives the logits of the
+// base with that adapter applied, bit for bit, and leaves the base (and an
+// adapter it had) as they were.
+func TestWithAdapterSharesTheBase(t *testing.T) {
+	dir := t.TempDir()
+	cfg := qwen.Presets["tiny-qwen2"]
+	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 4); err != nil {
+		t.Fatal(err)
+	}
+	names, shape := cfg.Linears()
+	mk := func(seed uint64, targets ...string) *lora.Adapter {
+		a, err := lora.New(lora.Config{R: 4, Alpha: 8, TargetModules: targets}, names, shape, seed, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	first, second := mk(3, "q_proj", "down_proj"), mk(5, "v_proj", "up_proj")
+	tokens := []int{5, 9, 200, 31}
+	logits := func(m *qwen.Model) []float32 {
+		out, err := m.Forward(tokens, m.NewCache(8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	base, _ := qwen.Load(dir)
+	if err := base.ApplyAdapter(first); err != nil {
+		t.Fatal(err)
+	}
+	before := logits(base)
+	shared, err := base.WithAdapter(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := logits(shared)
+	direct, _ := qwen.Load(dir)
+	direct.ApplyAdapter(second)
+	want := logits(direct)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("logit %d: %v with the shared base, %v applied to a fresh one (the first adapter must not remain)", i, got[i], want[i])
+		}
+	}
+	for i, v := range logits(base) {
+		if v != before[i] {
+			t.Fatal("WithAdapter changed the model it shares")
+		}
+	}
+}

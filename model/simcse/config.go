@@ -17,6 +17,8 @@ type Config struct {
 	// Data is one sentence per line (unsup) or anchor, entailment and
 	// contradiction separated by tabs per line (sup).
 	Data string `yaml:"data"`
+	// Mode is unsup (dropout makes the positive pair) or sup (NLI
+	// triples: entailment positive, contradiction hard negative).
 	Mode string `yaml:"mode"`
 	// Steps optimiser steps of Batch examples.
 	Steps int `yaml:"steps"`

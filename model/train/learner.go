@@ -186,6 +186,9 @@ type LearnerOptions struct {
 	// at rl.beta > 0) in host memory, its layers uploaded one at a time
 	// for its forward (model.offload_reference; verl's ref param offload).
 	OffloadReference bool
+	// Ranks, when set with a Size over 1, makes this process one rank of
+	// a run across processes, training on Devices' one device (ranks.go).
+	Ranks *Ranks
 }
 
 // NewLearner returns the Learner o asks for: the tape when there are no
@@ -197,6 +200,13 @@ func NewLearner(t *Optimizer, o LearnerOptions, log io.Writer) (Learner, error) 
 	bes, reduce, err := device.OpenTrainers(o.Devices, o.BF16 || o.BaseQ8, log)
 	if err != nil {
 		return nil, err
+	}
+	if o.Ranks != nil && o.Ranks.Size > 1 {
+		p, err := newRankLearner(t, bes, o)
+		if err == nil && log != nil {
+			fmt.Fprintf(log, "rank %d of %d: training on %s, gradients all-reduced through %s\n", o.Ranks.Rank, o.Ranks.Size, o.Devices[0], p.Reduce.Name())
+		}
+		return p, err
 	}
 	return NewParallel(t, bes, reduce, o, log)
 }

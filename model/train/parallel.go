@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 
@@ -38,6 +39,10 @@ type Parallel struct {
 	// offloadRef keeps a frozen reference's layers in host memory
 	// (model.offload_reference).
 	offloadRef bool
+	// ranks, when set, is the run across processes this one is a rank of
+	// (ranks.go); exchanges counts its exchanges, which name themselves.
+	ranks     *Ranks
+	exchanges int
 }
 
 // owners spreads parameters over n replicas, largest first onto the least
@@ -122,10 +127,14 @@ func (p *Parallel) Run(n int, job func(r *Replica, i int) error) error {
 	if p.z2 != nil {
 		return p.z2.run(n, job)
 	}
-	return runOn(p.Replicas, n, job)
+	first, stride := p.span()
+	return runOn(p.Replicas, n, first, stride, job)
 }
 
-func runOn(reps []*Replica, n int, job func(r *Replica, i int) error) error {
+// runOn runs job i on replica (i − first) mod stride for the i this
+// process's replicas own: every i from first+k in steps of stride on
+// replica k (first 0 and stride len(reps) in one process).
+func runOn(reps []*Replica, n, first, stride int, job func(r *Replica, i int) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(reps))
 	for ri, r := range reps {
@@ -139,7 +148,7 @@ func runOn(reps []*Replica, n int, job func(r *Replica, i int) error) error {
 					errs[ri] = fmt.Errorf("device %d (%s): %v", ri, r.Backend().Name(), e)
 				}
 			}()
-			for i := ri; i < n; i += len(reps) {
+			for i := first + ri; i < n; i += stride {
 				if err := job(r, i); err != nil {
 					errs[ri] = err
 					return
@@ -343,7 +352,7 @@ func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptio
 			return be.FromHost(v, n)
 		}
 		d := be.Zeros(n)
-		pg.PolicyGradient(d, sums[i%len(p.Replicas)], acts.LogProbs, acts.Ent, up(x.Old), up(x.Ref), up(x.Adv), up(x.Weight), float32(loss.Clip), float32(loss.Beta))
+		pg.PolicyGradient(d, sums[slices.Index(p.Replicas, r)], acts.LogProbs, acts.Ent, up(x.Old), up(x.Ref), up(x.Adv), up(x.Weight), float32(loss.Clip), float32(loss.Beta))
 		r.Backward(acts, d)
 		return nil
 	})
@@ -351,13 +360,23 @@ func (p *Parallel) AccumulatePolicy(batches []Batch, opts func(i int) TrainOptio
 	if err != nil {
 		return st, err
 	}
+	var dev [][]float64 // each replica's device sums, every rank's in rank order
+	for k, r := range p.Replicas {
+		if sums[k] != nil {
+			v := kernels.PolicyStatsOf(r.Backend().ToHost(sums[k]))
+			dev = append(dev, []float64{v.Surrogate, v.KL, v.Clipped, v.Entropy})
+		}
+	}
+	if p.ranks != nil {
+		if dev, err = p.gatherPolicyStats(host, tokens, dev); err != nil {
+			return st, err
+		}
+	}
 	for _, h := range host {
 		st.add(h, 0)
 	}
-	for k, r := range p.Replicas {
-		if sums[k] != nil {
-			st.add(kernels.PolicyStatsOf(r.Backend().ToHost(sums[k])), 0)
-		}
+	for _, v := range dev {
+		st.add(kernels.PolicyStats{Surrogate: v[0], KL: v[1], Clipped: v[2], Entropy: v[3]}, 0)
 	}
 	for _, n := range tokens {
 		st.Tokens += n
@@ -384,10 +403,14 @@ func (p *Parallel) Score(w *Weights[float32], batches []Batch, o TrainOptions) (
 		}
 	}
 	out := make([][]float32, len(batches))
-	err := runOn(reps, len(batches), func(r *Replica, i int) error {
+	first, stride := p.span()
+	err := runOn(reps, len(batches), first, stride, func(r *Replica, i int) error {
 		out[i] = r.Backend().ToHost(r.Forward(batches[i], o).LogProbs)
 		return nil
 	})
+	if err == nil && p.ranks != nil {
+		err = p.gatherScores(batches, out)
+	}
 	return out, err
 }
 

@@ -202,7 +202,7 @@ func (z *zero2) run(n int, job func(r *Replica, i int) error) error {
 			}
 		}
 	}
-	return runOn(reps, slots, func(r *Replica, i int) (err error) {
+	return runOn(reps, slots, 0, len(reps), func(r *Replica, i int) (err error) {
 		defer func() {
 			if e := recover(); e != nil {
 				z.bar.abort()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -172,5 +173,103 @@ func TestRunOnSpreadsOverPolicies(t *testing.T) {
 	}
 	if _, _, err := rollout.RunOn(context.Background(), nil, e, indices(2), o); err == nil {
 		t.Fatal("no policy must be an error")
+	}
+}
+
+// seeded answers as a server would, one call at a time, with a response
+// token drawn from the call's seed; it fails (as an engine that died) once
+// failAfter calls have been answered, when failAfter > 0.
+type seeded struct {
+	mu        sync.Mutex
+	name      string
+	calls     int
+	failAfter int
+}
+
+func (s *seeded) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
+	s.mu.Lock()
+	s.calls++
+	dead := s.failAfter > 0 && s.calls > s.failAfter
+	s.mu.Unlock()
+	if dead {
+		return llm.Response{}, &rollout.EngineError{Engine: s.name, Err: fmt.Errorf("connection refused")}
+	}
+	tok := int(req.Sampling.Seed % 1000)
+	out := llm.Reply(fmt.Sprintf("<think>%d</think><answer>yes</answer>", tok))
+	out.PromptIDs, out.ResponseIDs, out.Model = []int{len(req.Messages)}, []int{tok}, s.name
+	return out, nil
+}
+
+func sampled(exps []rollout.Experience) string {
+	var b bytes.Buffer
+	for _, e := range exps {
+		fmt.Fprintf(&b, "%d/%d:%v ", e.Rollout, e.Call, e.ResponseIDs)
+	}
+	return b.String()
+}
+
+// TestSamplesDoNotDependOnWhoPlays: a rollout samples the same whether one
+// engine plays the batch, two engines split it, or two ranks each play
+// half of the groups: each call's seed is its rollout's and its own.
+func TestSamplesDoNotDependOnWhoPlays(t *testing.T) {
+	e := ageMem(tasks(2))
+	o := rollout.Options{K: 3, Seed: 5, Sampling: &llm.Sampling{Temperature: 1}}
+	_, one, err := rollout.RunOn(context.Background(), []llm.Model{&seeded{name: "a"}}, e, indices(2), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, two, _ := rollout.RunOn(context.Background(), []llm.Model{&seeded{name: "a"}, &seeded{name: "b"}}, e, indices(2), o)
+	var halves []rollout.Experience
+	for g := range 2 {
+		og := o
+		og.Groups = []int{g}
+		rs, exps, err := rollout.RunOn(context.Background(), []llm.Model{&seeded{name: "a"}}, e, indices(2), og)
+		if err != nil || len(rs) != 3 || rs[0].Index != 3*g || rs[0].Group != g {
+			t.Fatalf("group %d alone: %v, %+v", g, err, rs)
+		}
+		halves = append(halves, exps...)
+	}
+	if sampled(one) != sampled(two) || sampled(one) != sampled(halves) || len(one) == 0 {
+		t.Fatalf("one engine: %s\ntwo engines: %s\ntwo ranks: %s", sampled(one), sampled(two), sampled(halves))
+	}
+}
+
+// TestAFailedEngineReRunsItsRollouts: an engine that dies mid-batch has its
+// unfinished rollouts played again from their start on the other engine:
+// every rollout comes back once, with the samples of a batch without the
+// failure, and the re-runs are counted.
+func TestAFailedEngineReRunsItsRollouts(t *testing.T) {
+	e := ageMem(tasks(2))
+	o := rollout.Options{K: 3, Seed: 5, Sampling: &llm.Sampling{Temperature: 1}}
+	_, want, err := rollout.RunOn(context.Background(), []llm.Model{&seeded{name: "a"}, &seeded{name: "b"}}, e, indices(2), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := &seeded{name: "a"}, &seeded{name: "b", failAfter: 4}
+	rs, got, err := rollout.RunOn(context.Background(), []llm.Model{a, b}, e, indices(2), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reruns := 0
+	for i, r := range rs {
+		reruns += r.Reruns
+		if r.Index != i || r.Engine != 0 || r.Err != nil {
+			t.Fatalf("rollout %d: index %d engine %d err %v: every rollout must end on the live engine", i, r.Index, r.Engine, r.Err)
+		}
+	}
+	if reruns != 3 {
+		t.Fatalf("%d re-runs, want engine b's 3 rollouts", reruns)
+	}
+	if sampled(got) != sampled(want) {
+		t.Fatalf("with the failure: %s\nwithout: %s", sampled(got), sampled(want))
+	}
+	for _, x := range got {
+		if x.Adapter != "a" {
+			t.Fatalf("an experience of the dead engine survived: %+v", x)
+		}
+	}
+	_, _, err = rollout.RunOn(context.Background(), []llm.Model{&seeded{name: "a", failAfter: 1}, &seeded{name: "b", failAfter: 1}}, e, indices(2), o)
+	if err == nil || !strings.Contains(err.Error(), "every engine failed") || !strings.Contains(err.Error(), "engine a") || !strings.Contains(err.Error(), "engine b") {
+		t.Fatalf("both engines dead: %v", err)
 	}
 }
