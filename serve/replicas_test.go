@@ -100,7 +100,7 @@ func newReplica(t *testing.T, name, dsn string, tenants int) *replica {
 		}
 		if t.Failed() {
 			raw, _ := os.ReadFile(r.log)
-			t.Logf("%s's log (the last 4 KiB):\n%s", r.name, raw[max(0, len(raw)-4096):])
+			t.Logf("%s's log (the last 2 KiB):\n%s", r.name, raw[max(0, len(raw)-2048):])
 		}
 	})
 	return r
@@ -205,6 +205,7 @@ defaults
     timeout client 120s
     timeout server 120s
     timeout http-request 10s
+    timeout check 3s
     retries 3
     option redispatch 1
     retry-on conn-failure empty-response response-timeout
