@@ -270,3 +270,27 @@ func TestDatabaseOutage(t *testing.T) {
 		t.Fatalf("the session after the restart: %s", r.Body)
 	}
 }
+
+// A session unused for serve.session_ttl starts afresh, and the request
+// naming it is told so (session_reset "expired"), in either state.
+func TestSessionExpires(t *testing.T) { forEachState(t, testSessionExpires) }
+
+func testSessionExpires(t *testing.T, c config) {
+	c.Serve.SessionTTL = time.Second
+	ts := start(t, c, newScripted())
+	post := func(user string) reply {
+		return do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("s", user))
+	}
+	post("my name is Ada")
+	if r := post("History?"); contentOf(t, r) != "my name is Ada | History?" || turnOf(t, r) != 2 {
+		t.Fatalf("within the TTL: %s", r.Body)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	r := post("History?")
+	if tr := r.json(t)["agemem"].(map[string]any); tr["session_reset"] != "expired" || contentOf(t, r) != "History?" || turnOf(t, r) != 1 {
+		t.Fatalf("past the TTL: %s", r.Body)
+	}
+	if r := post("History?"); r.json(t)["agemem"].(map[string]any)["session_reset"] != nil || turnOf(t, r) != 2 {
+		t.Fatalf("the session after it restarted: %s", r.Body)
+	}
+}
