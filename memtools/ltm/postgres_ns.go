@@ -93,7 +93,14 @@ func (n *pgNS) add(ctx context.Context, e Entry, md string) (Entry, error) {
 		b.Queue(addSQL, n.ns, e.ID, e.Content, pgvector.NewVector(e.Embedding), len(e.Embedding), md, e.MemoryType, e.Created.UnixNano())
 		res := n.p.pool.SendBatch(ctx, b)
 		held, inserted, err := func() (held *Entry, inserted bool, err error) {
-			defer res.Close()
+			// The batch commits at its end: Close reports a commit that
+			// failed (a deferred check, a connection cut after the
+			// insert's row came back), and then nothing was added.
+			defer func() {
+				if cerr := res.Close(); cerr != nil && err == nil {
+					held, inserted, err = nil, false, cerr
+				}
+			}()
 			for range 2 {
 				if _, err := res.Exec(); err != nil {
 					return nil, false, err

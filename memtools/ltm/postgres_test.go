@@ -199,6 +199,36 @@ func TestPostgresConnectionsKilled(t *testing.T) {
 	}
 }
 
+// TestPostgresAddReportsAFailedCommit: an add whose insert succeeded but
+// whose commit failed (here a deferred constraint trigger; in production a
+// connection cut between the two, as a fast shutdown does) is an error,
+// never an entry the store does not hold.
+func TestPostgresAddReportsAFailedCommit(t *testing.T) {
+	ctx := context.Background()
+	dsn, schema := pgtest.Schema(t)
+	p := openPG(t, PostgresOptions{DSN: dsn})
+	c := pgtest.Conn(t, dsn)
+	if _, err := c.Exec(ctx, `CREATE FUNCTION `+schema+`.refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.content = 'refused at commit' THEN RAISE EXCEPTION 'refused at commit'; END IF;
+			RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON `+schema+`.agemem_memories
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+schema+`.refuse_at_commit()`); err != nil {
+		t.Fatal(err)
+	}
+	ns, _ := p.Namespace("alice")
+	if e, err := ns.Add(ctx, entry("refused at commit", nil)); err == nil || !strings.Contains(err.Error(), "refused at commit") {
+		t.Fatalf("an add whose commit failed: %+v, %v", e, err)
+	}
+	if _, err := ns.Add(ctx, entry("kept", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := ns.Count(ctx); n != 1 {
+		t.Fatalf("Count = %d, want 1 (the add that committed)", n)
+	}
+}
+
 // TestPostgresDSNPasswordIsRefused: a password belongs in PGPASSWORD.
 func TestPostgresDSNPasswordIsRefused(t *testing.T) {
 	for _, dsn := range []string{"postgres://u:hunter2@db/x", "postgresql://u@db/x?password=hunter2", "host=db password=hunter2 user=u"} {
