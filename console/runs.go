@@ -80,6 +80,11 @@ func (rs *runStore) scan() ([]runInfo, []evalFile, error) {
 			if path != rs.root && (strings.HasPrefix(base, ".") || strings.HasPrefix(base, "checkpoint-") || base == "policy" || base == "val-policy") {
 				return fs.SkipDir
 			}
+			// A run across processes keeps its other ranks' timings in
+			// ranks/rank-N: parts of the run above, not runs of their own.
+			if _, err := os.Stat(filepath.Join(filepath.Dir(path), "metrics.jsonl")); base == "ranks" && err == nil {
+				return fs.SkipDir
+			}
 			if strings.Count(name, "/") >= maxDepth {
 				return fs.SkipDir
 			}

@@ -147,8 +147,12 @@ func New(o Options) (*Server, error) {
 		return nil, err
 	}
 	if len(kr.keys) == 0 {
+		hint := "set serve.keys"
+		if sv.KeysEnv != "" {
+			hint += " or $" + sv.KeysEnv
+		}
 		log.Warn("no API keys configured: the server is open and every request uses one namespace",
-			"namespace", o.Namespace, "hint", "set serve.keys or $"+sv.KeysEnv)
+			"namespace", o.Namespace, "hint", hint)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)

@@ -29,6 +29,10 @@ type binding struct {
 func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Path, "config", "", "YAML config file (default: built-in defaults, documented in configs/tiny.yaml)")
 	fs.StringArrayVar(&f.Sets, "set", nil, "override a config key, e.g. --set tools.filter_threshold=0.5 (repeatable)")
+}
+
+// RegisterDevices adds --devices, for the commands that train.
+func (f *Flags) RegisterDevices(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Devices, "devices", "", "train data-parallel on these devices (model.devices): GPU ordinals 0,1 or cuda:N / cpu entries")
 }
 

@@ -54,6 +54,7 @@ config (--config, --set key=value).`,
 		SilenceErrors: true,
 	}
 	g.Register(root.PersistentFlags())
+	g.RegisterDevices(root.PersistentFlags())
 	// A CPU profile of any subcommand (go tool pprof FILE), for finding where
 	// a training or evaluation run spends its time.
 	var profile string

@@ -6,7 +6,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -145,6 +147,9 @@ func runOn(ctx context.Context, cfg setup.Config, be serve.Backend, addr chan<- 
 		}
 		o.Native, err = native.Open(dev, cfg.Serve.Policy, cfg.Serve.Adapter, cfg.Model.Generation())
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("serve.policy %s: %w (train one with `make demo`, or serve the shipped policy with --policy checkpoints/tiny)", cfg.Serve.Policy, err)
+			}
 			return fmt.Errorf("serve.policy %s: %w", cfg.Serve.Policy, err)
 		}
 	}

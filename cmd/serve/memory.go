@@ -262,8 +262,7 @@ lines without an id get new ones.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "%d added, %d replaced (same memory_id)\n", added, replaced)
-			fmt.Fprintf(cmd.ErrOrStderr(), "imported %d memories into namespace %q\n", n, s.cfg.Memory.Namespace)
+			fmt.Fprintf(cmd.ErrOrStderr(), "imported %s into namespace %q: %d added, %d replaced (same memory_id)\n", plural(n, "memory", "memories"), s.cfg.Memory.Namespace, added, replaced)
 			return nil
 		}),
 	}
@@ -326,7 +325,7 @@ transactions) are lost. Exits non-zero when the store is damaged.`,
 				return err
 			}
 			w := rep.WAL
-			index := "no usable index"
+			index := "no log index: the -shm file is absent or unreadable, so the log's frames are checked alone"
 			if w.IndexFrames >= 0 {
 				index = fmt.Sprintf("index records %d committed", w.IndexFrames)
 			}
@@ -341,7 +340,8 @@ transactions) are lost. Exits non-zero when the store is damaged.`,
 }
 
 func memoryRepairCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "repair",
 		Short: "Move a damaged store aside and rebuild it from every memory that can still be read",
 		Long: `Renames memory.path (and its -wal, -shm) to memory.path.damaged-TIME, which is
@@ -352,13 +352,20 @@ recomputed with the configured embedder when the stored one is unreadable and
 other unreadable fields rebuilt (metadata {}, timestamps). The new store at
 memory.path is written in the current layout. Memories known to have existed
 (by their record or an index entry) that could not be read are counted and
-listed in memory.path.damaged-TIME.lost. Stop the server first.`,
+listed in memory.path.damaged-TIME.lost. A store whose check passes is left
+as it is (--force rebuilds it anyway). Stop the server first.`,
 		Example: "  serve memory repair --set memory.path=data/memory.db",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, path, err := storePath(g)
 			if err != nil {
 				return err
+			}
+			if !force {
+				if chk, err := ltm.Check(path); err == nil && chk.OK() {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s, nothing to repair (--force rebuilds it anyway)\n", path, chk)
+					return nil
+				}
 			}
 			enc, err := embedder(context.Background(), cfg)
 			if err != nil {
@@ -372,6 +379,8 @@ listed in memory.path.damaged-TIME.lost. Stop the server first.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&force, "force", false, "rebuild the store even when its check passes")
+	return cmd
 }
 
 // printRepair says what a repair kept, rebuilt and lost, and where the
@@ -426,4 +435,12 @@ func printEntries(w io.Writer, es []ltm.Entry, scores []float64, asJSON bool) er
 		}
 	}
 	return tw.Flush()
+}
+
+// plural is "1 memory", "2 memories".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
