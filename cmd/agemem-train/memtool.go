@@ -283,6 +283,9 @@ model on the same server.`,
 			}
 			o := memtool.BenchOptions{Config: c, Queries: qs, Log: cmd.ErrOrStderr(), Judge: memtool.ContainsJudge{}}
 			source := c.Bench.Tools
+			if source == "" {
+				source = "the queries' api_lists"
+			}
 			if live {
 				servers, err := mf.servers(cfg)
 				if err != nil {
@@ -293,20 +296,13 @@ model on the same server.`,
 					return fmt.Errorf("--live: %w", err)
 				}
 				defer closeAll()
-				if err := stabletoolbench.LiveGold(qs, kb); err != nil {
-					return fmt.Errorf("%s: %w", c.Bench.Queries, err)
-				}
 				o.KB, o.Exec, source = kb, exec, "the MCP servers' tools"
 			} else if o.KB, err = setup.MemToolKB(ctx, cfg, qs); err != nil {
 				return err
 			}
 			kb := o.KB
-			for _, q := range qs {
-				for _, g := range q.Gold {
-					if _, ok := kb.Get(g); !ok {
-						return fmt.Errorf("%s: query %s: gold tool %q is not in the knowledge base (%s)", c.Bench.Queries, q.ID, g, source)
-					}
-				}
+			if err := stabletoolbench.ResolveGold(qs, kb); err != nil {
+				return fmt.Errorf("%s (knowledge base: %s): %w", c.Bench.Queries, source, err)
 			}
 			for _, m := range strings.Split(modes, ",") {
 				if m = strings.TrimSpace(m); m != memtool.Autonomous && m != memtool.Workflow && m != memtool.Hybrid {
@@ -320,7 +316,7 @@ model on the same server.`,
 				for _, q := range qs {
 					gold[q.Text] = q.Gold
 				}
-				o.Agent = memtool.Oracle{Gold: gold, KB: kb}
+				o.Agent = memtool.Oracle{Gold: gold, KB: kb, TopK: c.TopK}
 			case "native":
 				if native == "" {
 					return fmt.Errorf("--policy native needs --native DIR")
@@ -378,8 +374,8 @@ func fmtMetric(v float64, prec int) string {
 }
 
 func printMemtoolReport(w io.Writer, rep memtool.Report, policy string) {
-	fmt.Fprintf(w, "%d tools, %d turns, L = %d, top-%d per keyword; knowledge-base recall@%d of the gold tools %.3f (NDCG %.3f)\n",
-		rep.Tools, rep.Turns, rep.Limit, rep.TopK, rep.Retrieval.K, rep.Retrieval.Recall, rep.Retrieval.NDCG)
+	fmt.Fprintf(w, "%d tools, %d turns, L = %d, top-%d per keyword; knowledge-base recall@%d of the gold tools: %.3f for the query (NDCG %.3f), %.3f for the oracle's keywords\n",
+		rep.Tools, rep.Turns, rep.Limit, rep.TopK, rep.Retrieval.K, rep.Retrieval.Recall, rep.Retrieval.NDCG, rep.Retrieval.OracleRecall)
 	fmt.Fprintf(w, "%-8s %-11s %-10s %-10s %-9s %-9s %-9s %-7s %-7s %s\n", "policy", "mode", "RR3T", "Resid3T", "ToolCorr", "TaskComp", "max tools", "L hits", "failed", "answered")
 	for _, m := range rep.Modes {
 		x := m.Metrics

@@ -285,8 +285,8 @@ func TestCLIMemtoolLive(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--set", "memtool.bench.queries=" + writeQueries("bad.json", query(7, "Snow in Oslo?", "url1/oslo_snow"))}, `query 7: relevant API "oslo_snow" of "url1" is not a tool of the MCP server "url1"`},
-		{[]string{"--set", "memtool.bench.queries=" + writeQueries("other.json", query(8, "Warm in Oslo?", "weather/oslo_temperature"))}, `"weather" is not a tool of the MCP server`},
+		{[]string{"--set", "memtool.bench.queries=" + writeQueries("bad.json", query(7, "Snow in Oslo?", "url1/oslo_snow"))}, `query 7: relevant API "oslo_snow" of "url1" is not in the knowledge base (as "oslo_snow_for_url1", or as a tool of the MCP server "url1")`},
+		{[]string{"--set", "memtool.bench.queries=" + writeQueries("other.json", query(8, "Warm in Oslo?", "weather/oslo_temperature"))}, `or as a tool of the MCP server "weather")`},
 		{[]string{"--set", "memtool.bench.queries=" + good, "--mcp-header", "nocolon"}, `--mcp-header "nocolon"`},
 	} {
 		if _, err := run(t, append(slices.Clone(args), c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -170,8 +170,8 @@ func (s *Conversation) Turn(ctx context.Context, query string) (TurnResult, erro
 		ts.Add(s.searchTool(t, query, ts))
 		ts.Add(s.removeTool(t, ts))
 	}
-	for _, tool := range s.set {
-		ts.Add(s.domainTool(tool, t))
+	for _, tool := range slices.Clone(s.set) {
+		s.offer(ts, tool, t)
 	}
 	var system string
 	if s.Config.Mode == Autonomous {
@@ -339,9 +339,16 @@ func (s *Conversation) searchTool(t *turn, query string, ts *agent.Toolset) agen
 					ts.Remove(n)
 				}
 			}
+			var refused []string
 			for _, n := range added {
 				tool, _ := s.KB.Get(n)
-				ts.Add(s.domainTool(tool, t))
+				if err := s.offer(ts, tool, t); err != nil {
+					refused = append(refused, err.Error())
+				}
+			}
+			added = slices.DeleteFunc(added, func(n string) bool { return !slices.Contains(s.Set(), n) })
+			if len(refused) > 0 {
+				msg = strings.TrimPrefix(msg+". "+strings.Join(refused, "; "), ". ")
 			}
 			if msg != "" && len(added) == 0 {
 				return "", fmt.Errorf("%s", msg)
@@ -382,6 +389,18 @@ func (s *Conversation) removeTool(t *turn, ts *agent.Toolset) agent.Tool {
 			}
 			return out, nil
 		}}
+}
+
+// offer puts a working-set tool before the agent. A tool whose schema the
+// toolset cannot read leaves the working set, as it could never be called
+// (it stays in the knowledge base); the error says which and why.
+func (s *Conversation) offer(ts *agent.Toolset, tool agent.CatalogTool, t *turn) error {
+	if err := ts.Add(s.domainTool(tool, t)); err != nil {
+		s.removeNames([]string{tool.Name})
+		t.drop(tool.Name)
+		return err
+	}
+	return nil
 }
 
 // domainTool is a working-set tool as the agent calls it; its runs are
