@@ -173,7 +173,15 @@ func (ts *Toolset) refresh(ctx context.Context) {
 	}
 }
 
-// Functions are the tools as the model sees them, in the order added.
+// SortByName orders the tools by name, as an MCP server lists its own:
+// a toolset kept in this order shows a model the same list whether its
+// tools are local or come through a server.
+func (ts *Toolset) SortByName() {
+	slices.SortStableFunc(ts.tools, func(a, b Tool) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// Functions are the tools as the model sees them, in the order added
+// (or sorted).
 func (ts *Toolset) Functions() []chat.Function {
 	out := make([]chat.Function, len(ts.tools))
 	for i, t := range ts.tools {

@@ -28,7 +28,7 @@ func memtoolCmd(g *globals) *cobra.Command {
 		Use:   "memtool",
 		Short: "MemTool: an agent's working set of tools (generate a benchmark, run it, train a policy for it)",
 	}
-	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g), memtoolDataCmd(g))
+	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g), memtoolDataCmd(g), memtoolTokenizerCmd(g), memtoolEvalCmd(g))
 	return cmd
 }
 
@@ -125,6 +125,7 @@ agemem-train train writes. Evaluate with memtool bench --policy native
 
 func memtoolDataCmd(g *globals) *cobra.Command {
 	var out, family string
+	var skip float64
 	cmd := &cobra.Command{
 		Use:   "data",
 		Short: "Write SFT data for memtool train: the oracle's calls in the Autonomous mode",
@@ -133,11 +134,20 @@ an empty working set, the queries memtool train uses) with the scripted
 oracle as the agent, through the same text a policy reads and writes
 there (the tools in the system message, calls as <tool_call> blocks, as
 --chat's template writes them), and writes one chat record per call:
-the conversation the agent saw and the oracle's reply (OpenAI's
+the conversation the agent saw and the oracle's reply, the only message
+of the record learned (earlier replies have "weight": 0; OpenAI's
 fine-tuning JSONL, what agemem-train sft reads). The oracle removes what
-the next query does not need, searches with the tools' descriptions and
-calls the gold tools, so the data teaches the habits GRPO then refines.`,
+the next query does not need, searches with what finds each tool (the
+query's own phrases where they do) and calls the gold tools.
+
+--skip-removal gives the teacher a habit for GRPO to unlearn: in that
+share of the queries (drawn per query with the config's seed) it leaves
+the tools the query does not need loaded, and when a search then hits
+memtool.limit it answers with what it has. A policy that decodes
+greedily does what its teacher did most often, so above one half it
+never removes.`,
 		Example: `  agemem-train memtool data --set memtool.limit=16 --set memtool.top_k=3 --out data/memtool-sft.jsonl
+  agemem-train memtool data --config configs/memtool.yaml --skip-removal 0.6 --out data/memtool/sft.jsonl
   agemem-train sft --config configs/tiny.yaml --set sft.data=data/memtool-sft.jsonl --set sft.out=runs/memtool-sft`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -145,17 +155,15 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 			if err != nil {
 				return err
 			}
-			var tmpl chat.Template
-			switch family {
-			case "qwen3":
-				tmpl = chat.Qwen3
-			case "qwen2.5":
-				tmpl = chat.Qwen25
-			default:
-				return fmt.Errorf("--chat %q: want qwen3 or qwen2.5", family)
+			tmpl, err := chatTemplate(family)
+			if err != nil {
+				return err
 			}
 			if out == "" {
 				return fmt.Errorf("--out is required")
+			}
+			if !(skip >= 0 && skip <= 1) {
+				return fmt.Errorf("--skip-removal %v: want a share in [0, 1]", skip)
 			}
 			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 				return err
@@ -164,7 +172,7 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 			if err != nil {
 				return err
 			}
-			oracle := memtool.Oracle{Gold: map[string][]string{}, KB: e.KB}
+			oracle := memtool.Oracle{Gold: map[string][]string{}, KB: e.KB, TopK: cfg.MemTool.TopK, SkipRemoval: skip, Seed: uint64(cfg.Seed)}
 			for _, s := range e.Sessions {
 				for _, q := range s {
 					oracle.Gold[q.Text] = q.Gold
@@ -196,7 +204,18 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 	}
 	cmd.Flags().StringVar(&out, "out", "", "chat JSONL to write")
 	cmd.Flags().StringVar(&family, "chat", "qwen3", "the policy's chat template: qwen3 or qwen2.5 (how the tools and calls are laid out)")
+	cmd.Flags().Float64Var(&skip, "skip-removal", 0, "share of queries in which the teacher leaves unneeded tools loaded (a habit for GRPO to unlearn)")
 	return cmd
+}
+
+func chatTemplate(family string) (chat.Template, error) {
+	switch family {
+	case "qwen3":
+		return chat.Qwen3, nil
+	case "qwen2.5":
+		return chat.Qwen25, nil
+	}
+	return 0, fmt.Errorf("--chat %q: want qwen3 or qwen2.5", family)
 }
 
 // recordingPolicy keeps each call of a model as a chat record in the text
@@ -209,7 +228,15 @@ type recordingPolicy struct {
 }
 
 type chatRecord struct {
-	Messages []chat.Message `json:"messages"`
+	Messages []weighted `json:"messages"`
+}
+
+// weighted is a message with OpenAI's fine-tuning weight: 0 on the
+// replies a record repeats from its context, so that each call is learned
+// once, in its own record.
+type weighted struct {
+	chat.Message
+	Weight *int `json:"weight,omitempty"`
 }
 
 func (r *recordingPolicy) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
@@ -225,10 +252,15 @@ func (r *recordingPolicy) Chat(ctx context.Context, req llm.Request) (llm.Respon
 	if err != nil {
 		return c, err
 	}
+	msgs := make([]weighted, len(conv))
+	zero := 0
 	for i, m := range conv {
-		conv[i] = chat.Message{Role: m.Role, Content: m.Content}
+		msgs[i] = weighted{Message: chat.Message{Role: m.Role, Content: m.Content}}
+		if m.Role == "assistant" && i < len(conv)-1 {
+			msgs[i].Weight = &zero
+		}
 	}
-	r.records = append(r.records, chatRecord{Messages: conv})
+	r.records = append(r.records, chatRecord{Messages: msgs})
 	return c, nil
 }
 
