@@ -55,7 +55,9 @@ func TestGatewayShowsThePolicyItsTrainingText(t *testing.T) {
 	for _, tool := range kb.Tools() {
 		tool := tool
 		upstream = append(upstream, agent.Tool{Function: tool.Function, Server: tool.Server,
-			Call: func(ctx context.Context, args json.RawMessage) (string, error) { return stabletoolbench.Simulate(ctx, tool, args) }})
+			Call: func(ctx context.Context, args json.RawMessage) (string, error) {
+				return stabletoolbench.Simulate(ctx, tool, args)
+			}})
 	}
 	c := cfg(Autonomous)
 	c.Limit, c.TopK, c.Prompt, c.HistoryTurns = 7, 1, "compact", 1
