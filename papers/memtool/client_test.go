@@ -53,7 +53,6 @@ func TestGatewayShowsThePolicyItsTrainingText(t *testing.T) {
 	qs = qs[:8]
 	var upstream []agent.Tool
 	for _, tool := range kb.Tools() {
-		tool := tool
 		upstream = append(upstream, agent.Tool{Function: tool.Function, Server: tool.Server,
 			Call: func(ctx context.Context, args json.RawMessage) (string, error) {
 				return stabletoolbench.Simulate(ctx, tool, args)

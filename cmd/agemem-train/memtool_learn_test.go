@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The learning recipe's commands: memtool data writes each call as a
+// record that learns only its last reply, its teacher skipping removals
+// in the share --skip-removal asks; memtool tokenizer learns a vocabulary
+// on them that init-model makes a model of; memtool eval compares agents
+// on held-out sessions, with paired differences, a native policy among
+// them.
+func TestCLIMemtoolLearn(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, "memtool", "synth", "--companies", "30", "--queries", "60", "--seed", "4", "--out", dir)
+	set := []string{"--set", "memtool.bench.queries=" + filepath.Join(dir, "queries.json"), "--set", "memtool.bench.tools=" + filepath.Join(dir, "tools.json"),
+		"--set", "memtool.train.queries=" + filepath.Join(dir, "queries.json"), "--set", "memtool.limit=6", "--set", "memtool.top_k=1",
+		"--set", "memtool.prompt=compact", "--set", "memtool.history_turns=0", "--set", "memtool.train.turns=3", "--set", "memtool.date=2026-01-15",
+		"--set", "memtool.eval.sessions=4", "--set", "memtool.eval.turns=5"}
+	removals := map[string]int{}
+	for _, skip := range []string{"0", "0.6"} {
+		data := filepath.Join(dir, "sft-"+skip+".jsonl")
+		mustRun(t, append([]string{"memtool", "data", "--chat", "qwen2.5", "--skip-removal", skip, "--out", data}, set...)...)
+		for _, line := range strings.Split(strings.TrimSpace(string(mustRead(t, data))), "\n") {
+			var rec struct {
+				Messages []struct {
+					Role, Content string
+					Weight        *int
+				}
+			}
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatal(err)
+			}
+			for i, m := range rec.Messages {
+				if last := i == len(rec.Messages)-1; m.Role == "assistant" && (m.Weight == nil) != last {
+					t.Fatalf("message %d of %s: weight %v, want only the last reply learned", i, line, m.Weight)
+				}
+			}
+			if strings.Contains(rec.Messages[len(rec.Messages)-1].Content, `"SYS_REMOVE_TOOLS"`) {
+				removals[skip]++
+			}
+		}
+	}
+	if removals["0"] == 0 || removals["0.6"] == 0 || float64(removals["0.6"]) > 0.6*float64(removals["0"]) {
+		t.Fatalf("removal calls: %d with a perfect teacher, %d skipping 60%% of them", removals["0"], removals["0.6"])
+	}
+	if _, err := run(t, append([]string{"memtool", "data", "--skip-removal", "1.5", "--out", filepath.Join(dir, "x.jsonl")}, set...)...); err == nil || !strings.Contains(err.Error(), "--skip-removal 1.5") {
+		t.Fatalf("--skip-removal 1.5: %v", err)
+	}
+	tok := filepath.Join(dir, "tok")
+	mustRun(t, "memtool", "tokenizer", "--data", filepath.Join(dir, "sft-0.6.jsonl"), "--vocab-size", "600", "--pretokenizer", "qwen", "--out", tok)
+	model := filepath.Join(dir, "init")
+	mustRun(t, "init-model", "--tokenizer", filepath.Join(tok, "tokenizer.json"), "--dtype", "f32", "--set", "model.init.model_type=qwen2", "--out", model)
+	report := filepath.Join(dir, "eval.json")
+	got := mustRun(t, append([]string{"memtool", "eval", "--agent", "oracle", "--agent", "never-removing", "--agent", "random=" + model,
+		"--diff", "never-removing,oracle", "--diff", "random,oracle", "--out", report, "--set", "agent.response_budget=24"}, set...)...)
+	for _, want := range []string{"held-out: 4 sessions of 5 queries", "RR3T", "FormatErr", "\noracle ", "\nnever-removing ", "\nrandom ", "oracle − never-removing", "oracle − random"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("no %q in:\n%s", want, got)
+		}
+	}
+	var rep evalReport
+	if err := json.Unmarshal(mustRead(t, report), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Agents) != 3 || len(rep.Agents[2].Sessions) != 4 || len(rep.Diffs) != 2 || rep.Agents[0].Summary[2].Mean != 1 || rep.Agents[1].Summary[4].Mean <= 0 {
+		t.Fatalf("eval.json: %+v", rep)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--agent", "oracle", "--diff", "oracle,nobody"}, `--diff "oracle,nobody"`},
+		{[]string{"--agent", "gpt"}, `--agent "gpt"`},
+		{[]string{"--agent", "oracle", "--agent", "oracle"}, `two agents are labelled "oracle"`},
+		{[]string{"--agent", "oracle", "--set", "memtool.eval.sessions=20"}, "20 sessions of 5 turns need 100 queries, there are 60"},
+	} {
+		if _, err := run(t, append(append([]string{"memtool", "eval"}, set...), c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
