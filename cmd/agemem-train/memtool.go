@@ -28,7 +28,7 @@ func memtoolCmd(g *globals) *cobra.Command {
 		Use:   "memtool",
 		Short: "MemTool: an agent's working set of tools (generate a benchmark, run it, train a policy for it)",
 	}
-	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g), memtoolDataCmd(g), memtoolTokenizerCmd(g), memtoolEvalCmd(g))
+	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g), memtoolDataCmd(g), memtoolTokenizerCmd(g), memtoolEvalCmd(g), memtoolAgentCmd(g))
 	return cmd
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/model/chat"
@@ -308,4 +309,79 @@ func printEval(w io.Writer, rep evalReport) {
 	for _, d := range rep.Diffs {
 		row(d.To+" − "+d.From, d.Stats, true)
 	}
+}
+
+func memtoolAgentCmd(g *globals) *cobra.Command {
+	var prompts []string
+	var url, model, native, dev string
+	var headers []string
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Play user queries against a MemTool gateway (serve's /mcp/tools) with a policy, as memtool train trained it",
+		Long: `Connects to MemTool's tool gateway (serve with serve.tool_gateway: true serves
+it at /mcp/tools; the working set lives there, one per API key) and plays
+each --prompt in order as one session in the Autonomous mode: the policy
+(--native DIR, greedy, or --model on openai.base_url) reads the system
+message memtool train's rollouts show it (memtool.prompt, memtool.limit,
+memtool.date and the tool count), the gateway's meta-tools and working set
+by name, and the same results, so a policy GRPO taught to prune prunes the
+gateway's working set. memtool.max_steps model calls a query;
+memtool.history_turns earlier queries are shown. Prints each query's trace.`,
+		Example: `  agemem-train memtool agent --config configs/memtool.yaml --native runs/memtool/rl/policy \
+    --url http://127.0.0.1:8080/mcp/tools --header "Authorization=Bearer $KEY" \
+    --prompt "What is the revenue of Acme Corp?" --prompt "And the stock price of Bolt Foods?"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load()
+			if err != nil {
+				return err
+			}
+			if url == "" || len(prompts) == 0 {
+				return fmt.Errorf("--url and at least one --prompt are required")
+			}
+			hdr := map[string]string{}
+			for _, h := range headers {
+				k, v, ok := strings.Cut(h, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--header %q: want NAME=VALUE", h)
+				}
+				hdr[k] = v
+			}
+			m, err := chatModel(cmd, cfg, model, native, dev)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			mc, err := agent.ConnectMCP(ctx, agent.MCPServer{Name: "gateway", URL: url, Headers: hdr})
+			if err != nil {
+				return err
+			}
+			defer mc.Close()
+			c := cfg.MemTool
+			c.Mode = memtool.Autonomous
+			s := &memtool.GatewaySession{Config: c, Agent: m, Client: mc}
+			for i, p := range prompts {
+				tr, err := s.Turn(ctx, p)
+				fmt.Fprintf(cmd.OutOrStdout(), "query %d: %s\n", i+1, p)
+				var names []string
+				for _, st := range tr.Steps {
+					for _, r := range st.Results {
+						names = append(names, r.Call.Name)
+					}
+				}
+				printAgentTrace(cmd.OutOrStdout(), names, tr)
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&prompts, "prompt", nil, "a user query (repeatable: one session, in order)")
+	cmd.Flags().StringVar(&url, "url", "", "the gateway's streamable HTTP endpoint, e.g. http://127.0.0.1:8080/mcp/tools")
+	cmd.Flags().StringArrayVar(&headers, "header", nil, "NAME=VALUE sent with every request, e.g. the API key (repeatable)")
+	cmd.Flags().StringVar(&model, "model", "", "the policy on openai.base_url (default openai.model)")
+	cmd.Flags().StringVar(&native, "native", "", "a local checkpoint, run by the built-in engine (greedy)")
+	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device")
+	return cmd
 }

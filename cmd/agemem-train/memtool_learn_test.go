@@ -1,10 +1,21 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agemem/agemem/agent"
+	"github.com/agemem/agemem/bench/stabletoolbench"
+	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/papers/memtool"
 )
 
 // The learning recipe's commands: memtool data writes each call as a
@@ -81,5 +92,56 @@ func TestCLIMemtoolLearn(t *testing.T) {
 		if _, err := run(t, append(append([]string{"memtool", "eval"}, set...), c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
+	}
+}
+
+// memtool agent plays a session against serve's tool gateway: the policy
+// (here the oracle on an OpenAI-compatible server) searches the gateway,
+// calls what it loaded there, removes it when the next query does not
+// need it, and the gateway's working set is what it left.
+func TestCLIMemtoolAgentOnGateway(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, "memtool", "synth", "--companies", "20", "--queries", "6", "--seed", "5", "--out", dir)
+	tools, err := stabletoolbench.LoadCollection(filepath.Join(dir, "tools.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var upstream []agent.Tool
+	for _, tool := range tools {
+		upstream = append(upstream, agent.Tool{Function: tool.Function, Server: tool.Server,
+			Call: func(ctx context.Context, args json.RawMessage) (string, error) { return stabletoolbench.Simulate(ctx, tool, args) }})
+	}
+	c := memtool.DefaultConfig()
+	c.Limit, c.TopK = 6, 1
+	emb := embed.NewHashing(384, []int{3, 4})
+	g, err := memtool.NewGateway(context.Background(), emb, upstream, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server("alice") }, nil))
+	defer gw.Close()
+	kb, err := agent.NewCatalog(context.Background(), emb, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := oracleServer(t, filepath.Join(dir, "queries.json"), kb)
+	qs, err := stabletoolbench.LoadQueries(filepath.Join(dir, "queries.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"memtool", "agent", "--url", gw.URL, "--set", "openai.base_url=" + srv.URL, "--model", "oracle",
+		"--set", "memtool.limit=6", "--set", "memtool.top_k=1", "--set", "memtool.prompt=compact"}
+	for _, q := range qs[:3] {
+		args = append(args, "--prompt", q.Text)
+	}
+	got := mustRun(t, args...)
+	if strings.Count(got, "answer: ") != 3 || !strings.Contains(got, "SYS_REMOVE_TOOLS") || strings.Contains(got, "refused") {
+		t.Fatalf("memtool agent:\n%s", got)
+	}
+	if set := g.WorkingSet("alice"); !slices.Equal(set, qs[2].Gold) {
+		t.Fatalf("the gateway's working set is %v, the last query's tools are %v", set, qs[2].Gold)
+	}
+	if _, err := run(t, "memtool", "agent", "--url", gw.URL); err == nil || !strings.Contains(err.Error(), "--prompt") {
+		t.Fatalf("no prompt: %v", err)
 	}
 }
