@@ -109,7 +109,9 @@ func TestCLIMemtoolAgentOnGateway(t *testing.T) {
 	var upstream []agent.Tool
 	for _, tool := range tools {
 		upstream = append(upstream, agent.Tool{Function: tool.Function, Server: tool.Server,
-			Call: func(ctx context.Context, args json.RawMessage) (string, error) { return stabletoolbench.Simulate(ctx, tool, args) }})
+			Call: func(ctx context.Context, args json.RawMessage) (string, error) {
+				return stabletoolbench.Simulate(ctx, tool, args)
+			}})
 	}
 	c := memtool.DefaultConfig()
 	c.Limit, c.TopK = 6, 1
