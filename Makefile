@@ -266,15 +266,20 @@ demo-memtool: memtool-data
 	$(call MT_EVAL,3)
 
 # checkpoints/memtool from nothing (checkpoints/memtool/README.md): the
-# teacher's SFT data (the oracle skipping 60% of its removals), a BPE
-# learned on it, a random tiny Qwen2, copy pretraining on random-token
-# spans, SFT. The policy lands in runs/memtool/sft/policy; `make
+# teacher's SFT data (the oracle skipping 60% of its removals) and the
+# world's sentences, a BPE learned on the data, a random tiny Qwen2, copy
+# pretraining on random-token spans (induction), then on the world's
+# sentences among each other (which of many "the revenue of ..." to copy:
+# random spans alone left a policy that wrote a memorised query instead of
+# the user's), SFT. The policy lands in runs/memtool/sft/policy; `make
 # demo-memtool MT_POLICY=runs/memtool/sft/policy` trains and evaluates it.
 memtool-base: memtool-data
-	$(BIN)/agemem-train memtool data $(MTCFG) --chat qwen2.5 --skip-removal 0.6 --out $(MT_RUN)/sft.jsonl
+	$(BIN)/agemem-train memtool data $(MTCFG) --chat qwen2.5 --skip-removal 0.6 --out $(MT_RUN)/sft.jsonl --text $(MT_RUN)/text.txt
 	$(BIN)/agemem-train memtool tokenizer $(MTCFG) --data $(MT_RUN)/sft.jsonl --vocab-size 2048 --pretokenizer qwen --out $(MT_RUN)/tok
 	$(BIN)/agemem-train init-model $(MTCFG) --tokenizer $(MT_RUN)/tok/tokenizer.json --dtype f32 --out $(MT_RUN)/init
 	$(BIN)/agemem-train pretrain $(MTCFG)
+	$(BIN)/agemem-train pretrain $(MTCFG) --set pretrain.init=$(MT_RUN)/pretrain/policy --set pretrain.text=$(MT_RUN)/text.txt \
+		--set pretrain.cued=0.5 --set pretrain.out=$(MT_RUN)/pretrain-text
 	$(BIN)/agemem-train sft $(MTCFG) --gen-eval 0
 
 # The GPU recipe (configs/memtool-gpu.yaml): the same world and teacher,

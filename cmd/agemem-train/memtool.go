@@ -124,7 +124,7 @@ agemem-train train writes. Evaluate with memtool bench --policy native
 }
 
 func memtoolDataCmd(g *globals) *cobra.Command {
-	var out, family string
+	var out, family, text string
 	var skip float64
 	cmd := &cobra.Command{
 		Use:   "data",
@@ -145,7 +145,12 @@ share of the queries (drawn per query with the config's seed) it leaves
 the tools the query does not need loaded, and when a search then hits
 memtool.limit it answers with what it has. A policy that decodes
 greedily does what its teacher did most often, so above one half it
-never removes.`,
+never removes.
+
+--text also writes the world's sentences, one a line, for copy
+pretraining (pretrain.text): every line of the records (the tools as the
+template lists them, queries, calls, results, answers) and each query's
+phrases, once each.`,
 		Example: `  agemem-train memtool data --set memtool.limit=16 --set memtool.top_k=3 --out data/memtool-sft.jsonl
   agemem-train memtool data --config configs/memtool.yaml --skip-removal 0.6 --out data/memtool/sft.jsonl
   agemem-train sft --config configs/tiny.yaml --set sft.data=data/memtool-sft.jsonl --set sft.out=runs/memtool-sft`,
@@ -199,13 +204,58 @@ never removes.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d records from %d sessions to %s\n", len(rec.records), e.Len(), out)
+			if text == "" {
+				return nil
+			}
+			var queries []string
+			for _, s := range e.Sessions {
+				for _, q := range s {
+					queries = append(queries, q.Text)
+				}
+			}
+			n, err := writeWorldText(text, rec.records, queries)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d sentences to %s\n", n, text)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "chat JSONL to write")
 	cmd.Flags().StringVar(&family, "chat", "qwen3", "the policy's chat template: qwen3 or qwen2.5 (how the tools and calls are laid out)")
 	cmd.Flags().Float64Var(&skip, "skip-removal", 0, "share of queries in which the teacher leaves unneeded tools loaded (a habit for GRPO to unlearn)")
+	cmd.Flags().StringVar(&text, "text", "", "also write the world's sentences, one a line, to this .txt file (pretrain.text)")
 	return cmd
+}
+
+// writeWorldText writes the distinct lines of the records and the queries'
+// phrases (as the oracle cuts them) to path, one a line.
+func writeWorldText(path string, records []chatRecord, queries []string) (int, error) {
+	if !strings.HasSuffix(path, ".txt") {
+		return 0, fmt.Errorf("--text %s: name a .txt file (pretrain.text reads one sentence a line from it)", path)
+	}
+	seen := map[string]bool{}
+	var b strings.Builder
+	add := func(s string) {
+		if s = strings.TrimSpace(s); s != "" && !seen[s] {
+			seen[s] = true
+			b.WriteString(s + "\n")
+		}
+	}
+	for _, q := range queries {
+		add(q)
+		for _, p := range memtool.Phrases(q) {
+			add(p)
+		}
+	}
+	for _, r := range records {
+		for _, m := range r.Messages {
+			for _, line := range strings.Split(m.Content, "\n") {
+				add(line)
+			}
+		}
+	}
+	return len(seen), os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 func chatTemplate(family string) (chat.Template, error) {

@@ -168,6 +168,18 @@ func (o Oracle) keywords(ctx context.Context, query string, names []string) ([]s
 // clauseSep cuts a query into the phrases that may each ask for one tool.
 var clauseSep = regexp.MustCompile(`[,;:.?!\n]+|\s+and\s+`)
 
+// Phrases are the parts of a query that may each ask for one tool: cut
+// at punctuation and at "and".
+func Phrases(query string) []string {
+	var out []string
+	for _, p := range clauseSep.Split(query, -1) {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Keyword is what the oracle searches with for tool name while answering
 // query: the first candidate that the knowledge base ranks the tool first
 // for, among the query's own phrases (what a model can copy), the tool's
@@ -188,7 +200,7 @@ func (o Oracle) Keyword(ctx context.Context, query, name string) (string, error)
 			cands = append(cands, s)
 		}
 	}
-	for _, c := range clauseSep.Split(query, -1) {
+	for _, c := range Phrases(query) {
 		add(c)
 	}
 	add(t.Name)
