@@ -247,6 +247,9 @@ MT := data/memtool
 MTCFG := --config configs/memtool.yaml
 MT_POLICY ?= checkpoints/memtool
 MT_RUN := runs/memtool
+# the world's sentences, copied among each other (half of them cued), for
+# the second pretraining stage and SFT's copy sequences
+MT_TEXT = --set pretrain.text=$(MT_RUN)/text.txt --set pretrain.cued=0.5
 memtool-data: build
 	$(BIN)/agemem-train memtool synth --companies 100 --queries 1200 --seed 1 --out $(MT)/train
 	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 2 --out $(MT)/eval-2
@@ -278,9 +281,8 @@ memtool-base: memtool-data
 	$(BIN)/agemem-train memtool tokenizer $(MTCFG) --data $(MT_RUN)/sft.jsonl --vocab-size 2048 --pretokenizer qwen --out $(MT_RUN)/tok
 	$(BIN)/agemem-train init-model $(MTCFG) --tokenizer $(MT_RUN)/tok/tokenizer.json --dtype f32 --out $(MT_RUN)/init
 	$(BIN)/agemem-train pretrain $(MTCFG)
-	$(BIN)/agemem-train pretrain $(MTCFG) --set pretrain.init=$(MT_RUN)/pretrain/policy --set pretrain.text=$(MT_RUN)/text.txt \
-		--set pretrain.cued=0.5 --set pretrain.out=$(MT_RUN)/pretrain-text
-	$(BIN)/agemem-train sft $(MTCFG) --gen-eval 0
+	$(BIN)/agemem-train pretrain $(MTCFG) $(MT_TEXT) --set pretrain.init=$(MT_RUN)/pretrain/policy --set pretrain.out=$(MT_RUN)/pretrain-text
+	$(BIN)/agemem-train sft $(MTCFG) $(MT_TEXT) --gen-eval 0
 
 # The GPU recipe (configs/memtool-gpu.yaml): the same world and teacher,
 # a 5.2M-parameter policy (configs/gpu.yaml's shape) pretrained, tuned
@@ -288,11 +290,12 @@ memtool-base: memtool-data
 MTG := runs/memtool-gpu
 MTGCFG := --config configs/memtool-gpu.yaml
 demo-memtool-gpu: memtool-data
-	$(BIN)/agemem-train memtool data $(MTGCFG) --chat qwen2.5 --skip-removal 0.6 --out $(MTG)/sft.jsonl
+	$(BIN)/agemem-train memtool data $(MTGCFG) --chat qwen2.5 --skip-removal 0.6 --out $(MTG)/sft.jsonl --text $(MTG)/text.txt
 	$(BIN)/agemem-train memtool tokenizer $(MTGCFG) --data $(MTG)/sft.jsonl --vocab-size 2048 --pretokenizer qwen --out $(MTG)/tok
 	$(BIN)/agemem-train init-model $(MTGCFG) --tokenizer $(MTG)/tok/tokenizer.json --dtype f32 --out $(MTG)/init
 	$(BIN)/agemem-train pretrain $(MTGCFG)
-	$(BIN)/agemem-train sft $(MTGCFG) --gen-eval 0
+	$(BIN)/agemem-train pretrain $(MTGCFG) --set pretrain.text=$(MTG)/text.txt --set pretrain.cued=0.5 --set pretrain.init=$(MTG)/pretrain/policy --set pretrain.out=$(MTG)/pretrain-text
+	$(BIN)/agemem-train sft $(MTGCFG) --set pretrain.text=$(MTG)/text.txt --set pretrain.cued=0.5 --gen-eval 0
 	$(BIN)/agemem-train memtool train $(MTGCFG)
 	$(MAKE) demo-memtool-eval MTCFG="$(MTGCFG)" MT_POLICY=$(MTG)/sft/policy MT_RUN=$(MTG)
 demo-memtool-eval:
