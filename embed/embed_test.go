@@ -245,8 +245,14 @@ func TestBatches(t *testing.T) {
 		}
 	}
 	bad := func(msg string) error { return errors.New(msg) }
+	// batches embeds texts batch at a time from a server that answers as
+	// srv does; dim 0 leaves the dimension to the first vector.
+	batches := func(texts []string, batch, dim int, srv func(context.Context, []string) ([][]float32, error)) ([][]float32, error) {
+		r := &Remote{Request: srv, Invalid: bad, Batch: batch, dim: dim}
+		return r.Embed(ctx, texts)
+	}
 	texts := []string{"a", "b", "c", "d", "e"}
-	vs, err := Batches(ctx, texts, 2, 0, server(nil, false), bad)
+	vs, err := batches(texts, 2, 0, server(nil, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,16 +263,16 @@ func TestBatches(t *testing.T) {
 	if n := vs[2][0]*vs[2][0] + vs[2][2]*vs[2][2]; math.Abs(float64(n)-1) > 1e-6 || math.Abs(float64(vs[2][0]/vs[2][2])-3) > 1e-6 {
 		t.Fatalf("vector 2 = %v", vs[2])
 	}
-	if _, err := Batches(ctx, texts, 2, 0, server(map[int]int{3: 4}, false), bad); err == nil || err.Error() != "a 4-dimensional vector for text 3, want 3" {
+	if _, err := batches(texts, 2, 0, server(map[int]int{3: 4}, false)); err == nil || err.Error() != "a 4-dimensional vector for text 3, want 3" {
 		t.Fatalf("a vector of another dimension: %v", err)
 	}
-	if _, err := Batches(ctx, texts, 2, 8, server(nil, false), bad); err == nil || err.Error() != "a 3-dimensional vector for text 0, want 8" {
+	if _, err := batches(texts, 2, 8, server(nil, false)); err == nil || err.Error() != "a 3-dimensional vector for text 0, want 8" {
 		t.Fatalf("a dimension other than the known one: %v", err)
 	}
-	if _, err := Batches(ctx, texts, 2, 0, server(map[int]int{0: 0}, false), bad); err == nil || !strings.Contains(err.Error(), "a 0-dimensional vector for text 0") {
+	if _, err := batches(texts, 2, 0, server(map[int]int{0: 0}, false)); err == nil || !strings.Contains(err.Error(), "a 0-dimensional vector for text 0") {
 		t.Fatalf("an empty vector: %v", err)
 	}
-	if _, err := Batches(ctx, texts, 0, 0, server(nil, true), bad); err == nil || err.Error() != "4 vectors for 5 texts" {
+	if _, err := batches(texts, 0, 0, server(nil, true)); err == nil || err.Error() != "4 vectors for 5 texts" {
 		t.Fatalf("a short answer: %v", err)
 	}
 }

@@ -204,6 +204,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) *apiError {
 	info.Steps, info.ContextTokens = steps(tr), cctx.Tokens()
 	u := usageOf(tr)
 	aerr = outcome(tr, err)
+	s.journal.record(ns, req.SessionID, resp.ID, turn, tr, cctx.Tokens(), aerr)
 	if aerr == nil && stream != nil {
 		aerr = stream.finish(tr)
 	}

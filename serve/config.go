@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agemem/agemem/console"
 	"github.com/agemem/agemem/internal/valid"
 )
 
@@ -106,6 +107,8 @@ type Config struct {
 	ToolGateway bool `yaml:"tool_gateway"`
 	// LogFormat is json or text (structured logs on stderr).
 	LogFormat string `yaml:"log_format"`
+	// Console is the web console at /ui.
+	Console console.Config `yaml:"console"`
 }
 
 // APIKey maps a key to the namespace it reads and writes; an admin key
@@ -123,7 +126,7 @@ func DefaultConfig() Config {
 		Temperature: 1, TopP: 1, RequestTimeout: 5 * time.Minute, ShutdownTimeout: 30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		MaxConnections: 4096, MaxConnectionsPerClient: 256, TrustedProxies: []string{},
-		SessionTTL: time.Hour, MaxSessions: 10000, MaxSessionsPerNamespace: 1000, PrefixCache: 1 << 16, LogFormat: "json"}
+		SessionTTL: time.Hour, MaxSessions: 10000, MaxSessionsPerNamespace: 1000, PrefixCache: 1 << 16, LogFormat: "json", Console: console.DefaultConfig()}
 }
 
 // Validate checks every key.
@@ -193,5 +196,6 @@ func (sv Config) Validate() error {
 	e.AtLeast("prefix_cache", sv.PrefixCache, 0)
 	e.AtLeast("kv_budget", sv.KVBudget, 0)
 	e.OneOf("log_format", sv.LogFormat, "json", "text")
+	e.Section("console", sv.Console.Validate())
 	return e.Err()
 }

@@ -28,7 +28,7 @@ var MCPTools = []string{memtools.ToolAdd, memtools.ToolUpdate, memtools.ToolDele
 
 // MemoryTools is the runtime the MCP tools act on.
 type MemoryTools struct {
-	Store    *ltm.SQLite
+	Store    ltm.DB
 	Embedder embed.Embedder
 	Options  memtools.Options
 	// Namespace gives the namespace of a call: the caller's key's over

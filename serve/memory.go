@@ -10,13 +10,12 @@ import (
 	"github.com/agemem/agemem/memtools/ltm"
 )
 
-// memoryID is the request path's memory id, checked.
-func memoryID(r *http.Request) (string, *apiError) {
-	id := r.PathValue("id")
+// checkID checks a memory id's form.
+func checkID(id string) *apiError {
 	if !ltm.ValidID(id) {
-		return "", errInvalid("memory_id", "invalid_memory_id", fmt.Sprintf("%q is not a memory id (mem_ and 8 lower-case hex digits)", id))
+		return errInvalid("memory_id", "invalid_memory_id", fmt.Sprintf("%q is not a memory id (mem_ and 8 lower-case hex digits)", id))
 	}
-	return id, nil
+	return nil
 }
 
 // store opens the namespace the request acts on.
@@ -25,11 +24,18 @@ func (s *Server) store(r *http.Request) (ltm.Store, string, *apiError) {
 	if aerr != nil {
 		return nil, "", aerr
 	}
+	st, aerr := s.openStore(ns)
+	return st, ns, aerr
+}
+
+// openStore opens ns with the server's memory list kept current by its
+// writes (the console's list pages read it).
+func (s *Server) openStore(ns string) (ltm.Store, *apiError) {
 	st, err := s.db.Namespace(ns)
 	if err != nil {
-		return nil, "", errInvalid("namespace", "invalid_namespace", err.Error())
+		return nil, errInvalid("namespace", "invalid_namespace", err.Error())
 	}
-	return st, ns, nil
+	return s.lists.track(ns, st), nil
 }
 
 // storeError maps a store failure to its response. The details (the
@@ -52,8 +58,8 @@ func (s *Server) storeError(err error) *apiError {
 		Message: "the memory store failed; the server's log has the details"}
 }
 
-func (s *Server) embedOne(r *http.Request, text string) ([]float32, *apiError) {
-	v, err := s.enc.Embed(r.Context(), []string{text})
+func (s *Server) embedOne(ctx context.Context, text string) ([]float32, *apiError) {
+	v, err := s.enc.Embed(ctx, []string{text})
 	if err != nil {
 		return nil, &apiError{Status: http.StatusInternalServerError, Type: "server_error", Code: "embed_error", Message: err.Error()}
 	}
@@ -97,8 +103,8 @@ func (s *Server) getMemory(w http.ResponseWriter, r *http.Request) *apiError {
 	if aerr != nil {
 		return aerr
 	}
-	id, aerr := memoryID(r)
-	if aerr != nil {
+	id := r.PathValue("id")
+	if aerr := checkID(id); aerr != nil {
 		return aerr
 	}
 	e, err := st.Get(r.Context(), id)
@@ -116,114 +122,184 @@ type memoryWrite struct {
 	MemoryType string         `json:"memory_type"`
 }
 
-func (s *Server) addMemory(w http.ResponseWriter, r *http.Request) *apiError {
-	st, _, aerr := s.store(r)
-	if aerr != nil {
-		return aerr
-	}
-	var in memoryWrite
-	if aerr := decodeBody(r, &in); aerr != nil {
-		return aerr
-	}
-	if strings.TrimSpace(in.Content) == "" {
-		return errInvalid("content", "missing_content", "content must not be empty")
-	}
-	v, aerr := s.embedOne(r, in.Content)
-	if aerr != nil {
-		return aerr
-	}
-	e, err := st.Add(r.Context(), ltm.Entry{Content: in.Content, Embedding: v, Metadata: in.Metadata, MemoryType: in.MemoryType})
-	if err != nil {
-		return s.storeError(err)
-	}
-	e.Embedding = nil
-	writeJSON(w, http.StatusCreated, e)
-	return nil
+// The memory operations below are the memory API's and the console's
+// alike: one function each, checking the same things and writing the
+// same audit line (msg "audit", op, namespace, memory_id, key, via), so a
+// change made on a console page is the API's change.
+
+// audit records a change to a namespace's memory.
+func (s *Server) audit(ctx context.Context, op, ns, id, via string) {
+	s.log.InfoContext(ctx, "audit", "op", op, "namespace", ns, "memory_id", id, "key", principalFrom(ctx).KeyID, "via", via)
 }
 
-func (s *Server) updateMemory(w http.ResponseWriter, r *http.Request) *apiError {
-	st, _, aerr := s.store(r)
+func (s *Server) addEntry(ctx context.Context, ns, via string, in memoryWrite) (ltm.Entry, *apiError) {
+	st, aerr := s.openStore(ns)
 	if aerr != nil {
-		return aerr
+		return ltm.Entry{}, aerr
 	}
-	id, aerr := memoryID(r)
+	if strings.TrimSpace(in.Content) == "" {
+		return ltm.Entry{}, errInvalid("content", "missing_content", "content must not be empty")
+	}
+	v, aerr := s.embedOne(ctx, in.Content)
 	if aerr != nil {
-		return aerr
+		return ltm.Entry{}, aerr
 	}
-	var in memoryWrite
-	if aerr := decodeBody(r, &in); aerr != nil {
-		return aerr
+	e, err := st.Add(ctx, ltm.Entry{Content: in.Content, Embedding: v, Metadata: in.Metadata, MemoryType: in.MemoryType})
+	if err != nil {
+		return ltm.Entry{}, s.storeError(err)
+	}
+	s.audit(ctx, "memory.add", ns, e.ID, via)
+	e.Embedding = nil
+	return e, nil
+}
+
+func (s *Server) updateEntry(ctx context.Context, ns, id, via string, in memoryWrite) (ltm.Entry, *apiError) {
+	st, aerr := s.openStore(ns)
+	if aerr != nil {
+		return ltm.Entry{}, aerr
+	}
+	if aerr := checkID(id); aerr != nil {
+		return ltm.Entry{}, aerr
 	}
 	if in.MemoryType != "" {
-		return errInvalid("memory_type", "immutable", "memory_type cannot be changed by an update")
+		return ltm.Entry{}, errInvalid("memory_type", "immutable", "memory_type cannot be changed by an update")
 	}
 	if strings.TrimSpace(in.Content) == "" {
-		return errInvalid("content", "missing_content", "content must not be empty")
+		return ltm.Entry{}, errInvalid("content", "missing_content", "content must not be empty")
 	}
-	v, aerr := s.embedOne(r, in.Content)
+	v, aerr := s.embedOne(ctx, in.Content)
 	if aerr != nil {
-		return aerr
+		return ltm.Entry{}, aerr
 	}
-	e, err := st.Update(r.Context(), id, in.Content, v, in.Metadata)
+	e, err := st.Update(ctx, id, in.Content, v, in.Metadata)
 	if err != nil {
-		return s.storeError(err)
+		return ltm.Entry{}, s.storeError(err)
 	}
+	s.audit(ctx, "memory.update", ns, id, via)
 	e.Embedding = nil
-	writeJSON(w, 200, e)
-	return nil
+	return e, nil
 }
 
-func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request) *apiError {
-	st, _, aerr := s.store(r)
+func (s *Server) deleteEntry(ctx context.Context, ns, id, via string) *apiError {
+	st, aerr := s.openStore(ns)
 	if aerr != nil {
 		return aerr
 	}
-	id, aerr := memoryID(r)
-	if aerr != nil {
+	if aerr := checkID(id); aerr != nil {
 		return aerr
 	}
-	if err := st.Delete(r.Context(), id); err != nil {
+	if err := st.Delete(ctx, id); err != nil {
 		return s.storeError(err)
 	}
-	writeJSON(w, 200, map[string]any{"memory_id": id, "deleted": true})
+	s.audit(ctx, "memory.delete", ns, id, via)
 	return nil
 }
 
-func (s *Server) searchMemories(w http.ResponseWriter, r *http.Request) *apiError {
-	st, _, aerr := s.store(r)
+// memorySearch is a search's body.
+type memorySearch struct {
+	Query    string         `json:"query"`
+	TopK     int            `json:"top_k"`
+	Metadata map[string]any `json:"metadata"`
+}
+
+func (s *Server) searchEntries(ctx context.Context, ns string, in memorySearch) ([]ltm.Scored, *apiError) {
+	st, aerr := s.openStore(ns)
 	if aerr != nil {
-		return aerr
-	}
-	var in struct {
-		Query    string         `json:"query"`
-		TopK     int            `json:"top_k"`
-		Metadata map[string]any `json:"metadata"`
-	}
-	if aerr := decodeBody(r, &in); aerr != nil {
-		return aerr
+		return nil, aerr
 	}
 	if strings.TrimSpace(in.Query) == "" {
-		return errInvalid("query", "missing_query", "query must not be empty")
+		return nil, errInvalid("query", "missing_query", "query must not be empty")
 	}
 	if in.TopK == 0 {
 		in.TopK = s.tools.TopK
 	}
 	if in.TopK < 1 || in.TopK > s.tools.MaxTopK {
-		return errInvalid("top_k", "invalid_top_k", fmt.Sprintf("top_k %d is outside [1, %d] (tools.max_top_k)", in.TopK, s.tools.MaxTopK))
+		return nil, errInvalid("top_k", "invalid_top_k", fmt.Sprintf("top_k %d is outside [1, %d] (tools.max_top_k)", in.TopK, s.tools.MaxTopK))
 	}
-	v, aerr := s.embedOne(r, in.Query)
+	v, aerr := s.embedOne(ctx, in.Query)
 	if aerr != nil {
-		return aerr
+		return nil, aerr
 	}
-	hits, err := st.Retrieve(r.Context(), v, in.TopK, in.Metadata)
+	hits, err := st.Retrieve(ctx, v, in.TopK, in.Metadata)
 	if err != nil {
-		return s.storeError(err)
+		return nil, s.storeError(err)
 	}
 	for i := range hits {
 		hits[i].Embedding = nil
 	}
 	if hits == nil {
 		hits = []ltm.Scored{}
+	}
+	return hits, nil
+}
+
+// requestNamespace is the namespace an API request acts on.
+func requestNamespace(r *http.Request) (string, *apiError) {
+	return namespace(r, principalFrom(r.Context()))
+}
+
+func (s *Server) addMemory(w http.ResponseWriter, r *http.Request) *apiError {
+	ns, aerr := requestNamespace(r)
+	if aerr != nil {
+		return aerr
+	}
+	var in memoryWrite
+	if aerr := decodeBody(r, &in); aerr != nil {
+		return aerr
+	}
+	e, aerr := s.addEntry(r.Context(), ns, "api", in)
+	if aerr != nil {
+		return aerr
+	}
+	writeJSON(w, http.StatusCreated, e)
+	return nil
+}
+
+func (s *Server) updateMemory(w http.ResponseWriter, r *http.Request) *apiError {
+	ns, aerr := requestNamespace(r)
+	if aerr != nil {
+		return aerr
+	}
+	if aerr := checkID(r.PathValue("id")); aerr != nil {
+		return aerr
+	}
+	var in memoryWrite
+	if aerr := decodeBody(r, &in); aerr != nil {
+		return aerr
+	}
+	e, aerr := s.updateEntry(r.Context(), ns, r.PathValue("id"), "api", in)
+	if aerr != nil {
+		return aerr
+	}
+	writeJSON(w, 200, e)
+	return nil
+}
+
+func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request) *apiError {
+	ns, aerr := requestNamespace(r)
+	if aerr != nil {
+		return aerr
+	}
+	id := r.PathValue("id")
+	if aerr := s.deleteEntry(r.Context(), ns, id, "api"); aerr != nil {
+		return aerr
+	}
+	writeJSON(w, 200, map[string]any{"memory_id": id, "deleted": true})
+	return nil
+}
+
+func (s *Server) searchMemories(w http.ResponseWriter, r *http.Request) *apiError {
+	ns, aerr := requestNamespace(r)
+	if aerr != nil {
+		return aerr
+	}
+	var in memorySearch
+	if aerr := decodeBody(r, &in); aerr != nil {
+		return aerr
+	}
+	hits, aerr := s.searchEntries(r.Context(), ns, in)
+	if aerr != nil {
+		return aerr
 	}
 	writeJSON(w, 200, map[string]any{"object": "list", "data": hits})
 	return nil
@@ -261,7 +337,7 @@ func (s *Server) importMemories(w http.ResponseWriter, r *http.Request) *apiErro
 	}
 	entries := make([]ltm.Entry, len(recs))
 	for i, rec := range recs {
-		v, aerr := s.embedOne(r, rec.Content)
+		v, aerr := s.embedOne(r.Context(), rec.Content)
 		if aerr != nil {
 			return aerr
 		}
@@ -269,9 +345,11 @@ func (s *Server) importMemories(w http.ResponseWriter, r *http.Request) *apiErro
 		entries[i].Embedding = v
 	}
 	added, replaced, err := s.db.Import(r.Context(), ns, entries)
+	s.lists.forget(ns)
 	if err != nil {
 		return s.storeError(err)
 	}
+	s.audit(r.Context(), "memory.import", ns, "", "api")
 	writeJSON(w, 200, map[string]any{"namespace": ns, "imported": len(entries), "added": added, "replaced": replaced})
 	return nil
 }

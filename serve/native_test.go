@@ -3,8 +3,6 @@ package serve
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/internal/qwentest"
 	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools"
@@ -20,33 +18,14 @@ import (
 	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/engine"
-	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
-	"github.com/agemem/agemem/model/tokenizer"
 )
 
 // randomPolicy is a random tiny Qwen3 with the real Qwen3 tokenizer.
 func randomPolicy(t testing.TB) *native.Checkpoint {
 	t.Helper()
-	p := testkit.QwenTokenizer(t)
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("run `make deps`: %v", err)
-	}
-	tok, err := tokenizer.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := qwen.Presets["tiny-qwen3"]
-	cfg.VocabSize = tok.VocabSize()
-	dir := filepath.Join(t.TempDir(), "m")
-	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 5); err != nil {
-		t.Fatal(err)
-	}
-	m, err := qwen.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &native.Checkpoint{Model: m, Tokenizer: tok, Template: chat.Qwen3}
+	tok := qwentest.Tokenizer(t)
+	return &native.Checkpoint{Model: qwentest.Model(t, tok, safetensors.F32), Tokenizer: tok, Template: chat.Qwen3}
 }
 
 // The native backend over HTTP: concurrent requests share decoding steps,

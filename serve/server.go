@@ -45,7 +45,7 @@ type Options struct {
 	// native engine (serve.max_batch, prefix_cache, kv_budget).
 	Backend  Backend
 	Native   *native.Checkpoint
-	Store    *ltm.SQLite
+	Store    ltm.DB
 	Embedder embed.Embedder
 	// Summarizer, if set, replaces the extractive summariser of
 	// Summary_context (tools.summarizer ollama).
@@ -64,12 +64,14 @@ type Server struct {
 	tools    memtools.Options
 	ns       string
 	be       Backend
-	db       *ltm.SQLite
+	db       ltm.DB
 	enc      embed.Embedder
 	sum      memtools.Summarizer
 	log      *slog.Logger
 	keys     *keyring
 	sessions *sessions
+	journal  *journal // recent turns, for the console
+	lists    *lists   // memory lists, for the console
 	admit    *admission
 	metrics  *metrics
 	system   string
@@ -108,7 +110,8 @@ func New(o Options) (*Server, error) {
 	sv := o.Config
 	s := &Server{cfg: o.Config, agent: o.Agent, tools: o.Tools, ns: o.Namespace, be: o.Backend, db: o.Store, enc: o.Embedder, sum: o.Summarizer, log: log, keys: kr,
 		sessions: newSessions(sv.SessionTTL, sv.MaxSessions, sv.MaxSessionsPerNamespace),
-		system:   sys, created: time.Now().Unix(), trusted: trusted}
+		journal:  newJournal(sv.Console.Turns, sv.Console.TurnsPerNamespace), lists: newLists(sv.Console.ListRefresh),
+		system: sys, created: time.Now().Unix(), trusted: trusted}
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(s)
 	s.admit = newAdmission(sv, func(limit string) { s.metrics.refused.WithLabelValues(limit).Inc() })
@@ -147,6 +150,7 @@ func New(o Options) (*Server, error) {
 	health.HandleFunc("GET /readyz", s.readyz)
 	s.health = health
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	api := func(pattern string, h func(http.ResponseWriter, *http.Request) *apiError) {
 		mux.Handle(pattern, s.authed(h))
 	}
@@ -168,6 +172,12 @@ func New(o Options) (*Server, error) {
 	if o.ToolGateway != nil {
 		gw := o.ToolGateway
 		mux.Handle("/mcp/tools", s.mcpHTTP(func(r *http.Request) *mcp.Server { return gw.Server(mcpNamespace(r.Context(), s.ns)) }))
+	}
+	if sv.Console.Enabled {
+		if err := s.mountConsole(mux); err != nil {
+			s.be.Close()
+			return nil, err
+		}
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",

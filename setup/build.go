@@ -16,6 +16,7 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/stabletoolbench"
+	"github.com/agemem/agemem/console"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/env/pretrain"
@@ -61,11 +62,10 @@ func Embedder(ctx context.Context, cfg Config) (embed.Embedder, error) {
 		if err != nil {
 			return nil, err
 		}
-		oe, err := ollama.NewEmbedder(ctx, c, e.Model)
+		oe, err := ollama.NewEmbedder(ctx, c, e.Model, cfg.Ollama.KeepAlive)
 		if err != nil {
 			return nil, fmt.Errorf("embed.model: %w", err)
 		}
-		oe.KeepAlive = cfg.Ollama.KeepAlive
 		return oe, nil
 	case "openai":
 		c, err := cfg.OpenAI.Connect()
@@ -79,6 +79,21 @@ func Embedder(ctx context.Context, cfg Config) (embed.Embedder, error) {
 		return oe, nil
 	}
 	return embed.NewHashing(e.Dim, e.CharNgrams), nil
+}
+
+// OpenStore opens the durable long-term store memory.store names: the
+// SQLite file memory.path, or the PostgreSQL database memory.dsn (the
+// password from PGPASSWORD or ~/.pgpass). memory.store "memory" keeps
+// nothing between runs, so a command that needs a store refuses it.
+func OpenStore(ctx context.Context, cfg Config) (ltm.DB, error) {
+	m := cfg.Memory
+	switch m.Store {
+	case "sqlite":
+		return ltm.OpenSQLite(m.Path, StoreOptions(cfg))
+	case "postgres":
+		return ltm.OpenPostgres(ctx, ltm.PostgresOptions{DSN: m.DSN, MaxConns: m.MaxConns, HNSW: m.HNSW, Metadata: m.Limits()})
+	}
+	return nil, fmt.Errorf("memory.store is %q, which keeps nothing between runs: this command needs sqlite or postgres", m.Store)
 }
 
 // StoreOptions are the SQLite memory store's options: memory.sync, the
@@ -268,7 +283,22 @@ func GRPO(ctx context.Context, cfg Config, log io.Writer) (rl.Options[env.Outcom
 	if err != nil {
 		return o, err
 	}
-	return grpoOptions[env.Outcome](cfg, AgeMem(cfg, h, tasks, tok), rew, log)
+	return grpoOptions[env.Outcome](cfg, AgeMem(cfg, h, tasks, tok), transcribed{rew}, log)
+}
+
+// transcribed is the composite reward with each rollout's trajectory (its
+// three stages of turns: the user's messages, the policy's replies, the
+// tool calls and their results, clipped) added to its line of
+// rollouts.jsonl, for the console's rollout browser: a group's K
+// trajectories side by side show why one rollout beat its siblings.
+type transcribed struct{ reward.Composite }
+
+func (t transcribed) Score(ctx context.Context, o env.Outcome) (rollout.Score, error) {
+	sc, err := t.Composite.Score(ctx, o)
+	if err == nil {
+		sc.Info["trajectory"] = console.EpisodeOf(o.Result)
+	}
+	return sc, err
 }
 
 // grpoOptions are GRPO's options from the config for an environment and

@@ -15,7 +15,8 @@ import (
 	"fmt"
 
 	"github.com/agemem/agemem/agent"
-
+	"github.com/agemem/agemem/bench/nestful"
+	"github.com/agemem/agemem/bench/workbench"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/env/pretrain"
@@ -32,6 +33,8 @@ import (
 	"github.com/agemem/agemem/model/simcse"
 	"github.com/agemem/agemem/papers/fittext"
 	"github.com/agemem/agemem/papers/memtool"
+	"github.com/agemem/agemem/papers/memtoolagent"
+	"github.com/agemem/agemem/papers/tamem"
 	"github.com/agemem/agemem/rl"
 	"github.com/agemem/agemem/rl/reward"
 	"github.com/agemem/agemem/serve"
@@ -82,8 +85,17 @@ type Config struct {
 	SimCSE simcse.Config `yaml:"simcse"`
 	// MemTool is the working set of tools (agemem-train memtool).
 	MemTool memtool.Config `yaml:"memtool"`
-	// FitText is tool retrieval with pseudo-tools (agemem-train tools retrieve).
+	// FitText is tool retrieval with pseudo-tools (agemem-train tools
+	// retrieve) and its agent's tree search (tools run --agent dfsdt).
 	FitText fittext.Config `yaml:"fittext"`
+	// MemToolAgent is a memory of past tool use (agemem-train tools run).
+	MemToolAgent memtoolagent.Config `yaml:"memtoolagent"`
+	// TAMem is TA-Mem on LoCoMo (agemem-train locomo run --method ta-mem).
+	TAMem tamem.Config `yaml:"tamem"`
+	// WorkBench is the benchmark tools run --env workbench plays.
+	WorkBench workbench.Config `yaml:"workbench"`
+	// Nestful is the benchmark tools run --env nestful plays.
+	Nestful nestful.Config `yaml:"nestful"`
 }
 
 // Eval configures the held-out comparison.
@@ -189,12 +201,25 @@ func Default() Config {
 		SimCSE:   simcse.DefaultConfig(),
 		MemTool:  memtool.DefaultConfig(),
 		FitText:  fittext.DefaultConfig(),
+
+		MemToolAgent: memtoolagent.DefaultConfig(),
+		TAMem:        tamem.DefaultConfig(),
+		WorkBench:    workbench.DefaultConfig(),
+		Nestful:      nestful.DefaultConfig(),
 	}
 }
 
 // Validate checks every section, then what spans sections. The error names
 // each key by its full path and says what is accepted.
 func (c Config) Validate() error {
+	if e := c.problems(); len(e) > 0 {
+		return fmt.Errorf("invalid config:\n  %s", e.Error())
+	}
+	return nil
+}
+
+// problems are what Validate reports, each under its key's full path.
+func (c Config) problems() valid.Errors {
 	var e valid.Errors
 	e.Section("embed", c.Embed.Validate())
 	e.Section("memory", c.Memory.Validate())
@@ -222,10 +247,11 @@ func (c Config) Validate() error {
 	e.Section("simcse", c.SimCSE.Validate())
 	e.Section("memtool", c.MemTool.Validate())
 	e.Section("fittext", c.FitText.Validate())
-	if len(e) > 0 {
-		return fmt.Errorf("invalid config:\n  %s", e.Error())
-	}
-	return nil
+	e.Section("memtoolagent", c.MemToolAgent.Validate())
+	e.Section("tamem", c.TAMem.Validate())
+	e.Section("workbench", c.WorkBench.Validate())
+	e.Section("nestful", c.Nestful.Validate())
+	return e
 }
 
 // Validate checks the model section.

@@ -74,7 +74,12 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown section", "tool:\n  x: 1\n", nil, []string{"unknown key tool", "did you mean tools"}},
 		{"wrong type", "agent:\n  max_steps: many\n", nil, []string{":2:", "agent.max_steps", `"many"`}},
 		{"out of range", "tools:\n  filter_threshold: 1.5\n", nil, []string{"tools.filter_threshold", "outside (0, 1]"}},
-		{"bad enum", "memory:\n  store: postgres\n", nil, []string{"memory.store", `"postgres" is not one of sqlite, memory`}},
+		{"bad enum", "memory:\n  store: mysql\n", nil, []string{"memory.store", `"mysql" is not one of sqlite, postgres, memory`}},
+		{"postgres without dsn", "memory:\n  store: postgres\n", nil, []string{"memory.dsn", "is empty"}},
+		{"password in dsn", "memory:\n  store: postgres\n  dsn: postgres://agemem:hunter2@db/agemem\n", nil, []string{"memory.dsn", "PGPASSWORD"}},
+		{"password in dsn pairs", "memory:\n  store: postgres\n  dsn: host=db password=hunter2\n", nil, []string{"memory.dsn", "PGPASSWORD"}},
+		{"bad hnsw m", "memory:\n  hnsw:\n    m: 1\n", nil, []string{"memory.hnsw.m", "[2, 100]"}},
+		{"bad build memory", "memory:\n  hnsw:\n    build_memory: lots\n", nil, []string{"memory.hnsw.build_memory", "lots"}},
 		{"section not a mapping", "agent: 5\n", nil, []string{"agent must be a mapping"}},
 		{"list element", "embed:\n  char_ngrams: [3, 12]\n", nil, []string{"embed.char_ngrams[1]"}},
 		{"bad yaml", "agent: [\n", nil, []string{"c.yaml"}},
@@ -123,6 +128,9 @@ func TestLoadErrors(t *testing.T) {
 			_, err := Load(write(t, tc.body), tc.sets)
 			if err == nil {
 				t.Fatal("no error")
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error %q shows the password", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {

@@ -15,6 +15,20 @@ import (
 // Load reads path (empty for the defaults alone), applies the overrides
 // ("key.path=value", as given to --set) and validates the result.
 func Load(path string, overrides []string) (Config, error) {
+	return load(path, overrides, nil)
+}
+
+// flagValue is a command-line flag's value for the config key it is
+// bound to (Flags.Bind).
+type flagValue struct {
+	flag, key string
+	value     *yaml.Node
+}
+
+// load is Load with the values of the flags that were set applied after
+// the overrides; a problem with a flag's value is reported under the
+// flag's name and its key's.
+func load(path string, overrides []string, flags []flagValue) (Config, error) {
 	var root yaml.Node
 	name := path
 	if path != "" {
@@ -34,6 +48,11 @@ func Load(path string, overrides []string) (Config, error) {
 			return Config{}, err
 		}
 	}
+	for _, f := range flags {
+		if err := setNode(doc, f.key, f.value); err != nil {
+			return Config{}, fmt.Errorf("--%s: %w", f.flag, err)
+		}
+	}
 	cfg := Default()
 	if err := checkKeys(doc, reflect.TypeOf(cfg), "", name); err != nil {
 		return Config{}, err
@@ -42,8 +61,19 @@ func Load(path string, overrides []string) (Config, error) {
 	if err := doc.Decode(&cfg); err != nil {
 		return Config{}, fmt.Errorf("config %s: %w", name, err)
 	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, fmt.Errorf("config %s: %w", name, err)
+	if e := cfg.problems(); len(e) > 0 {
+		lines := make([]string, len(e))
+		for i, p := range e {
+			lines[i] = p.Key + ": " + p.Msg
+			for _, f := range flags {
+				// A flag's problem reads as its command line does: the
+				// messages begin with the value.
+				if p.Key == f.key || strings.HasPrefix(p.Key, f.key+"[") {
+					lines[i] = "--" + f.flag + " " + p.Msg + " (" + p.Key + ")"
+				}
+			}
+		}
+		return Config{}, fmt.Errorf("config %s: invalid config:\n  %s", name, strings.Join(lines, "\n  "))
 	}
 	return cfg, nil
 }
@@ -176,6 +206,7 @@ func yamlFields(t reflect.Type) map[string]reflect.StructField {
 		tag := parts[0]
 		if slices.Contains(parts[1:], "inline") {
 			for k, v := range yamlFields(f.Type) {
+				v.Index = append([]int{i}, v.Index...) // from t, for FieldByIndex
 				out[k] = v
 			}
 			continue
@@ -240,11 +271,20 @@ func applySet(doc *yaml.Node, kv string) error {
 	} else {
 		value = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: val}
 	}
+	if err := setNode(doc, key, value); err != nil {
+		return fmt.Errorf("--set %s: %w", key, err)
+	}
+	return nil
+}
+
+// setNode puts value at the dotted key of the document, making the
+// mappings on the way.
+func setNode(doc *yaml.Node, key string, value *yaml.Node) error {
 	parts := strings.Split(key, ".")
 	n := doc
 	for i, p := range parts {
 		if n.Kind != yaml.MappingNode {
-			return fmt.Errorf("--set %s: %s is not a mapping", key, strings.Join(parts[:i], "."))
+			return fmt.Errorf("%s is not a mapping", strings.Join(parts[:i], "."))
 		}
 		var next *yaml.Node
 		for j := 0; j+1 < len(n.Content); j += 2 {

@@ -207,3 +207,12 @@ func LoadStableToolBench(path string) (Dataset, error) {
 	}
 	return ds, nil
 }
+
+// Qrels are the queries' judgments by query id, as TREC qrels hold them.
+func (ds Dataset) Qrels() map[string]Qrels {
+	qr := make(map[string]Qrels, len(ds.Queries))
+	for _, q := range ds.Queries {
+		qr[q.ID] = q.Gold
+	}
+	return qr
+}

@@ -4,6 +4,7 @@
 package toolret
 
 import (
+	"fmt"
 	"math"
 	"sort"
 )
@@ -110,4 +111,28 @@ func Mean(runs map[string]Run, qrels map[string]Qrels, k int) (m Metrics, n, ski
 		m = Metrics{m.NDCG / f, m.Recall / f, m.Precision / f, m.Comprehensiveness / f}
 	}
 	return m, n, skipped
+}
+
+// PerQuery are each judged query's metrics at every cutoff, by query id
+// (sorted), as records of "qid" and "ndcg@k", "recall@k", "precision@k",
+// "comprehensiveness@k": trec_eval -q's figures, for JSONL.
+func PerQuery(runs map[string]Run, qrels map[string]Qrels, cuts []int) []map[string]any {
+	qids := make([]string, 0, len(runs))
+	for q := range runs {
+		if qrels[q] != nil {
+			qids = append(qids, q)
+		}
+	}
+	sort.Strings(qids)
+	out := make([]map[string]any, len(qids))
+	for i, q := range qids {
+		rec := map[string]any{"qid": q}
+		for _, k := range cuts {
+			m := At(runs[q], qrels[q], k)
+			rec[fmt.Sprintf("ndcg@%d", k)], rec[fmt.Sprintf("recall@%d", k)] = m.NDCG, m.Recall
+			rec[fmt.Sprintf("precision@%d", k)], rec[fmt.Sprintf("comprehensiveness@%d", k)] = m.Precision, m.Comprehensiveness
+		}
+		out[i] = rec
+	}
+	return out
 }

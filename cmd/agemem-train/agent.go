@@ -10,16 +10,24 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/agent"
-	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/llm"
-	"github.com/agemem/agemem/llm/native"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/setup"
 )
+
+const agentLong = `Runs the function-calling agent loop once: the model on the OpenAI-compatible
+server at openai.base_url (--model, or openai.model), or a local Qwen
+checkpoint run by the built-in engine (--native DIR, the tools rendered by
+its own chat template and its <tool_call> blocks parsed back), answers --prompt,
+calling tools until it answers without one (or --max-steps turns pass).
+Tools: with --memory, AgeMem's long-term memory tools on the store serve
+uses (memory.path, or memory.dsn with memory.store postgres; namespace
+memory.namespace); and the
+tools of every MCP server in the config's mcp.servers and named with
+--mcp-url (streamable HTTP; headers with --mcp-header NAME=VALUE) or
+--mcp-command (a command line started over stdio). A call to an unknown tool, with arguments that break the
+tool's JSON Schema, or to a server that failed is told to the model.
+Prints the trace (--json for machines).`
 
 func agentCmd(g *globals) *cobra.Command {
 	var prompt, system, model, native, dev string
@@ -29,18 +37,7 @@ func agentCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run one function-calling conversation with memory tools and MCP servers' tools",
-		Long: `Runs the function-calling agent loop once: the model on the OpenAI-compatible
-server at openai.base_url (--model, or openai.model), or a local Qwen
-checkpoint run by the built-in engine (--native DIR, the tools rendered by
-its own chat template and its <tool_call> blocks parsed back), answers --prompt,
-calling tools until it answers without one (or --max-steps turns pass).
-Tools: with --memory, AgeMem's long-term memory tools on the SQLite store
-at memory.path (namespace memory.namespace), the store serve uses; and the
-tools of every MCP server in the config's mcp.servers and named with
---mcp-url (streamable HTTP; headers with --mcp-header NAME=VALUE) or
---mcp-command (a command line started over stdio). A call to an unknown tool, with arguments that break the
-tool's JSON Schema, or to a server that failed is told to the model.
-Prints the trace (--json for machines).`,
+		Long:  agentLong,
 		Example: `  agemem-train agent --set openai.base_url=http://127.0.0.1:8000/v1 --model Qwen/Qwen3-4B --memory \
     --prompt "Remember that my sister's name is Ada."
   agemem-train agent --set openai.base_url=http://127.0.0.1:11434/v1 --model qwen3:4b \
@@ -64,45 +61,15 @@ Prints the trace (--json for machines).`,
 			if err != nil {
 				return err
 			}
-			ts, err := agent.NewToolset()
-			if err != nil {
-				return err
-			}
-			if memory {
-				db, err := ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
-				if err != nil {
-					return err
-				}
-				defer db.Close()
-				st, err := db.Namespace(cfg.Memory.Namespace)
-				if err != nil {
-					return err
-				}
-				h, err := setup.NewHelpers(ctx, cfg)
-				if err != nil {
-					return err
-				}
-				rt := h.Apply(&memtools.Runtime{Store: st, Context: stm.New(nil), Embedder: cfg.Embed.Hashing(), Options: cfg.Tools})
-				for _, t := range agent.MemoryTools(rt) {
-					if err := ts.Add(t); err != nil {
-						return err
-					}
-				}
-			}
 			servers, err := mf.servers(cfg)
 			if err != nil {
 				return err
 			}
-			for _, s := range servers {
-				c, err := agent.ConnectMCP(ctx, s)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				if err := ts.AddMCP(ctx, c); err != nil {
-					return err
-				}
+			ts, closeTools, err := setup.AgentToolset(ctx, cfg, memory, servers)
+			if err != nil {
+				return err
 			}
+			defer closeTools()
 			var msgs []chat.Message
 			if system != "" {
 				msgs = append(msgs, chat.Message{Role: "system", Content: system})
@@ -126,7 +93,7 @@ Prints the trace (--json for machines).`,
 	cmd.Flags().StringVar(&model, "model", "", "the model on the server (default openai.model), or ollama:NAME for Ollama's own API with native tools")
 	cmd.Flags().StringVar(&native, "native", "", "a local Qwen2/2.5/3 checkpoint directory, run by the built-in engine (greedy)")
 	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device: auto, cpu, cuda or cuda:N")
-	cmd.Flags().BoolVar(&memory, "memory", false, "add AgeMem's long-term memory tools on memory.path")
+	cmd.Flags().BoolVar(&memory, "memory", false, "add AgeMem's long-term memory tools on the configured store (memory.path, or memory.dsn with memory.store postgres)")
 	mf.add(cmd)
 	cmd.Flags().IntVar(&maxSteps, "max-steps", 8, "the most model turns")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the trace as JSON")
@@ -157,59 +124,14 @@ func printAgentTrace(w io.Writer, tools []string, tr agent.Trace) {
 
 // chatModel is the llm.Model the flags name: a local checkpoint on the
 // built-in engine (native), else the model on the OpenAI-compatible server.
-// A native model stays loaded for the process's life.
 func chatModel(cmd *cobra.Command, cfg setup.Config, model, dir, dev string) (llm.Model, error) {
 	return chatModels(cmd, cfg, model, dir, dev, 1)
-}
-
-// nativeEngine loads a local checkpoint on the --device's backend,
-// answering greedily up to agent.response_budget tokens a reply, parallel
-// calls decoding in shared steps, each conversation's prefix kept for its
-// next call.
-func nativeEngine(cmd *cobra.Command, cfg setup.Config, dir, dev string, parallel int) (*native.Engine, error) {
-	be, err := device.Open(dev, cmd.ErrOrStderr())
-	if err != nil {
-		return nil, err
-	}
-	cp, err := native.Open(be, dir, "", cfg.Model.Generation())
-	if err != nil {
-		return nil, err
-	}
-	return cp.Start(native.Options{Sampling: llm.Sampling{MaxTokens: cfg.Agent.ResponseBudget},
-		Engine: engine.Options{MaxBatch: parallel, PrefixBudget: max(parallel, 1) * cp.Model.MaxPositions}}), nil
 }
 
 // chatModels is chatModel for parallel agents: on the native engine their
 // calls decode together.
 func chatModels(cmd *cobra.Command, cfg setup.Config, model, dir, dev string, parallel int) (llm.Model, error) {
-	if dir != "" {
-		return nativeEngine(cmd, cfg, dir, dev, parallel)
-	}
-	if model == "" {
-		model = cfg.OpenAI.Model
-	}
-	if model == "" {
-		return nil, fmt.Errorf("name the model with --model (or openai.model), or a local checkpoint with --native DIR")
-	}
-	if name, ok := strings.CutPrefix(model, "ollama:"); ok {
-		// Ollama's own API with native tools (its /v1 works through the
-		// openai backend too, without them).
-		cl, err := cfg.Ollama.Connect()
-		if err != nil {
-			return nil, err
-		}
-		if err := cl.HasModel(cmd.Context(), name); err != nil {
-			return nil, err
-		}
-		return cfg.Ollama.ChatModel(cl, name, false, cfg.Agent.ContextBudget, cfg.Agent.ResponseBudget), nil
-	}
-	cl, err := cfg.OpenAI.Connect()
-	if err != nil {
-		return nil, err
-	}
-	m := cfg.OpenAI.ChatModel(cl, model, cfg.Agent.ResponseBudget)
-	m.Sampling.Temperature, m.Sampling.TopP = 0, 0 // an agent answers greedily
-	return m, nil
+	return setup.ChatModel(cmd.Context(), cfg, setup.Models{Model: model, Native: dir}, dev, parallel, cmd.ErrOrStderr())
 }
 
 // mcpFlags are the MCP servers a command takes beside the config's

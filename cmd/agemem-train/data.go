@@ -2,9 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,16 +60,7 @@ the same file.`,
 	return cmd
 }
 
-func sftDataCmd(g *globals) *cobra.Command {
-	var data, out, policyName string
-	var forget, forgetRelayed, keep float64
-	var n int
-	var perCall, reason bool
-	var stages []int
-	cmd := &cobra.Command{
-		Use:   "sft",
-		Short: "Turn oracle episodes into supervised chat data (JSONL) in the AgeMem format",
-		Long: `Plays the oracle on tasks and writes its episodes as chat JSONL (OpenAI
+const sftDataLong = `Plays the oracle on tasks and writes its episodes as chat JSONL (OpenAI
 format: system, user, assistant, tool): each of the oracle's replies with
 exactly the messages it saw, which is what SFT learns. Calls that continue
 one conversation (the next call sees the last one's context and reply, then
@@ -86,7 +74,18 @@ under one half vanishes from it, while a blind spot (--forget-relayed-rate
 1: facts the user only relayed are never stored) stays for RL to correct.
 --reason: before answering a comparison from facts it sees, the oracle
 thinks the comparison out (each option's year or country, in the order the
-memories came back, then the verdict; README, "Demo results").`,
+memories came back, then the verdict; README, "Demo results").`
+
+func sftDataCmd(g *globals) *cobra.Command {
+	var data, out, policyName string
+	var forget, forgetRelayed, keep float64
+	var n int
+	var perCall, reason bool
+	var stages []int
+	cmd := &cobra.Command{
+		Use:     "sft",
+		Short:   "Turn oracle episodes into supervised chat data (JSONL) in the AgeMem format",
+		Long:    sftDataLong,
 		Example: "  agemem-train data sft --policy oracle --data data/synth.json --out data/sft.jsonl --forget-rate 0.1 --keep-distractor-rate 0.2",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -108,54 +107,22 @@ memories came back, then the verdict; README, "Demo results").`,
 			if n < 0 {
 				return fmt.Errorf("--n %d: want 0 (every task) or more", n)
 			}
-			keepStage := map[int]bool{}
 			for _, s := range stages {
 				if s < env.Stage1 || s > env.Stage3 {
 					return fmt.Errorf("--stages %d: stages are 1, 2 and 3", s)
 				}
-				keepStage[s] = true
 			}
-			if dir := filepath.Dir(out); dir != "." {
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					return err
-				}
-			}
-			f, err := os.Create(out)
+			o := setup.OracleSFT{Forget: forget, ForgetRelayed: forgetRelayed, KeepDistractor: keep, Reason: reason, Tasks: n, Stages: stages, PerCall: perCall}
+			f, err := create(out)
 			if err != nil {
 				return err
 			}
 			w := bufio.NewWriter(f)
-			enc := json.NewEncoder(w)
-			tasks, records := 0, 0
-			err = env.StreamHotpotFile(data, func(t env.Task) error {
-				if n > 0 && tasks >= n {
-					return errStop
-				}
-				res, err := env.RunEpisode(context.Background(), env.NewOracle(t, forget, keep, uint64(cfg.Seed)).ForgettingRelayed(forgetRelayed).ReasoningAloud(reason).Offering(cfg.Tools.Offered()), setup.Runtime(cfg, setup.Helpers{}, nil)(uint64(cfg.Seed)+uint64(tasks)), t, cfg.EpisodeConfig())
-				if err != nil {
-					return err
-				}
-				recs := env.SFTConversations(res)
-				if perCall {
-					recs = env.SFTRecords(res)
-				}
-				for _, r := range recs {
-					if !keepStage[r.Stage] {
-						continue
-					}
-					if err := enc.Encode(r); err != nil {
-						return err
-					}
-					records++
-				}
-				tasks++
-				return nil
-			})
-			if err != nil && !errors.Is(err, errStop) {
-				f.Close()
-				return err
+			tasks, records, err := setup.WriteOracleSFT(cmd.Context(), cfg, data, o, w)
+			if err == nil {
+				err = w.Flush()
 			}
-			if err := w.Flush(); err != nil {
+			if err != nil {
 				f.Close()
 				return err
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
-	"github.com/agemem/agemem/memtools/stm"
 	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/setup"
@@ -50,42 +48,7 @@ func openaiPolicy(cfg setup.Config, model string, s llm.Sampling) (llm.Model, er
 	return setup.OpenAIPolicy(cfg, model, s)
 }
 
-// policyFor builds the policy for one task: a scripted one, or the native,
-// Ollama or OpenAI-compatible model (shared across tasks).
-func policyFor(name string, t env.Task, cfg setup.Config, native, ol, oa llm.Model) (llm.Model, error) {
-	switch name {
-	case "ollama":
-		if ol == nil {
-			return nil, fmt.Errorf("--policy ollama needs --ollama-model NAME (a model on the ollama server)")
-		}
-		return ol, nil
-	case "openai":
-		if oa == nil {
-			return nil, fmt.Errorf("--policy openai needs openai.base_url and a model (--openai-model NAME or openai.model)")
-		}
-		return oa, nil
-	case "oracle":
-		return env.NewOracle(t, 0, 0, uint64(cfg.Seed)).Offering(cfg.Tools.Offered()), nil
-	case "no-memory":
-		return env.NewNoMemory(t), nil
-	case "native":
-		if native == nil {
-			return nil, fmt.Errorf("--policy native needs --model DIR (a Qwen2/2.5/3 checkpoint directory)")
-		}
-		return native, nil
-	}
-	return nil, fmt.Errorf("--policy %q: want oracle, no-memory, native, ollama or openai", name)
-}
-
-func episodeCmd(g *globals) *cobra.Command {
-	var data, taskID, policyNames, modelDir, adapterDir, dev, ollamaModel, openaiModel string
-	var sampling llm.Sampling
-	var first int
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "episode",
-		Short: "Play the three AgeMem stages on tasks and print the trace",
-		Long: `Plays Stage 1 (facts arrive in casual turns; the policy may store them),
+const episodeLong = `Plays Stage 1 (facts arrive in casual turns; the policy may store them),
 resets the short-term context, plays Stage 2 (distractors; the policy may
 filter or summarise) and Stage 3 (the question; the policy may retrieve and
 answers). With --task it prints the trace of one task and the long-term
@@ -98,7 +61,17 @@ ollama.format: raw for policies exported here, tools for models with native
 tool calling such as qwen3:4b) and openai (--openai-model, or openai.model,
 on any OpenAI-compatible server at openai.base_url: vLLM, llama.cpp's
 server, LM Studio, SGLang, a hosted API, our own serve; driven in
-openai.format).`,
+openai.format).`
+
+func episodeCmd(g *globals) *cobra.Command {
+	var data, taskID, policyNames, modelDir, adapterDir, dev, ollamaModel, openaiModel string
+	var sampling llm.Sampling
+	var first int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "episode",
+		Short: "Play the three AgeMem stages on tasks and print the trace",
+		Long:  episodeLong,
 		Example: `  agemem-train episode --data data/synth.json --task synth-000001 --policy oracle
   agemem-train episode --data data/synth.json --first 50 --policy no-memory,oracle
   agemem-train episode --data data/synth.json --first 50 --policy oracle --json
@@ -119,107 +92,48 @@ openai.format).`,
 			if (taskID == "") == (first == 0) {
 				return fmt.Errorf("give exactly one of --task ID or --first N")
 			}
-			var local *native.Engine
-			if modelDir != "" {
-				sampling.MaxTokens = cfg.Agent.ResponseBudget
-				be, err := device.Open(dev, cmd.ErrOrStderr())
-				if err != nil {
-					return err
-				}
-				cp, err := native.Open(be, modelDir, adapterDir, cfg.Model.Generation())
-				if err != nil {
-					return err
-				}
-				local = cp.Start(native.Options{Sampling: sampling, Engine: engine.Options{PrefixBudget: cp.Model.MaxPositions}})
-				defer cp.Model.Close()
-				defer local.Close()
-			}
-			var ol llm.Model
-			if ollamaModel != "" {
-				if ol, err = ollamaPolicy(cmd, cfg, ollamaModel, sampling); err != nil {
-					return fmt.Errorf("--ollama-model: %w", err)
-				}
-			}
-			var oa llm.Model
-			if strings.Contains(policyNames, "openai") {
-				if oa, err = openaiPolicy(cfg, openaiModel, sampling); err != nil {
-					return err
-				}
-			}
-			helpers, err := setup.NewHelpers(cmd.Context(), cfg)
+			pols, done, err := episodePolicies(cmd, cfg, policyNames, modelDir, adapterDir, dev, ollamaModel, openaiModel, sampling)
 			if err != nil {
 				return err
 			}
-			if cfg.Tools.Summarizer == "policy" && local == nil {
-				return fmt.Errorf("tools.summarizer=policy needs a model to summarise with: give --model DIR, or use extractive")
+			defer done()
+			helpers, err := setup.NewHelpers(cmd.Context(), cfg)
+			if err != nil {
+				return err
 			}
 			policies := strings.Split(policyNames, ",")
 			if taskID != "" && len(policies) > 1 {
 				return fmt.Errorf("--task plays one policy; name one in --policy")
 			}
 			for _, p := range policies {
-				if _, err := policyFor(p, env.Task{}, cfg, nativeOrNil(local), ol, oa); err != nil {
+				if _, err := pols.Policy(cfg, p, env.Task{}); err != nil {
 					return err
 				}
 			}
-			var tasks []env.Task
-			err = env.StreamHotpotFile(data, func(t env.Task) error {
-				if (taskID != "" && t.ID == taskID) || (first > 0 && len(tasks) < first) {
-					tasks = append(tasks, t)
-				}
-				if first > 0 && len(tasks) == first {
-					return errStop
-				}
-				return nil
-			})
-			if err != nil && !errors.Is(err, errStop) {
+			tasks, err := selectTasks(data, taskID, first)
+			if err != nil {
 				return err
-			}
-			if len(tasks) == 0 && taskID == "" {
-				return fmt.Errorf("%s holds no tasks", data)
-			}
-			if len(tasks) == 0 {
-				return fmt.Errorf("task %q is not in %s", taskID, data)
 			}
 			var sums []summary
 			var results []env.Result
 			for _, name := range policies {
-				results = results[:0]
-				var pr *train.Progress
+				progress := func(int) {}
 				if len(tasks) > 1 {
-					pr = train.NewProgress(cmd.ErrOrStderr(), len(tasks), isatty.IsTerminal(os.Stderr.Fd()))
+					pr := train.NewProgress(cmd.ErrOrStderr(), len(tasks), isatty.IsTerminal(os.Stderr.Fd()))
+					progress = func(done int) { pr.Update(done, name) }
 				}
-				for i, t := range tasks {
-					p, _ := policyFor(name, t, cfg, nativeOrNil(local), ol, oa)
-					rt := setup.Runtime(cfg, helpers, nil)(uint64(cfg.Seed) + uint64(i))
-					if local != nil {
-						rt.Context = stm.New(local.Tokenizer()) // count tokens as the model does
-						if cfg.Tools.Summarizer == "policy" {
-							rt.Summarizer = memtools.ModelSummarizer{Model: local}
-						}
-					}
-					res, err := env.RunEpisode(context.Background(), p, rt, t, cfg.EpisodeConfig())
-					if err != nil {
-						return err
-					}
-					results = append(results, res)
-					if pr != nil {
-						pr.Update(i+1, name)
-					}
+				if results, err = setup.PlayEpisodes(cmd.Context(), cfg, helpers, pols, name, tasks, progress); err != nil {
+					return err
 				}
 				sums = append(sums, summarize(name, results))
 			}
-			out := cmd.OutOrStdout()
-			switch {
-			case asJSON && taskID != "":
-				return writeJSON(out, results[0])
-			case asJSON:
-				return writeJSON(out, sums)
-			case taskID != "":
-				printTrace(out, tasks[0], results[0])
-			default:
-				printSummary(out, sums)
+			if taskID != "" {
+				return printEpisode(cmd.OutOrStdout(), tasks[0], results[0], asJSON)
 			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), sums)
+			}
+			printSummary(cmd.OutOrStdout(), sums)
 			return nil
 		},
 	}
@@ -239,6 +153,68 @@ openai.format).`,
 }
 
 var errStop = errors.New("stop")
+
+// episodePolicies are the models the flags name: a local checkpoint (with
+// its adapter) sampled as s says up to agent.response_budget tokens, a
+// model on the Ollama server, and one on the OpenAI-compatible server
+// when the policies name openai. done unloads the local one.
+func episodePolicies(cmd *cobra.Command, cfg setup.Config, names, dir, adapter, dev, ollamaModel, openaiModel string, s llm.Sampling) (pols setup.Policies, done func(), err error) {
+	done = func() {}
+	if dir != "" {
+		s.MaxTokens = cfg.Agent.ResponseBudget
+		be, err := device.Open(dev, cmd.ErrOrStderr())
+		if err != nil {
+			return pols, done, err
+		}
+		cp, err := native.Open(be, dir, adapter, cfg.Model.Generation())
+		if err != nil {
+			return pols, done, err
+		}
+		pols.Native = cp.Start(native.Options{Sampling: s, Engine: engine.Options{PrefixBudget: cp.Model.MaxPositions}})
+		done = func() {
+			pols.Native.Close()
+			cp.Model.Close()
+		}
+	}
+	if ollamaModel != "" {
+		if pols.Ollama, err = ollamaPolicy(cmd, cfg, ollamaModel, s); err != nil {
+			done()
+			return pols, func() {}, fmt.Errorf("--ollama-model: %w", err)
+		}
+	}
+	if strings.Contains(names, "openai") {
+		if pols.OpenAI, err = openaiPolicy(cfg, openaiModel, s); err != nil {
+			done()
+			return pols, func() {}, err
+		}
+	}
+	return pols, done, nil
+}
+
+// selectTasks reads the task taskID of the HotpotQA-format file data, or
+// its first tasks.
+func selectTasks(data, taskID string, first int) ([]env.Task, error) {
+	var tasks []env.Task
+	err := env.StreamHotpotFile(data, func(t env.Task) error {
+		if (taskID != "" && t.ID == taskID) || (first > 0 && len(tasks) < first) {
+			tasks = append(tasks, t)
+		}
+		if first > 0 && len(tasks) == first {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, err
+	}
+	if len(tasks) == 0 && taskID == "" {
+		return nil, fmt.Errorf("%s holds no tasks", data)
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("task %q is not in %s", taskID, data)
+	}
+	return tasks, nil
+}
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -296,6 +272,16 @@ func printSummary(w io.Writer, ss []summary) {
 	tw.Flush()
 }
 
+// printEpisode prints one task's episode: its trace, or the result as
+// JSON.
+func printEpisode(w io.Writer, t env.Task, r env.Result, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, r)
+	}
+	printTrace(w, t, r)
+	return nil
+}
+
 func printTrace(w io.Writer, t env.Task, r env.Result) {
 	fmt.Fprintf(w, "task %s (%s, %s)\nquestion: %s\ngold answer: %s\n", t.ID, t.Type, t.Level, t.Question, t.Answer)
 	names := []string{"Stage 1: LTM construction", "Stage 2: STM control under distractors", "Stage 3: integrated reasoning"}
@@ -324,11 +310,3 @@ func printTrace(w io.Writer, t env.Task, r env.Result) {
 }
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
-
-// nativeOrNil keeps a nil *native.Engine from becoming a non-nil interface.
-func nativeOrNil(p *native.Engine) llm.Model {
-	if p == nil {
-		return nil
-	}
-	return p
-}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,20 +11,12 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/llm/ollama"
-	"github.com/agemem/agemem/memtools"
-	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/gguf"
-	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/train"
+	"github.com/agemem/agemem/setup"
 )
 
-func exportCmd(g *globals) *cobra.Command {
-	var format, outType, out, to, name string
-	cmd := &cobra.Command{
-		Use:   "export CHECKPOINT",
-		Short: "Export a policy as GGUF (llama.cpp, Ollama), or straight into Ollama",
-		Long: `Writes the Qwen2/Qwen3 checkpoint (a Hugging Face directory, the output of
+const exportLong = `Writes the Qwen2/Qwen3 checkpoint (a Hugging Face directory, the output of
 sft or train, or a LoRA adapter directory, merged into its base first) as a
 GGUF v3 file with llama.cpp's metadata keys and tensor names, the tokenizer
 as tokenizer.ggml.* and the chat template. --outtype stores the matrices as
@@ -33,7 +26,14 @@ With --to ollama the file is uploaded to the Ollama server (ollama.host or
 OLLAMA_HOST) as a blob and model NAME is created from it, with the Qwen chat
 template, the <|im_end|> stop and the AgeMem system prompt
 (agent.system_prompt), so that ` + "`ollama run NAME`" + ` talks to the policy and
-the policy can be served with serve.backend ollama.`,
+the policy can be served with serve.backend ollama.`
+
+func exportCmd(g *globals) *cobra.Command {
+	var format, outType, out, to, name string
+	cmd := &cobra.Command{
+		Use:   "export CHECKPOINT",
+		Short: "Export a policy as GGUF (llama.cpp, Ollama), or straight into Ollama",
+		Long:  exportLong,
 		Example: `  agemem-train export --format gguf --outtype q8_0 --out runs/tiny/policy.gguf runs/tiny/rl/policy
   agemem-train export --to ollama --name agemem-tiny runs/tiny/rl/policy`,
 		Args: cobra.ExactArgs(1),
@@ -86,50 +86,18 @@ the policy can be served with serve.backend ollama.`,
 			if err != nil {
 				return err
 			}
-			st, err := os.Stat(path)
-			if err != nil {
+			if err := printGGUF(w, path, sum); err != nil {
 				return err
 			}
-			var types []string
-			for t, n := range sum.Types {
-				types = append(types, fmt.Sprintf("%d %v", n, t))
-			}
-			slices.Sort(types)
-			fmt.Fprintf(w, "gguf: %s, %d tensors (%s), %.1fM parameters, %.1f MiB\n", sum.Arch, sum.Tensors, strings.Join(types, ", "), float64(sum.Params)/1e6, float64(st.Size())/(1<<20))
 			if to == "" {
 				fmt.Fprintf(w, "wrote %s\n", path)
 				return nil
 			}
-			c, err := cfg.Ollama.Connect()
+			host, err := setup.PublishOllama(cmd.Context(), cfg, args[0], path, name, func(s string) { fmt.Fprintf(w, "ollama: %s\n", s) })
 			if err != nil {
 				return err
 			}
-			system, err := memtools.SystemPromptWith(cfg.Agent.SystemPrompt, cfg.Tools.Offered())
-			if err != nil {
-				return err
-			}
-			mt, err := qwen.LoadConfig(args[0])
-			if err != nil {
-				return err
-			}
-			family, err := chat.Detect(args[0], mt.ModelType)
-			if err != nil {
-				return err
-			}
-			// num_ctx: the agent's budgets, within the model's positions.
-			numCtx := cfg.Agent.ContextBudget + cfg.Agent.ResponseBudget
-			if cfg.Ollama.NumCtx > 0 {
-				numCtx = cfg.Ollama.NumCtx
-			}
-			if mt.MaxPositions > 0 {
-				numCtx = min(numCtx, mt.MaxPositions)
-			}
-			err = c.Publish(cmd.Context(), path, name, ollama.PublishOptions{System: system, Chat: family, Parameters: map[string]any{"num_ctx": numCtx},
-				Progress: func(s string) { fmt.Fprintf(w, "ollama: %s\n", s) }})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "created %s on %s: ollama run %s\n", name, c.Host(), name)
+			fmt.Fprintf(w, "created %s on %s: ollama run %s\n", name, host, name)
 			return nil
 		},
 	}
@@ -139,4 +107,20 @@ the policy can be served with serve.backend ollama.`,
 	cmd.Flags().StringVar(&to, "to", "", "ollama: upload to the Ollama server and create --name")
 	cmd.Flags().StringVar(&name, "name", "", "model name for --to ollama (and general.name)")
 	return cmd
+}
+
+// printGGUF says what an export wrote: the architecture, the tensors by
+// type, the parameters and the file's size.
+func printGGUF(w io.Writer, path string, sum gguf.Summary) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	var types []string
+	for t, n := range sum.Types {
+		types = append(types, fmt.Sprintf("%d %v", n, t))
+	}
+	slices.Sort(types)
+	fmt.Fprintf(w, "gguf: %s, %d tensors (%s), %.1fM parameters, %.1f MiB\n", sum.Arch, sum.Tensors, strings.Join(types, ", "), float64(sum.Params)/1e6, float64(st.Size())/(1<<20))
+	return nil
 }

@@ -37,10 +37,19 @@ func newRoot() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:   "agemem-train",
-		Short: "Train and evaluate LLM agents that manage their own memory (AgeMem)",
-		Long: `agemem-train generates HotpotQA-format task data, plays AgeMem's three-stage
-episodes (LTM construction, STM control under distractors, integrated
-reasoning) with a policy, and reports how well the policy used its memory.`,
+		Short: "Train, evaluate and run LLM agents that manage their own memory",
+		Long: `agemem-train is the toolkit's workbench for five memory systems on one runtime:
+AgeMem (an agent that adds, updates, deletes and retrieves long-term memories and
+summarises and filters its context), MemTool (an agent's working set of tools),
+FitText (tool retrieval with pseudo-tools), MemToolAgent (a memory of past tool
+use) and TA-Mem (notes in a multi-index database).
+
+It makes data (data, tokenizer, init-model), trains Qwen-architecture policies
+(pretrain, sft, train: step-wise GRPO, on CPUs or NVIDIA GPUs), evaluates them
+(eval, episode, locomo, tools, memtool, retrieve), runs agents (agent, generate),
+and exports them (merge, export: Hugging Face, PEFT, GGUF and Ollama). The
+trained policy is served by the serve binary. Every command reads the same YAML
+config (--config, --set key=value).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -68,7 +77,7 @@ reasoning) with a policy, and reports how well the policy used its memory.`,
 		pprof.StopCPUProfile()
 		return profFile.Close()
 	}
-	root.AddCommand(dataCmd(g), episodeCmd(g), configCmd(g), initModelCmd(g), pretrainCmd(g), probeCmd(), sftCmd(g), trainCmd(g), evalCmd(g), tokenizeCmd(), generateCmd(), tokenizerCmd(g), mergeCmd(), exportCmd(g), embedCmd(g), agentCmd(g), locomoCmd(g), toolsCmd(g), memtoolCmd(g))
+	root.AddCommand(docsCmd(), dataCmd(g), episodeCmd(g), configCmd(g), initModelCmd(g), pretrainCmd(g), probeCmd(), sftCmd(g), trainCmd(g), evalCmd(g), tokenizeCmd(), generateCmd(), tokenizerCmd(g), mergeCmd(), exportCmd(g), embedCmd(g), agentCmd(g), locomoCmd(g), toolsCmd(g), memtoolCmd(g), memoryCmd(g), consoleCmd())
 	return root
 }
 

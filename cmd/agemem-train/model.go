@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,10 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agemem/agemem/internal/jsonerr"
-	"github.com/agemem/agemem/kernels/device"
-	"github.com/agemem/agemem/llm/native"
-	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/engine"
 	"github.com/agemem/agemem/model/lora"
 	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
@@ -77,23 +71,9 @@ along and the vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") 
 				return fmt.Errorf("--out is required")
 			}
 			if tokPath != "" {
-				tok, err := tokenizer.Load(tokPath)
-				if err != nil {
+				var err error
+				if cfg.VocabSize, err = copyTokenizer(tokPath, out); err != nil {
 					return err
-				}
-				cfg.VocabSize = tok.VocabSize()
-				raw, _ := os.ReadFile(tokPath)
-				if err := os.MkdirAll(out, 0o755); err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(out, "tokenizer.json"), raw, 0o644); err != nil {
-					return err
-				}
-				// The chat template travels with the tokenizer when it sits beside it.
-				if tc, err := os.ReadFile(filepath.Join(filepath.Dir(tokPath), "tokenizer_config.json")); err == nil {
-					if err := os.WriteFile(filepath.Join(out, "tokenizer_config.json"), tc, 0o644); err != nil {
-						return err
-					}
 				}
 			}
 			pr := train.NewProgress(cmd.ErrOrStderr(), 100, isatty.IsTerminal(os.Stderr.Fd()))
@@ -113,6 +93,30 @@ along and the vocabulary is sized to it. Presets: ` + strings.Join(names, ", ") 
 	cmd.Flags().StringVar(&tokPath, "tokenizer", "", "tokenizer.json to copy (sets the vocabulary size)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed")
 	return cmd
+}
+
+// copyTokenizer copies tokenizer.json, and the tokenizer_config.json
+// beside it that holds the chat template, into dir, and returns the
+// vocabulary's size.
+func copyTokenizer(tokPath, dir string) (int, error) {
+	tok, err := tokenizer.Load(tokPath)
+	if err != nil {
+		return 0, err
+	}
+	raw, err := os.ReadFile(tokPath)
+	if err != nil {
+		return 0, err
+	}
+	if err := writeFile(filepath.Join(dir, "tokenizer.json"), raw); err != nil {
+		return 0, err
+	}
+	// The chat template travels with the tokenizer when it sits beside it.
+	if tc, err := os.ReadFile(filepath.Join(filepath.Dir(tokPath), "tokenizer_config.json")); err == nil {
+		if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), tc, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return tok.VocabSize(), nil
 }
 
 func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
@@ -161,85 +165,6 @@ func tokenizeCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "model", "", "model directory holding tokenizer.json")
 	cmd.Flags().BoolVar(&decode, "decode", false, "read ids, print text")
-	cmd.MarkFlagRequired("model")
-	return cmd
-}
-
-func generateCmd() *cobra.Command {
-	var dir, system, adapter, dev, quantize string
-	var s engine.Sampling
-	cmd := &cobra.Command{
-		Use:   "generate",
-		Short: "Chat with a model from the terminal, streaming its replies",
-		Long: `Reads one user message per line from stdin and streams the assistant's reply,
-keeping the conversation. An empty line or end of input stops.`,
-		Example: `  agemem-train generate --model runs/tiny --temperature 0.7 --max-tokens 128
-  agemem-train generate --model ~/models/Qwen2.5-0.5B-Instruct --quantize q8_0`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := s.Check(); err != nil { // before the model loads and a message is typed
-				return fmt.Errorf("sampling flags: %w", err)
-			}
-			be, err := device.Open(dev, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			p, err := native.Open(be, dir, adapter, qwen.Options{Quantize: quantize})
-			if err != nil {
-				return err
-			}
-			defer p.Model.Close()
-			m, tok := p.Model, p.Tokenizer
-			for _, name := range []string{"<|im_end|>", "<|endoftext|>"} {
-				if id, ok := tok.TokenID(name); ok {
-					s.StopIDs = append(s.StopIDs, id)
-				}
-			}
-			var msgs []chat.Message
-			if system != "" {
-				msgs = append(msgs, chat.Message{Role: "system", Content: system})
-			}
-			out := cmd.OutOrStdout()
-			in := bufio.NewScanner(cmd.InOrStdin())
-			in.Buffer(make([]byte, 1<<20), 1<<24)
-			for {
-				fmt.Fprint(cmd.ErrOrStderr(), "> ")
-				if !in.Scan() || strings.TrimSpace(in.Text()) == "" {
-					return in.Err()
-				}
-				msgs = append(msgs, chat.Message{Role: "user", Content: in.Text()})
-				text, err := chat.Render(msgs, chat.Options{Template: p.Template, AddGenerationPrompt: true})
-				if err != nil {
-					return err
-				}
-				dec := tok.NewDecoder(true)
-				var reply strings.Builder
-				stream := func(id int) {
-					piece := dec.Add(id)
-					reply.WriteString(piece)
-					fmt.Fprint(out, piece)
-				}
-				_, err = engine.GenerateStream(context.Background(), m, tok.Encode(text), s, tok, stream)
-				if err != nil {
-					return err
-				}
-				rest := dec.Flush()
-				reply.WriteString(rest)
-				fmt.Fprintln(out, rest)
-				msgs = append(msgs, chat.Message{Role: "assistant", Content: reply.String()})
-			}
-		},
-	}
-	cmd.Flags().StringVar(&dir, "model", "", "model directory (config.json, tokenizer.json, safetensors)")
-	cmd.Flags().StringVar(&system, "system", "", "system prompt")
-	cmd.Flags().StringVar(&adapter, "adapter", "", "LoRA adapter directory (PEFT layout) to apply")
-	cmd.Flags().StringVar(&dev, "device", "auto", "auto (a GPU if found, else CPU), cpu, cuda or cuda:N")
-	cmd.Flags().StringVar(&quantize, "quantize", "", "hold the weights as q8_0 (GGUF's 8-bit blocks: half the bytes of bf16 a CPU decode reads) or as stored (\"\")")
-	cmd.Flags().Float64Var(&s.Temperature, "temperature", 0.7, "sampling temperature (0: greedy)")
-	cmd.Flags().Float64Var(&s.TopP, "top-p", 0.9, "nucleus mass")
-	cmd.Flags().IntVar(&s.TopK, "top-k", 0, "keep the k likeliest tokens (0: all)")
-	cmd.Flags().IntVar(&s.MaxTokens, "max-tokens", 256, "reply length limit")
-	cmd.Flags().Uint64Var(&s.Seed, "seed", 1, "sampling seed")
 	cmd.MarkFlagRequired("model")
 	return cmd
 }

@@ -1,31 +1,21 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/bench/toolret"
-	"github.com/agemem/agemem/internal/chart"
 	"github.com/agemem/agemem/model/train"
 	"github.com/agemem/agemem/papers/fittext"
 	"github.com/agemem/agemem/setup"
 )
 
-func toolsRetrieveCmd(g *globals) *cobra.Command {
-	var strategies, data, corpus, stb, model, refineModel, native, dev, out, runPath, qrelsPath string
-	var k, first, parallel int
-	cmd := &cobra.Command{
-		Use:   "retrieve",
-		Short: "FitText: retrieve tools for queries with each strategy and measure the rankings",
-		Long: `Runs FitText's strategies (fittext section) on a retrieval dataset and prints
+const toolsRetrieveLong = `Runs FitText's strategies (fittext section) on a retrieval dataset and prints
 NDCG@k, Precision@k, Recall@k and Comprehensiveness@k (×100, as the paper's
 tables) per strategy and subset, and over all queries:
   query        the user's query (the static baseline; no model)
@@ -44,10 +34,19 @@ or StableToolBench's solvable_queries (--stb FILE: the corpus is every API
 of the api_lists). The knowledge base is indexed with embed.backend. The
 model writes the pseudo-tools: --native DIR (the built-in engine) or
 --model on openai.base_url (--refine-model for every other call, as the
-paper pairs GPT-4.1 with GPT-4.1-mini). --out writes report.json (the table
-and each query's ranking) and retrieval.png; --run writes the rankings as a
-TREC run file (tag = strategy; with several strategies, one file each:
-run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
+paper pairs GPT-4.1 with GPT-4.1-mini). --k is fittext.k. --out writes
+report.json (the table and each query's ranking) and retrieval.png; --run
+writes the rankings as a TREC run file (tag = strategy; with several
+strategies, one file each: run.query.txt, run.memetic.txt) and --qrels the
+judgments, for tools score.`
+
+func toolsRetrieveCmd(g *globals) *cobra.Command {
+	var strategies, data, corpus, stb, model, refineModel, native, out, runPath, qrelsPath string
+	var first, parallel int
+	cmd := &cobra.Command{
+		Use:   "retrieve",
+		Short: "FitText: retrieve tools for queries with each strategy and measure the rankings",
+		Long:  toolsRetrieveLong,
 		Example: `  agemem-train tools synth --out data/fittext
   agemem-train tools retrieve --data data/fittext/queries.jsonl --corpus data/fittext/tools.jsonl --strategy query
   agemem-train tools retrieve --data data/fittext/queries.jsonl --corpus data/fittext/tools.jsonl \
@@ -63,32 +62,14 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 			switch {
 			case parallel < 1:
 				return fmt.Errorf("--parallel %d: run at least one query at a time", parallel)
-			case k < 0:
-				return fmt.Errorf("--k %d: want a cutoff of 1 or more (0: fittext.k)", k)
 			case first < 0:
 				return fmt.Errorf("--first %d: want 0 (every query) or more", first)
 			}
-			ss := strings.Split(strategies, ",")
-			needModel := false
-			for i, s := range ss {
-				ss[i] = strings.TrimSpace(s)
-				if err := fittext.CheckStrategy(ss[i]); err != nil {
-					return fmt.Errorf("--strategy: %w", err)
-				}
-				if slices.Contains(ss[:i], ss[i]) {
-					return fmt.Errorf("--strategy: %s is named twice", ss[i])
-				}
-				needModel = needModel || ss[i] != "query"
+			ss, err := fittext.ParseStrategies(strategies)
+			if err != nil {
+				return fmt.Errorf("--strategy: %w", err)
 			}
-			var ds toolret.Dataset
-			switch {
-			case stb != "" && data == "":
-				ds, err = toolret.LoadStableToolBench(stb)
-			case data != "" && corpus != "" && stb == "":
-				ds, err = toolret.LoadToolRet(data, corpus)
-			default:
-				return fmt.Errorf("give --data and --corpus (ToolRet's layout) or --stb (StableToolBench's)")
-			}
+			ds, err := loadToolRet(data, corpus, stb)
 			if err != nil {
 				return err
 			}
@@ -96,90 +77,76 @@ run.query.txt, run.memetic.txt) and --qrels the judgments, for tools score.`,
 				ds.Queries = ds.Queries[:first]
 			}
 			ctx := cmd.Context()
-			emb, err := setup.Embedder(ctx, cfg)
+			r, err := setup.FitTextRetriever(ctx, cfg, ds, ss, setup.Models{Model: model, Native: native}, refineModel, parallel, cmd.ErrOrStderr())
 			if err != nil {
 				return err
-			}
-			kb, err := agent.NewCatalog(ctx, emb, ds.Tools)
-			if err != nil {
-				return err
-			}
-			kb.UseDevice(setup.IndexDevice(cfg))
-			fc := cfg.FitText
-			if k > 0 {
-				fc.K = k
-			}
-			r := &fittext.Retriever{Config: fc, KB: kb, Seed: uint64(cfg.Seed)}
-			if needModel {
-				if native == "" && model == "" && cfg.OpenAI.Model == "" {
-					return fmt.Errorf("strategies other than query need a model: --native DIR or --model (openai.base_url)")
-				}
-				m, err := chatModels(cmd, cfg, model, native, dev, parallel)
-				if err != nil {
-					return err
-				}
-				r.LLM = &fittext.ModelLLM{Model: m}
-				if refineModel != "" {
-					rm, err := chatModel(cmd, cfg, refineModel, "", dev)
-					if err != nil {
-						return err
-					}
-					r.Refiner = &fittext.ModelLLM{Model: rm}
-				}
 			}
 			pr := train.NewProgress(cmd.ErrOrStderr(), len(ss)*len(ds.Queries), isatty.IsTerminal(os.Stderr.Fd()))
 			done := 0
-			ev, err := fittext.Evaluate(ctx, r, ds, ss, fc.K, parallel, func(s string, _, _ int) { done++; pr.Update(done, s) })
+			ev, err := fittext.Evaluate(ctx, r, ds, ss, cfg.FitText.K, parallel, func(s string, _, _ int) { done++; pr.Update(done, s) })
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%d tools, %d queries, embed.backend %s\n", len(ds.Tools), len(ds.Queries), cfg.Embed.Backend)
 			fittext.WriteTable(cmd.OutOrStdout(), ev.Rows)
-			if runPath != "" {
-				for _, s := range ss {
-					if err := writeRunFile(runFileFor(runPath, s, len(ss)), ev.Runs[s], s); err != nil {
-						return err
-					}
-				}
-			}
-			if qrelsPath != "" {
-				qr := map[string]toolret.Qrels{}
-				for _, q := range ds.Queries {
-					qr[q.ID] = q.Gold
-				}
-				f, err := create(qrelsPath)
-				if err != nil {
-					return err
-				}
-				if err := toolret.WriteQrels(f, qr); err != nil {
-					f.Close()
-					return err
-				}
-				if err := f.Close(); err != nil {
-					return err
-				}
-			}
-			if out != "" {
-				return writeRetrieval(out, ev, ss)
-			}
-			return nil
+			return writeRetrieval(ev, ds, ss, runPath, qrelsPath, out)
 		},
 	}
-	cmd.Flags().StringVar(&strategies, "strategy", "query", "strategies, comma-separated: "+strings.Join(fittext.Strategies, ", "))
-	cmd.Flags().StringVar(&data, "data", "", "ToolRet-layout queries (JSON list or JSONL)")
-	cmd.Flags().StringVar(&corpus, "corpus", "", "ToolRet-layout tool corpus (JSON list or JSONL)")
-	cmd.Flags().StringVar(&stb, "stb", "", "a StableToolBench solvable_queries file")
-	cmd.Flags().IntVar(&k, "k", 0, "cutoff and RET's top-k (default fittext.k)")
-	cmd.Flags().IntVar(&first, "first", 0, "only the first N queries")
-	cmd.Flags().IntVar(&parallel, "parallel", 8, "queries run at once (their model calls batch on the native engine)")
-	cmd.Flags().StringVar(&model, "model", "", "the model on openai.base_url that writes the pseudo-tools (default openai.model)")
-	cmd.Flags().StringVar(&refineModel, "refine-model", "", "a model on openai.base_url for every call but the first")
-	cmd.Flags().StringVar(&native, "native", "", "a local Qwen checkpoint instead of a server")
-	cmd.Flags().StringVar(&dev, "device", "auto", "the --native model's device")
-	cmd.Flags().StringVar(&out, "out", "", "directory for report.json and retrieval.png")
-	cmd.Flags().StringVar(&runPath, "run", "", "write the rankings as a TREC run file (one per strategy: FILE.<strategy>.ext when several)")
-	cmd.Flags().StringVar(&qrelsPath, "qrels", "", "write the judgments as TREC qrels (for tools score)")
+	f := cmd.Flags()
+	f.StringVar(&strategies, "strategy", "query", "strategies, comma-separated: "+strings.Join(fittext.Strategies, ", "))
+	f.StringVar(&data, "data", "", "ToolRet-layout queries (JSON list or JSONL)")
+	f.StringVar(&corpus, "corpus", "", "ToolRet-layout tool corpus (JSON list or JSONL)")
+	f.StringVar(&stb, "stb", "", "a StableToolBench solvable_queries file")
+	g.Flag(f, "k", "fittext.k", "cutoff and RET's top-k")
+	f.IntVar(&first, "first", 0, "only the first N queries")
+	f.IntVar(&parallel, "parallel", 8, "queries run at once (their model calls batch on the native engine)")
+	f.StringVar(&model, "model", "", "the model on openai.base_url that writes the pseudo-tools (default openai.model)")
+	f.StringVar(&refineModel, "refine-model", "", "a model on openai.base_url for every call but the first")
+	f.StringVar(&native, "native", "", "a local Qwen checkpoint instead of a server")
+	g.Flag(f, "device", "model.device", "the --native model's device")
+	f.StringVar(&out, "out", "", "directory for report.json and retrieval.png")
+	f.StringVar(&runPath, "run", "", "write the rankings as a TREC run file (one per strategy: FILE.<strategy>.ext when several)")
+	f.StringVar(&qrelsPath, "qrels", "", "write the judgments as TREC qrels (for tools score)")
 	return cmd
+}
+
+// loadToolRet reads ToolRet's layout (queries and corpus) or a
+// StableToolBench file, whichever the flags name.
+func loadToolRet(data, corpus, stb string) (toolret.Dataset, error) {
+	switch {
+	case stb != "" && data == "":
+		return toolret.LoadStableToolBench(stb)
+	case data != "" && corpus != "" && stb == "":
+		return toolret.LoadToolRet(data, corpus)
+	}
+	return toolret.Dataset{}, fmt.Errorf("give --data and --corpus (ToolRet's layout) or --stb (StableToolBench's)")
+}
+
+// writeRetrieval writes what the flags ask for: the rankings as TREC run
+// files, the judgments as TREC qrels, the report.
+func writeRetrieval(ev fittext.Evaluation, ds toolret.Dataset, ss []string, runPath, qrelsPath, out string) error {
+	if runPath != "" {
+		if err := fittext.WriteRuns(runPath, ev, ss); err != nil {
+			return err
+		}
+	}
+	if qrelsPath != "" {
+		f, err := create(qrelsPath)
+		if err != nil {
+			return err
+		}
+		if err := toolret.WriteQrels(f, ds.Qrels()); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if out != "" {
+		return fittext.WriteReport(out, ev, ss)
+	}
+	return nil
 }
 
 func toolsSynthCmd() *cobra.Command {
@@ -222,17 +189,6 @@ the distractors.`,
 	return cmd
 }
 
-// runFileFor is where strategy s's run goes: path itself for one
-// strategy, else path with the strategy before its extension (a run file
-// lists a tool once per query, so strategies cannot share one).
-func runFileFor(path, s string, n int) string {
-	if n == 1 {
-		return path
-	}
-	ext := filepath.Ext(path)
-	return strings.TrimSuffix(path, ext) + "." + s + ext
-}
-
 // create makes path's directory and the file.
 func create(path string) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -247,48 +203,4 @@ func writeFile(path string, b []byte) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
-}
-
-func writeRunFile(path string, runs map[string]toolret.Run, tag string) error {
-	f, err := create(path)
-	if err != nil {
-		return err
-	}
-	if err := toolret.WriteRun(f, runs, tag); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func writeRetrieval(dir string, ev fittext.Evaluation, strategies []string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	names, ranks := fittext.AvgRank(ev.Rows)
-	avg := map[string]float64{}
-	for i, n := range names {
-		avg[n] = ranks[i]
-	}
-	b, err := json.MarshalIndent(map[string]any{"rows": ev.Rows, "avg_rank": avg, "results": ev.Results}, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
-		return err
-	}
-	var rows []string
-	var vals [][]float64
-	for _, s := range strategies {
-		for _, r := range ev.Rows {
-			if r.Strategy == s && r.Subset == "all" {
-				rows = append(rows, s)
-				m := r.Metrics
-				vals = append(vals, []float64{100 * m.NDCG, 100 * m.Precision, 100 * m.Recall, 100 * m.Comprehensiveness})
-			}
-		}
-	}
-	k := ev.Rows[0].K
-	return chart.Bars(filepath.Join(dir, "retrieval.png"), "FitText: tool retrieval over all queries", "×100", rows,
-		[]string{fmt.Sprintf("NDCG@%d", k), fmt.Sprintf("P@%d", k), fmt.Sprintf("R@%d", k), fmt.Sprintf("C@%d", k)}, vals, nil)
 }

@@ -1,27 +1,18 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
-	"github.com/agemem/agemem/env"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/setup"
 )
 
-func tokenizerCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "tokenizer", Short: "Train tokenizers"}
-	var data, out, tmpl, pretok string
-	var vocab, episodes int
-	train := &cobra.Command{
-		Use:   "train",
-		Short: "Learn a byte-level BPE tokenizer on task data and AgeMem episodes",
-		Long: `Learns a byte-level BPE (NFC; --pretokenizer words by default) on the tasks of a
+const tokenizerTrainLong = `Learns a byte-level BPE (NFC; --pretokenizer words by default) on the tasks of a
 HotpotQA-format file and on oracle episodes played on them (so the AgeMem
 prompt, tool calls and tool results are well covered), with the ChatML special
 tokens and the AgeMem tags as added tokens. Writes tokenizer.json and
@@ -31,7 +22,16 @@ tokenizer_config.json with a chat template in the Hugging Face format.
 qwen3 drops their <think> blocks, as Qwen3's own template does. A small
 model trained from scratch imitates its history, so with qwen3 it learns to
 answer without thinking after a few turns; qwen2.5 keeps every turn in the
-format the parser demands.`,
+format the parser demands.`
+
+func tokenizerCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "tokenizer", Short: "Train tokenizers"}
+	var data, out, tmpl, pretok string
+	var vocab, episodes int
+	train := &cobra.Command{
+		Use:     "train",
+		Short:   "Learn a byte-level BPE tokenizer on task data and AgeMem episodes",
+		Long:    tokenizerTrainLong,
 		Example: "  agemem-train tokenizer train --data data/synth.json --vocab-size 4096 --out runs/tok",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,34 +53,7 @@ format the parser demands.`,
 			if !ok {
 				return fmt.Errorf("--pretokenizer %q: want words, names or qwen", pretok)
 			}
-			texts := []string{cfg.EpisodeConfig().SystemPrompt}
-			n := 0
-			err = env.StreamHotpotFile(data, func(t env.Task) error {
-				texts = append(texts, t.Question, t.Answer)
-				texts = append(texts, t.Context...)
-				texts = append(texts, t.Distractors...)
-				if n < episodes {
-					res, err := env.RunEpisode(context.Background(), env.NewOracle(t, 0, 0, uint64(cfg.Seed)), setup.Runtime(cfg, setup.Helpers{}, nil)(uint64(n)), t, cfg.EpisodeConfig())
-					if err != nil {
-						return err
-					}
-					for _, m := range res.Final {
-						texts = append(texts, m.Content)
-					}
-					for _, st := range res.Stages {
-						for _, turn := range st {
-							for _, step := range turn.Trace.Steps {
-								texts = append(texts, step.Response.Message.Content)
-								for _, r := range step.Results {
-									texts = append(texts, r.Content)
-								}
-							}
-						}
-					}
-				}
-				n++
-				return nil
-			})
+			texts, n, err := setup.TokenizerCorpus(cmd.Context(), cfg, data, episodes)
 			if err != nil {
 				return err
 			}

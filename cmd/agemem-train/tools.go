@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +13,11 @@ import (
 
 func toolsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tools", Short: "Tool use: retrieval evaluated as the benchmarks do it (FitText), WorkBench with MemToolAgent's memory"}
+	cmd.AddCommand(toolsScoreCmd(), toolsRetrieveCmd(g), toolsSynthCmd(), toolsRunCmd(g))
+	return cmd
+}
+
+func toolsScoreCmd() *cobra.Command {
 	var qrelsPath, runPath, ks, out string
 	var asJSON bool
 	score := &cobra.Command{
@@ -61,28 +64,7 @@ writes each query's values as JSONL.`,
 				rows = append(rows, row{k, m, n, skipped})
 			}
 			if out != "" {
-				f, err := create(out)
-				if err != nil {
-					return err
-				}
-				enc := json.NewEncoder(f)
-				qids := make([]string, 0, len(runs))
-				for q := range runs {
-					if qrels[q] != nil {
-						qids = append(qids, q)
-					}
-				}
-				sort.Strings(qids)
-				for _, q := range qids {
-					rec := map[string]any{"qid": q}
-					for _, k := range cuts {
-						m := toolret.At(runs[q], qrels[q], k)
-						rec[fmt.Sprintf("ndcg@%d", k)], rec[fmt.Sprintf("recall@%d", k)] = m.NDCG, m.Recall
-						rec[fmt.Sprintf("precision@%d", k)], rec[fmt.Sprintf("comprehensiveness@%d", k)] = m.Precision, m.Comprehensiveness
-					}
-					enc.Encode(rec)
-				}
-				if err := f.Close(); err != nil {
+				if err := writeJSONL(out, toolret.PerQuery(runs, qrels, cuts)); err != nil {
 					return err
 				}
 			}
@@ -106,6 +88,5 @@ writes each query's values as JSONL.`,
 	score.Flags().StringVar(&ks, "k", "1,3,5,10", "cutoffs")
 	score.Flags().StringVar(&out, "out", "", "write per-query values here (JSONL)")
 	score.Flags().BoolVar(&asJSON, "json", false, "print the table as JSON")
-	cmd.AddCommand(score, toolsRetrieveCmd(g), toolsSynthCmd(), toolsRunCmd(g))
-	return cmd
+	return score
 }

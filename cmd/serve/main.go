@@ -20,7 +20,6 @@ import (
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/kernels/device"
 	"github.com/agemem/agemem/llm/native"
-	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/papers/memtool"
 	"github.com/agemem/agemem/serve"
 	"github.com/agemem/agemem/setup"
@@ -100,7 +99,7 @@ SIGINT or SIGTERM finishes the requests in flight and stops.`,
 	root.Flags().StringVar(&pol, "policy", "", "policy directory, or the Ollama model with --backend ollama (serve.policy)")
 	root.Flags().StringVar(&adapter, "adapter", "", "LoRA adapter directory on top of the policy (serve.adapter)")
 	root.Flags().IntVar(&maxBatch, "max-batch", 0, "sequences per decoding step; 1 turns batching off (serve.max_batch)")
-	root.AddCommand(memoryCmd(g), mcpCmd(g), loadtestCmd())
+	root.AddCommand(memoryCmd(g), mcpCmd(g), loadtestCmd(), docsCmd())
 	return root
 }
 
@@ -111,18 +110,11 @@ func logger(cfg setup.Config) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stderr, nil))
 }
 
-func openStore(cfg setup.Config) (*ltm.SQLite, error) {
-	if cfg.Memory.Store != "sqlite" {
-		return nil, fmt.Errorf("memory.store is %q: serve keeps users' memory in a sqlite store", cfg.Memory.Store)
-	}
-	return ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
-}
-
 // run serves until ctx ends. be, if not nil, replaces the configured policy
 // (tests serve a scripted one).
 func run(ctx context.Context, cfg setup.Config, be serve.Backend) error {
 	log := logger(cfg)
-	db, err := openStore(cfg)
+	db, err := setup.OpenStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -221,7 +213,8 @@ func mcpCmd(g *globals) *cobra.Command {
 		Long: `Runs an MCP server (the official Go SDK) on stdin/stdout exposing
 Add_memory, Update_memory, Delete_memory and Retrieve_memory on one
 namespace (--namespace, default memory.namespace) of the store at
-memory.path. Over HTTP the same tools are at /mcp of the running server.`,
+memory.path (or memory.dsn with memory.store postgres). Over HTTP the
+same tools are at /mcp of the running server.`,
 		Example: `  serve mcp --stdio --namespace alice --config configs/tiny.yaml`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -232,7 +225,7 @@ memory.path. Over HTTP the same tools are at /mcp of the running server.`,
 			if err != nil {
 				return err
 			}
-			db, err := openStore(cfg)
+			db, err := setup.OpenStore(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

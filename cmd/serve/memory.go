@@ -14,14 +14,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agemem/agemem/cmd/internal/memcli"
 	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/memtools/ltm"
 	"github.com/agemem/agemem/setup"
 )
 
-// session is an open namespace of the configured SQLite store.
+// session is an open namespace of the configured store (SQLite or
+// PostgreSQL).
 type session struct {
-	db  *ltm.SQLite
+	db  ltm.DB
 	ns  ltm.Store
 	enc embed.Embedder
 	cfg setup.Config
@@ -32,10 +34,7 @@ func open(g *globals) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Memory.Store != "sqlite" {
-		return nil, fmt.Errorf("memory.store is %q: the memory commands administer a sqlite store", cfg.Memory.Store)
-	}
-	db, err := ltm.OpenSQLite(cfg.Memory.Path, setup.StoreOptions(cfg))
+	db, err := setup.OpenStore(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -60,8 +59,6 @@ func (s *session) embed(text string) ([]float32, error) {
 	return v[0], nil
 }
 
-// prepare parses a --metadata flag and embeds text, the two inputs of every
-// write and search.
 // prepare checks text (a memory's content or a query: the server's API
 // refuses blank ones too) and metadata, and embeds text.
 func (s *session) prepare(metadata, text string) (map[string]any, []float32, error) {
@@ -91,27 +88,35 @@ func memoryCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "memory",
 		Short: "List, search, add, update, delete, export and import a user's long-term memories",
-		Long: `Administers one namespace (one user) of the SQLite long-term store named by
-memory.path. --namespace picks the user (default: memory.namespace).`,
+		Long: `Administers one namespace (one user) of the long-term store: the SQLite file
+memory.path, or the PostgreSQL database memory.dsn when memory.store is
+postgres. --namespace picks the user (default: memory.namespace).`,
 	}
 	cmd.PersistentFlags().StringVar(&g.namespace, "namespace", "", "the user's namespace")
-	var asJSON bool
-	var metadata, memType string
-	var topK int
-	with := func(f func(cmd *cobra.Command, s *session, args []string) error) func(*cobra.Command, []string) error {
-		return func(cmd *cobra.Command, args []string) error {
-			s, err := open(g)
-			if err != nil {
-				return err
-			}
-			defer s.db.Close()
-			return f(cmd, s, args)
+	cmd.AddCommand(memoryListCmd(g), memorySearchCmd(g), memoryGetCmd(g), memoryAddCmd(g), memoryUpdateCmd(g), memoryDeleteCmd(g),
+		memoryExportCmd(g), memoryImportCmd(g), memoryCheckCmd(g), memoryRepairCmd(g), memcli.Migrate(g.load))
+	return cmd
+}
+
+// withSession runs a subcommand's body on the configured namespace, open
+// for its length.
+func withSession(g *globals, f func(cmd *cobra.Command, s *session, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		s, err := open(g)
+		if err != nil {
+			return err
 		}
+		defer s.db.Close()
+		return f(cmd, s, args)
 	}
-	list := &cobra.Command{
+}
+
+func memoryListCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use: "list", Short: "List every memory, oldest first", Args: cobra.NoArgs,
 		Example: "  serve memory list --namespace alice --set memory.path=data/memory.db",
-		RunE: with(func(cmd *cobra.Command, s *session, _ []string) error {
+		RunE: withSession(g, func(cmd *cobra.Command, s *session, _ []string) error {
 			all, err := s.ns.List(context.Background())
 			if err != nil {
 				return err
@@ -119,10 +124,18 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 			return printEntries(cmd.OutOrStdout(), all, nil, asJSON)
 		}),
 	}
-	search := &cobra.Command{
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func memorySearchCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var metadata string
+	var topK int
+	cmd := &cobra.Command{
 		Use: "search QUERY", Short: "Retrieve the memories most similar to QUERY", Args: cobra.ExactArgs(1),
 		Example: `  serve memory search "where was Marla born" --top-k 3 --metadata '{"type":"bio"}'`,
-		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+		RunE: withSession(g, func(cmd *cobra.Command, s *session, args []string) error {
 			md, v, err := s.prepare(metadata, args[0])
 			if err != nil {
 				return err
@@ -139,9 +152,17 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 			return printEntries(cmd.OutOrStdout(), entries, scores, asJSON)
 		}),
 	}
-	get := &cobra.Command{
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&topK, "top-k", 3, "how many memories")
+	cmd.Flags().StringVar(&metadata, "metadata", "", "metadata filter, a JSON object matched key by key")
+	return cmd
+}
+
+func memoryGetCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use: "get ID", Short: "Print one memory", Args: cobra.ExactArgs(1),
-		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+		RunE: withSession(g, func(cmd *cobra.Command, s *session, args []string) error {
 			e, err := s.ns.Get(context.Background(), args[0])
 			if err != nil {
 				return err
@@ -149,10 +170,16 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 			return printEntries(cmd.OutOrStdout(), []ltm.Entry{e}, nil, asJSON)
 		}),
 	}
-	add := &cobra.Command{
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func memoryAddCmd(g *globals) *cobra.Command {
+	var metadata, memType string
+	cmd := &cobra.Command{
 		Use: "add CONTENT", Short: "Store a memory and print its id", Args: cobra.ExactArgs(1),
 		Example: `  serve memory add "Alice's cat is called Tabby" --type fact --metadata '{"topic":"pets"}'`,
-		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+		RunE: withSession(g, func(cmd *cobra.Command, s *session, args []string) error {
 			md, v, err := s.prepare(metadata, args[0])
 			if err != nil {
 				return err
@@ -165,9 +192,16 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 			return nil
 		}),
 	}
-	update := &cobra.Command{
+	cmd.Flags().StringVar(&metadata, "metadata", "", "metadata, a JSON object")
+	cmd.Flags().StringVar(&memType, "type", "", "memory type")
+	return cmd
+}
+
+func memoryUpdateCmd(g *globals) *cobra.Command {
+	var metadata string
+	cmd := &cobra.Command{
 		Use: "update ID CONTENT", Short: "Replace a memory's content (and metadata, if given)", Args: cobra.ExactArgs(2),
-		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+		RunE: withSession(g, func(cmd *cobra.Command, s *session, args []string) error {
 			md, v, err := s.prepare(metadata, args[1])
 			if err != nil {
 				return err
@@ -176,16 +210,24 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 			return err
 		}),
 	}
-	del := &cobra.Command{
+	cmd.Flags().StringVar(&metadata, "metadata", "", "new metadata, a JSON object (default: keep)")
+	return cmd
+}
+
+func memoryDeleteCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use: "delete ID", Short: "Delete a memory", Args: cobra.ExactArgs(1),
-		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+		RunE: withSession(g, func(cmd *cobra.Command, s *session, args []string) error {
 			return s.ns.Delete(context.Background(), args[0])
 		}),
 	}
-	export := &cobra.Command{
+}
+
+func memoryExportCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use: "export", Short: "Write the namespace as JSONL on stdout", Args: cobra.NoArgs,
 		Example: "  serve memory export --namespace alice > alice.jsonl",
-		RunE: with(func(cmd *cobra.Command, s *session, _ []string) error {
+		RunE: withSession(g, func(cmd *cobra.Command, s *session, _ []string) error {
 			all, err := s.ns.List(context.Background())
 			if err != nil {
 				return err
@@ -193,7 +235,10 @@ memory.path. --namespace picks the user (default: memory.namespace).`,
 			return ltm.WriteJSONL(cmd.OutOrStdout(), all)
 		}),
 	}
-	imp := &cobra.Command{
+}
+
+func memoryImportCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "import FILE",
 		Short: "Add the memories of a JSONL export (- for stdin) in one transaction",
 		Long: `Reads a JSONL file as written by export and writes its memories, embedded
@@ -203,7 +248,7 @@ namespace's memory of that id, so importing the same file twice leaves one copy;
 lines without an id get new ones.`,
 		Args:    cobra.ExactArgs(1),
 		Example: "  serve memory import --namespace bob alice.jsonl",
-		RunE: with(func(cmd *cobra.Command, s *session, args []string) error {
+		RunE: withSession(g, func(cmd *cobra.Command, s *session, args []string) error {
 			var r io.Reader = os.Stdin
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
@@ -213,47 +258,51 @@ lines without an id get new ones.`,
 				defer f.Close()
 				r = f
 			}
-			lines, err := ltm.ReadJSONL(r, args[0])
-			if err != nil {
-				return err
-			}
-			entries := make([]ltm.Entry, len(lines))
-			for i, rec := range lines {
-				v, err := s.embed(rec.Content)
-				if err != nil {
-					return err
-				}
-				entries[i] = rec.Entry()
-				entries[i].Embedding = v
-			}
-			added, replaced, err := s.db.Import(context.Background(), s.cfg.Memory.Namespace, entries)
+			n, added, replaced, err := s.importJSONL(r, args[0])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "%d added, %d replaced (same memory_id)\n", added, replaced)
-			fmt.Fprintf(cmd.ErrOrStderr(), "imported %d memories into namespace %q\n", len(lines), s.cfg.Memory.Namespace)
+			fmt.Fprintf(cmd.ErrOrStderr(), "imported %d memories into namespace %q\n", n, s.cfg.Memory.Namespace)
 			return nil
 		}),
 	}
-	for _, c := range []*cobra.Command{list, search, get} {
-		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+}
+
+// importJSONL reads an export (name says where it came from in errors),
+// embeds each memory's content and writes them all in one transaction.
+func (s *session) importJSONL(r io.Reader, name string) (n, added, replaced int, err error) {
+	lines, err := ltm.ReadJSONL(r, name)
+	if err != nil {
+		return 0, 0, 0, err
 	}
-	search.Flags().IntVar(&topK, "top-k", 3, "how many memories")
-	search.Flags().StringVar(&metadata, "metadata", "", "metadata filter, a JSON object matched key by key")
-	add.Flags().StringVar(&metadata, "metadata", "", "metadata, a JSON object")
-	add.Flags().StringVar(&memType, "type", "", "memory type")
-	update.Flags().StringVar(&metadata, "metadata", "", "new metadata, a JSON object (default: keep)")
-	storePath := func() (string, error) {
-		cfg, err := g.load()
+	entries := make([]ltm.Entry, len(lines))
+	for i, rec := range lines {
+		v, err := s.embed(rec.Content)
 		if err != nil {
-			return "", err
+			return 0, 0, 0, err
 		}
-		if cfg.Memory.Store != "sqlite" {
-			return "", fmt.Errorf("memory.store is %q: check and repair apply to a sqlite store", cfg.Memory.Store)
-		}
-		return cfg.Memory.Path, nil
+		entries[i] = rec.Entry()
+		entries[i].Embedding = v
 	}
-	check := &cobra.Command{
+	added, replaced, err = s.db.Import(context.Background(), s.cfg.Memory.Namespace, entries)
+	return len(lines), added, replaced, err
+}
+
+// storePath is memory.path, which check and repair read as files.
+func storePath(g *globals) (setup.Config, string, error) {
+	cfg, err := g.load()
+	if err != nil {
+		return cfg, "", err
+	}
+	if cfg.Memory.Store != "sqlite" {
+		return cfg, "", fmt.Errorf("memory.store is %q: check and repair apply to a sqlite store", cfg.Memory.Store)
+	}
+	return cfg, cfg.Memory.Path, nil
+}
+
+func memoryCheckCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "check",
 		Short: "Check the store's file (quick_check) and write-ahead log (frame checksums, its index) without changing them",
 		Long: `Runs SQLite's quick_check on memory.path and reads its write-ahead log frame
@@ -268,7 +317,7 @@ transactions) are lost. Exits non-zero when the store is damaged.`,
 		Example: "  serve memory check --set memory.path=data/memory.db",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			path, err := storePath()
+			_, path, err := storePath(g)
 			if err != nil {
 				return err
 			}
@@ -289,7 +338,10 @@ transactions) are lost. Exits non-zero when the store is damaged.`,
 			return nil
 		},
 	}
-	repair := &cobra.Command{
+}
+
+func memoryRepairCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
 		Use:   "repair",
 		Short: "Move a damaged store aside and rebuild it from every memory that can still be read",
 		Long: `Renames memory.path (and its -wal, -shm) to memory.path.damaged-TIME, which is
@@ -304,11 +356,7 @@ listed in memory.path.damaged-TIME.lost. Stop the server first.`,
 		Example: "  serve memory repair --set memory.path=data/memory.db",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			path, err := storePath()
-			if err != nil {
-				return err
-			}
-			cfg, err := g.load()
+			cfg, path, err := storePath(g)
 			if err != nil {
 				return err
 			}
@@ -320,30 +368,33 @@ listed in memory.path.damaged-TIME.lost. Stop the server first.`,
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "rebuilt %s: kept %d of %d memories, lost %d\n", path, rep.Kept, rep.Kept+len(rep.Lost), len(rep.Lost))
-			if len(rep.Rebuilt) > 0 {
-				var fields []string
-				for _, f := range slices.Sorted(maps.Keys(rep.Rebuilt)) {
-					fields = append(fields, fmt.Sprintf("%s %d", f, rep.Rebuilt[f]))
-				}
-				fmt.Fprintf(out, "kept with unreadable fields rebuilt: %s\n", strings.Join(fields, ", "))
-			}
-			if rep.LostFile != "" {
-				fmt.Fprintf(out, "the lost memories are listed in %s\n", rep.LostFile)
-			}
-			if rep.LogMissing > 0 {
-				fmt.Fprintf(out, "the log had been cut: %d committed frames were gone before the repair, and the memories they wrote are not counted above\n", rep.LogMissing)
-			}
-			if rep.FreeListDamaged {
-				fmt.Fprintln(out, "the free-page list was damaged: only memories an index lists were taken from pages outside the b-trees")
-			}
-			fmt.Fprintf(out, "the damaged files are kept at %s\n", rep.Aside)
+			printRepair(cmd.OutOrStdout(), path, rep)
 			return nil
 		},
 	}
-	cmd.AddCommand(list, search, get, add, update, del, export, imp, check, repair)
-	return cmd
+}
+
+// printRepair says what a repair kept, rebuilt and lost, and where the
+// damaged files and the list of lost memories are.
+func printRepair(out io.Writer, path string, rep ltm.RepairReport) {
+	fmt.Fprintf(out, "rebuilt %s: kept %d of %d memories, lost %d\n", path, rep.Kept, rep.Kept+len(rep.Lost), len(rep.Lost))
+	if len(rep.Rebuilt) > 0 {
+		var fields []string
+		for _, f := range slices.Sorted(maps.Keys(rep.Rebuilt)) {
+			fields = append(fields, fmt.Sprintf("%s %d", f, rep.Rebuilt[f]))
+		}
+		fmt.Fprintf(out, "kept with unreadable fields rebuilt: %s\n", strings.Join(fields, ", "))
+	}
+	if rep.LostFile != "" {
+		fmt.Fprintf(out, "the lost memories are listed in %s\n", rep.LostFile)
+	}
+	if rep.LogMissing > 0 {
+		fmt.Fprintf(out, "the log had been cut: %d committed frames were gone before the repair, and the memories they wrote are not counted above\n", rep.LogMissing)
+	}
+	if rep.FreeListDamaged {
+		fmt.Fprintln(out, "the free-page list was damaged: only memories an index lists were taken from pages outside the b-trees")
+	}
+	fmt.Fprintf(out, "the damaged files are kept at %s\n", rep.Aside)
 }
 
 func printEntries(w io.Writer, es []ltm.Entry, scores []float64, asJSON bool) error {

@@ -8,6 +8,7 @@ package chart
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Point is one value of a series.
@@ -27,6 +29,10 @@ type Point struct{ X, Y float64 }
 type Series struct {
 	Name   string
 	Points []Point
+	// Smooth, above 1, draws the points faint and over them their trailing
+	// moving average over that many points (a noisy per-step reward reads
+	// as a trend without hiding the steps it averages).
+	Smooth int
 }
 
 // Figure size.
@@ -46,6 +52,27 @@ const sparse = 40
 // name the axes with their units (say "optimiser step", "loss (nats per
 // token)"); x values are steps, so ticks are integers.
 func Lines(path, title, xLabel, yLabel string, series []Series) error {
+	p, entries, err := lines(title, xLabel, yLabel, series)
+	if err != nil {
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	return save(path, p, entries)
+}
+
+// LinesSVG draws the same figure as Lines as an SVG document on w (text
+// escaped, fonts named rather than embedded).
+func LinesSVG(w io.Writer, title, xLabel, yLabel string, series []Series) error {
+	p, entries, err := lines(title, xLabel, yLabel, series)
+	if err != nil {
+		return fmt.Errorf("chart %q: %w", title, err)
+	}
+	c := vgsvg.New(width, height)
+	drawFigure(c, p, entries)
+	_, err = c.WriteTo(w)
+	return err
+}
+
+func lines(title, xLabel, yLabel string, series []Series) (*plot.Plot, []legendEntry, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font.Size = vg.Points(14)
@@ -63,28 +90,54 @@ func Lines(path, title, xLabel, yLabel string, series []Series) error {
 			xy[j] = plotter.XY{X: pt.X, Y: pt.Y}
 		}
 		col := palette[i%len(palette)]
+		name := s.Name
+		if s.Smooth > 1 {
+			faint, err := plotter.NewLine(xy)
+			if err != nil {
+				return nil, nil, fmt.Errorf("series %s: %w", s.Name, err)
+			}
+			faint.Color, faint.Width = color.RGBA{col.R, col.G, col.B, 70}, vg.Points(1)
+			p.Add(faint)
+			xy = movingAverage(xy, s.Smooth)
+			name = fmt.Sprintf("%s (mean of %d)", s.Name, s.Smooth)
+		}
 		l, err := plotter.NewLine(xy)
 		if err != nil {
-			return fmt.Errorf("chart %s: series %s: %w", path, s.Name, err)
+			return nil, nil, fmt.Errorf("series %s: %w", s.Name, err)
 		}
 		l.Color, l.Width = col, vg.Points(1.5)
 		p.Add(l)
 		thumbs := []plot.Thumbnailer{l}
-		if len(xy) <= sparse {
+		if len(xy) <= sparse && s.Smooth <= 1 {
 			sc, err := plotter.NewScatter(xy)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			sc.GlyphStyle = draw.GlyphStyle{Color: col, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
 			p.Add(sc)
 			thumbs = append(thumbs, sc)
 		}
-		entries = append(entries, legendEntry{s.Name, thumbs})
+		entries = append(entries, legendEntry{name, thumbs})
 	}
 	if len(entries) == 0 {
-		return fmt.Errorf("chart %s: no points", path)
+		return nil, nil, fmt.Errorf("no points")
 	}
-	return save(path, p, entries)
+	return p, entries, nil
+}
+
+// movingAverage is each point's mean with the window-1 points before it
+// (fewer at the start).
+func movingAverage(xy plotter.XYs, window int) plotter.XYs {
+	out := make(plotter.XYs, len(xy))
+	sum := 0.0
+	for i, pt := range xy {
+		sum += pt.Y
+		if i >= window {
+			sum -= xy[i-window].Y
+		}
+		out[i] = plotter.XY{X: pt.X, Y: sum / float64(min(i+1, window))}
+	}
+	return out
 }
 
 // Bars draws a grouped bar chart into a PNG at path: one group of bars per
@@ -163,14 +216,28 @@ type legendEntry struct {
 	thumbs []plot.Thumbnailer
 }
 
-// save renders the plot with its legend in a band below it, outside the
-// data.
+// save renders the plot as a PNG with its legend in a band below it,
+// outside the data.
 func save(path string, p *plot.Plot, entries []legendEntry) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	img := vgimg.New(width, height)
-	dc := draw.New(img)
+	drawFigure(img, p, entries)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// drawFigure draws the plot on c with its legend in a band below the data.
+func drawFigure(c vg.CanvasSizer, p *plot.Plot, entries []legendEntry) {
+	dc := draw.New(c)
 	leg := plot.NewLegend()
 	leg.Top, leg.Left = true, true
 	for _, e := range entries {
@@ -182,15 +249,6 @@ func save(path string, p *plot.Plot, entries []legendEntry) error {
 	p.Draw(top)
 	bottom := draw.Crop(dc, 0, 0, 0, -(height - band))
 	drawLegendRows(bottom, leg, entries)
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("chart %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // drawLegendRows lays the legend out in rows of four entries.

@@ -1,10 +1,16 @@
 package chart
 
 import (
+	"bytes"
+	"encoding/xml"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/plotter"
 )
 
 func TestTicksAreRound(t *testing.T) {
@@ -45,8 +51,8 @@ func TestFiguresAreWritten(t *testing.T) {
 	dir := t.TempDir()
 	lines := filepath.Join(dir, "lines.png")
 	err := Lines(lines, "GRPO", "optimiser step", "reward", []Series{
-		{"reward", []Point{{1, 0.2}, {2, 0.3}, {3, 0.25}, {4, 0.5}, {5, 0.45}, {6, 0.6}}},
-		{"kl", []Point{{1, 0}, {2, 0.01}, {3, 0.02}, {4, 0.02}, {5, 0.03}, {6, 0.04}}}})
+		{Name: "reward", Points: []Point{{1, 0.2}, {2, 0.3}, {3, 0.25}, {4, 0.5}, {5, 0.45}, {6, 0.6}}},
+		{Name: "kl", Points: []Point{{1, 0}, {2, 0.01}, {3, 0.02}, {4, 0.02}, {5, 0.03}, {6, 0.04}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,5 +74,39 @@ func TestFiguresAreWritten(t *testing.T) {
 	}
 	if err := Lines(filepath.Join(dir, "none.png"), "x", "step", "y", nil); err == nil {
 		t.Fatal("a chart of nothing must be an error")
+	}
+}
+
+// TestSVGEscapesAndSmooths: an SVG figure is well-formed XML whatever its
+// names hold (a series named "<script>" is text), and a smoothed series is
+// drawn with its moving average in the legend.
+func TestSVGEscapesAndSmooths(t *testing.T) {
+	var buf bytes.Buffer
+	err := LinesSVG(&buf, "run <b>&</b>", "optimiser step", "reward", []Series{
+		{Name: "<script>alert(1)</script>", Points: []Point{{1, 0.1}, {2, 0.5}, {3, 0.3}}, Smooth: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	if strings.Contains(out, "<script>") || !strings.Contains(out, "&lt;script&gt;alert(1)&lt;/script&gt; (mean of 2)") {
+		t.Fatalf("the series name is not escaped text in the SVG:\n%s", out)
+	}
+	dec := xml.NewDecoder(&buf)
+	for {
+		if _, err := dec.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("the SVG is not well-formed XML: %v", err)
+		}
+	}
+}
+
+func TestMovingAverage(t *testing.T) {
+	got := movingAverage(plotter.XYs{{X: 1, Y: 1}, {X: 2, Y: 3}, {X: 3, Y: 5}, {X: 4, Y: 10}}, 2)
+	want := []float64{1, 2, 4, 7.5}
+	for i, w := range want {
+		if got[i].Y != w || got[i].X != float64(i+1) {
+			t.Fatalf("moving average of 2: %v, want y %v", got, want)
+		}
 	}
 }

@@ -13,7 +13,7 @@ var Order = [][]string{
 	{"kernels"},                   // compute backends
 	{"embed"},                     // the embedder interface, feature hashing, the vector index
 	{"model", "internal/testkit"}, // tensors, Qwen/BERT, tokenizers, templates, the engine, trainers
-	{"llm"},                       // the chat-model interface
+	{"llm", "internal/qwentest"},  // the chat-model interface; test models above the model layer
 	{"llm/native", "llm/ollama", "llm/openai"}, // its backends
 	{"memtools"}, // AgeMem's runtime: stores, context, the six tools
 	{"agent"},    // the function-calling loop, MCP, tool catalogues
@@ -21,6 +21,7 @@ var Order = [][]string{
 	{"env"},      // AgeMem's environments and its pretraining data
 	{"rl"},       // rollouts, reward, GRPO
 	{"papers"},   // MemTool, MemToolAgent, FitText, TA-Mem
+	{"console"},  // the web console's pages and charts (serve and agemem-train host it)
 	{"serve"},    // the HTTP server
 	{"setup"},    // configuration and the composition root
 	{"eval"},     // evaluation tables

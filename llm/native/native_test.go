@@ -3,8 +3,6 @@ package native
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,7 +12,7 @@ import (
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
-	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/internal/qwentest"
 	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/memtools"
 	"github.com/agemem/agemem/memtools/ltm"
@@ -26,32 +24,10 @@ import (
 	"github.com/agemem/agemem/model/tokenizer"
 )
 
-func qwen3Tokenizer(t *testing.T) *tokenizer.Tokenizer {
-	p := testkit.QwenTokenizer(t)
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("run `make deps`: %v", err)
-	}
-	tok, err := tokenizer.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
+func qwen3Tokenizer(t *testing.T) *tokenizer.Tokenizer { return qwentest.Tokenizer(t) }
 
-// randomQwen3 is a random tiny Qwen3 carrying tok's vocabulary.
 func randomQwen3(t *testing.T, tok *tokenizer.Tokenizer, dtype safetensors.DType) *qwen.Model {
-	t.Helper()
-	cfg := qwen.Presets["tiny-qwen3"]
-	cfg.VocabSize = tok.VocabSize()
-	dir := filepath.Join(t.TempDir(), "m")
-	if err := qwen.InitRandom(dir, cfg, dtype, 5); err != nil {
-		t.Fatal(err)
-	}
-	m, err := qwen.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return qwentest.Model(t, tok, dtype)
 }
 
 // TestNativePolicyRunsTheAgentLoop drives the memtools loop with a random

@@ -88,7 +88,7 @@ func TestRealOllama(t *testing.T) {
 		}
 	}
 	if em := os.Getenv("AGEMEM_OLLAMA_EMBED_MODEL"); em != "" {
-		e, err := NewEmbedder(ctx, c, em)
+		e, err := NewEmbedder(ctx, c, em, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -280,7 +280,7 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 func TestEmbedder(t *testing.T) {
 	f, srv := newFake(t, "nomic-embed-text")
 	ctx := context.Background()
-	e, err := NewEmbedder(ctx, client(t, srv.URL), "nomic-embed-text")
+	e, err := NewEmbedder(ctx, client(t, srv.URL), "nomic-embed-text", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestEmbedder(t *testing.T) {
 	if _, err := e.Embed(ctx, []string{"a text longer than ten"}); !errors.Is(err, ErrContextTooLong) {
 		t.Errorf("long text: %v", err)
 	}
-	if _, err := NewEmbedder(ctx, client(t, srv.URL), "mxbai-embed-large"); !errors.Is(err, ErrModelNotFound) || !strings.Contains(err.Error(), "ollama pull mxbai-embed-large") {
+	if _, err := NewEmbedder(ctx, client(t, srv.URL), "mxbai-embed-large", 0); !errors.Is(err, ErrModelNotFound) || !strings.Contains(err.Error(), "ollama pull mxbai-embed-large") {
 		t.Errorf("missing model: %v", err)
 	}
 	var _ embed.Embedder = e

@@ -94,35 +94,14 @@ func wireMessages(msgs []chat.Message) []WireMessage {
 	return out
 }
 
-// Embedder embeds with a server's embedding model (embed.backend: openai),
-// unit-normalised so that the store's dot product is the cosine.
-type Embedder struct {
-	Client *Client
-	Model  string
-	Batch  int // texts per request (0: 64)
-	dim    int
-}
-
-// NewEmbedder learns the model's dimension (embed.Probe).
-func NewEmbedder(ctx context.Context, c *Client, model string) (*Embedder, error) {
-	e := &Embedder{Client: c, Model: model}
-	var err error
-	if e.dim, err = embed.Probe(ctx, e.Embed); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// Dim implements embed.Embedder.
-func (e *Embedder) Dim() int { return e.dim }
-
-// Embed implements embed.Embedder.
-func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+// NewEmbedder is an embedder over the server's /embeddings
+// (embed.backend: openai; embed.Remote).
+func NewEmbedder(ctx context.Context, c *Client, model string) (*embed.Remote, error) {
 	request := func(ctx context.Context, part []string) ([][]float32, error) {
-		return e.Client.Embeddings(ctx, e.Model, part)
+		return c.Embeddings(ctx, model, part)
 	}
-	return embed.Batches(ctx, texts, e.Batch, e.dim, request, func(msg string) error {
-		return &Error{Server: e.Client.base, Model: e.Model, Status: 200, Attempts: 1, Message: msg}
+	return embed.NewRemote(ctx, request, func(msg string) error {
+		return &Error{Server: c.base, Model: model, Status: 200, Attempts: 1, Message: msg}
 	})
 }
 

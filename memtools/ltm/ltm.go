@@ -7,9 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Entry is one memory m_i = (c, enc(c), metadata) of Eq. 10. Stores keep the
@@ -33,6 +37,7 @@ type Scored struct {
 // Store is one namespace of long-term memory.
 type Store interface {
 	// Add stores e under a new id (e.ID is ignored) and returns it as stored.
+	// A namespace of a DB holds a content once (see DB).
 	Add(ctx context.Context, e Entry) (Entry, error)
 	// Update replaces the content and embedding of id; a nil metadata keeps
 	// the old metadata (Eq. 12).
@@ -48,8 +53,88 @@ type Store interface {
 	Count(ctx context.Context) (int, error)
 }
 
+// DB is a durable store of many namespaces (one per user): SQLite on one
+// machine, PostgreSQL for any number of replicas. Its namespaces, which
+// concurrent requests and retried ones write to, keep two rules the
+// in-memory store of a rollout does not need:
+//
+//   - A namespace holds a content once: when it already holds an entry of
+//     exactly e.Content, Add returns that entry (the oldest, if updates made
+//     several) unchanged and stores nothing, so identical adds, concurrent
+//     or retried, leave one memory (Import, which restores, keeps what it
+//     is given).
+//   - Text is what every store can keep as it is: content valid UTF-8
+//     without NUL, metadata without NUL (PostgreSQL's text and jsonb hold
+//     neither), so a namespace moves between stores unchanged.
+type DB interface {
+	// Namespace returns the Store of one user; namespaces never see each
+	// other.
+	Namespace(ns string) (Store, error)
+	// Namespaces lists the namespaces that hold at least one entry.
+	Namespaces(ctx context.Context) ([]string, error)
+	// Import writes entries into namespace ns in one transaction: all of
+	// them or none. An entry whose ID is a valid id keeps it (and its
+	// timestamps), replacing the entry of that id if the namespace holds
+	// one, so importing the same entries twice leaves one copy; others get
+	// new ids. Embeddings must be set.
+	Import(ctx context.Context, ns string, es []Entry) (added, replaced int, err error)
+	// Ping checks that the database answers.
+	Ping() error
+	Close() error
+}
+
 // ErrNotFound is returned for an id the store does not hold.
 var ErrNotFound = errors.New("memory not found")
+
+// ErrUnavailable wraps an error of a database that cannot be reached (down,
+// restarting, refusing connections, a connection cut mid-call): nothing was
+// changed by the call unless its error says otherwise, and the same call
+// may succeed later. A server answers it with 503 and Retry-After.
+var ErrUnavailable = errors.New("the memory database is unavailable")
+
+// checkNamespace is the rule every store applies to a namespace's name.
+func checkNamespace(ns string) error {
+	if ns == "" || len(ns) > 256 || strings.ContainsRune(ns, 0) || !utf8.ValidString(ns) {
+		return fmt.Errorf("namespace %q: must be 1-256 bytes of UTF-8 without NUL", ns)
+	}
+	return nil
+}
+
+// checkText refuses text a DB cannot keep as it is: PostgreSQL's text
+// holds neither NUL nor invalid UTF-8 (and a JSONL export would rewrite
+// invalid UTF-8), its jsonb no U+0000. md is normalised metadata.
+func checkText(content string, md map[string]any) error {
+	if !utf8.ValidString(content) {
+		return errors.New("content is not valid UTF-8")
+	}
+	if strings.ContainsRune(content, 0) {
+		return errors.New("content contains a NUL character")
+	}
+	if hasNUL(md) {
+		return errors.New("metadata contains a NUL character (U+0000)")
+	}
+	return nil
+}
+
+// unit returns v scaled to length 1, as every store keeps embeddings. A
+// vector already of length 1 to within float32 rounding (one scaling leaves
+// |v|^2 within about 3e-7 of 1) comes back as it is, so that copying an
+// entry between stores keeps its bits and its checksum.
+func unit(v []float32) []float32 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	out := slices.Clone(v)
+	if s == 0 || math.Abs(s-1) <= 1e-6 {
+		return out
+	}
+	inv := float32(1 / math.Sqrt(s))
+	for i := range out {
+		out[i] *= inv
+	}
+	return out
+}
 
 var idPattern = regexp.MustCompile(`^mem_[0-9a-f]{8}$`)
 
@@ -147,6 +232,24 @@ func (l MetadataLimits) normalize(m map[string]any) (map[string]any, error) {
 // normalizeMetadata is normalize under the default limits.
 func normalizeMetadata(m map[string]any) (map[string]any, error) {
 	return MetadataLimits{}.normalize(m)
+}
+
+// hasNUL reports whether a value of decoded JSON holds a NUL (which
+// PostgreSQL's text cannot).
+func hasNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.ContainsRune(v, 0)
+	case []any:
+		return slices.ContainsFunc(v, hasNUL)
+	case map[string]any:
+		for k, x := range v {
+			if strings.ContainsRune(k, 0) || hasNUL(x) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Matches reports whether e satisfies filter: every key equals exactly. The

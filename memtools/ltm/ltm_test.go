@@ -26,23 +26,6 @@ func entry(content string, md map[string]any) Entry {
 	return Entry{Content: content, Embedding: enc.One(content), Metadata: md, MemoryType: "fact"}
 }
 
-// stores runs f on a fresh in-memory store and a fresh SQLite namespace.
-func stores(t *testing.T, f func(t *testing.T, s Store)) {
-	t.Run("memory", func(t *testing.T) { f(t, NewMemStore(1)) })
-	t.Run("sqlite", func(t *testing.T) {
-		db, err := OpenSQLite(filepath.Join(t.TempDir(), "m.db"), SQLiteOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		ns, err := db.Namespace("alice")
-		if err != nil {
-			t.Fatal(err)
-		}
-		f(t, ns)
-	})
-}
-
 func TestStoreCRUDAndRetrieve(t *testing.T) {
 	ctx := context.Background()
 	stores(t, func(t *testing.T, s Store) {

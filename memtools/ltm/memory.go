@@ -59,8 +59,7 @@ func (m *MemStore) Add(_ context.Context, e Entry) (Entry, error) {
 	}
 	e.ID = m.newID()
 	e.Metadata = md
-	e.Embedding = slices.Clone(e.Embedding)
-	embed.Normalize(e.Embedding)
+	e.Embedding = unit(e.Embedding)
 	e.Created = m.now().UTC()
 	e.Updated = e.Created
 	if _, err := m.idx.Add(e.Embedding); err != nil {
@@ -93,17 +92,18 @@ func (m *MemStore) Update(_ context.Context, id, content string, embedding []flo
 		e.Metadata = md
 	}
 	e.Content = content
-	e.Embedding = slices.Clone(embedding)
-	embed.Normalize(e.Embedding)
+	e.Embedding = unit(embedding)
 	e.Updated = m.now().UTC()
-	if err := m.idx.Set(i, embedding); err != nil {
+	if err := m.idx.Set(i, e.Embedding); err != nil {
 		return Entry{}, err
 	}
 	m.entries[i] = e
 	return cloneEntry(e), nil
 }
 
-// Delete implements Store.
+// Delete implements Store. The rows after id move up one, so that rows
+// stay in insertion order: Retrieve breaks ties by row, and every store
+// breaks them by insertion order.
 func (m *MemStore) Delete(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -111,11 +111,15 @@ func (m *MemStore) Delete(_ context.Context, id string) error {
 	if !ok {
 		return fmt.Errorf("delete %s: %w", id, ErrNotFound)
 	}
-	last := len(m.entries) - 1
-	m.idx.SwapRemove(i)
-	m.entries[i] = m.entries[last]
-	m.byID[m.entries[i].ID] = i
-	m.entries = m.entries[:last]
+	for r := i; r+1 < len(m.entries); r++ {
+		m.entries[r] = m.entries[r+1]
+		m.byID[m.entries[r].ID] = r
+		if err := m.idx.Set(r, m.entries[r].Embedding); err != nil {
+			return err
+		}
+	}
+	m.idx.SwapRemove(len(m.entries) - 1)
+	m.entries = m.entries[:len(m.entries)-1]
 	delete(m.byID, id)
 	delete(m.seq, id)
 	return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/agemem/agemem/embed"
@@ -66,6 +65,9 @@ var migrations = []string{
 	ALTER TABLE memories_v2 RENAME TO memories;
 	CREATE UNIQUE INDEX memories_ns_id ON memories(namespace, id);
 	CREATE INDEX memories_ns ON memories(namespace);`,
+	// Schema 3: Add looks a content up before storing it (a namespace
+	// holds a content once).
+	`CREATE INDEX memories_ns_content ON memories(namespace, content);`,
 }
 
 // pageSize is a new store's page size: 16 KiB pages hold about ten
@@ -247,8 +249,8 @@ func (s *SQLite) Path() string { return s.path }
 
 // Namespace returns the Store of one user. Namespaces never see each other.
 func (s *SQLite) Namespace(ns string) (Store, error) {
-	if ns == "" || len(ns) > 256 || strings.ContainsAny(ns, "\x00") {
-		return nil, fmt.Errorf("namespace %q: must be 1-256 bytes without NUL", ns)
+	if err := checkNamespace(ns); err != nil {
+		return nil, err
 	}
 	return &sqliteNS{s: s, ns: ns}, nil
 }

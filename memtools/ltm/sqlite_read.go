@@ -184,17 +184,10 @@ func orEmpty(m map[string]any) map[string]any {
 // factor a rounding away from 1 would change its bits on every rewrite (a
 // repair writes back what it read).
 func encodeVec(v []float32) []byte {
-	var s float64
-	for _, x := range v {
-		s += float64(x) * float64(x)
-	}
-	inv := float32(1)
-	if s > 0 && math.Abs(s-1) > 1e-6 {
-		inv = float32(1 / math.Sqrt(s))
-	}
+	v = unit(v)
 	b := make([]byte, 4*len(v))
 	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x*inv))
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
 	}
 	return b
 }

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,8 +34,20 @@ func (n *sqliteNS) Add(ctx context.Context, e Entry) (Entry, error) {
 	if err := checkEmbedding(e.Embedding, d); err != nil {
 		return Entry{}, n.wrap("add memory", err)
 	}
+	if err := checkText(e.Content, md); err != nil {
+		return Entry{}, n.wrap("add memory", err)
+	}
+	// A namespace holds a content once; the write slot makes the look-up
+	// and the insert one step.
+	held, err := scanEntry(tx.QueryRowContext(ctx, "SELECT "+entryCols+" FROM memories WHERE namespace = ? AND content = ? ORDER BY rowid LIMIT 1", n.ns, e.Content).Scan)
+	if err == nil {
+		return held, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return Entry{}, n.wrap("add memory", err)
+	}
 	e.Metadata = md
-	e.Embedding = slices.Clone(e.Embedding)
+	e.Embedding = unit(e.Embedding)
 	e.Created = time.Now().UTC()
 	e.Updated = e.Created
 	mdJSON, _ := json.Marshal(orEmpty(md))
@@ -80,8 +91,11 @@ func (n *sqliteNS) Update(ctx context.Context, id, content string, embedding []f
 		}
 		e.Metadata = md
 	}
+	if err := checkText(content, e.Metadata); err != nil {
+		return Entry{}, n.wrap("update "+id, err)
+	}
 	e.Content = content
-	e.Embedding = slices.Clone(embedding)
+	e.Embedding = unit(embedding)
 	e.Updated = time.Now().UTC()
 	mdJSON, _ := json.Marshal(orEmpty(e.Metadata))
 	if _, err := tx.ExecContext(ctx, `UPDATE memories SET content = ?, embedding = ?, metadata = ?, updated = ?
@@ -170,6 +184,9 @@ func (s *SQLite) Import(ctx context.Context, ns string, es []Entry) (added, repl
 // importEntries is Import; a repair writes back what a store held
 // without holding it to today's metadata limits.
 func (s *SQLite) importEntries(ctx context.Context, ns string, es []Entry, limits bool) (added, replaced int, err error) {
+	if err := checkNamespace(ns); err != nil {
+		return 0, 0, err
+	}
 	n := &sqliteNS{s: s, ns: ns}
 	lim := s.opt.Metadata
 	if !limits {
@@ -193,6 +210,9 @@ func (s *SQLite) importEntries(ctx context.Context, ns string, es []Entry, limit
 		md, err := lim.normalize(e.Metadata)
 		if me := (*MetadataError)(nil); errors.As(err, &me) {
 			me.Entry = i + 1
+		}
+		if err == nil {
+			err = checkText(e.Content, md)
 		}
 		if err != nil {
 			return 0, 0, n.wrap(fmt.Sprintf("import entry %d", i+1), err)

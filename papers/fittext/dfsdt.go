@@ -23,18 +23,41 @@ type SearchConfig struct {
 	Width      int `yaml:"width"`       // W: children a node may try (ToolBench's tree_beam_size: 2)
 	MaxDepth   int `yaml:"max_depth"`   // model turns on one path (single_chain_max_step: 12)
 	MaxQueries int `yaml:"max_queries"` // the agent's model calls per query (max_query_count: 200)
+	// Retrieval are the strategies a benchmark run retrieves the model's
+	// pseudo-tools with, a run each (WorkBenchRuns); "none" is a run with
+	// every function visible from the start (plain DFSDT).
+	Retrieval []string `yaml:"retrieval"`
 }
 
 // DefaultSearch is ToolBench's DFSDT setting. The search ends at its
 // first answer (ToolBench's answer count, S_max, of 1).
 func DefaultSearch() SearchConfig {
-	return SearchConfig{Width: 2, MaxDepth: 12, MaxQueries: 200}
+	return SearchConfig{Width: 2, MaxDepth: 12, MaxQueries: 200, Retrieval: []string{"memetic"}}
 }
 
 func (c SearchConfig) validate(e *valid.Errors) {
 	e.AtLeast("dfsdt.width", c.Width, 1)
 	e.AtLeast("dfsdt.max_depth", c.MaxDepth, 1)
 	e.AtLeast("dfsdt.max_queries", c.MaxQueries, 1)
+}
+
+// validateRetrieval checks the strategies of a benchmark run, which a
+// Search does not read.
+func (c SearchConfig) validateRetrieval(e *valid.Errors) {
+	if len(c.Retrieval) == 0 {
+		e.Add("dfsdt.retrieval", "[]: want none or a strategy, or several")
+	}
+	for i, r := range c.Retrieval {
+		key := fmt.Sprintf("dfsdt.retrieval[%d]", i)
+		if r != "none" && (CheckStrategy(r) != nil || r == "query") {
+			// The query strategy retrieves with the user's query, which a
+			// search that retrieves for its pseudo-tools does not have.
+			e.Add(key, "%q: want none or a strategy that reads pseudo-tools (%s)", r, strings.Join(Strategies[1:], ", "))
+		}
+		if slices.Index(c.Retrieval, r) < i {
+			e.Add(key, "%q is named twice", r)
+		}
+	}
 }
 
 // World is where the agent's calls run: Functions are every function it has,

@@ -167,6 +167,7 @@ func (c Config) Validate() error {
 		e.Add("memetic_v2.crowding", "%g is not a cosine in [-1, 1]", v.Crowding)
 	}
 	c.DFSDT.validate(&e)
+	c.DFSDT.validateRetrieval(&e)
 	return e.Err()
 }
 

@@ -2,43 +2,23 @@ package fittext
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
-	"github.com/agemem/agemem/internal/testkit"
+	"github.com/agemem/agemem/internal/qwentest"
 	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/llm/native"
 	"github.com/agemem/agemem/model/chat"
 	"github.com/agemem/agemem/model/engine"
-	"github.com/agemem/agemem/model/qwen"
 	"github.com/agemem/agemem/model/safetensors"
-	"github.com/agemem/agemem/model/tokenizer"
 )
 
 // TestModelLLMBatchesReproducibly: prompts asked concurrently of the native
 // engine get the same text as asked one at a time; a prompt asked again
 // gets a new sample; a greedy call is the model's greedy continuation.
 func TestModelLLMBatchesReproducibly(t *testing.T) {
-	p := testkit.QwenTokenizer(t)
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("run `make deps`: %v", err)
-	}
-	tok, err := tokenizer.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := qwen.Presets["tiny-qwen3"]
-	cfg.VocabSize = tok.VocabSize()
-	dir := filepath.Join(t.TempDir(), "m")
-	if err := qwen.InitRandom(dir, cfg, safetensors.F32, 5); err != nil {
-		t.Fatal(err)
-	}
-	m, err := qwen.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := qwentest.Tokenizer(t)
+	m := qwentest.Model(t, tok, safetensors.F32)
 	prompts := []string{"Describe a weather tool.", "Describe a calendar tool.", "Describe a weather tool.", "Sort a list."}
 	run := func(parallel bool) []string {
 		e := native.New(m, tok, chat.Qwen3, native.Options{Sampling: llm.Sampling{MaxTokens: 12}, Engine: engine.Options{MaxBatch: 8}})

@@ -6,7 +6,9 @@ import (
 	"io"
 
 	"github.com/agemem/agemem/bench/workbench"
+	"github.com/agemem/agemem/embed"
 	"github.com/agemem/agemem/internal/par"
+	"github.com/agemem/agemem/llm"
 )
 
 // PlayWorkBench plays task with FitText's agent (Search): every
@@ -82,4 +84,34 @@ func WorkBench(ctx context.Context, d *workbench.Data, tasks []workbench.Task, s
 	}
 	res.Fill(test, runs)
 	return res, nil
+}
+
+// WorkBenchRuns plays tasks with FitText's agent on m once for each
+// strategy of c.DFSDT.Retrieval, the strategies asking m too (on the
+// native engine the agent's and the strategies' calls decode in shared
+// steps) over a knowledge base of WorkBench's functions embedded by emb;
+// "none" gives the agent every function from the start (plain DFSDT).
+func WorkBenchRuns(ctx context.Context, c Config, m llm.Model, emb embed.Embedder, seed uint64, d *workbench.Data, tasks []workbench.Task, parallel int, log io.Writer) ([]workbench.Result, error) {
+	ts, err := d.New().Toolset(nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	kb, err := WorldKB(ctx, emb, ts.Functions())
+	if err != nil {
+		return nil, err
+	}
+	strategies := &ModelLLM{Model: m}
+	var results []workbench.Result
+	for _, r := range c.DFSDT.Retrieval {
+		s := &Search{Model: m, Strategy: r, Config: c.DFSDT}
+		if r != "none" {
+			s.Retriever = &Retriever{Config: c, KB: kb, LLM: strategies, Seed: seed}
+		}
+		res, err := WorkBench(ctx, d, tasks, s, r, parallel, log)
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, res)
+	}
+	return results, nil
 }

@@ -1,9 +1,10 @@
-// Package toolmem is MemToolAgent's memory of past tool use: entries of a
-// query, the tool calls made, the feedback and (on failure) a reflection,
-// recalled by similarity with an adaptive count.
+// Package memtoolagent is MemToolAgent's memory of past tool use: entries
+// of a query, the tool calls made, the feedback and (on failure) a
+// reflection, recalled by similarity with an adaptive count, and the runs
+// of the agent with it on WorkBench and NESTFUL.
 package memtoolagent
 
-import "fmt"
+import "github.com/agemem/agemem/internal/valid"
 
 // Adaptive recall (MemToolAgent): the similarities of the stored entries to
 // a new query, sorted descending as x, are differentiated by a centred
@@ -59,28 +60,31 @@ func (Gap) Count(x []float64) int {
 	return best + 1
 }
 
-// Adaptive holds the recall parameters.
+// Adaptive holds the recall parameters (the "adaptive" keys of the
+// memtoolagent section).
 type Adaptive struct {
-	R          int // half window (the paper: 10)
-	PeakNumber int // which peak sets n, from 1 (the paper: 1, or 2 for PEToolBench)
-	Fallback   int // entries recalled when y has no peak (0: all)
+	R          int `yaml:"radius"`   // half window (the paper: 10)
+	PeakNumber int `yaml:"peak"`     // which peak sets n, from 1 (the paper: 1, or 2 for PEToolBench)
+	Fallback   int `yaml:"fallback"` // entries recalled when y has no peak (0: all)
 }
 
 // DefaultAdaptive is the paper's WorkBench setting.
 func DefaultAdaptive() Adaptive { return Adaptive{R: 10, PeakNumber: 1, Fallback: 10} }
 
-// Check names a parameter no recall can follow: a half window below 1 (no
-// slope at all), a peak number below 1, a negative fallback.
+// Check names, by key, each parameter no recall can follow: a half window
+// below 1 (no slope at all), a peak number below 1, a negative fallback.
 func (a Adaptive) Check() error {
-	switch {
-	case a.R < 1:
-		return fmt.Errorf("adaptive recall: half window R %d must be at least 1", a.R)
-	case a.PeakNumber < 1:
-		return fmt.Errorf("adaptive recall: peak number %d must be at least 1", a.PeakNumber)
-	case a.Fallback < 0:
-		return fmt.Errorf("adaptive recall: fallback %d must be 0 (every entry) or more", a.Fallback)
+	var e valid.Errors
+	if a.R < 1 {
+		e.Add("radius", "%d: a half window R %d has no slope; want at least 1", a.R, a.R)
 	}
-	return nil
+	if a.PeakNumber < 1 {
+		e.Add("peak", "%d: there is no peak number %d; want 1 or more", a.PeakNumber, a.PeakNumber)
+	}
+	if a.Fallback < 0 {
+		e.Add("fallback", "%d: a fallback %d recalls nothing; want 0 (every entry) or more", a.Fallback, a.Fallback)
+	}
+	return e.Err()
 }
 
 // Count is how many of the entries with similarities x (sorted
