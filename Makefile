@@ -289,7 +289,7 @@ memtool-base: memtool-data
 	$(BIN)/agemem-train memtool tokenizer $(MTCFG) --data $(MT_RUN)/sft.jsonl --vocab-size 2048 --pretokenizer qwen --out $(MT_RUN)/tok
 	$(BIN)/agemem-train init-model $(MTCFG) --tokenizer $(MT_RUN)/tok/tokenizer.json --dtype f32 --out $(MT_RUN)/init
 	$(BIN)/agemem-train pretrain $(MTCFG)
-	$(BIN)/agemem-train pretrain $(MTCFG) $(MT_TEXT) --set pretrain.init=$(MT_RUN)/pretrain/policy --set pretrain.out=$(MT_RUN)/pretrain-text
+	$(BIN)/agemem-train pretrain $(MTCFG) $(MT_TEXT) --set pretrain.steps=750 --set pretrain.init=$(MT_RUN)/pretrain/policy --set pretrain.out=$(MT_RUN)/pretrain-text
 	$(BIN)/agemem-train sft $(MTCFG) $(MT_TEXT) --gen-eval 0
 
 # The GPU recipe (configs/memtool-gpu.yaml): the same world and teacher,
