@@ -147,3 +147,76 @@ func TestCLIMemtoolAgentOnGateway(t *testing.T) {
 		t.Fatalf("no prompt: %v", err)
 	}
 }
+
+// The policy GRPO trained (checkpoints/memtool-rl, make demo-memtool's
+// runs/memtool/rl/policy) is what a user gets: memtool bench --policy
+// native runs it, and through serve's tool gateway it removes tools it
+// loaded, where the policy before GRPO (checkpoints/memtool) never does.
+// The questions are its training world's (seed 1), whose names it copies.
+func TestCLIMemtoolTrainedPolicyServed(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, "memtool", "synth", "--companies", "100", "--queries", "1200", "--seed", "1", "--out", dir)
+	set := []string{"--config", "../../configs/memtool.yaml", "--set", "memtool.bench.tools=" + filepath.Join(dir, "tools.json"),
+		"--set", "memtool.bench.queries=" + filepath.Join(dir, "queries.json")}
+	rr := map[string]float64{}
+	for _, p := range []string{"memtool", "memtool-rl"} {
+		out := filepath.Join(dir, "bench-"+p)
+		mustRun(t, append([]string{"memtool", "bench", "--policy", "native", "--native", "../../checkpoints/" + p, "--modes", "autonomous",
+			"--set", "memtool.bench.turns=8", "--set", "memtool.bench.out=" + out}, set...)...)
+		var rep struct {
+			Modes []struct {
+				Metrics struct {
+					RR3T float64 `json:"avg_removal_ratio_3t"`
+				} `json:"metrics"`
+			} `json:"modes"`
+		}
+		if err := json.Unmarshal(mustRead(t, filepath.Join(out, "report.json")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		rr[p] = rep.Modes[0].Metrics.RR3T
+	}
+	if rr["memtool"] != 0 || rr["memtool-rl"] < 0.5 {
+		t.Fatalf("memtool bench --policy native: RR3T %.3f before GRPO, %.3f after", rr["memtool"], rr["memtool-rl"])
+	}
+
+	tools, err := stabletoolbench.LoadCollection(filepath.Join(dir, "tools.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var upstream []agent.Tool
+	for _, tool := range tools {
+		upstream = append(upstream, agent.Tool{Function: tool.Function, Server: tool.Server,
+			Call: func(ctx context.Context, args json.RawMessage) (string, error) {
+				return stabletoolbench.Simulate(ctx, tool, args)
+			}})
+	}
+	c := memtool.DefaultConfig()
+	c.Limit, c.TopK = 6, 1
+	g, err := memtool.NewGateway(context.Background(), embed.NewHashing(384, []int{3, 4}), upstream, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := stabletoolbench.LoadQueries(filepath.Join(dir, "queries.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	removals := map[string]int{}
+	for _, p := range []string{"memtool", "memtool-rl"} {
+		gw := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.Server(p) }, nil))
+		args := append([]string{"memtool", "agent", "--url", gw.URL, "--native", "../../checkpoints/" + p}, set...)
+		for _, q := range qs[:6] {
+			args = append(args, "--prompt", q.Text)
+		}
+		got := mustRun(t, args...)
+		gw.Close()
+		for _, line := range strings.Split(got, "\n") {
+			if strings.Contains(line, "] SYS_REMOVE_TOOLS(") && strings.Contains(line, ") -> ok: ") {
+				removals[p]++
+			}
+		}
+		t.Logf("%s through the gateway:\n%s", p, got)
+	}
+	if removals["memtool"] != 0 || removals["memtool-rl"] == 0 {
+		t.Fatalf("removals through the gateway: %d before GRPO, %d after", removals["memtool"], removals["memtool-rl"])
+	}
+}
