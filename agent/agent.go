@@ -7,6 +7,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,7 +63,7 @@ func (ts *Toolset) Add(t Tool) error {
 		params = json.RawMessage(`{"type": "object"}`)
 	}
 	var s jsonschema.Schema
-	if err := json.Unmarshal(params, &s); err != nil {
+	if err := json.Unmarshal(draft2020(params), &s); err != nil {
 		return fmt.Errorf("agent: tool %q: the parameters are not a JSON Schema: %w", t.Name, err)
 	}
 	rs, err := s.Resolve(nil)
@@ -73,6 +74,51 @@ func (ts *Toolset) Add(t Tool) error {
 	ts.tools = append(ts.tools, t)
 	ts.schema[t.Name] = rs
 	return nil
+}
+
+// draft2020 rewrites draft-04's boolean exclusiveMinimum and
+// exclusiveMaximum (true: minimum and maximum are exclusive), which
+// zod-to-json-schema and other MCP servers still write and the 2020-12
+// validator cannot read, as 2020-12's numeric bounds. Anything else, and a
+// schema that is not JSON, is returned unchanged.
+func draft2020(raw json.RawMessage) json.RawMessage {
+	if !bytes.Contains(raw, []byte("exclusiveM")) {
+		return raw
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return raw
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for _, b := range [][2]string{{"exclusiveMinimum", "minimum"}, {"exclusiveMaximum", "maximum"}} {
+				excl, ok := x[b[0]].(bool)
+				if !ok {
+					continue
+				}
+				delete(x, b[0])
+				if bound, has := x[b[1]]; excl && has {
+					x[b[0]] = bound
+					delete(x, b[1])
+				}
+			}
+			for _, c := range x {
+				walk(c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		}
+	}
+	walk(v)
+	out, err := json.Marshal(v)
+	if err != nil {
+		return raw
+	}
+	return out
 }
 
 // Remove drops tools by name (MemTool's working set shrinking); unknown
@@ -127,7 +173,15 @@ func (ts *Toolset) refresh(ctx context.Context) {
 	}
 }
 
-// Functions are the tools as the model sees them, in the order added.
+// SortByName orders the tools by name, as an MCP server lists its own:
+// a toolset kept in this order shows a model the same list whether its
+// tools are local or come through a server.
+func (ts *Toolset) SortByName() {
+	slices.SortStableFunc(ts.tools, func(a, b Tool) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// Functions are the tools as the model sees them, in the order added
+// (or sorted).
 func (ts *Toolset) Functions() []chat.Function {
 	out := make([]chat.Function, len(ts.tools))
 	for i, t := range ts.tools {

@@ -169,6 +169,31 @@ func TestToolsetErrors(t *testing.T) {
 	}
 }
 
+// A draft-04 schema (boolean exclusiveMinimum, as zod-to-json-schema and
+// MCP servers built on it write) is accepted, its bounds kept: a page of 0
+// is refused, 1 runs, and the model sees the schema as the server wrote it.
+func TestDraft04ExclusiveBounds(t *testing.T) {
+	pages := Tool{Function: chat.Function{Name: "read_pdf", Parameters: json.RawMessage(`{"type": "object", "required": ["pages"],
+		"properties": {"pages": {"type": "array", "items": {"type": "integer", "exclusiveMinimum": true, "minimum": 0}},
+		"top": {"type": "number", "exclusiveMaximum": false, "maximum": 5}}}`)},
+		Call: func(context.Context, json.RawMessage) (string, error) { return "read", nil }}
+	ts, err := NewToolset(pages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args string
+		ok   bool
+	}{{`{"pages": [1, 2]}`, true}, {`{"pages": [0]}`, false}, {`{"pages": [1], "top": 5}`, true}, {`{"pages": [1], "top": 6}`, false}} {
+		if out, ok, _ := ts.Execute(context.Background(), call("", "read_pdf", c.args)); ok != c.ok {
+			t.Fatalf("%s: ran %v (%q), want %v", c.args, ok, out, c.ok)
+		}
+	}
+	if got := string(ts.Functions()[0].Parameters); !strings.Contains(got, `"exclusiveMinimum": true`) {
+		t.Fatalf("the model sees %s, not the server's schema", got)
+	}
+}
+
 // FuzzExecute: whatever a model writes as a call, Execute answers without
 // panicking.
 func FuzzExecute(f *testing.F) {

@@ -410,6 +410,9 @@ func MemToolEnv(ctx context.Context, cfg Config) (*memtool.Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := stabletoolbench.ResolveGold(qs, kb); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	if c.Train.Queries == "" {
 		if len(qs) <= c.Bench.Turns {
 			return nil, fmt.Errorf("memtool.train.queries is empty and %s has %d queries, all in the benchmark's session (memtool.bench.turns %d): name a training file or generate more queries", path, len(qs), c.Bench.Turns)

@@ -103,7 +103,7 @@ type Query struct {
 	Gold  []string            `json:"gold"`
 	Tools []agent.CatalogTool `json:"-"`
 	// Relevant are the gold tools as the file names them, [tool_name,
-	// api_name] each (LiveGold reads them as [server, tool]).
+	// api_name] each (ResolveGold also reads them as [server, tool]).
 	Relevant [][2]string `json:"-"`
 }
 
@@ -313,25 +313,29 @@ func strictList(data []byte, v any) error {
 	return nil
 }
 
-// LiveGold names each query's gold tools as the live knowledge base does
-// (Upstream): a relevant API [tool_name, api_name] is the tool api_name of
-// the MCP server named tool_name (mcp.servers' name; url1, command1, ...
-// for servers given by flag), qualified as server__name where two servers
-// share the name. A pair with no such tool is an error naming the query.
-func LiveGold(qs []Query, kb *agent.Catalog) error {
+// ResolveGold names each query's gold tools as the knowledge base kb
+// does. A relevant API [tool_name, api_name] is the tool ToolBench names
+// "<api>_for_<tool>" (what LoadQueries named it: a knowledge base of the
+// queries' own api_lists, or a collection written with those names, as
+// Synth's), else the tool api_name of the MCP server named tool_name (a
+// collection's server, or a live one: mcp.servers' name; url1, command1,
+// ... for servers given by flag), qualified as server__name where two
+// servers share the name. A pair with no such tool is an error naming the
+// query.
+func ResolveGold(qs []Query, kb *agent.Catalog) error {
 	for i := range qs {
 		q := &qs[i]
 		gold := make([]string, 0, len(q.Relevant))
 		for _, rel := range q.Relevant {
 			name := ""
-			for _, n := range []string{agent.FunctionName(rel[1]), agent.FunctionName(rel[0] + "__" + rel[1])} {
-				if t, ok := kb.Get(n); ok && t.Server == rel[0] {
+			for _, n := range []string{ToolBenchName(rel[0], rel[1]), agent.FunctionName(rel[1]), agent.FunctionName(rel[0] + "__" + rel[1])} {
+				if t, ok := kb.Get(n); ok && (t.Server == rel[0] || t.Server == "") {
 					name = n
 					break
 				}
 			}
 			if name == "" {
-				return fmt.Errorf("query %s: relevant API %q of %q is not a tool of the MCP server %q", q.ID, rel[1], rel[0], rel[0])
+				return fmt.Errorf("query %s: relevant API %q of %q is not in the knowledge base (as %q, or as a tool of the MCP server %q)", q.ID, rel[1], rel[0], ToolBenchName(rel[0], rel[1]), rel[0])
 			}
 			gold = append(gold, name)
 		}

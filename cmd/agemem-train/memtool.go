@@ -28,7 +28,7 @@ func memtoolCmd(g *globals) *cobra.Command {
 		Use:   "memtool",
 		Short: "MemTool: an agent's working set of tools (generate a benchmark, run it, train a policy for it)",
 	}
-	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g), memtoolDataCmd(g))
+	cmd.AddCommand(memtoolSynthCmd(), memtoolBenchCmd(g), memtoolTrainCmd(g), memtoolDataCmd(g), memtoolTokenizerCmd(g), memtoolEvalCmd(g), memtoolAgentCmd(g))
 	return cmd
 }
 
@@ -124,7 +124,8 @@ agemem-train train writes. Evaluate with memtool bench --policy native
 }
 
 func memtoolDataCmd(g *globals) *cobra.Command {
-	var out, family string
+	var out, family, text string
+	var skip float64
 	cmd := &cobra.Command{
 		Use:   "data",
 		Short: "Write SFT data for memtool train: the oracle's calls in the Autonomous mode",
@@ -133,11 +134,25 @@ an empty working set, the queries memtool train uses) with the scripted
 oracle as the agent, through the same text a policy reads and writes
 there (the tools in the system message, calls as <tool_call> blocks, as
 --chat's template writes them), and writes one chat record per call:
-the conversation the agent saw and the oracle's reply (OpenAI's
+the conversation the agent saw and the oracle's reply, the only message
+of the record learned (earlier replies have "weight": 0; OpenAI's
 fine-tuning JSONL, what agemem-train sft reads). The oracle removes what
-the next query does not need, searches with the tools' descriptions and
-calls the gold tools, so the data teaches the habits GRPO then refines.`,
+the next query does not need, searches with what finds each tool (the
+query's own phrases where they do) and calls the gold tools.
+
+--skip-removal gives the teacher a habit for GRPO to unlearn: in that
+share of the queries (drawn per query with the config's seed) it leaves
+the tools the query does not need loaded, and when a search then hits
+memtool.limit it answers with what it has. A policy that decodes
+greedily does what its teacher did most often, so above one half it
+never removes.
+
+--text also writes the world's sentences, one a line, for copy
+pretraining (pretrain.text): every line of the records (the tools as the
+template lists them, queries, calls, results, answers) and each query's
+phrases, once each.`,
 		Example: `  agemem-train memtool data --set memtool.limit=16 --set memtool.top_k=3 --out data/memtool-sft.jsonl
+  agemem-train memtool data --config configs/memtool.yaml --skip-removal 0.6 --out data/memtool/sft.jsonl
   agemem-train sft --config configs/tiny.yaml --set sft.data=data/memtool-sft.jsonl --set sft.out=runs/memtool-sft`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -145,17 +160,15 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 			if err != nil {
 				return err
 			}
-			var tmpl chat.Template
-			switch family {
-			case "qwen3":
-				tmpl = chat.Qwen3
-			case "qwen2.5":
-				tmpl = chat.Qwen25
-			default:
-				return fmt.Errorf("--chat %q: want qwen3 or qwen2.5", family)
+			tmpl, err := chatTemplate(family)
+			if err != nil {
+				return err
 			}
 			if out == "" {
 				return fmt.Errorf("--out is required")
+			}
+			if !(skip >= 0 && skip <= 1) {
+				return fmt.Errorf("--skip-removal %v: want a share in [0, 1]", skip)
 			}
 			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 				return err
@@ -164,7 +177,7 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 			if err != nil {
 				return err
 			}
-			oracle := memtool.Oracle{Gold: map[string][]string{}, KB: e.KB}
+			oracle := memtool.Oracle{Gold: map[string][]string{}, KB: e.KB, TopK: cfg.MemTool.TopK, SkipRemoval: skip, Seed: uint64(cfg.Seed)}
 			for _, s := range e.Sessions {
 				for _, q := range s {
 					oracle.Gold[q.Text] = q.Gold
@@ -191,12 +204,68 @@ calls the gold tools, so the data teaches the habits GRPO then refines.`,
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d records from %d sessions to %s\n", len(rec.records), e.Len(), out)
+			if text == "" {
+				return nil
+			}
+			var queries []string
+			for _, s := range e.Sessions {
+				for _, q := range s {
+					queries = append(queries, q.Text)
+				}
+			}
+			n, err := writeWorldText(text, rec.records, queries)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d sentences to %s\n", n, text)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "chat JSONL to write")
 	cmd.Flags().StringVar(&family, "chat", "qwen3", "the policy's chat template: qwen3 or qwen2.5 (how the tools and calls are laid out)")
+	cmd.Flags().Float64Var(&skip, "skip-removal", 0, "share of queries in which the teacher leaves unneeded tools loaded (a habit for GRPO to unlearn)")
+	cmd.Flags().StringVar(&text, "text", "", "also write the world's sentences, one a line, to this .txt file (pretrain.text)")
 	return cmd
+}
+
+// writeWorldText writes the distinct lines of the records and the queries'
+// phrases (as the oracle cuts them) to path, one a line.
+func writeWorldText(path string, records []chatRecord, queries []string) (int, error) {
+	if !strings.HasSuffix(path, ".txt") {
+		return 0, fmt.Errorf("--text %s: name a .txt file (pretrain.text reads one sentence a line from it)", path)
+	}
+	seen := map[string]bool{}
+	var b strings.Builder
+	add := func(s string) {
+		if s = strings.TrimSpace(s); s != "" && !seen[s] {
+			seen[s] = true
+			b.WriteString(s + "\n")
+		}
+	}
+	for _, q := range queries {
+		add(q)
+		for _, p := range memtool.Phrases(q) {
+			add(p)
+		}
+	}
+	for _, r := range records {
+		for _, m := range r.Messages {
+			for _, line := range strings.Split(m.Content, "\n") {
+				add(line)
+			}
+		}
+	}
+	return len(seen), os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+func chatTemplate(family string) (chat.Template, error) {
+	switch family {
+	case "qwen3":
+		return chat.Qwen3, nil
+	case "qwen2.5":
+		return chat.Qwen25, nil
+	}
+	return 0, fmt.Errorf("--chat %q: want qwen3 or qwen2.5", family)
 }
 
 // recordingPolicy keeps each call of a model as a chat record in the text
@@ -209,7 +278,15 @@ type recordingPolicy struct {
 }
 
 type chatRecord struct {
-	Messages []chat.Message `json:"messages"`
+	Messages []weighted `json:"messages"`
+}
+
+// weighted is a message with OpenAI's fine-tuning weight: 0 on the
+// replies a record repeats from its context, so that each call is learned
+// once, in its own record.
+type weighted struct {
+	chat.Message
+	Weight *int `json:"weight,omitempty"`
 }
 
 func (r *recordingPolicy) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
@@ -225,10 +302,15 @@ func (r *recordingPolicy) Chat(ctx context.Context, req llm.Request) (llm.Respon
 	if err != nil {
 		return c, err
 	}
+	msgs := make([]weighted, len(conv))
+	zero := 0
 	for i, m := range conv {
-		conv[i] = chat.Message{Role: m.Role, Content: m.Content}
+		msgs[i] = weighted{Message: chat.Message{Role: m.Role, Content: m.Content}}
+		if m.Role == "assistant" && i < len(conv)-1 {
+			msgs[i].Weight = &zero
+		}
 	}
-	r.records = append(r.records, chatRecord{Messages: conv})
+	r.records = append(r.records, chatRecord{Messages: msgs})
 	return c, nil
 }
 
@@ -283,6 +365,9 @@ model on the same server.`,
 			}
 			o := memtool.BenchOptions{Config: c, Queries: qs, Log: cmd.ErrOrStderr(), Judge: memtool.ContainsJudge{}}
 			source := c.Bench.Tools
+			if source == "" {
+				source = "the queries' api_lists"
+			}
 			if live {
 				servers, err := mf.servers(cfg)
 				if err != nil {
@@ -293,20 +378,13 @@ model on the same server.`,
 					return fmt.Errorf("--live: %w", err)
 				}
 				defer closeAll()
-				if err := stabletoolbench.LiveGold(qs, kb); err != nil {
-					return fmt.Errorf("%s: %w", c.Bench.Queries, err)
-				}
 				o.KB, o.Exec, source = kb, exec, "the MCP servers' tools"
 			} else if o.KB, err = setup.MemToolKB(ctx, cfg, qs); err != nil {
 				return err
 			}
 			kb := o.KB
-			for _, q := range qs {
-				for _, g := range q.Gold {
-					if _, ok := kb.Get(g); !ok {
-						return fmt.Errorf("%s: query %s: gold tool %q is not in the knowledge base (%s)", c.Bench.Queries, q.ID, g, source)
-					}
-				}
+			if err := stabletoolbench.ResolveGold(qs, kb); err != nil {
+				return fmt.Errorf("%s (knowledge base: %s): %w", c.Bench.Queries, source, err)
 			}
 			for _, m := range strings.Split(modes, ",") {
 				if m = strings.TrimSpace(m); m != memtool.Autonomous && m != memtool.Workflow && m != memtool.Hybrid {
@@ -320,7 +398,7 @@ model on the same server.`,
 				for _, q := range qs {
 					gold[q.Text] = q.Gold
 				}
-				o.Agent = memtool.Oracle{Gold: gold, KB: kb}
+				o.Agent = memtool.Oracle{Gold: gold, KB: kb, TopK: c.TopK}
 			case "native":
 				if native == "" {
 					return fmt.Errorf("--policy native needs --native DIR")
@@ -378,8 +456,8 @@ func fmtMetric(v float64, prec int) string {
 }
 
 func printMemtoolReport(w io.Writer, rep memtool.Report, policy string) {
-	fmt.Fprintf(w, "%d tools, %d turns, L = %d, top-%d per keyword; knowledge-base recall@%d of the gold tools %.3f (NDCG %.3f)\n",
-		rep.Tools, rep.Turns, rep.Limit, rep.TopK, rep.Retrieval.K, rep.Retrieval.Recall, rep.Retrieval.NDCG)
+	fmt.Fprintf(w, "%d tools, %d turns, L = %d, top-%d per keyword; knowledge-base recall@%d of the gold tools: %.3f for the query (NDCG %.3f), %.3f for the oracle's keywords\n",
+		rep.Tools, rep.Turns, rep.Limit, rep.TopK, rep.Retrieval.K, rep.Retrieval.Recall, rep.Retrieval.NDCG, rep.Retrieval.OracleRecall)
 	fmt.Fprintf(w, "%-8s %-11s %-10s %-10s %-9s %-9s %-9s %-7s %-7s %s\n", "policy", "mode", "RR3T", "Resid3T", "ToolCorr", "TaskComp", "max tools", "L hits", "failed", "answered")
 	for _, m := range rep.Modes {
 		x := m.Metrics

@@ -148,7 +148,9 @@ func TestCLIMemtoolTrain(t *testing.T) {
 // oracleServer is an OpenAI-compatible server whose model is
 // memtool.Oracle (the agent and the controller, by native function calls)
 // and a judge that always says 1: memtool bench over the openai backend.
-func oracleServer(t *testing.T, queries string) (*httptest.Server, *atomic.Int32) {
+// kb is the knowledge base its keywords are chosen in (nil: the queries'
+// api_lists).
+func oracleServer(t *testing.T, queries string, kb *agent.Catalog) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
 	qs, err := stabletoolbench.LoadQueries(queries)
 	if err != nil {
@@ -158,11 +160,12 @@ func oracleServer(t *testing.T, queries string) (*httptest.Server, *atomic.Int32
 	for _, q := range qs {
 		o.Gold[q.Text] = q.Gold
 	}
-	// The oracle searches with the gold tools' descriptions: the tools of
-	// the queries' api_lists are the same tools as the collection's.
-	kb, err := agent.NewCatalog(context.Background(), embed.NewHashing(16, nil), stabletoolbench.QueryTools(qs))
-	if err != nil {
-		t.Fatal(err)
+	// The tools of the queries' api_lists are the same tools as the
+	// collection's.
+	if kb == nil {
+		if kb, err = agent.NewCatalog(context.Background(), embed.NewHashing(16, nil), stabletoolbench.QueryTools(qs)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	o.KB = kb
 	var judged atomic.Int32
@@ -182,7 +185,8 @@ func oracleServer(t *testing.T, queries string) (*httptest.Server, *atomic.Int32
 		}
 		var ss []chat.Function
 		for _, tl := range req.Tools {
-			ss = append(ss, chat.Function{Name: tl.Function.Name})
+			params, _ := json.Marshal(tl.Function.Parameters)
+			ss = append(ss, chat.Function{Name: tl.Function.Name, Parameters: params})
 		}
 		msg := map[string]any{"role": "assistant", "content": ""}
 		if strings.HasPrefix(msgs[0].Content, "You grade") {
@@ -216,7 +220,7 @@ func oracleServer(t *testing.T, queries string) (*httptest.Server, *atomic.Int32
 func TestCLIMemtoolOverOpenAI(t *testing.T) {
 	dir := t.TempDir()
 	mustRun(t, "memtool", "synth", "--companies", "30", "--queries", "12", "--out", dir)
-	ts, judged := oracleServer(t, filepath.Join(dir, "queries.json"))
+	ts, judged := oracleServer(t, filepath.Join(dir, "queries.json"), nil)
 	got := mustRun(t, "memtool", "bench", "--policy", "openai", "--model", "agent", "--controller-model", "controller", "--judge-model", "judge",
 		"--set", "openai.base_url="+ts.URL+"/v1", "--set", "memtool.bench.judge=model",
 		"--set", "memtool.bench.queries="+filepath.Join(dir, "queries.json"), "--set", "memtool.bench.tools="+filepath.Join(dir, "tools.json"),
@@ -285,8 +289,8 @@ func TestCLIMemtoolLive(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--set", "memtool.bench.queries=" + writeQueries("bad.json", query(7, "Snow in Oslo?", "url1/oslo_snow"))}, `query 7: relevant API "oslo_snow" of "url1" is not a tool of the MCP server "url1"`},
-		{[]string{"--set", "memtool.bench.queries=" + writeQueries("other.json", query(8, "Warm in Oslo?", "weather/oslo_temperature"))}, `"weather" is not a tool of the MCP server`},
+		{[]string{"--set", "memtool.bench.queries=" + writeQueries("bad.json", query(7, "Snow in Oslo?", "url1/oslo_snow"))}, `query 7: relevant API "oslo_snow" of "url1" is not in the knowledge base (as "oslo_snow_for_url1", or as a tool of the MCP server "url1")`},
+		{[]string{"--set", "memtool.bench.queries=" + writeQueries("other.json", query(8, "Warm in Oslo?", "weather/oslo_temperature"))}, `or as a tool of the MCP server "weather")`},
 		{[]string{"--set", "memtool.bench.queries=" + good, "--mcp-header", "nocolon"}, `--mcp-header "nocolon"`},
 	} {
 		if _, err := run(t, append(slices.Clone(args), c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {

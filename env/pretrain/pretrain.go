@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -64,8 +65,8 @@ type Config struct {
 	// (0 of 100 world sentences continued after their first two tokens) and
 	// SFT from it copies no name.
 	Filler string `yaml:"filler"`
-	// Text, when set, is a HotpotQA task file (data.train) whose sentences
-	// replace random tokens: a span is one sentence, the gaps and
+	// Text, when set, is a HotpotQA task file (data.train), or a .txt file
+	// of one sentence a line, whose sentences replace random tokens: a span is one sentence, the gaps and
 	// distractors are other sentences, each tokenized as it appears (after
 	// its cue), so the model copies names among sentences that share most
 	// of their words. Random spans rarely repeat a token, so an induction
@@ -455,10 +456,28 @@ func drawTask(r *rand.Rand, tasks []env.Task) func() env.Task {
 }
 
 // textLines are the distinct sentences of a task file's contexts and
-// distractor paragraphs, in file order.
+// distractor paragraphs, in file order; of a .txt file, its distinct
+// non-empty lines (a world other than the HotpotQA-style one: memtool data
+// --text writes MemTool's).
 func textLines(path string) ([]string, error) {
 	seen := map[string]bool{}
 	var lines []string
+	if strings.HasSuffix(path, ".txt") {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range strings.Split(string(raw), "\n") {
+			if s = strings.TrimSpace(s); s != "" && !seen[s] {
+				seen[s] = true
+				lines = append(lines, s)
+			}
+		}
+		if len(lines) == 0 {
+			return nil, fmt.Errorf("%s: no lines", path)
+		}
+		return lines, nil
+	}
 	err := env.StreamHotpotFile(path, func(t env.Task) error {
 		for _, s := range append(t.Context, t.Distractors...) {
 			if s = strings.TrimSpace(s); s != "" && !seen[s] {

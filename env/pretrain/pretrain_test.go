@@ -301,6 +301,53 @@ func TestTextSequences(t *testing.T) {
 	}
 }
 
+// TestTextLinesFile: pretrain.text may be a .txt file of one sentence a
+// line (memtool data --text): its distinct lines are the sentences, the
+// last ones held out (5%, at least enough for one sequence: 8 here), and
+// every learned sentence is one of them.
+func TestTextLinesFile(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join(tinyInit(t, 420), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&b, "the revenue of Laimford %d Corp\n\n", i%50)
+	}
+	path := filepath.Join(t.TempDir(), "world.txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := textLines(path)
+	if err != nil || len(lines) != 50 {
+		t.Fatalf("%d lines (%v), want the 50 distinct ones", len(lines), err)
+	}
+	c := DefaultConfig()
+	c.Text, c.Cued = path, 0.5
+	gen, held, err := Open(c, tok, tok.VocabSize(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Sequences{gen, held} {
+		for range 20 {
+			q := s.Next()
+			learned := strings.TrimSuffix(tok.Decode(q.IDs[slices.Index(q.Loss, true):], false), "\n")
+			if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasSuffix(l, learned) }) {
+				t.Fatalf("learned %q is no line of the file", learned)
+			}
+		}
+	}
+	if len(held.sentences) != 8 || slices.Contains(gen.sentences, held.sentences[0]) {
+		t.Fatalf("held out %d sentences, shared with training: %v", len(held.sentences), slices.Contains(gen.sentences, held.sentences[0]))
+	}
+	if err := os.WriteFile(path, []byte("\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := textLines(path); err == nil || !strings.Contains(err.Error(), "no lines") {
+		t.Fatalf("an empty file: %v", err)
+	}
+}
+
 // TestSynthTextIsFresh: pretrain.text "synth" copies sentences drawn fresh
 // from the synthetic world, so the sentences to copy (almost) never recur
 // and the held-out ones are none of the trained ones; a missing task file

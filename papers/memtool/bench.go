@@ -2,7 +2,6 @@ package memtool
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -111,6 +110,11 @@ type Report struct {
 		K      int     `json:"k"`
 		Recall float64 `json:"recall"`
 		NDCG   float64 `json:"ndcg"`
+		// OracleRecall is the recall@K of the gold tools when each is
+		// searched for with the oracle's keyword (Oracle.Keyword): what
+		// the knowledge base allows a perfect agent, beside Recall, what
+		// the query text alone finds.
+		OracleRecall float64 `json:"oracle_recall"`
 	} `json:"retrieval"`
 	Modes []ModeReport `json:"modes"`
 }
@@ -135,6 +139,10 @@ func Bench(ctx context.Context, o BenchOptions) (Report, error) {
 	}
 	m, _, _ := toolret.Mean(runs, qrels, o.Config.TopK)
 	rep.Retrieval.K, rep.Retrieval.Recall, rep.Retrieval.NDCG = o.Config.TopK, m.Recall, m.NDCG
+	var err error
+	if rep.Retrieval.OracleRecall, err = OracleRecall(ctx, o.KB, qs, o.Config.TopK); err != nil {
+		return rep, err
+	}
 	for _, mode := range o.Modes {
 		c := o.Config
 		c.Mode = mode
@@ -178,6 +186,43 @@ func Bench(ctx context.Context, o BenchOptions) (Report, error) {
 	return rep, nil
 }
 
+// OracleRecall is the mean over queries of the share of their gold tools
+// that the oracle's keyword for each (Oracle.Keyword) retrieves within the
+// top k.
+func OracleRecall(ctx context.Context, kb *agent.Catalog, qs []stabletoolbench.Query, k int) (float64, error) {
+	o := Oracle{KB: kb, TopK: k}
+	var sum float64
+	n := 0
+	for _, q := range qs {
+		if len(q.Gold) == 0 {
+			continue
+		}
+		found := 0
+		for _, g := range q.Gold {
+			kw, err := o.Keyword(ctx, q.Text, g)
+			if err != nil {
+				return 0, err
+			}
+			if kw == "" {
+				continue
+			}
+			hits, err := kb.Rank(ctx, []string{kw}, k)
+			if err != nil {
+				return 0, err
+			}
+			if slices.ContainsFunc(hits[0], func(h agent.Hit) bool { return h.Name == g }) {
+				found++
+			}
+		}
+		sum += float64(found) / float64(len(q.Gold))
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return sum / float64(n), nil
+}
+
 // expected is what each of q's gold tools returns: the simulator's figure,
 // or the result of the tool's last successful call in turn t.
 func expected(q stabletoolbench.Query, t TurnResult, simulated bool) map[string]string {
@@ -193,121 +238,6 @@ func expected(q stabletoolbench.Query, t TurnResult, simulated bool) map[string]
 			if r.OK && slices.Contains(q.Gold, r.Call.Name) {
 				out[r.Call.Name] = r.Result
 			}
-		}
-	}
-	return out
-}
-
-// Oracle is a scripted model that plays every role perfectly, knowing
-// each query's gold tools: as the agent it removes the loaded tools the
-// query does not need (when it can), searches for the missing ones by
-// their descriptions, calls the gold tools and answers with their results;
-// as the controller it prunes and searches the same way. It checks the
-// modes' control flow and the metrics, and is the benchmark's ceiling.
-type Oracle struct {
-	Gold map[string][]string // query text → gold tool names
-	KB   *agent.Catalog
-}
-
-var userQuery = regexp.MustCompile("(?s)User Query: `(.*)` ")
-
-// Chat implements llm.Model.
-func (o Oracle) Chat(_ context.Context, req llm.Request) (llm.Response, error) {
-	has := func(name string) bool {
-		return slices.ContainsFunc(req.Tools, func(s chat.Function) bool { return s.Name == name })
-	}
-	call := func(name string, args any) llm.Response {
-		b, _ := json.Marshal(args)
-		return llm.Response{Message: chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{{Name: name, Arguments: string(b)}}}}
-	}
-	last := req.Messages[len(req.Messages)-1]
-	switch {
-	case has("remove_tools") || has("search_tools"): // the controller's prune or search
-		m := userQuery.FindStringSubmatch(last.Content)
-		if m == nil {
-			return llm.Response{}, fmt.Errorf("oracle: no user query in %q", last.Content)
-		}
-		gold := o.Gold[m[1]]
-		var existing []string
-		if _, list, ok := strings.Cut(last.Content, "```\n"); ok {
-			list, _, _ = strings.Cut(list, "```")
-			for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
-				if name, _, ok := strings.Cut(line, ":"); ok {
-					existing = append(existing, name)
-				}
-			}
-		}
-		if has("remove_tools") {
-			return call("remove_tools", map[string][]string{"tool_names": without(existing, gold)}), nil
-		}
-		return call("search_tools", map[string][]string{"keywords": o.keywords(without(gold, existing))}), nil
-	case len(req.Tools) == 0: // a summary
-		return llm.Response{Message: chat.Message{Role: "assistant", Content: "The user asked for company figures, which were given."}}, nil
-	}
-	u := len(req.Messages) - 1
-	for req.Messages[u].Role != "user" {
-		u--
-	}
-	gold := o.Gold[req.Messages[u].Content]
-	did := map[string]bool{}
-	results := map[string]string{}
-	for _, m := range req.Messages[u+1:] {
-		for _, c := range m.ToolCalls {
-			did[c.Name] = true
-		}
-		if m.Role == "tool" {
-			results[m.Name] = m.Content
-		}
-	}
-	var loaded []string
-	for _, s := range req.Tools {
-		if !strings.HasPrefix(s.Name, "SYS_") {
-			loaded = append(loaded, s.Name)
-		}
-	}
-	if extra := without(loaded, gold); has(RemoveTools) && !did[RemoveTools] && !did[SearchTools] && len(extra) > 0 {
-		return call(RemoveTools, map[string][]string{"tool_names": extra}), nil
-	}
-	if missing := without(gold, loaded); has(SearchTools) && !did[SearchTools] && len(missing) > 0 {
-		return call(SearchTools, map[string][]string{"keywords": o.keywords(missing)}), nil
-	}
-	var calls []chat.ToolCall
-	for _, g := range gold {
-		if slices.Contains(loaded, g) && !did[g] {
-			calls = append(calls, chat.ToolCall{Name: g, Arguments: "{}"})
-		}
-	}
-	if len(calls) > 0 {
-		return llm.Response{Message: chat.Message{Role: "assistant", ToolCalls: calls}}, nil
-	}
-	var parts []string
-	for _, g := range gold {
-		if r, ok := results[g]; ok {
-			parts = append(parts, g+": "+r)
-		}
-	}
-	if len(parts) == 0 {
-		return llm.Response{Message: chat.Message{Role: "assistant", Content: "I cannot answer the question with the available tools."}}, nil
-	}
-	return llm.Response{Message: chat.Message{Role: "assistant", Content: strings.Join(parts, "; ")}}, nil
-}
-
-// keywords are the tools' descriptions, which retrieve them.
-func (o Oracle) keywords(names []string) []string {
-	var out []string
-	for _, n := range names {
-		if t, ok := o.KB.Get(n); ok {
-			out = append(out, t.Description)
-		}
-	}
-	return out
-}
-
-func without(xs, drop []string) []string {
-	var out []string
-	for _, x := range xs {
-		if !slices.Contains(drop, x) {
-			out = append(out, x)
 		}
 	}
 	return out

@@ -35,8 +35,9 @@ type Config struct {
 	// loop has no bound; a small model that never stops would hang it).
 	MaxSteps int `yaml:"max_steps"`
 	// History is the dialogue's manager H: truncate keeps the last
-	// HistoryTurns user turns; summarize replaces the older ones by a
-	// summary the controller writes. Neither touches the tools.
+	// HistoryTurns user turns (0: none, the working set alone carries
+	// over); summarize replaces the older ones by a summary the controller
+	// writes. Neither touches the tools.
 	History      string `yaml:"history"`
 	HistoryTurns int    `yaml:"history_turns"`
 	// Assistant and Background fill the paper's prompts (Figures 5-7),
@@ -45,11 +46,26 @@ type Config struct {
 	Background string `yaml:"background"`
 	// Date is {current_date} (YYYY-MM-DD; "" is today).
 	Date string `yaml:"date"`
+	// Prompt is the Autonomous agent's system message: paper (Figure 5,
+	// about 600 words) or compact (its rules in three sentences, for a
+	// policy trained from scratch, which reads no instructions and pays
+	// for every token of every call).
+	Prompt string `yaml:"prompt"`
 	// Bench is `agemem-train memtool bench`.
 	Bench BenchConfig `yaml:"bench"`
 	// Train is `agemem-train memtool train`: the Autonomous mode as a GRPO
 	// environment.
 	Train TrainConfig `yaml:"train"`
+	// Eval is `agemem-train memtool eval`.
+	Eval EvalConfig `yaml:"eval"`
+}
+
+// EvalConfig is the held-out evaluation: Sessions sessions of Turns
+// queries each, from an empty working set, cut from the start of
+// bench.queries.
+type EvalConfig struct {
+	Sessions int `yaml:"sessions"`
+	Turns    int `yaml:"turns"`
 }
 
 // TrainConfig is the GRPO environment of the Autonomous mode and its
@@ -87,11 +103,12 @@ type BenchConfig struct {
 
 // DefaultConfig is the paper's setting.
 func DefaultConfig() Config {
-	return Config{Mode: Autonomous, Limit: 128, TopK: 5, MaxSteps: 10, History: "truncate", HistoryTurns: 5,
+	return Config{Mode: Autonomous, Limit: 128, TopK: 5, MaxSteps: 10, History: "truncate", HistoryTurns: 5, Prompt: "paper",
 		Assistant:  "financial Assistant that has access to 5,000 external financial tools for the fortune 1,000 companies",
 		Background: "These tools are highly decomposed and specific for the company and financial metric.\n- For example, a tool could be \"Apple Revenue Tool\" or \"Amazon Stock Price\".",
 		Bench:      BenchConfig{Queries: "data/memtool/queries.json", Tools: "data/memtool/tools.json", Turns: 100, Judge: "contains", Out: "runs/memtool"},
-		Train:      TrainConfig{Turns: 4, WCorrect: 1, WRemoval: 0.5, WLimit: 0.5}}
+		Train:      TrainConfig{Turns: 4, WCorrect: 1, WRemoval: 0.5, WLimit: 0.5},
+		Eval:       EvalConfig{Sessions: 40, Turns: 6}}
 }
 
 // Validate checks every key.
@@ -102,13 +119,16 @@ func (c Config) Validate() error {
 	e.AtLeast("top_k", c.TopK, 1)
 	e.AtLeast("max_steps", c.MaxSteps, 1)
 	e.OneOf("history", c.History, "truncate", "summarize")
-	e.AtLeast("history_turns", c.HistoryTurns, 1)
+	e.AtLeast("history_turns", c.HistoryTurns, 0)
+	e.OneOf("prompt", c.Prompt, "paper", "compact")
 	if c.Date != "" && !dateRe.MatchString(c.Date) {
 		e.Add("date", "%q is not YYYY-MM-DD", c.Date)
 	}
 	e.AtLeast("bench.turns", c.Bench.Turns, 1)
 	e.OneOf("bench.judge", c.Bench.Judge, "contains", "model")
 	e.AtLeast("train.turns", c.Train.Turns, 1)
+	e.AtLeast("eval.sessions", c.Eval.Sessions, 1)
+	e.AtLeast("eval.turns", c.Eval.Turns, 1)
 	for _, w := range []struct {
 		key string
 		v   float64

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agemem/agemem/agent"
 	"github.com/agemem/agemem/embed"
+	"github.com/agemem/agemem/model/chat"
 )
 
 // Gateway is MemTool's Autonomous mode as an MCP server in front of many
@@ -104,13 +104,15 @@ func (g *Gateway) set(id string) *gatewaySet {
 		return s
 	}
 	s := &gatewaySet{srv: mcp.NewServer(&mcp.Implementation{Name: "agemem-memtool", Version: "1"}, nil)}
-	list := func(arg, desc string) map[string]any {
+	// The meta-tools a Conversation's agent has, their text and results
+	// the same, so that a policy trained there meets them here unchanged.
+	schema := func(f chat.Function) map[string]any {
 		var m map[string]any
-		json.Unmarshal(listSchema(arg, desc), &m)
+		json.Unmarshal(f.Parameters, &m)
 		return m
 	}
-	s.srv.AddTool(&mcp.Tool{Name: SearchTools, InputSchema: list("keywords", "Search keywords, one for each tool to add."),
-		Description: fmt.Sprintf("Search the %d tools behind this server and add the ones found to your tools: one search keyword for each tool you want. You cannot have more than %d tools; remove the ones you no longer use with %s.", g.kb.Len(), g.limit, RemoveTools)},
+	search, remove := searchSpec(), removeSpec()
+	s.srv.AddTool(&mcp.Tool{Name: SearchTools, InputSchema: schema(search), Description: search.Description},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var a struct{ Keywords []string }
 			if err := json.Unmarshal(rawArgs(req), &a); err != nil || len(a.Keywords) == 0 {
@@ -118,8 +120,7 @@ func (g *Gateway) set(id string) *gatewaySet {
 			}
 			return g.search(ctx, s, a.Keywords)
 		})
-	s.srv.AddTool(&mcp.Tool{Name: RemoveTools, InputSchema: list("tool_names", "Names of the tools to remove, verbatim."),
-		Description: "Remove tools you no longer need, by their exact names."},
+	s.srv.AddTool(&mcp.Tool{Name: RemoveTools, InputSchema: schema(remove), Description: remove.Description},
 		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			var a struct {
 				ToolNames []string `json:"tool_names"`
@@ -140,7 +141,7 @@ func (g *Gateway) set(id string) *gatewaySet {
 			if len(gone) > 0 {
 				s.srv.RemoveTools(gone...)
 			}
-			return textResult(fmt.Sprintf("%d tools removed: %s", len(gone), strings.Join(gone, ", ")), false), nil
+			return textResult(removedText(gone, a.ToolNames), false), nil
 		})
 	g.sets[id] = s
 	return s
@@ -159,9 +160,8 @@ func (g *Gateway) search(ctx context.Context, s *gatewaySet, keywords []string) 
 		}
 	}
 	if len(s.tools)+len(fresh)+2 > g.limit {
-		n := len(s.tools)
 		s.mu.Unlock()
-		return textResult(fmt.Sprintf("Hit L limit, remove tools. (%d loaded, %d found, at most %d with the two meta-tools.)", n, len(fresh), g.limit), true), nil
+		return textResult(limitHit, true), nil
 	}
 	for _, t := range fresh {
 		s.tools = append(s.tools, t.Name)
@@ -181,7 +181,7 @@ func (g *Gateway) search(ctx context.Context, s *gatewaySet, keywords []string) 
 				return textResult(out, false), nil
 			})
 	}
-	return textResult(fmt.Sprintf("%d tools added: %s", len(fresh), strings.Join(names(fresh), ", ")), false), nil
+	return textResult(addedText(names(fresh)), false), nil
 }
 
 func rawArgs(req *mcp.CallToolRequest) json.RawMessage {

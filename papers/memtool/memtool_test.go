@@ -235,9 +235,12 @@ func TestWorkflowAndHybridControlFlow(t *testing.T) {
 // summarises what it drops; the tools stay.
 func TestHistory(t *testing.T) {
 	kb, _ := bench(t, 5, 2)
-	for _, mode := range []string{"truncate", "summarize"} {
+	for _, mode := range []string{"truncate", "summarize", "none"} {
 		c := cfg(Autonomous)
 		c.History, c.HistoryTurns = mode, 2
+		if mode == "none" {
+			c.History, c.HistoryTurns, c.Prompt = "truncate", 0, "compact"
+		}
 		var seen []chat.Message
 		summaries := 0
 		m := modelFunc(func(msgs []chat.Message, specs []chat.Function) (llm.Response, error) {
@@ -261,7 +264,15 @@ func TestHistory(t *testing.T) {
 				users = append(users, m.Content)
 			}
 		}
-		if !slices.Equal(users, []string{"q2", "q3", "q4"}) || len(s.set) != 3 {
+		want := []string{"q2", "q3", "q4"}
+		if mode == "none" {
+			// No earlier turn: the compact prompt and the working set alone.
+			want = []string{"q4"}
+			if len(seen) != 2 || !strings.HasSuffix(seen[0].Content, "Tool count: 5") || !strings.Contains(seen[0].Content, "at most 128 of them") {
+				t.Fatalf("history_turns 0: the agent saw %d messages, system %q", len(seen), seen[0].Content)
+			}
+		}
+		if !slices.Equal(users, want) || len(s.set) != 3 {
 			t.Fatalf("%s: the agent saw user turns %v, %d tools", mode, users, len(s.set))
 		}
 		if mode == "summarize" && (summaries != 1 || !strings.Contains(seen[0].Content, "Summary of the earlier conversation:\nS")) {
@@ -375,9 +386,9 @@ func TestLoadersAndNames(t *testing.T) {
 
 func TestConfigNamesBadKeys(t *testing.T) {
 	c := DefaultConfig()
-	c.Mode, c.Limit, c.History, c.Date = "auto", 2, "forget", "30/06/2025"
+	c.Mode, c.Limit, c.History, c.Date, c.Prompt, c.HistoryTurns, c.Eval.Sessions = "auto", 2, "forget", "30/06/2025", "short", -1, 0
 	err := c.Validate()
-	for _, want := range []string{"mode: \"auto\"", "limit: ", "history: \"forget\"", "date: "} {
+	for _, want := range []string{"mode: \"auto\"", "limit: ", "history: \"forget\"", "date: ", "prompt: \"short\"", "history_turns: -1", "eval.sessions: 0"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %q", err, want)
 		}

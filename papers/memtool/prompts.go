@@ -1,8 +1,15 @@
 package memtool
 
 import (
+	"encoding/json"
+	"fmt"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/agemem/agemem/model/chat"
 )
 
 // The meta-tools, named as the paper's prompt names them.
@@ -10,6 +17,50 @@ const (
 	SearchTools = "SYS_SEARCH_TOOLS"
 	RemoveTools = "SYS_REMOVE_TOOLS"
 )
+
+// searchSpec and removeSpec are the meta-tools as every agent sees them,
+// in a Conversation and through the Gateway: one declaration, so that a
+// policy trained on one reads the same text from the other.
+func searchSpec() chat.Function {
+	return chat.Function{Name: SearchTools,
+		Description: "Search the tool database and add the tools found to your context: one search keyword for each tool you want to add.",
+		Parameters:  listSchema("keywords", "Search keywords, one for each tool to add.")}
+}
+
+func removeSpec() chat.Function {
+	return chat.Function{Name: RemoveTools,
+		Description: "Remove tools you no longer need from your context, by their exact names.",
+		Parameters:  listSchema("tool_names", "Names of the tools to remove, verbatim.")}
+}
+
+func listSchema(arg, desc string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"type": "object", "required": []string{arg}, "properties": map[string]any{
+		arg: map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": desc}}})
+	return b
+}
+
+// limitHit is the paper's error for an Autonomous search past L.
+const limitHit = "Hit L limit, remove tools."
+
+// addedText and removedText are the meta-tools' results ("with helpful
+// result messages such as N tools added: tool names", Section 3.1).
+func addedText(added []string) string {
+	return fmt.Sprintf("%d tools added: %s", len(added), strings.Join(added, ", "))
+}
+
+func removedText(gone, asked []string) string {
+	out := fmt.Sprintf("%d tools removed: %s", len(gone), strings.Join(gone, ", "))
+	var not []string
+	for _, n := range asked {
+		if !slices.Contains(gone, n) {
+			not = append(not, n)
+		}
+	}
+	if len(not) > 0 {
+		out += fmt.Sprintf(". Not removed (not loaded, or a meta-tool): %s", strings.Join(not, ", "))
+	}
+	return out
+}
 
 var dateRe = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
 
@@ -62,6 +113,12 @@ Tool count: {num_tools}
 Take the necessary actions to answer the user question as well as manage your tool memory effectively
 </YOUR CURRENT TOOL COUNT>`
 
+// compactPrompt is the Autonomous agent's system message of memtool.prompt
+// compact: Figure 5's rules (search, call, answer; remove what a new
+// question does not need; at most L tools) and its tool count.
+const compactPrompt = `You are a {assistant}. Search the tool database with SYS_SEARCH_TOOLS for the tools a question needs, call them and answer with their results. Loaded tools stay in your context, at most {limit} of them: when a new question comes, first remove with SYS_REMOVE_TOOLS the tools it does not need.
+The current date is {current_date}. Tool count: {num_tools}`
+
 // searchPrompt is Figure 6 (Workflow's LLM_search).
 const searchPrompt = `You are a highly intelligent {assistant} to answer the user question.
 Your task is to create search keywords to find the tools to use for the user question.
@@ -108,6 +165,32 @@ func humanMessage(existing []string, query string) string {
 // history truncation would drop (SUMMARIZEHISTORY; the paper gives no
 // prompt).
 const summaryPrompt = `Summarise the conversation below for an assistant that will continue it: the user's questions, the answers given and any figures they contain. Leave out which tools were loaded or removed. Write at most 200 words.`
+
+// AutonomousPrompt is the Autonomous agent's system message with n tools
+// in its context (the meta-tools included): Figure 5, or its compact form
+// (memtool.prompt), {current_date} memtool.date or now's. A Conversation
+// renders it every turn; an MCP host in front of the Gateway sends it, so
+// that a policy trained in a Conversation reads what it was trained on
+// (GatewaySession).
+func AutonomousPrompt(c Config, n int, now func() time.Time) string {
+	return render(autonomousTemplate(c), promptVars(c, n, now))
+}
+
+func autonomousTemplate(c Config) string {
+	if c.Prompt == "compact" {
+		return compactPrompt
+	}
+	return autonomousPrompt
+}
+
+func promptVars(c Config, n int, now func() time.Time) map[string]string {
+	date := c.Date
+	if date == "" {
+		date = now().Format("2006-01-02")
+	}
+	return map[string]string{"assistant": c.Assistant, "background": c.Background,
+		"limit": strconv.Itoa(c.Limit), "current_date": date, "num_tools": strconv.Itoa(n)}
+}
 
 func render(tmpl string, vars map[string]string) string {
 	pairs := make([]string, 0, 2*len(vars))

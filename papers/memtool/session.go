@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -52,9 +51,14 @@ type TurnResult struct {
 	// Called are the domain tools that ran (once each, in order).
 	Called []string `json:"called"`
 	// LimitHits counts searches refused or cut because T would pass L.
-	LimitHits int    `json:"limit_hits"`
-	Answer    string `json:"answer"`
-	HasAnswer bool   `json:"has_answer"`
+	LimitHits int `json:"limit_hits"`
+	// Calls are the agent's tool calls; FormatErrors those that never
+	// reached a tool (not parsed, an unknown or removed tool, arguments
+	// outside its schema).
+	Calls        int    `json:"calls"`
+	FormatErrors int    `json:"format_errors"`
+	Answer       string `json:"answer"`
+	HasAnswer    bool   `json:"has_answer"`
 	// Error is why the turn failed (the model's call failed), if it did.
 	Error string `json:"error,omitempty"`
 	// Trace is the agent's run (the prune and search calls are not in it).
@@ -92,22 +96,18 @@ func (s *Conversation) meta() int {
 func (s *Conversation) room() int { return s.Config.Limit - s.meta() }
 
 func (s *Conversation) vars() map[string]string {
-	date := s.Config.Date
-	if date == "" {
-		now := time.Now
-		if s.Now != nil {
-			now = s.Now
-		}
-		date = now().Format("2006-01-02")
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
 	}
-	return map[string]string{"assistant": s.Config.Assistant, "background": s.Config.Background,
-		"limit": strconv.Itoa(s.Config.Limit), "current_date": date, "num_tools": strconv.Itoa(len(s.set) + s.meta())}
+	return promptVars(s.Config, len(s.set)+s.meta(), now)
 }
 
 // turn collects a TurnResult while the turn runs.
 type turn struct {
 	res           TurnResult
 	added, remove map[string]bool
+	ran           int // calls that reached a tool's function
 }
 
 func (t *turn) add(names ...string) {
@@ -170,12 +170,15 @@ func (s *Conversation) Turn(ctx context.Context, query string) (TurnResult, erro
 		ts.Add(s.searchTool(t, query, ts))
 		ts.Add(s.removeTool(t, ts))
 	}
-	for _, tool := range s.set {
-		ts.Add(s.domainTool(tool, t))
+	for _, tool := range slices.Clone(s.set) {
+		s.offer(ts, tool, t)
 	}
+	// The agent sees its tools by name, the order an MCP server lists
+	// them in, so a policy reads the same list here and through Gateway.
+	ts.SortByName()
 	var system string
 	if s.Config.Mode == Autonomous {
-		system = render(autonomousPrompt, s.vars())
+		system = render(autonomousTemplate(s.Config), s.vars())
 	} else {
 		v := s.vars()
 		v["search"] = ""
@@ -191,6 +194,10 @@ func (s *Conversation) Turn(ctx context.Context, query string) (TurnResult, erro
 	msgs = append(msgs, chat.Message{Role: "user", Content: query})
 	tr, err := agent.Run(ctx, s.Agent, ts, msgs, agent.Limits{MaxSteps: s.Config.MaxSteps})
 	t.res.Trace = tr
+	for _, st := range tr.Steps {
+		t.res.Calls += len(st.Results)
+	}
+	t.res.FormatErrors = t.res.Calls - t.ran
 	s.msgs = slices.Clone(tr.Messages[1:])
 	t.res.Answer, t.res.HasAnswer = tr.Answer, tr.HasAnswer
 	t.res.Count = len(s.set)
@@ -266,7 +273,7 @@ func (s *Conversation) search(ctx context.Context, t *turn, keywords []string, q
 		if s.Config.Mode == Autonomous {
 			// Rolled back: the paper leaves it open, and an API call with
 			// more than L tools would fail.
-			return nil, "Hit L limit, remove tools.", nil
+			return nil, limitHit, nil
 		}
 		s.set = append(s.set, fresh...) // over L until the prune loop ends
 		t.res.Peak = max(t.res.Peak, len(s.set))
@@ -312,19 +319,12 @@ func names(ts []agent.CatalogTool) []string {
 	return out
 }
 
-var listSchema = func(arg, desc string) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{"type": "object", "required": []string{arg}, "properties": map[string]any{
-		arg: map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": desc}}})
-	return b
-}
-
 // searchTool is SYS_SEARCH_TOOLS; the tools it finds join ts for the
 // agent's next call.
 func (s *Conversation) searchTool(t *turn, query string, ts *agent.Toolset) agent.Tool {
-	return agent.Tool{Function: chat.Function{Name: SearchTools,
-		Description: "Search the tool database and add the tools found to your context: one search keyword for each tool you want to add.",
-		Parameters:  listSchema("keywords", "Search keywords, one for each tool to add.")},
+	return agent.Tool{Function: searchSpec(),
 		Call: func(ctx context.Context, args json.RawMessage) (string, error) {
+			t.ran++
 			var a struct{ Keywords []string }
 			if err := json.Unmarshal(args, &a); err != nil {
 				return "", jsonerr.Explain(err) // the model reads it: say which argument, not Go's types
@@ -339,14 +339,22 @@ func (s *Conversation) searchTool(t *turn, query string, ts *agent.Toolset) agen
 					ts.Remove(n)
 				}
 			}
+			var refused []string
 			for _, n := range added {
 				tool, _ := s.KB.Get(n)
-				ts.Add(s.domainTool(tool, t))
+				if err := s.offer(ts, tool, t); err != nil {
+					refused = append(refused, err.Error())
+				}
+			}
+			added = slices.DeleteFunc(added, func(n string) bool { return !slices.Contains(s.Set(), n) })
+			ts.SortByName()
+			if len(refused) > 0 {
+				msg = strings.TrimPrefix(msg+". "+strings.Join(refused, "; "), ". ")
 			}
 			if msg != "" && len(added) == 0 {
 				return "", fmt.Errorf("%s", msg)
 			}
-			out := fmt.Sprintf("%d tools added: %s", len(added), strings.Join(added, ", "))
+			out := addedText(added)
 			if msg != "" {
 				out += ". " + msg
 			}
@@ -357,10 +365,9 @@ func (s *Conversation) searchTool(t *turn, query string, ts *agent.Toolset) agen
 // removeTool is SYS_REMOVE_TOOLS (Autonomous mode); it never removes
 // itself or SYS_SEARCH_TOOLS.
 func (s *Conversation) removeTool(t *turn, ts *agent.Toolset) agent.Tool {
-	return agent.Tool{Function: chat.Function{Name: RemoveTools,
-		Description: "Remove tools you no longer need from your context, by their exact names.",
-		Parameters:  listSchema("tool_names", "Names of the tools to remove, verbatim.")},
+	return agent.Tool{Function: removeSpec(),
 		Call: func(ctx context.Context, args json.RawMessage) (string, error) {
+			t.ran++
 			var a struct {
 				ToolNames []string `json:"tool_names"`
 			}
@@ -370,24 +377,27 @@ func (s *Conversation) removeTool(t *turn, ts *agent.Toolset) agent.Tool {
 			gone := s.removeNames(a.ToolNames)
 			t.drop(gone...)
 			ts.Remove(gone...)
-			out := fmt.Sprintf("%d tools removed: %s", len(gone), strings.Join(gone, ", "))
-			if len(gone) < len(a.ToolNames) {
-				var not []string
-				for _, n := range a.ToolNames {
-					if !slices.Contains(gone, n) {
-						not = append(not, n)
-					}
-				}
-				out += fmt.Sprintf(". Not removed (not loaded, or a meta-tool): %s", strings.Join(not, ", "))
-			}
-			return out, nil
+			return removedText(gone, a.ToolNames), nil
 		}}
+}
+
+// offer puts a working-set tool before the agent. A tool whose schema the
+// toolset cannot read leaves the working set, as it could never be called
+// (it stays in the knowledge base); the error says which and why.
+func (s *Conversation) offer(ts *agent.Toolset, tool agent.CatalogTool, t *turn) error {
+	if err := ts.Add(s.domainTool(tool, t)); err != nil {
+		s.removeNames([]string{tool.Name})
+		t.drop(tool.Name)
+		return err
+	}
+	return nil
 }
 
 // domainTool is a working-set tool as the agent calls it; its runs are
 // recorded.
 func (s *Conversation) domainTool(tool agent.CatalogTool, t *turn) agent.Tool {
 	return agent.Tool{Function: tool.Function, Call: func(ctx context.Context, args json.RawMessage) (string, error) {
+		t.ran++
 		out, err := s.Exec(ctx, tool, args)
 		if err == nil && !slices.Contains(t.res.Called, tool.Name) {
 			t.res.Called = append(t.res.Called, tool.Name)
@@ -449,7 +459,7 @@ func clean(xs []string) []string {
 }
 
 // manageHistory is H(msgs_prev): at most HistoryTurns earlier user turns
-// stay; older ones are dropped (truncate) or summarised into the system
+// stay (0: none); older ones are dropped (truncate) or summarised into the system
 // message (summarize). The working set is untouched.
 func (s *Conversation) manageHistory(ctx context.Context) error {
 	var starts []int
@@ -461,7 +471,10 @@ func (s *Conversation) manageHistory(ctx context.Context) error {
 	if len(starts) <= s.Config.HistoryTurns {
 		return nil
 	}
-	cut := starts[len(starts)-s.Config.HistoryTurns]
+	cut := len(s.msgs) // 0: the tools alone carry the conversation on
+	if s.Config.HistoryTurns > 0 {
+		cut = starts[len(starts)-s.Config.HistoryTurns]
+	}
 	old := s.msgs[:cut]
 	if s.Config.History == "summarize" {
 		var b strings.Builder
