@@ -252,8 +252,11 @@ rl-gpu: build
 # searches a tool knowledge base, calls and answers, and should remove what
 # the next question does not need, keeping at most memtool.limit tools.
 # memtool-data generates the world: 100 fictional companies x 5 financial
-# tools and 1,200 training questions (seed 1), and the two held-out sets,
-# 240 questions each over other companies (seeds 2 and 3).
+# tools and 1,200 training questions (seed 1); two held-out sets of 240
+# other questions over the same tools (query seeds 2 and 3: the setting of
+# a deployed agent, whose tool collection it was trained on and whose
+# users ask new things); and a set over 100 other companies (seed 2), whose
+# names the tiny policy never saw.
 MT := data/memtool
 MTCFG := --config configs/memtool.yaml
 MT_POLICY ?= checkpoints/memtool
@@ -263,8 +266,9 @@ MT_RUN := runs/memtool
 MT_TEXT = --set pretrain.text=$(MT_RUN)/text.txt --set pretrain.cued=0.5
 memtool-data: build
 	$(BIN)/agemem-train memtool synth --companies 100 --queries 1200 --seed 1 --out $(MT)/train
-	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 2 --out $(MT)/eval-2
-	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 3 --out $(MT)/eval-3
+	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 1 --query-seed 2 --out $(MT)/eval-q2
+	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 1 --query-seed 3 --out $(MT)/eval-q3
+	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 2 --out $(MT)/eval-world2
 
 # GRPO (memtool train: 20 steps of 2 sessions x 8 rollouts, the reward of
 # memtool.train) from the shipped SFT policy, then on each held-out set
@@ -276,8 +280,9 @@ MT_EVAL = $(BIN)/agemem-train memtool eval $(MTCFG) --set memtool.bench.tools=$(
 	--out $(MT_RUN)/eval-$(1).json
 demo-memtool: memtool-data
 	$(BIN)/agemem-train memtool train $(MTCFG) --set rl.init=$(MT_POLICY)
-	$(call MT_EVAL,2)
-	$(call MT_EVAL,3)
+	$(call MT_EVAL,q2)
+	$(call MT_EVAL,q3)
+	$(call MT_EVAL,world2)
 
 # checkpoints/memtool from nothing (checkpoints/memtool/README.md): the
 # teacher's SFT data (the oracle skipping 60% of its removals) and the
@@ -310,8 +315,9 @@ demo-memtool-gpu: memtool-data
 	$(BIN)/agemem-train memtool train $(MTGCFG)
 	$(MAKE) demo-memtool-eval MTCFG="$(MTGCFG)" MT_POLICY=$(MTG)/sft/policy MT_RUN=$(MTG)
 demo-memtool-eval:
-	$(call MT_EVAL,2)
-	$(call MT_EVAL,3)
+	$(call MT_EVAL,q2)
+	$(call MT_EVAL,q3)
+	$(call MT_EVAL,world2)
 
 # The sentence encoder end to end: a synthetic paraphrase corpus, a random
 # tiny BERT with a vocabulary learned on it, unsupervised SimCSE (simcse

@@ -54,6 +54,13 @@ type synthCompany struct {
 // Synth generates a benchmark of companies × perCompany tools and n
 // queries; the same seed gives the same files.
 func Synth(seed uint64, companies, perCompany, n int) (SynthBench, error) {
+	return SynthQuestions(seed, 0, companies, perCompany, n)
+}
+
+// SynthQuestions is Synth whose queries are drawn from their own seed
+// (0: the world's): the same tools as Synth(seed, ...) with other
+// questions, a held-out set over the collection a policy trained on.
+func SynthQuestions(seed, querySeed uint64, companies, perCompany, n int) (SynthBench, error) {
 	if companies < 1 || perCompany < 1 || perCompany > len(metrics) || n < 1 {
 		return SynthBench{}, fmt.Errorf("memtool: synth needs at least one company, 1-%d tools each and one query", len(metrics))
 	}
@@ -103,6 +110,9 @@ func Synth(seed uint64, companies, perCompany, n int) (SynthBench, error) {
 	apiOf := func(c synthCompany, m int) stbAPI {
 		return stbAPI{Category: "Finance", ToolName: c.name, APIName: metrics[m].name, Description: fmt.Sprintf("Returns %s of %s.", metrics[m].desc, c.name),
 			Required: []stbParam{}, Optional: []stbParam{{Name: "date", Type: "STRING", Description: "YYYY-MM-DD", Default: ""}}, Method: "GET"}
+	}
+	if querySeed != 0 {
+		r = rand.New(rand.NewPCG(querySeed, 0x71756572))
 	}
 	var qs []stbQuery
 	prev := -1

@@ -34,7 +34,7 @@ func memtoolCmd(g *globals) *cobra.Command {
 
 func memtoolSynthCmd() *cobra.Command {
 	var out string
-	var seed uint64
+	var seed, querySeed uint64
 	var companies, perCompany, queries int
 	cmd := &cobra.Command{
 		Use:   "synth",
@@ -49,7 +49,7 @@ tools (the defaults: 1,000 companies × 5).`,
   agemem-train memtool synth --companies 100 --queries 50 --out /tmp/mt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sb, err := stabletoolbench.Synth(seed, companies, perCompany, queries)
+			sb, err := stabletoolbench.SynthQuestions(seed, querySeed, companies, perCompany, queries)
 			if err != nil {
 				return err
 			}
@@ -67,6 +67,7 @@ tools (the defaults: 1,000 companies × 5).`,
 	}
 	cmd.Flags().StringVar(&out, "out", "data/memtool", "directory to write tools.json and queries.json to")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "generator seed")
+	cmd.Flags().Uint64Var(&querySeed, "query-seed", 0, "draw the queries from this seed instead (0: --seed's): the same tools with other questions, a held-out set for a policy trained on --seed's")
 	cmd.Flags().IntVar(&companies, "companies", 1000, "companies (MCP servers)")
 	cmd.Flags().IntVar(&perCompany, "per-company", 5, "tools per company (at most 10)")
 	cmd.Flags().IntVar(&queries, "queries", 200, "queries")
