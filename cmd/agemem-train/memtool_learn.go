@@ -16,7 +16,6 @@ import (
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/model/chat"
-	"github.com/agemem/agemem/model/tokenizer"
 	"github.com/agemem/agemem/papers/memtool"
 	"github.com/agemem/agemem/setup"
 )
@@ -43,34 +42,16 @@ chat template. agemem-train init-model --tokenizer makes a model of it.`,
 			if data == "" || out == "" {
 				return fmt.Errorf("--data and --out are required")
 			}
-			text := map[string]string{"qwen2.5": chat.Qwen25Text, "qwen3": chat.Qwen3Text}[tmpl]
-			if text == "" {
-				return fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)
-			}
-			pattern, ok := map[string]string{"words": tokenizer.WordsPattern, "names": tokenizer.NamesPattern, "qwen": tokenizer.QwenPattern}[pretok]
-			if !ok {
-				return fmt.Errorf("--pretokenizer %q: want words, names or qwen", pretok)
+			text, pattern, err := tokenizerSpec(tmpl, pretok)
+			if err != nil {
+				return err
 			}
 			texts, records, err := chatTexts(data)
 			if err != nil {
 				return err
 			}
-			raw, err := tokenizer.Train(texts, tokenizer.TrainOptions{VocabSize: vocab, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: pattern})
+			tok, err := writeTokenizer(texts, vocab, text, pattern, out, cfg.Agent.ContextBudget)
 			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			path := filepath.Join(out, "tokenizer.json")
-			if err := os.WriteFile(path, raw, 0o644); err != nil {
-				return err
-			}
-			tok, err := tokenizer.Load(path)
-			if err != nil {
-				return err
-			}
-			if err := tokenizer.WriteConfig(out, tok, text, cfg.Agent.ContextBudget); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %d tokens, learned on %d distinct messages of %d records\n", out, tok.VocabSize(), len(texts), records)

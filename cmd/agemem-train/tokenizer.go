@@ -45,34 +45,16 @@ func tokenizerCmd(g *globals) *cobra.Command {
 			if episodes < 0 {
 				return fmt.Errorf("--episodes %d: want 0 or more", episodes)
 			}
-			text := map[string]string{"qwen2.5": chat.Qwen25Text, "qwen3": chat.Qwen3Text}[tmpl]
-			if text == "" {
-				return fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)
-			}
-			pattern, ok := map[string]string{"words": tokenizer.WordsPattern, "names": tokenizer.NamesPattern, "qwen": tokenizer.QwenPattern}[pretok]
-			if !ok {
-				return fmt.Errorf("--pretokenizer %q: want words, names or qwen", pretok)
+			text, pattern, err := tokenizerSpec(tmpl, pretok)
+			if err != nil {
+				return err
 			}
 			texts, n, err := setup.TokenizerCorpus(cmd.Context(), cfg, data, episodes)
 			if err != nil {
 				return err
 			}
-			raw, err := tokenizer.Train(texts, tokenizer.TrainOptions{VocabSize: vocab, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: pattern})
+			tok, err := writeTokenizer(texts, vocab, text, pattern, out, cfg.Agent.ContextBudget)
 			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return err
-			}
-			path := filepath.Join(out, "tokenizer.json")
-			if err := os.WriteFile(path, raw, 0o644); err != nil {
-				return err
-			}
-			tok, err := tokenizer.Load(path)
-			if err != nil {
-				return err
-			}
-			if err := tokenizer.WriteConfig(out, tok, text, cfg.Agent.ContextBudget); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: %d tokens, learned on %d tasks (%d oracle episodes)\n", out, tok.VocabSize(), n, min(n, episodes))
@@ -87,4 +69,40 @@ func tokenizerCmd(g *globals) *cobra.Command {
 	train.Flags().StringVar(&pretok, "pretokenizer", "words", "how text is cut before BPE: words (a word keeps its trailing space, so it is the same tokens after a space, a quote or a tag: what a small model copying names needs; digits one at a time, as Qwen cuts them), names (as words, but a capitalised word keeps no trailing space, so a name is the same tokens before a space, a full stop or a tag too) or qwen (Qwen's regex)")
 	cmd.AddCommand(train)
 	return cmd
+}
+
+// tokenizerSpec reads --template and --pretokenizer: the chat template's
+// text and the pre-tokenizer's pattern.
+func tokenizerSpec(tmpl, pretok string) (text, pattern string, err error) {
+	text = map[string]string{"qwen2.5": chat.Qwen25Text, "qwen3": chat.Qwen3Text}[tmpl]
+	if text == "" {
+		return "", "", fmt.Errorf("--template %q: want qwen2.5 or qwen3", tmpl)
+	}
+	pattern, ok := map[string]string{"words": tokenizer.WordsPattern, "names": tokenizer.NamesPattern, "qwen": tokenizer.QwenPattern}[pretok]
+	if !ok {
+		return "", "", fmt.Errorf("--pretokenizer %q: want words, names or qwen", pretok)
+	}
+	return text, pattern, nil
+}
+
+// writeTokenizer learns a BPE of vocab tokens on texts and writes it to
+// out as Hugging Face does (tokenizer.json, and tokenizer_config.json
+// with the chat template's text).
+func writeTokenizer(texts []string, vocab int, text, pattern, out string, contextBudget int) (*tokenizer.Tokenizer, error) {
+	raw, err := tokenizer.Train(texts, tokenizer.TrainOptions{VocabSize: vocab, Special: tokenizer.ChatML, Added: tokenizer.AgeMemTags, Pattern: pattern})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(out, "tokenizer.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return tok, tokenizer.WriteConfig(out, tok, text, contextBudget)
 }
