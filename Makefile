@@ -7,7 +7,7 @@ GO ?= go
 BIN := bin
 EVAL_TASKS ?= 200
 
-.PHONY: docs build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak screenshots \
+.PHONY: docs build test test-gpu gpu-bundle bench demo demo-full base base-data base-qa demo-gpu base-gpu rl-gpu demo-encoder lint clean deps fuzz soak soak-replicas screenshots \
 	memtool-data memtool-base demo-memtool demo-memtool-gpu demo-memtool-eval
 
 # The reference Qwen3 tokenizer (tokenizer.json and its transformers.js port)
@@ -96,6 +96,13 @@ fuzz:
 SOAK ?= 5m
 soak:
 	AGEMEM_SOAK=$(SOAK) $(GO) test -run '^TestSoak$$' -v -timeout 0 ./serve/
+
+# Three serve replicas on one PostgreSQL behind HAProxy, one SIGKILLed and
+# the database restarted mid-traffic (needs PostgreSQL with pgvector and
+# HAProxy: scripts/pg.sh, apt-get install haproxy).
+REPLICA_SOAK ?= 40s
+soak-replicas:
+	AGEMEM_REPLICA_SOAK=$(REPLICA_SOAK) $(GO) test -run '^TestReplicaSoak$$' -v -timeout 0 ./serve/
 
 # Benchmarks print each figure beside its anchor measured in the same run.
 # The matmul anchor is OpenBLAS (apt-get install libopenblas0); without it
