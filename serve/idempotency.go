@@ -42,8 +42,11 @@ type writeState struct {
 	// claim (lateClaim), and the request's fingerprint.
 	ns, key, fp string
 	claimed     bool
-	kept        *sessionState // the session's next state, saved at commit
-	committed   bool
+	// unfinished: an earlier attempt under the key may have had its
+	// effect without recording its answer (hold.claim).
+	unfinished bool
+	kept       *sessionState // the session's next state, saved at commit
+	committed  bool
 }
 
 type writeKey struct{}
@@ -87,6 +90,9 @@ func (s *Server) write(h func(http.ResponseWriter, *http.Request) *apiError, lat
 			return aerr // a stream commits before its last event
 		}
 		if aerr != nil {
+			if ws.claimed && aerr.Status < 500 {
+				ws.hold.forget(r.Context())
+			}
 			ws.rec.keepHeaders()
 			return aerr
 		}
@@ -104,11 +110,11 @@ func (ws *writeState) claim(w http.ResponseWriter, r *http.Request, s *Server) (
 	if ws.key == "" || ws.claimed {
 		return false, nil
 	}
-	ans, err := ws.hold.claim(r.Context(), ws.ns, ws.key)
+	ans, unfinished, err := ws.hold.claim(r.Context(), ws.ns, ws.key, ws.fp)
 	if err != nil {
 		return true, s.stateError(err)
 	}
-	ws.claimed = true
+	ws.claimed, ws.unfinished = true, unfinished
 	if ans == nil {
 		return false, nil
 	}

@@ -284,7 +284,11 @@ func (s *Server) deleteMemory(w http.ResponseWriter, r *http.Request) *apiError 
 		return aerr
 	}
 	id := r.PathValue("id")
-	if aerr := s.deleteEntry(r.Context(), ns, id, "api"); aerr != nil {
+	// A retry under the key of an attempt that did not finish finds the
+	// memory gone when that attempt deleted it: the answer is the one the
+	// attempt would have given.
+	if aerr := s.deleteEntry(r.Context(), ns, id, "api"); aerr != nil &&
+		!(aerr.Code == "memory_not_found" && writeOf(r.Context()).unfinished) {
 		return aerr
 	}
 	writeJSON(w, 200, map[string]any{"memory_id": id, "deleted": true})

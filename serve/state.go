@@ -35,10 +35,17 @@ type state interface {
 // session, run one after the other whichever replica serves them. What it
 // changes becomes visible at commit, all of it or none.
 type hold interface {
-	// claim takes key of namespace ns, waiting while a request of that key
-	// runs, and returns the answer recorded under it (nil: none, so the
-	// request runs).
-	claim(ctx context.Context, ns, key string) (*storedAnswer, error)
+	// claim takes key of namespace ns for a request of fingerprint fp,
+	// waiting while a request of that key runs, and returns the answer
+	// recorded under it (nil: none, so the request runs). Without one it
+	// notes the attempt before the request runs: unfinished says an
+	// earlier attempt of the same request began and neither recorded an
+	// answer nor was forgotten (its replica died, or saving its answer
+	// failed), so it may have had its effect.
+	claim(ctx context.Context, ns, key, fp string) (ans *storedAnswer, unfinished bool, err error)
+	// forget drops the claimed key's attempt: the request ended with a
+	// client error and changed nothing, so a retry is a new request.
+	forget(ctx context.Context)
 	// session takes session id of ns, waiting while a request of it runs,
 	// and returns what the session holds, its context counted by tok.
 	session(ctx context.Context, ns, id string, tok stm.Tokenizer) (sessionState, error)

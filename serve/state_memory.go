@@ -50,15 +50,21 @@ type memHold struct {
 	entry *keyRecord // taken
 }
 
-func (h *memHold) claim(ctx context.Context, ns, key string) (*storedAnswer, error) {
+// claim never reports an unfinished attempt: in one process a request
+// that changed something records its answer (the store's write and the
+// record cannot fail apart), unless the process dies, and the records die
+// with it.
+func (h *memHold) claim(ctx context.Context, ns, key, _ string) (*storedAnswer, bool, error) {
 	id := keyID{ns, key}
 	e, err := h.m.keys.take(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	h.kid, h.entry = id, e
-	return h.m.keys.recorded(e), nil
+	return h.m.keys.recorded(e), false, nil
 }
+
+func (h *memHold) forget(context.Context) {}
 
 func (h *memHold) session(ctx context.Context, ns, id string, _ stm.Tokenizer) (sessionState, error) {
 	se, why := h.m.sess.get(ns, id)

@@ -74,6 +74,16 @@ var pgStateMigrations = []string{
 		PRIMARY KEY (namespace, key)
 	);
 	CREATE INDEX agemem_idempotency_expires ON agemem_idempotency (expires);`,
+	// An attempt under a key that has begun and not yet recorded its
+	// answer (hold.claim): a row left by a replica that died.
+	`CREATE TABLE agemem_idempotency_attempts (
+		namespace   text        NOT NULL,
+		key         text        NOT NULL,
+		fingerprint text        NOT NULL,
+		expires     timestamptz NOT NULL,
+		PRIMARY KEY (namespace, key)
+	);
+	CREATE INDEX agemem_idempotency_attempts_expires ON agemem_idempotency_attempts (expires);`,
 }
 
 // accountingKey is the advisory lock under which a new session is counted
@@ -220,10 +230,10 @@ func (h *pgHold) lock(ctx context.Context, key int64) (*pgxpool.Conn, error) {
 	return c, nil
 }
 
-func (h *pgHold) claim(ctx context.Context, ns, key string) (*storedAnswer, error) {
+func (h *pgHold) claim(ctx context.Context, ns, key, fp string) (*storedAnswer, bool, error) {
 	c, err := h.lock(ctx, lockKey("idempotency", ns, key))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	h.key = &keyID{ns, key}
 	var a storedAnswer
@@ -231,15 +241,33 @@ func (h *pgHold) claim(ctx context.Context, ns, key string) (*storedAnswer, erro
 	err = c.QueryRow(ctx, `SELECT fingerprint, status, header, body FROM agemem_idempotency
 		WHERE namespace = $1 AND key = $2 AND expires > now()`, ns, key).Scan(&a.fingerprint, &a.status, &header, &a.body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+		// The attempt is noted, committed, before the request runs; the
+		// statement's snapshot still shows an earlier attempt's row.
+		var earlier *string
+		err = c.QueryRow(ctx, `WITH earlier AS (SELECT fingerprint FROM agemem_idempotency_attempts
+				WHERE namespace = $1 AND key = $2 AND expires > now())
+			INSERT INTO agemem_idempotency_attempts (namespace, key, fingerprint, expires)
+			VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+			ON CONFLICT (namespace, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, expires = EXCLUDED.expires
+			RETURNING (SELECT fingerprint FROM earlier)`, ns, key, fp, h.p.sv.IdempotencyTTL.Seconds()).Scan(&earlier)
+		return nil, err == nil && earlier != nil && *earlier == fp, err
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := json.Unmarshal(header, &a.header); err != nil {
-		return nil, fmt.Errorf("the answer recorded under key %q of namespace %q: header: %w", key, ns, err)
+		return nil, false, fmt.Errorf("the answer recorded under key %q of namespace %q: header: %w", key, ns, err)
 	}
-	return &a, nil
+	return &a, false, nil
+}
+
+func (h *pgHold) forget(ctx context.Context) {
+	if h.key == nil || h.c == nil {
+		return
+	}
+	if _, err := h.c.Exec(ctx, "DELETE FROM agemem_idempotency_attempts WHERE namespace = $1 AND key = $2", h.key.ns, h.key.key); err != nil {
+		h.p.log.Warn("forget an idempotency attempt", "err", err) // it expires with serve.idempotency_ttl
+	}
 }
 
 func (h *pgHold) session(ctx context.Context, ns, id string, tok stm.Tokenizer) (sessionState, error) {
@@ -308,6 +336,9 @@ func (h *pgHold) commit(ctx context.Context, next *sessionState, ans *storedAnsw
 				ON CONFLICT (namespace, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, status = EXCLUDED.status,
 					header = EXCLUDED.header, body = EXCLUDED.body, expires = EXCLUDED.expires`,
 				h.key.ns, h.key.key, ans.fingerprint, ans.status, header, ans.body, h.p.sv.IdempotencyTTL.Seconds()); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM agemem_idempotency_attempts WHERE namespace = $1 AND key = $2", h.key.ns, h.key.key); err != nil {
 				return err
 			}
 		}
@@ -394,8 +425,10 @@ func (h *pgHold) sweep(ctx context.Context, c *pgxpool.Conn) {
 	if now-last < int64(time.Minute) || !h.p.swept.CompareAndSwap(last, now) {
 		return
 	}
-	if _, err := c.Exec(ctx, "DELETE FROM agemem_idempotency WHERE expires < now()"); err != nil {
-		h.p.log.Warn("sweep expired idempotency answers", "err", err)
+	for _, table := range []string{"agemem_idempotency", "agemem_idempotency_attempts"} {
+		if _, err := c.Exec(ctx, "DELETE FROM "+table+" WHERE expires < now()"); err != nil {
+			h.p.log.Warn("sweep expired idempotency answers", "table", table, "err", err)
+		}
 	}
 }
 

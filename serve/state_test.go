@@ -294,3 +294,51 @@ func testSessionExpires(t *testing.T, c config) {
 		t.Fatalf("the session after it restarted: %s", r.Body)
 	}
 }
+
+// A replica that dies after deleting a memory and before recording its
+// answer leaves its attempt noted under the key: the client's (or the
+// load balancer's) retry on another replica finds the memory gone and
+// answers as the first attempt would have, 200. A delete that ended in a
+// client error is forgotten: its retry is a new request, 404 again.
+func TestDeleteRetriedAfterAReplicaDied(t *testing.T) {
+	c := testConfig(t)
+	c.StateDSN, _ = pgtest.Schema(t)
+	db := openPGStore(t, c.StateDSN, false)
+	_, a := startOn(t, c, newScripted(), db)
+	b, _ := startOn(t, c, newScripted(), db)
+	m := do(t, "POST", b.URL+"/v1/memories", aliceKey, map[string]any{"content": "Ada rides a red bike"})
+	id, _ := m.json(t)["memory_id"].(string)
+	if m.Status != 201 || id == "" {
+		t.Fatalf("add: %d %s", m.Status, m.Body)
+	}
+	// Replica A's attempt: the key claimed, the memory deleted, then its
+	// process gone, which cuts its database connection.
+	ctx := context.Background()
+	h := a.state.hold().(*pgHold)
+	fp := fingerprint(httptest.NewRequest("DELETE", "/v1/memories/"+id, nil), nil)
+	if _, unfinished, err := h.claim(ctx, "alice", "d1", fp); err != nil || unfinished {
+		t.Fatalf("A's claim: unfinished %v, %v", unfinished, err)
+	}
+	ns, err := db.Namespace("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	h.c.Conn().Close(ctx)
+	h.c.Release()
+
+	r := do(t, "DELETE", b.URL+"/v1/memories/"+id, aliceKey, nil, "Idempotency-Key", "d1")
+	if r.Status != 200 || r.json(t)["deleted"] != true {
+		t.Fatalf("the retry on B: %d %s", r.Status, r.Body)
+	}
+	if again := do(t, "DELETE", b.URL+"/v1/memories/"+id, aliceKey, nil, "Idempotency-Key", "d1"); !bytes.Equal(again.Body, r.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the recorded answer: %d %s", again.Status, again.Body)
+	}
+	for range 2 {
+		if r := do(t, "DELETE", b.URL+"/v1/memories/mem_00000000", aliceKey, nil, "Idempotency-Key", "d2"); r.Status != 404 {
+			t.Fatalf("a delete of no memory, under a key: %d %s", r.Status, r.Body)
+		}
+	}
+}
