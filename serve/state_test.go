@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agemem/agemem/internal/pgschema"
 	"github.com/agemem/agemem/internal/pgtest"
 	"github.com/agemem/agemem/memtools/ltm"
 )
@@ -340,5 +343,46 @@ func TestDeleteRetriedAfterAReplicaDied(t *testing.T) {
 		if r := do(t, "DELETE", b.URL+"/v1/memories/mem_00000000", aliceKey, nil, "Idempotency-Key", "d2"); r.Status != 404 {
 			t.Fatalf("a delete of no memory, under a key: %d %s", r.Status, r.Body)
 		}
+	}
+}
+
+// A database of the first serve schema, holding a session and a recorded
+// answer, upgrades when a replica of this build starts on it: the session
+// goes on where it was and the answer is replayed.
+func TestServeSchemaUpgradeKeepsState(t *testing.T) {
+	c := testConfig(t)
+	c.StateDSN, _ = pgtest.Schema(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, c.StateDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := pgschema.Apply(ctx, conn, "serve", pgStateMigrations[:1]); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"content":"Ada rides a red bike"}`)
+	fp := fingerprint(httptest.NewRequest("POST", "/v1/memories", nil), body)
+	answer := `{"memory_id":"mem_0a0b0c0d","content":"Ada rides a red bike"}`
+	if _, err := conn.Exec(ctx, `INSERT INTO agemem_sessions VALUES ('alice', 's', $1, 1, now())`,
+		[]byte(`[{"role":"user","content":"my name is Ada"},{"role":"assistant","content":"my name is Ada"}]`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO agemem_idempotency VALUES ('alice', 'm1', $1, 201, '{"Content-Type":"application/json"}', $2, now() + interval '1 hour')`,
+		fp, []byte(answer)); err != nil {
+		t.Fatal(err)
+	}
+	db := openPGStore(t, c.StateDSN, false)
+	ts, _ := startOn(t, c, newScripted(), db)
+	if v, _ := pgschema.Version(ctx, conn, "serve"); v != len(pgStateMigrations) {
+		t.Fatalf("serve schema version %d after the start, want %d", v, len(pgStateMigrations))
+	}
+	r := do(t, "POST", ts.URL+"/v1/chat/completions", aliceKey, chatBody("s", "History?"))
+	if contentOf(t, r) != "my name is Ada | History?" || turnOf(t, r) != 2 {
+		t.Fatalf("the session after the upgrade: %s", r.Body)
+	}
+	again := do(t, "POST", ts.URL+"/v1/memories", aliceKey, map[string]any{"content": "Ada rides a red bike"}, "Idempotency-Key", "m1")
+	if string(again.Body) != answer || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the answer recorded before the upgrade: %d %s", again.Status, again.Body)
 	}
 }
