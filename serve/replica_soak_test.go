@@ -129,13 +129,15 @@ type soakWorld struct {
 	base   string
 	client *http.Client
 
-	mu         sync.Mutex
-	ops        int
-	attempts   int
-	byStatus   map[string]int    // every attempt's answer: "201", "503 store_unavailable", "cut"
-	fails      []failure         // the 5xx answers
-	acks       map[string]string // Idempotency-Key → the first acknowledged answer
-	added      map[string]string // memory id → "tenant\x00content", acknowledged
+	mu       sync.Mutex
+	ops      int
+	attempts int
+	byStatus map[string]int    // every attempt's answer: "201", "503 store_unavailable", "cut"
+	fails    []failure         // the 5xx answers
+	acks     map[string]string // Idempotency-Key → the first acknowledged answer
+	// Memory ids are a namespace's: two tenants may hold one id, so both
+	// maps are keyed by "tenant/id".
+	added      map[string]string // tenant/id → "tenant\x00content", acknowledged
 	deleted    map[string]bool   // acknowledged deletes
 	facts      []string          // "tenant\x00content" stored by a chat turn (Add_memory)
 	violations []string
@@ -350,7 +352,7 @@ func (w *soakWorld) runClient(id, tenant int, stop time.Time) {
 			w.violate("%s %q answered with %s", op, content, a.body)
 		}
 		w.mu.Lock()
-		w.added[m.ID] = fmt.Sprint(tenant, "\x00", content)
+		w.added[fmt.Sprint(tenant, "/", m.ID)] = fmt.Sprint(tenant, "\x00", content)
 		w.mu.Unlock()
 		return m.ID, true
 	}
@@ -453,7 +455,7 @@ func (w *soakWorld) runClient(id, tenant int, stop time.Time) {
 			w.ack(key, a)
 			mine = append(mine[:i], mine[i+1:]...)
 			w.mu.Lock()
-			w.deleted[mid] = true
+			w.deleted[fmt.Sprint(tenant, "/", mid)] = true
 			w.mu.Unlock()
 		}
 	}
@@ -476,7 +478,7 @@ func (w *soakWorld) ack(key string, a soakAnswer) {
 // (unless deleted), each acknowledged delete is not, each fact a chat
 // stored is there, once, and nothing of another tenant.
 func (w *soakWorld) check(t *testing.T, tenants int) {
-	held := map[string]string{} // id → tenant\x00content
+	held := map[string]string{} // tenant/id → tenant\x00content
 	count := map[string]int{}   // tenant\x00content → copies
 	for tenant := range tenants {
 		a := w.send(tenant, "list", "GET", "/v1/memories", nil, "", false)
@@ -491,7 +493,7 @@ func (w *soakWorld) check(t *testing.T, tenants int) {
 		}
 		for _, m := range list.Data {
 			k := fmt.Sprint(tenant, "\x00", m.Content)
-			held[m.ID] = k
+			held[fmt.Sprint(tenant, "/", m.ID)] = k
 			if count[k]++; count[k] == 2 {
 				w.violate("tenant %d holds %q twice", tenant, m.Content)
 			}
