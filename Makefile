@@ -285,8 +285,10 @@ MT_EVAL = $(BIN)/agemem-train memtool eval $(MTCFG) --set memtool.bench.tools=$(
 	--set memtool.bench.queries=$(MT)/eval-$(1)/queries.json --agent oracle --agent never-removing \
 	--agent "before GRPO=$(MT_POLICY)" --agent "after GRPO=$(MT_RUN)/rl/policy" --diff "before GRPO,after GRPO" \
 	--out $(MT_RUN)/eval-$(1).json
+# MT_SEED is GRPO's: with seed 1 the run does not learn (docs/papers/memtool.md).
+MT_SEED ?= 2
 demo-memtool: memtool-data
-	$(BIN)/agemem-train memtool train $(MTCFG) --set rl.init=$(MT_POLICY)
+	$(BIN)/agemem-train memtool train $(MTCFG) --set rl.init=$(MT_POLICY) --set seed=$(MT_SEED)
 	$(call MT_EVAL,q2)
 	$(call MT_EVAL,q3)
 	$(call MT_EVAL,world2)
