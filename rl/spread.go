@@ -41,10 +41,11 @@ type scored struct {
 	Info   map[string]any     `json:"info,omitempty"`
 	Err    string             `json:"err,omitempty"`
 	Reruns int                `json:"reruns,omitempty"`
+	Calls  []float64          `json:"calls,omitempty"`
 }
 
 func (s scored) score() rollout.Score {
-	return rollout.Score{Total: s.Total, Parts: s.Parts, Info: s.Info}
+	return rollout.Score{Total: s.Total, Parts: s.Parts, Info: s.Info, Calls: s.Calls}
 }
 
 // roundPart is one rank's share of a rollout round.

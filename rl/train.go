@@ -259,16 +259,12 @@ func Train[R any](ctx context.Context, o Options[R]) (res Result, err error) {
 		if err := sp.checkAdapters(pl.exps); err != nil {
 			return nil, "", err
 		}
-		adv, err := grpo.GroupAdvantages(pl.rewards, rc.K, rc.Eps, rc.ScaleRewards)
+		adv, err := pl.advantages(rc)
 		if err != nil {
 			return nil, "", err
 		}
 		exps := pl.exps
-		trajOf := make([]int, len(exps))
-		for i, e := range exps {
-			trajOf[i] = e.Rollout
-		}
-		if err := update(tr, learner, ref, exps, grpo.Broadcast(adv, trajOf), rc, loss, &st); err != nil {
+		if err := update(tr, learner, ref, exps, adv, rc, loss, &st); err != nil {
 			return nil, "", err
 		}
 		learner.SyncHost()
@@ -364,9 +360,31 @@ func Train[R any](ctx context.Context, o Options[R]) (res Result, err error) {
 // indexes rewards.
 type played struct {
 	rewards      []float64
+	calls        [][]float64 // each kept rollout's Score.Calls
 	exps         []rollout.Experience
 	played, kept int // groups
 	rollouts     int // every rollout played, kept or not
+}
+
+// advantages are every kept experience's: its rollout's advantage in its
+// group, given to each of its calls (step-wise GRPO), plus its own call's
+// shaping (rollout.Score.Calls).
+func (pl *played) advantages(rc Config) ([]float64, error) {
+	adv, err := grpo.GroupAdvantages(pl.rewards, rc.K, rc.Eps, rc.ScaleRewards)
+	if err != nil {
+		return nil, err
+	}
+	trajOf := make([]int, len(pl.exps))
+	for i, e := range pl.exps {
+		trajOf[i] = e.Rollout
+	}
+	out := grpo.Broadcast(adv, trajOf)
+	for i, e := range pl.exps {
+		if c := pl.calls[e.Rollout]; e.Call < len(c) {
+			out[i] += c[e.Call]
+		}
+	}
+	return out, nil
 }
 
 // playRound plays K rollouts of rl.batch_tasks tasks (this rank's share
@@ -392,7 +410,7 @@ func playRound[R any](ctx context.Context, o Options[R], sp *spread, pols []llm.
 		if err != nil {
 			return roundPart{}, err
 		}
-		s := scored{Index: r.Index, Group: r.Group, Total: sc.Total, Parts: sc.Parts, Info: sc.Info, Reruns: r.Reruns}
+		s := scored{Index: r.Index, Group: r.Group, Total: sc.Total, Parts: sc.Parts, Info: sc.Info, Reruns: r.Reruns, Calls: sc.Calls}
 		if r.Err != nil {
 			s.Err = r.Err.Error()
 		}
@@ -428,6 +446,7 @@ func playRound[R any](ctx context.Context, o Options[R], sp *spread, pols []llm.
 		for i := g * rc.K; i < (g+1)*rc.K; i++ {
 			newIndex[i] = len(pl.rewards)
 			pl.rewards = append(pl.rewards, rewards[i])
+			pl.calls = append(pl.calls, all.Rollouts[i].Calls)
 		}
 		pl.kept++
 	}

@@ -1,6 +1,7 @@
 package rl
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -225,4 +226,32 @@ func mustScore(t *testing.T, w *train.Weights[float32], seqs []train.Sequence) [
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestCallShapingReachesOnlyItsCall: a call's shaping (Score.Calls) is
+// added to that call's advantage alone, after the group's normalisation,
+// which it does not enter. Hand-worked with rl.scale_rewards none (the
+// reward less its group's mean): rewards 1 and 3 give -1 and +1, and a
+// shaping of -0.5 on rollout 0's second call and 2 on rollout 2's third
+// leaves every other call at its rollout's advantage.
+func TestCallShapingReachesOnlyItsCall(t *testing.T) {
+	pl := &played{
+		rewards: []float64{1, 3, 5, 5},
+		calls:   [][]float64{{0, -0.5}, nil, {0, 0, 2}, {}},
+		exps: []rollout.Experience{{Rollout: 0, Call: 0}, {Rollout: 0, Call: 1}, {Rollout: 1, Call: 0},
+			{Rollout: 2, Call: 0}, {Rollout: 2, Call: 1}, {Rollout: 2, Call: 2}, {Rollout: 3, Call: 0}, {Rollout: 3, Call: 1}},
+	}
+	rc := DefaultConfig()
+	rc.K, rc.ScaleRewards = 2, "none"
+	got, err := pl.advantages(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Group 0 (rewards 1, 3): -1 and +1; group 1 (5, 5): 0 and 0.
+	want := []float64{-1, -1.5, 1, 0, 0, 2, 0, 0}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-12 {
+			t.Fatalf("advantages %v, want %v", got, want)
+		}
+	}
 }

@@ -86,7 +86,10 @@ SYS_SEARCH_TOOLS, SYS_REMOVE_TOOLS and the tools it loaded (at most
 memtool.limit, meta-tools included), the tools simulated. The reward is
 memtool.train.w_correct × tool correctness (the share of each query's gold
 tools called) + w_removal × the removal ratio (tools removed per tool added,
-at most 1) + w_limit × the share of turns that never hit the limit. The
+at most 1) + w_limit × the share of turns that never hit the limit; a model
+call whose tool calls failed (malformed, an unknown tool, arguments outside
+the schema, a search refused at the limit) has w_failed_call subtracted
+from its own advantage, not the episode's. The
 queries are memtool.train.queries, or those of memtool.bench.queries after
 the benchmark's first memtool.bench.turns. The rl section sets the rest
 (k, batch_tasks, steps, lr, beta, out); rl.out receives what

@@ -82,6 +82,13 @@ type TrainConfig struct {
 	WCorrect float64 `yaml:"w_correct"`
 	WRemoval float64 `yaml:"w_removal"`
 	WLimit   float64 `yaml:"w_limit"`
+	// WFailedCall is charged to a single model call whose tool calls
+	// failed (malformed, an unknown tool, arguments outside the schema,
+	// a search refused at L): subtracted from that call's advantage
+	// alone (rollout.Score.Calls), not from the episode's reward, so a
+	// removal that earned its reward keeps it when the call after it
+	// goes wrong.
+	WFailedCall float64 `yaml:"w_failed_call"`
 }
 
 // BenchConfig is the ScaleMCP-style benchmark.
@@ -132,7 +139,7 @@ func (c Config) Validate() error {
 	for _, w := range []struct {
 		key string
 		v   float64
-	}{{"train.w_correct", c.Train.WCorrect}, {"train.w_removal", c.Train.WRemoval}, {"train.w_limit", c.Train.WLimit}} {
+	}{{"train.w_correct", c.Train.WCorrect}, {"train.w_removal", c.Train.WRemoval}, {"train.w_limit", c.Train.WLimit}, {"train.w_failed_call", c.Train.WFailedCall}} {
 		if !(w.v >= 0) || math.IsInf(w.v, 0) {
 			e.Add(w.key, "%v is not a finite weight of at least 0", w.v)
 		}

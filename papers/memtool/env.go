@@ -57,6 +57,25 @@ func NewEnv(c Config, kb *agent.Catalog, qs []stabletoolbench.Query) (*Env, erro
 type Episode struct {
 	Turns []TurnResult
 	Gold  [][]string
+	// FailedCalls are the places, among the episode's recorded model
+	// calls (rollout.Experience.Call), of the calls whose tool calls
+	// failed.
+	FailedCalls []int
+}
+
+// counter counts a policy's calls as the rollout recorder numbers its
+// experiences: answered, with response tokens.
+type counter struct {
+	llm.Model
+	n int
+}
+
+func (c *counter) Chat(ctx context.Context, r llm.Request) (llm.Response, error) {
+	res, err := c.Model.Chat(ctx, r)
+	if err == nil && len(res.ResponseIDs) > 0 {
+		c.n++
+	}
+	return res, err
 }
 
 // Len implements rollout.Env.
@@ -70,7 +89,8 @@ func (e *Env) Play(ctx context.Context, m llm.Model, t int, _ uint64) (Episode, 
 	if exec == nil {
 		exec = stabletoolbench.Simulate
 	}
-	s := &Conversation{Config: e.Config, Agent: m, KB: e.KB, Exec: exec}
+	cm := &counter{Model: m}
+	s := &Conversation{Config: e.Config, Agent: cm, KB: e.KB, Exec: exec}
 	var ep Episode
 	for i, q := range e.Sessions[t] {
 		res, err := s.Turn(ctx, q.Text)
@@ -79,6 +99,14 @@ func (e *Env) Play(ctx context.Context, m llm.Model, t int, _ uint64) (Episode, 
 				return ep, ctx.Err()
 			}
 			res.Error = fmt.Sprintf("turn %d (query %s): %v", i+1, q.ID, err)
+		}
+		// In Autonomous mode the agent's steps are a turn's last calls
+		// (a summary of the history comes before them), one call each.
+		first := cm.n - len(res.Trace.Steps)
+		for j, st := range res.Trace.Steps {
+			if first+j >= 0 && slices.ContainsFunc(st.Results, func(r agent.CallResult) bool { return !r.OK }) {
+				ep.FailedCalls = append(ep.FailedCalls, first+j)
+			}
 		}
 		ep.Turns = append(ep.Turns, res)
 		ep.Gold = append(ep.Gold, q.Gold)
@@ -91,11 +119,13 @@ func (e *Env) Play(ctx context.Context, m llm.Model, t int, _ uint64) (Episode, 
 // Eq. 1, capped at 1: removing tools of an earlier episode cannot count
 // more than complete), and never ask for more than L tools (the share of
 // turns without a limit hit).
-type Reward struct{ WCorrect, WRemoval, WLimit float64 }
+// WFailedCall shapes the calls whose tool calls failed
+// (TrainConfig.WFailedCall).
+type Reward struct{ WCorrect, WRemoval, WLimit, WFailedCall float64 }
 
 // NewReward is the reward of the train section.
 func NewReward(c TrainConfig) Reward {
-	return Reward{WCorrect: c.WCorrect, WRemoval: c.WRemoval, WLimit: c.WLimit}
+	return Reward{WCorrect: c.WCorrect, WRemoval: c.WRemoval, WLimit: c.WLimit, WFailedCall: c.WFailedCall}
 }
 
 // Score implements rl.Reward.
@@ -118,5 +148,13 @@ func (r Reward) Score(_ context.Context, ep Episode) (rollout.Score, error) {
 	for _, t := range ep.Turns {
 		called = append(called, t.Called...)
 	}
-	return rollout.Score{Total: total, Parts: parts, Info: map[string]any{"called": slices.Compact(called), "failed_turns": m.Failed}}, nil
+	sc := rollout.Score{Total: total, Parts: parts, Info: map[string]any{"called": slices.Compact(called), "failed_turns": m.Failed}}
+	if r.WFailedCall > 0 && len(ep.FailedCalls) > 0 {
+		sc.Calls = make([]float64, slices.Max(ep.FailedCalls)+1)
+		for _, c := range ep.FailedCalls {
+			sc.Calls[c] = -r.WFailedCall
+		}
+	}
+	parts["failed_calls"] = float64(len(ep.FailedCalls))
+	return sc, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/agemem/agemem/bench/stabletoolbench"
 	"github.com/agemem/agemem/llm"
 	"github.com/agemem/agemem/model/chat"
+	"github.com/agemem/agemem/rl/rollout"
 )
 
 // counted counts a policy's calls.
@@ -135,5 +136,76 @@ func TestRewardHandWorkedAndEnvErrors(t *testing.T) {
 	c.Train.Turns, c.Train.WRemoval = 0, math.NaN()
 	if _, err := NewEnv(c, kb, qs); err == nil || !strings.Contains(err.Error(), "train.turns") || !strings.Contains(err.Error(), "train.w_removal") {
 		t.Errorf("bad train section: %v", err)
+	}
+}
+
+// blunderer is the oracle writing its search as a removal every other
+// time it searches (the call a learning policy was seen to write: a
+// removal with the search's arguments, which fails its schema). Each
+// reply's token ids are (its call number, 1 when it blundered).
+type blunderer struct {
+	o        Oracle
+	n, other int
+}
+
+func (b *blunderer) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	r, err := b.o.Chat(ctx, req)
+	if err != nil {
+		return r, err
+	}
+	bad := 0
+	for i, c := range r.Message.ToolCalls {
+		if c.Name == SearchTools {
+			if b.other++; b.other%2 == 1 {
+				r.Message.ToolCalls[i].Name, bad = RemoveTools, 1
+			}
+		}
+	}
+	r.ResponseIDs = []int{b.n, bad}
+	b.n++
+	return r, nil
+}
+
+// TestFailedCallsAreTheRecordedCalls: the calls whose tool calls failed
+// are charged by their place among the calls the rollout recorder keeps,
+// so the shaping lands on the blundered call's tokens and no other.
+func TestFailedCallsAreTheRecordedCalls(t *testing.T) {
+	kb, qs := bench(t, 40, 12)
+	c := cfg(Autonomous)
+	c.Limit, c.TopK, c.Train.Turns, c.Train.WFailedCall = 16, 3, 6, 0.75
+	e, err := NewEnv(c, kb, qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, exps, err := rollout.Run(context.Background(), &blunderer{o: oracleFor(kb, qs)}, rollout.Env[Episode](e), []int{1}, rollout.Options{K: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewReward(c.Train).Score(context.Background(), rs[0].Result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blunders := 0
+	for _, x := range exps {
+		want := 0.0
+		if x.ResponseIDs[1] == 1 {
+			want = -0.75
+			blunders++
+		}
+		got := 0.0
+		if x.Call < len(sc.Calls) {
+			got = sc.Calls[x.Call]
+		}
+		if got != want {
+			t.Fatalf("call %d (reply %v) is shaped %v, want %v; failed calls %v", x.Call, x.ResponseIDs, got, want, rs[0].Result.FailedCalls)
+		}
+	}
+	if blunders < 3 || len(rs[0].Result.FailedCalls) != blunders || sc.Parts["failed_calls"] != float64(blunders) {
+		t.Fatalf("%d blunders in %d calls, failed calls %v (part %v)", blunders, len(exps), rs[0].Result.FailedCalls, sc.Parts["failed_calls"])
+	}
+	// Without the weight the calls are not shaped.
+	c.Train.WFailedCall = 0
+	if sc, _ = NewReward(c.Train).Score(context.Background(), rs[0].Result); sc.Calls != nil {
+		t.Fatalf("w_failed_call 0 shaped the calls: %v", sc.Calls)
 	}
 }

@@ -61,6 +61,13 @@ type Score struct {
 	Total float64
 	Parts map[string]float64
 	Info  map[string]any
+	// Calls, when set, shape single calls: Calls[j] is added to the
+	// advantage of the tokens of the rollout's call j (Experience.Call),
+	// after the group normalisation, and to no other call's. A call that
+	// went wrong on its own (a malformed tool call, say) pays for it
+	// without charging the calls around it, which the episode's reward
+	// alone would (step-wise GRPO gives every call the same advantage).
+	Calls []float64
 }
 
 // EngineError is a policy call that failed because its engine did: down,
