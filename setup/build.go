@@ -433,7 +433,45 @@ func MemToolGRPO(ctx context.Context, cfg Config, log io.Writer) (rl.Options[mem
 	if err != nil {
 		return rl.Options[memtool.Episode]{}, err
 	}
-	return grpoOptions[memtool.Episode](cfg, e, memtool.NewReward(cfg.MemTool.Train), log)
+	rew := memtool.NewReward(cfg.MemTool.Train)
+	o, err := grpoOptions[memtool.Episode](cfg, e, rew, log)
+	if err != nil || cfg.MemTool.Train.Val == "" {
+		return o, err
+	}
+	c := cfg.MemTool
+	qs, err := stabletoolbench.LoadQueries(c.Train.Val)
+	if err != nil {
+		return o, fmt.Errorf("memtool.train.val: %w", err)
+	}
+	if err := stabletoolbench.ResolveGold(qs, e.KB); err != nil {
+		return o, fmt.Errorf("memtool.train.val %s: %w", c.Train.Val, err)
+	}
+	sessions, err := memtool.EvalSessions(qs, min(cfg.RL.ValTasks, len(qs)/c.Eval.Turns), c.Eval.Turns)
+	if err != nil {
+		return o, fmt.Errorf("memtool.train.val %s: %w", c.Train.Val, err)
+	}
+	// The policy plays them as memtool eval plays an agent: greedily, in
+	// the environment training plays, scored by the training reward.
+	o.Validate = func(ctx context.Context, dir string) (float64, float64, error) {
+		m, err := ChatModel(ctx, cfg, Models{Native: dir}, "auto", len(sessions), io.Discard)
+		if err != nil {
+			return 0, 0, err
+		}
+		if closer, ok := m.(interface{ Close() }); ok {
+			defer closer.Close()
+		}
+		scores, err := memtool.Evaluate(ctx, memtool.EvalOptions{Config: c, KB: e.KB, Sessions: sessions, Agent: m, Judge: memtool.ContainsJudge{}, Parallel: len(sessions)})
+		if err != nil {
+			return 0, 0, err
+		}
+		js := make([]float64, len(scores))
+		for i, sc := range scores {
+			js[i] = rew.Session(sc)
+		}
+		st := memtool.MeanSE(js)
+		return st.Mean, st.SE, nil
+	}
+	return o, nil
 }
 
 // OllamaPolicy is an AgeMem policy on the Ollama server, as the server

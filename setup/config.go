@@ -242,8 +242,8 @@ func (c Config) problems() valid.Errors {
 	if c.Model.TrainDtype == "q8_0" && !c.LoRA.Enabled {
 		e.Add("model.train_dtype", "q8_0 holds a frozen base in 8 bits, and full fine-tuning trains every weight: set lora.enabled: true, or train_dtype: bf16")
 	}
-	if c.RL.KeepBest && c.Data.Val == "" {
-		e.Add("rl.keep_best", "needs validation tasks to choose by: set data.val (a task file drawn apart from data.train and data.eval)")
+	if c.RL.KeepBest && c.Data.Val == "" && c.MemTool.Train.Val == "" {
+		e.Add("rl.keep_best", "needs validation tasks to choose by: set data.val (a task file drawn apart from data.train and data.eval), or memtool.train.val for memtool train")
 	}
 	e.AtLeast("eval.tasks", c.Eval.Tasks, 0)
 	e.Section("serve", c.Serve.Validate())

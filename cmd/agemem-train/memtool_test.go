@@ -116,6 +116,32 @@ func TestCLIMemtoolTrain(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "policy", "model.safetensors")); err != nil {
 		t.Fatal(err)
 	}
+	// Validation on other questions over the same tools: J before the
+	// first step and after each, and the best step's policy kept.
+	mustRun(t, "memtool", "synth", "--companies", "20", "--queries", "8", "--query-seed", "5", "--out", filepath.Join(dir, "val"))
+	val := append(slices.Clone(set), "--set", "memtool.train.val="+filepath.Join(dir, "val", "queries.json"), "--set", "rl.steps=2",
+		"--set", "rl.val_every=1", "--set", "rl.val_tasks=2", "--set", "memtool.eval.turns=2", "--set", "rl.keep_best=true", "--set", "rl.out="+filepath.Join(dir, "rl-val"))
+	got, err := run(t, append([]string{"memtool", "train"}, val...)...)
+	if err != nil || !strings.Contains(got, "policy written to") {
+		t.Fatalf("memtool train with validation: %v\n%s", err, got)
+	}
+	lines = strings.Split(strings.TrimSpace(string(mustRead(t, filepath.Join(dir, "rl-val", "metrics.jsonl")))), "\n")
+	js := 0
+	for _, l := range lines {
+		if strings.Contains(l, `"val_j"`) {
+			js++
+		}
+	}
+	if js < 2 {
+		t.Fatalf("%d validations in metrics.jsonl, want one per step:\n%s", js, strings.Join(lines, "\n"))
+	}
+	// Questions about tools the knowledge base lacks (another world) are
+	// refused, naming the key.
+	mustRun(t, "memtool", "synth", "--companies", "20", "--queries", "8", "--seed", "7", "--out", filepath.Join(dir, "other"))
+	val[len(set)+1] = "memtool.train.val=" + filepath.Join(dir, "other", "queries.json")
+	if _, err := run(t, append([]string{"memtool", "train"}, val...)...); err == nil || !strings.Contains(err.Error(), "memtool.train.val") {
+		t.Fatalf("validation questions over other tools: %v", err)
+	}
 	// SFT data from the oracle in the same text: each record ends with the
 	// oracle's reply, the first of a session a search, and sft reads them.
 	data := filepath.Join(dir, "sft.jsonl")
@@ -139,7 +165,7 @@ func TestCLIMemtoolTrain(t *testing.T) {
 	if _, err := run(t, "memtool", "data", "--out", data, "--chat", "llama"); err == nil || !strings.Contains(err.Error(), `--chat "llama"`) {
 		t.Fatalf("--chat llama: %v", err)
 	}
-	_, err := run(t, append(append([]string{"memtool", "train"}, set...), "--set", "memtool.bench.turns=12")...)
+	_, err = run(t, append(append([]string{"memtool", "train"}, set...), "--set", "memtool.bench.turns=12")...)
 	if err == nil || !strings.Contains(err.Error(), "all in the benchmark's session") {
 		t.Fatalf("training on the benchmark's queries: %v", err)
 	}

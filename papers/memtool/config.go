@@ -89,6 +89,13 @@ type TrainConfig struct {
 	// removal that earned its reward keeps it when the call after it
 	// goes wrong.
 	WFailedCall float64 `yaml:"w_failed_call"`
+	// Val are validation queries over the training tools (a memtool synth
+	// file, disjoint from the held-out sets): with them GRPO plays
+	// rl.val_tasks sessions of eval.turns greedily before the first step,
+	// every rl.val_every steps and after the last, J being the reward's
+	// mean over sessions, and rl.keep_best keeps the step that scored best
+	// (a run of a small policy drifts from step to step).
+	Val string `yaml:"val"`
 }
 
 // BenchConfig is the ScaleMCP-style benchmark.

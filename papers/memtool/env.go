@@ -128,6 +128,12 @@ func NewReward(c TrainConfig) Reward {
 	return Reward{WCorrect: c.WCorrect, WRemoval: c.WRemoval, WLimit: c.WLimit, WFailedCall: c.WFailedCall}
 }
 
+// Session is the reward of an evaluated session (what validation
+// compares): the episode's reward, over the session's turns.
+func (r Reward) Session(sc SessionScore) float64 {
+	return r.WCorrect*sc.Metrics.ToolCorrectness + r.WRemoval*min(sc.Metrics.RemovalRatio, 1) + r.WLimit*sc.UnderLimit
+}
+
 // Score implements rl.Reward.
 func (r Reward) Score(_ context.Context, ep Episode) (rollout.Score, error) {
 	m := Measure(ep.Turns, ep.Gold, nil)

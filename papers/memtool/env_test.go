@@ -117,6 +117,10 @@ func TestRewardHandWorkedAndEnvErrors(t *testing.T) {
 	if math.Abs(s.Total-(0.5+0.5/3+2.0/3)) > 1e-12 {
 		t.Errorf("total %v", s.Total)
 	}
+	// A validated session's reward: the same parts, over its turns.
+	if j := (Reward{WCorrect: 1, WRemoval: 0.5, WLimit: 2}).Session(SessionScore{Metrics: Metrics{ToolCorrectness: 0.5, RemovalRatio: 1.5}, UnderLimit: 0.25}); math.Abs(j-1.5) > 1e-12 {
+		t.Errorf("a session's reward %v, want 0.5 + 0.5 x 1 + 2 x 0.25", j)
+	}
 	// Removing more than was added counts as complete, no more.
 	s, _ = Reward{WRemoval: 1}.Score(context.Background(), Episode{Turns: []TurnResult{{Added: []string{"a"}}, {Removed: []string{"a", "x", "y"}}}, Gold: [][]string{nil, nil}})
 	if s.Total != 1 {

@@ -35,6 +35,9 @@ type SessionScore struct {
 	// tool (TurnResult.FormatErrors), 0 for a session without calls.
 	LimitTurns   float64 `json:"limit_turns"`
 	FormatErrors float64 `json:"format_errors"`
+	// UnderLimit is the share of turns that neither hit L nor failed (the
+	// reward's third part).
+	UnderLimit float64 `json:"under_limit"`
 	Calls        int     `json:"calls"`
 }
 
@@ -89,7 +92,7 @@ func evalSession(ctx context.Context, o EvalOptions, exec Executor, qs []stablet
 	var gold [][]string
 	var completion []float64
 	var sc SessionScore
-	limited, bad := 0, 0
+	limited, bad, under := 0, 0, 0
 	for i, q := range qs {
 		t, err := s.Turn(ctx, q.Text)
 		if err != nil {
@@ -107,12 +110,15 @@ func evalSession(ctx context.Context, o EvalOptions, exec Executor, qs []stablet
 		completion = append(completion, score)
 		if t.LimitHits > 0 {
 			limited++
+		} else if t.Error == "" {
+			under++
 		}
 		sc.Calls += t.Calls
 		bad += t.FormatErrors
 	}
 	sc.Metrics = Measure(turns, gold, completion)
 	sc.LimitTurns = float64(limited) / float64(len(qs))
+	sc.UnderLimit = float64(under) / float64(len(qs))
 	if sc.Calls > 0 {
 		sc.FormatErrors = float64(bad) / float64(sc.Calls)
 	}
@@ -164,7 +170,7 @@ func Summarize(scores []SessionScore) []Stat {
 		for _, s := range scores {
 			xs = append(xs, m.Of(s))
 		}
-		out[i] = meanSE(xs)
+		out[i] = MeanSE(xs)
 	}
 	return out
 }
@@ -182,13 +188,14 @@ func Paired(a, b []SessionScore) ([]Stat, error) {
 		for j := range a {
 			xs[j] = m.Of(b[j]) - m.Of(a[j])
 		}
-		out[i] = meanSE(xs)
+		out[i] = MeanSE(xs)
 	}
 	return out, nil
 }
 
-// meanSE leaves out NaNs; one value has no standard error (NaN).
-func meanSE(xs []float64) Stat {
+// MeanSE is the mean of xs and its standard error; it leaves out NaNs,
+// and one value has no standard error (NaN).
+func MeanSE(xs []float64) Stat {
 	var sum float64
 	var n int
 	for _, x := range xs {

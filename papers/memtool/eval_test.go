@@ -13,7 +13,7 @@ import (
 // sample deviation 1, SE 1/√3; the paired differences of {1, 2, 4} and
 // {2, 2, 7} are {1, 0, 3}: mean 4/3, deviation √(7/3), SE √(7/9).
 func TestSummaryHandWorked(t *testing.T) {
-	s := meanSE([]float64{1, 2, 3, math.NaN()})
+	s := MeanSE([]float64{1, 2, 3, math.NaN()})
 	if s.N != 3 || s.Mean != 2 || math.Abs(s.SE-1/math.Sqrt(3)) > 1e-12 {
 		t.Fatalf("%+v", s)
 	}
@@ -26,13 +26,13 @@ func TestSummaryHandWorked(t *testing.T) {
 	if EvalMeasures[2].Name != "ToolCorr" || math.Abs(tc.Mean-4.0/3) > 1e-12 || math.Abs(tc.SE-math.Sqrt(7.0/9)) > 1e-12 {
 		t.Fatalf("paired tool correctness %+v", tc)
 	}
-	if one := meanSE([]float64{5}); one.Mean != 5 || !math.IsNaN(one.SE) {
+	if one := MeanSE([]float64{5}); one.Mean != 5 || !math.IsNaN(one.SE) {
 		t.Fatalf("one session: %+v", one)
 	}
 	if _, err := Paired(make([]SessionScore, 2), make([]SessionScore, 3)); err == nil {
 		t.Fatal("sessions of different sets paired")
 	}
-	if b, _ := meanSE(nil).MarshalJSON(); string(b) != `{"mean":null,"se":null,"n":0}` {
+	if b, _ := MeanSE(nil).MarshalJSON(); string(b) != `{"mean":null,"se":null,"n":0}` {
 		t.Fatalf("undefined stat as %s", b)
 	}
 }
@@ -59,6 +59,11 @@ func TestEvaluate(t *testing.T) {
 		}
 		if len(sc) != 8 {
 			t.Fatalf("%d sessions scored", len(sc))
+		}
+		for _, s := range sc { // no turn fails here: a turn is at the limit or under it
+			if s.Metrics.Failed > 0 || math.Abs(s.UnderLimit+s.LimitTurns-1) > 1e-12 {
+				t.Fatalf("turns under the limit %v and at it %v (%d failed)", s.UnderLimit, s.LimitTurns, s.Metrics.Failed)
+			}
 		}
 		return Summarize(sc)
 	}
