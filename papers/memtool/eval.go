@@ -38,7 +38,7 @@ type SessionScore struct {
 	// UnderLimit is the share of turns that neither hit L nor failed (the
 	// reward's third part).
 	UnderLimit float64 `json:"under_limit"`
-	Calls        int     `json:"calls"`
+	Calls      int     `json:"calls"`
 }
 
 // EvalSessions cuts queries into n sessions of turns queries each, in
