@@ -262,8 +262,9 @@ rl-gpu: build
 # tools and 1,200 training questions (seed 1); two held-out sets of 240
 # other questions over the same tools (query seeds 2 and 3: the setting of
 # a deployed agent, whose tool collection it was trained on and whose
-# users ask new things); and a set over 100 other companies (seed 2), whose
-# names the tiny policy never saw.
+# users ask new things); a validation set (query seed 4) GRPO keeps its
+# best step by; and a set over 100 other companies (seed 2), whose names
+# the tiny policy never saw.
 MT := data/memtool
 MTCFG := --config configs/memtool.yaml
 MT_POLICY ?= checkpoints/memtool
@@ -275,18 +276,20 @@ memtool-data: build
 	$(BIN)/agemem-train memtool synth --companies 100 --queries 1200 --seed 1 --out $(MT)/train
 	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 1 --query-seed 2 --out $(MT)/eval-q2
 	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 1 --query-seed 3 --out $(MT)/eval-q3
+	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 1 --query-seed 4 --out $(MT)/val
 	$(BIN)/agemem-train memtool synth --companies 100 --queries 240 --seed 2 --out $(MT)/eval-world2
 
-# GRPO (memtool train: 20 steps of 2 sessions x 8 rollouts, the reward of
-# memtool.train) from the shipped SFT policy, then on each held-out set
+# GRPO (memtool train: 30 steps of 2 sessions x 8 rollouts, the reward of
+# memtool.train, validated every 5 steps and the best step kept) from the
+# shipped SFT policy, then on each held-out set
 # (30 sessions of 8 questions) the oracle, the never-removing agent and the
 # policy before and after GRPO, with the paired difference after - before.
 MT_EVAL = $(BIN)/agemem-train memtool eval $(MTCFG) --set memtool.bench.tools=$(MT)/eval-$(1)/tools.json \
 	--set memtool.bench.queries=$(MT)/eval-$(1)/queries.json --agent oracle --agent never-removing \
 	--agent "before GRPO=$(MT_POLICY)" --agent "after GRPO=$(MT_RUN)/rl/policy" --diff "before GRPO,after GRPO" \
 	--out $(MT_RUN)/eval-$(1).json
-# MT_SEED is GRPO's: with seed 1 the run does not learn (docs/papers/memtool.md).
-MT_SEED ?= 2
+# MT_SEED is GRPO's: runs differ by seed (docs/papers/memtool.md).
+MT_SEED ?= 1
 demo-memtool: memtool-data
 	$(BIN)/agemem-train memtool train $(MTCFG) --set rl.init=$(MT_POLICY) --set seed=$(MT_SEED)
 	$(call MT_EVAL,q2)
