@@ -89,7 +89,9 @@ tools called) + w_removal × the removal ratio (tools removed per tool added,
 at most 1) + w_limit × the share of turns that never hit the limit; a model
 call whose tool calls failed (malformed, an unknown tool, arguments outside
 the schema, a search refused at the limit) has w_failed_call subtracted
-from its own advantage, not the episode's. The
+from its own advantage, not the episode's; a turn's answering call has
+w_missed_tool times the share of the turn's gold tools not called, and a
+call that ran a tool the question did not ask for w_wrong_tool. The
 queries are memtool.train.queries, or those of memtool.bench.queries after
 the benchmark's first memtool.bench.turns. The rl section sets the rest
 (k, batch_tasks, steps, lr, beta, out); rl.out receives what

@@ -89,6 +89,16 @@ type TrainConfig struct {
 	// removal that earned its reward keeps it when the call after it
 	// goes wrong.
 	WFailedCall float64 `yaml:"w_failed_call"`
+	// WMissedTool is charged to a turn's answering call, times the share
+	// of the turn's gold tools not called by then: the answer is where the
+	// policy chose to stop, so a turn that removed and then answered
+	// without searching is charged there, not in its removal.
+	WMissedTool float64 `yaml:"w_missed_tool"`
+	// WWrongTool is charged to a call that ran a domain tool the turn's
+	// question does not ask for (a tool left over from an earlier
+	// question): the call where the policy used what it had instead of
+	// searching for what it needs.
+	WWrongTool float64 `yaml:"w_wrong_tool"`
 	// Val are validation queries over the training tools (a memtool synth
 	// file, disjoint from the held-out sets): with them GRPO plays
 	// rl.val_tasks sessions of eval.turns greedily before the first step,
@@ -146,7 +156,7 @@ func (c Config) Validate() error {
 	for _, w := range []struct {
 		key string
 		v   float64
-	}{{"train.w_correct", c.Train.WCorrect}, {"train.w_removal", c.Train.WRemoval}, {"train.w_limit", c.Train.WLimit}, {"train.w_failed_call", c.Train.WFailedCall}} {
+	}{{"train.w_correct", c.Train.WCorrect}, {"train.w_removal", c.Train.WRemoval}, {"train.w_limit", c.Train.WLimit}, {"train.w_failed_call", c.Train.WFailedCall}, {"train.w_missed_tool", c.Train.WMissedTool}, {"train.w_wrong_tool", c.Train.WWrongTool}} {
 		if !(w.v >= 0) || math.IsInf(w.v, 0) {
 			e.Add(w.key, "%v is not a finite weight of at least 0", w.v)
 		}

@@ -61,6 +61,12 @@ type Episode struct {
 	// calls (rollout.Experience.Call), of the calls whose tool calls
 	// failed.
 	FailedCalls []int
+	// AnswerCalls are, per turn, the place of the call that answered (a
+	// reply without tool calls), -1 where the turn ended unanswered.
+	AnswerCalls []int
+	// WrongCalls are the places of the calls that ran a domain tool the
+	// turn's question did not ask for.
+	WrongCalls []int
 }
 
 // counter counts a policy's calls as the rollout recorder numbers its
@@ -103,11 +109,24 @@ func (e *Env) Play(ctx context.Context, m llm.Model, t int, _ uint64) (Episode, 
 		// In Autonomous mode the agent's steps are a turn's last calls
 		// (a summary of the history comes before them), one call each.
 		first := cm.n - len(res.Trace.Steps)
+		answer := -1
 		for j, st := range res.Trace.Steps {
-			if first+j >= 0 && slices.ContainsFunc(st.Results, func(r agent.CallResult) bool { return !r.OK }) {
+			if first+j < 0 {
+				continue
+			}
+			if slices.ContainsFunc(st.Results, func(r agent.CallResult) bool { return !r.OK }) {
 				ep.FailedCalls = append(ep.FailedCalls, first+j)
 			}
+			if slices.ContainsFunc(st.Results, func(r agent.CallResult) bool {
+				return r.OK && r.Call.Name != SearchTools && r.Call.Name != RemoveTools && !slices.Contains(q.Gold, r.Call.Name)
+			}) {
+				ep.WrongCalls = append(ep.WrongCalls, first+j)
+			}
+			if len(st.Reply.Message.ToolCalls) == 0 {
+				answer = first + j
+			}
 		}
+		ep.AnswerCalls = append(ep.AnswerCalls, answer)
 		ep.Turns = append(ep.Turns, res)
 		ep.Gold = append(ep.Gold, q.Gold)
 	}
@@ -119,13 +138,13 @@ func (e *Env) Play(ctx context.Context, m llm.Model, t int, _ uint64) (Episode, 
 // Eq. 1, capped at 1: removing tools of an earlier episode cannot count
 // more than complete), and never ask for more than L tools (the share of
 // turns without a limit hit).
-// WFailedCall shapes the calls whose tool calls failed
-// (TrainConfig.WFailedCall).
-type Reward struct{ WCorrect, WRemoval, WLimit, WFailedCall float64 }
+// WFailedCall, WMissedTool and WWrongTool shape single calls
+// (TrainConfig).
+type Reward struct{ WCorrect, WRemoval, WLimit, WFailedCall, WMissedTool, WWrongTool float64 }
 
 // NewReward is the reward of the train section.
 func NewReward(c TrainConfig) Reward {
-	return Reward{WCorrect: c.WCorrect, WRemoval: c.WRemoval, WLimit: c.WLimit, WFailedCall: c.WFailedCall}
+	return Reward{WCorrect: c.WCorrect, WRemoval: c.WRemoval, WLimit: c.WLimit, WFailedCall: c.WFailedCall, WMissedTool: c.WMissedTool, WWrongTool: c.WWrongTool}
 }
 
 // Session is the reward of an evaluated session (what validation
@@ -155,12 +174,42 @@ func (r Reward) Score(_ context.Context, ep Episode) (rollout.Score, error) {
 		called = append(called, t.Called...)
 	}
 	sc := rollout.Score{Total: total, Parts: parts, Info: map[string]any{"called": slices.Compact(called), "failed_turns": m.Failed}}
-	if r.WFailedCall > 0 && len(ep.FailedCalls) > 0 {
-		sc.Calls = make([]float64, slices.Max(ep.FailedCalls)+1)
-		for _, c := range ep.FailedCalls {
-			sc.Calls[c] = -r.WFailedCall
+	charge := func(call int, w float64) {
+		if call < 0 || w == 0 {
+			return
+		}
+		if call >= len(sc.Calls) {
+			sc.Calls = append(sc.Calls, make([]float64, call+1-len(sc.Calls))...)
+		}
+		sc.Calls[call] -= w
+	}
+	for _, c := range ep.FailedCalls {
+		charge(c, r.WFailedCall)
+	}
+	for _, c := range ep.WrongCalls {
+		charge(c, r.WWrongTool)
+	}
+	var early float64
+	for i, c := range ep.AnswerCalls {
+		if i < len(ep.Gold) && len(ep.Gold[i]) > 0 && c >= 0 {
+			miss := missed(ep.Turns[i].Called, ep.Gold[i])
+			charge(c, r.WMissedTool*miss)
+			early += miss
 		}
 	}
 	parts["failed_calls"] = float64(len(ep.FailedCalls))
+	parts["missed_at_answer"] = early
+	parts["wrong_calls"] = float64(len(ep.WrongCalls))
 	return sc, nil
+}
+
+// missed is the share of gold tools not among called.
+func missed(called, gold []string) float64 {
+	n := 0
+	for _, g := range gold {
+		if !slices.Contains(called, g) {
+			n++
+		}
+	}
+	return float64(n) / float64(len(gold))
 }

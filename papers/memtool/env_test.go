@@ -3,6 +3,7 @@ package memtool
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -211,5 +212,142 @@ func TestFailedCallsAreTheRecordedCalls(t *testing.T) {
 	c.Train.WFailedCall = 0
 	if sc, _ = NewReward(c.Train).Score(context.Background(), rs[0].Result); sc.Calls != nil {
 		t.Fatalf("w_failed_call 0 shaped the calls: %v", sc.Calls)
+	}
+}
+
+// quitter is the oracle answering in place of every other message in
+// which the oracle would call domain tools: those turns end with none of
+// their gold tools called (the oracle calls them all in one message).
+// Its reply's second token marks the early answers.
+type quitter struct {
+	o    Oracle
+	n, k int
+}
+
+func (q *quitter) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	r, err := q.o.Chat(ctx, req)
+	if err != nil {
+		return r, err
+	}
+	early := 0
+	if len(r.Message.ToolCalls) > 0 && !slices.ContainsFunc(r.Message.ToolCalls, func(c chat.ToolCall) bool { return c.Name == SearchTools || c.Name == RemoveTools }) {
+		if q.k++; q.k%2 == 1 {
+			r.Message.ToolCalls, r.Message.Content, early = nil, "I could not find that.", 1
+		}
+	}
+	r.ResponseIDs = []int{q.n, early}
+	q.n++
+	return r, nil
+}
+
+// TestMissedToolsChargeTheAnswer: a turn that answers before calling its
+// gold tools has w_missed_tool times the share it missed charged to the
+// answering call, by the place the rollout recorder gives it; answers
+// after the gold tools ran, and every other call, are not charged.
+func TestMissedToolsChargeTheAnswer(t *testing.T) {
+	kb, qs := bench(t, 40, 12)
+	c := cfg(Autonomous)
+	c.Limit, c.TopK, c.Train.Turns, c.Train.WMissedTool = 16, 3, 6, 0.5
+	e, err := NewEnv(c, kb, qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, exps, err := rollout.Run(context.Background(), &quitter{o: oracleFor(kb, qs)}, rollout.Env[Episode](e), []int{0}, rollout.Options{K: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewReward(c.Train).Score(context.Background(), rs[0].Result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quits := 0
+	for _, x := range exps {
+		want := 0.0
+		if x.ResponseIDs[1] == 1 {
+			want = -0.5
+			quits++
+		}
+		got := 0.0
+		if x.Call < len(sc.Calls) {
+			got = sc.Calls[x.Call]
+		}
+		if got != want {
+			t.Fatalf("call %d (reply %v) is shaped %v, want %v; answer calls %v", x.Call, x.ResponseIDs, got, want, rs[0].Result.AnswerCalls)
+		}
+	}
+	if quits != 3 || sc.Parts["missed_at_answer"] != 3 || len(rs[0].Result.AnswerCalls) != 6 {
+		t.Fatalf("%d early answers in %d calls, part %v, answer calls %v", quits, len(exps), sc.Parts["missed_at_answer"], rs[0].Result.AnswerCalls)
+	}
+	c.Train.WMissedTool = 0
+	if sc, _ = NewReward(c.Train).Score(context.Background(), rs[0].Result); sc.Calls != nil {
+		t.Fatalf("w_missed_tool 0 shaped the calls: %v", sc.Calls)
+	}
+}
+
+// strayer is the oracle adding, to every other message in which it calls
+// domain tools, a call of a loaded tool that message does not call (one
+// the question did not ask for). Its reply's second token marks those.
+type strayer struct {
+	o    Oracle
+	n, k int
+}
+
+func (s *strayer) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	r, err := s.o.Chat(ctx, req)
+	if err != nil {
+		return r, err
+	}
+	stray := 0
+	calls := r.Message.ToolCalls
+	if len(calls) > 0 && !slices.ContainsFunc(calls, func(c chat.ToolCall) bool { return c.Name == SearchTools || c.Name == RemoveTools }) {
+		if s.k++; s.k%2 == 1 {
+			for _, f := range req.Tools {
+				if f.Name != SearchTools && f.Name != RemoveTools && !slices.ContainsFunc(calls, func(c chat.ToolCall) bool { return c.Name == f.Name }) {
+					r.Message.ToolCalls, stray = append(calls, chat.ToolCall{ID: "stray", Name: f.Name, Arguments: "{}"}), 1
+					break
+				}
+			}
+		}
+	}
+	r.ResponseIDs = []int{s.n, stray}
+	s.n++
+	return r, nil
+}
+
+// TestWrongToolsChargeTheirCall: a call that runs a loaded tool the
+// question did not ask for has w_wrong_tool charged to it alone.
+func TestWrongToolsChargeTheirCall(t *testing.T) {
+	kb, qs := bench(t, 40, 12)
+	c := cfg(Autonomous)
+	c.Limit, c.TopK, c.Train.Turns, c.Train.WWrongTool = 16, 3, 6, 0.25
+	e, err := NewEnv(c, kb, qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, exps, err := rollout.Run(context.Background(), &strayer{o: oracleFor(kb, qs)}, rollout.Env[Episode](e), []int{1}, rollout.Options{K: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewReward(c.Train).Score(context.Background(), rs[0].Result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strays := 0
+	for _, x := range exps {
+		want := 0.0
+		if x.ResponseIDs[1] == 1 {
+			want = -0.25
+			strays++
+		}
+		got := 0.0
+		if x.Call < len(sc.Calls) {
+			got = sc.Calls[x.Call]
+		}
+		if got != want {
+			t.Fatalf("call %d (reply %v) is shaped %v, want %v; wrong calls %v", x.Call, x.ResponseIDs, got, want, rs[0].Result.WrongCalls)
+		}
+	}
+	if strays < 2 || sc.Parts["wrong_calls"] != float64(strays) {
+		t.Fatalf("%d stray calls in %d calls, part %v", strays, len(exps), sc.Parts["wrong_calls"])
 	}
 }
