@@ -281,20 +281,20 @@ memtool-data: build
 
 # GRPO (memtool train: 30 steps of 2 sessions x 8 rollouts, the reward of
 # memtool.train, validated every 5 steps and the best step kept) from the
-# shipped SFT policy, then on each held-out set
+# shipped SFT policy, then on each held-out set over its tools
 # (30 sessions of 8 questions) the oracle, the never-removing agent and the
 # policy before and after GRPO, with the paired difference after - before.
 MT_EVAL = $(BIN)/agemem-train memtool eval $(MTCFG) --set memtool.bench.tools=$(MT)/eval-$(1)/tools.json \
 	--set memtool.bench.queries=$(MT)/eval-$(1)/queries.json --agent oracle --agent never-removing \
 	--agent "before GRPO=$(MT_POLICY)" --agent "after GRPO=$(MT_RUN)/rl/policy" --diff "before GRPO,after GRPO" \
 	--out $(MT_RUN)/eval-$(1).json
-# MT_SEED is GRPO's: runs differ by seed (docs/papers/memtool.md).
-MT_SEED ?= 1
+# MT_SEED is GRPO's: runs differ by seed; seed 2 is the run validation
+# ranked first of those in docs/papers/memtool.md.
+MT_SEED ?= 2
 demo-memtool: memtool-data
 	$(BIN)/agemem-train memtool train $(MTCFG) --set rl.init=$(MT_POLICY) --set seed=$(MT_SEED)
 	$(call MT_EVAL,q2)
 	$(call MT_EVAL,q3)
-	$(call MT_EVAL,world2)
 
 # checkpoints/memtool from nothing (checkpoints/memtool/README.md): the
 # teacher's SFT data (the oracle skipping 60% of its removals) and the
