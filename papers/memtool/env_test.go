@@ -153,6 +153,8 @@ type blunderer struct {
 	n, other int
 }
 
+func (b *blunderer) use(o Oracle) { b.o = o }
+
 func (b *blunderer) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
 	r, err := b.o.Chat(ctx, req)
 	if err != nil {
@@ -175,69 +177,69 @@ func (b *blunderer) Chat(ctx context.Context, req llm.Request) (llm.Response, er
 // are charged by their place among the calls the rollout recorder keeps,
 // so the shaping lands on the blundered call's tokens and no other.
 func TestFailedCallsAreTheRecordedCalls(t *testing.T) {
-	kb, qs := bench(t, 40, 12)
 	c := cfg(Autonomous)
-	c.Limit, c.TopK, c.Train.Turns, c.Train.WFailedCall = 16, 3, 6, 0.75
-	e, err := NewEnv(c, kb, qs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, exps, err := rollout.Run(context.Background(), &blunderer{o: oracleFor(kb, qs)}, rollout.Env[Episode](e), []int{1}, rollout.Options{K: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := NewReward(c.Train).Score(context.Background(), rs[0].Result)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blunders := 0
-	for _, x := range exps {
-		want := 0.0
-		if x.ResponseIDs[1] == 1 {
-			want = -0.75
-			blunders++
-		}
-		got := 0.0
-		if x.Call < len(sc.Calls) {
-			got = sc.Calls[x.Call]
-		}
-		if got != want {
-			t.Fatalf("call %d (reply %v) is shaped %v, want %v; failed calls %v", x.Call, x.ResponseIDs, got, want, rs[0].Result.FailedCalls)
-		}
-	}
-	if blunders < 3 || len(rs[0].Result.FailedCalls) != blunders || sc.Parts["failed_calls"] != float64(blunders) {
-		t.Fatalf("%d blunders in %d calls, failed calls %v (part %v)", blunders, len(exps), rs[0].Result.FailedCalls, sc.Parts["failed_calls"])
+	c.Train.WFailedCall = 0.75
+	blunders, sc, ep := shaped(t, c, &blunderer{}, 1, -0.75)
+	if blunders < 3 || len(ep.FailedCalls) != blunders || sc.Parts["failed_calls"] != float64(blunders) {
+		t.Fatalf("%d blunders, failed calls %v (part %v)", blunders, ep.FailedCalls, sc.Parts["failed_calls"])
 	}
 	// Without the weight the calls are not shaped.
 	c.Train.WFailedCall = 0
-	if sc, _ = NewReward(c.Train).Score(context.Background(), rs[0].Result); sc.Calls != nil {
+	if sc, _ = NewReward(c.Train).Score(context.Background(), ep); sc.Calls != nil {
 		t.Fatalf("w_failed_call 0 shaped the calls: %v", sc.Calls)
 	}
 }
 
-// quitter is the oracle answering in place of every other message in
-// which the oracle would call domain tools: those turns end with none of
-// their gold tools called (the oracle calls them all in one message).
-// Its reply's second token marks the early answers.
-type quitter struct {
+// everyOther is the oracle with its reply edited in every other message
+// in which the oracle calls domain tools (it calls all of a question's in
+// one). Its reply's second token marks the edited replies.
+type everyOther struct {
 	o    Oracle
 	n, k int
+	edit func(llm.Request, *llm.Response) bool
 }
 
-func (q *quitter) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
-	r, err := q.o.Chat(ctx, req)
+func (e *everyOther) use(o Oracle) { e.o = o }
+
+func (e *everyOther) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
+	r, err := e.o.Chat(ctx, req)
 	if err != nil {
 		return r, err
 	}
-	early := 0
-	if len(r.Message.ToolCalls) > 0 && !slices.ContainsFunc(r.Message.ToolCalls, func(c chat.ToolCall) bool { return c.Name == SearchTools || c.Name == RemoveTools }) {
-		if q.k++; q.k%2 == 1 {
-			r.Message.ToolCalls, r.Message.Content, early = nil, "I could not find that.", 1
+	edited := 0
+	calls := r.Message.ToolCalls
+	if len(calls) > 0 && !slices.ContainsFunc(calls, func(c chat.ToolCall) bool { return c.Name == SearchTools || c.Name == RemoveTools }) {
+		if e.k++; e.k%2 == 1 && e.edit(req, &r) {
+			edited = 1
 		}
 	}
-	r.ResponseIDs = []int{q.n, early}
-	q.n++
+	r.ResponseIDs = []int{e.n, edited}
+	e.n++
 	return r, nil
+}
+
+// quitter answers in place of the edited messages: those turns end with
+// none of their gold tools called.
+func quitter() *everyOther {
+	return &everyOther{edit: func(_ llm.Request, r *llm.Response) bool {
+		r.Message.ToolCalls, r.Message.Content = nil, "I could not find that."
+		return true
+	}}
+}
+
+// strayer adds to the edited messages a call of a loaded tool they do not
+// call (one the question did not ask for).
+func strayer() *everyOther {
+	return &everyOther{edit: func(req llm.Request, r *llm.Response) bool {
+		calls := r.Message.ToolCalls
+		for _, f := range req.Tools {
+			if f.Name != SearchTools && f.Name != RemoveTools && !slices.ContainsFunc(calls, func(c chat.ToolCall) bool { return c.Name == f.Name }) {
+				r.Message.ToolCalls = append(calls, chat.ToolCall{ID: "stray", Name: f.Name, Arguments: "{}"})
+				return true
+			}
+		}
+		return false
+	}}
 }
 
 // TestMissedToolsChargeTheAnswer: a turn that answers before calling its
@@ -245,86 +247,47 @@ func (q *quitter) Chat(ctx context.Context, req llm.Request) (llm.Response, erro
 // answering call, by the place the rollout recorder gives it; answers
 // after the gold tools ran, and every other call, are not charged.
 func TestMissedToolsChargeTheAnswer(t *testing.T) {
-	kb, qs := bench(t, 40, 12)
 	c := cfg(Autonomous)
-	c.Limit, c.TopK, c.Train.Turns, c.Train.WMissedTool = 16, 3, 6, 0.5
-	e, err := NewEnv(c, kb, qs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, exps, err := rollout.Run(context.Background(), &quitter{o: oracleFor(kb, qs)}, rollout.Env[Episode](e), []int{0}, rollout.Options{K: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := NewReward(c.Train).Score(context.Background(), rs[0].Result)
-	if err != nil {
-		t.Fatal(err)
-	}
-	quits := 0
-	for _, x := range exps {
-		want := 0.0
-		if x.ResponseIDs[1] == 1 {
-			want = -0.5
-			quits++
-		}
-		got := 0.0
-		if x.Call < len(sc.Calls) {
-			got = sc.Calls[x.Call]
-		}
-		if got != want {
-			t.Fatalf("call %d (reply %v) is shaped %v, want %v; answer calls %v", x.Call, x.ResponseIDs, got, want, rs[0].Result.AnswerCalls)
-		}
-	}
-	if quits != 3 || sc.Parts["missed_at_answer"] != 3 || len(rs[0].Result.AnswerCalls) != 6 {
-		t.Fatalf("%d early answers in %d calls, part %v, answer calls %v", quits, len(exps), sc.Parts["missed_at_answer"], rs[0].Result.AnswerCalls)
+	c.Train.WMissedTool = 0.5
+	quits, sc, ep := shaped(t, c, quitter(), 0, -0.5)
+	if quits != 3 || sc.Parts["missed_at_answer"] != 3 || len(ep.AnswerCalls) != 6 {
+		t.Fatalf("%d early answers, part %v, answer calls %v", quits, sc.Parts["missed_at_answer"], ep.AnswerCalls)
 	}
 	c.Train.WMissedTool = 0
-	if sc, _ = NewReward(c.Train).Score(context.Background(), rs[0].Result); sc.Calls != nil {
+	if sc, _ = NewReward(c.Train).Score(context.Background(), ep); sc.Calls != nil {
 		t.Fatalf("w_missed_tool 0 shaped the calls: %v", sc.Calls)
 	}
-}
-
-// strayer is the oracle adding, to every other message in which it calls
-// domain tools, a call of a loaded tool that message does not call (one
-// the question did not ask for). Its reply's second token marks those.
-type strayer struct {
-	o    Oracle
-	n, k int
-}
-
-func (s *strayer) Chat(ctx context.Context, req llm.Request) (llm.Response, error) {
-	r, err := s.o.Chat(ctx, req)
-	if err != nil {
-		return r, err
-	}
-	stray := 0
-	calls := r.Message.ToolCalls
-	if len(calls) > 0 && !slices.ContainsFunc(calls, func(c chat.ToolCall) bool { return c.Name == SearchTools || c.Name == RemoveTools }) {
-		if s.k++; s.k%2 == 1 {
-			for _, f := range req.Tools {
-				if f.Name != SearchTools && f.Name != RemoveTools && !slices.ContainsFunc(calls, func(c chat.ToolCall) bool { return c.Name == f.Name }) {
-					r.Message.ToolCalls, stray = append(calls, chat.ToolCall{ID: "stray", Name: f.Name, Arguments: "{}"}), 1
-					break
-				}
-			}
-		}
-	}
-	r.ResponseIDs = []int{s.n, stray}
-	s.n++
-	return r, nil
 }
 
 // TestWrongToolsChargeTheirCall: a call that runs a loaded tool the
 // question did not ask for has w_wrong_tool charged to it alone.
 func TestWrongToolsChargeTheirCall(t *testing.T) {
-	kb, qs := bench(t, 40, 12)
 	c := cfg(Autonomous)
-	c.Limit, c.TopK, c.Train.Turns, c.Train.WWrongTool = 16, 3, 6, 0.25
+	c.Train.WWrongTool = 0.25
+	strays, sc, _ := shaped(t, c, strayer(), 1, -0.25)
+	if strays < 2 || sc.Parts["wrong_calls"] != float64(strays) {
+		t.Fatalf("%d stray calls, part %v", strays, sc.Parts["wrong_calls"])
+	}
+}
+
+// shaped plays task t of the test world with the model m through
+// rollout.Run (so calls are numbered as the trainer numbers them), scores
+// it with c.Train's reward, and checks that every call whose reply's
+// second token is 1 (what the model marked) is shaped by want and every
+// other call by nothing. It returns the marked calls, the score and the
+// episode.
+func shaped(t *testing.T, c Config, m llm.Model, task int, want float64) (int, rollout.Score, Episode) {
+	t.Helper()
+	kb, qs := bench(t, 40, 12)
+	c.Limit, c.TopK, c.Train.Turns = 16, 3, 6
 	e, err := NewEnv(c, kb, qs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, exps, err := rollout.Run(context.Background(), &strayer{o: oracleFor(kb, qs)}, rollout.Env[Episode](e), []int{1}, rollout.Options{K: 1})
+	if o, ok := m.(interface{ use(Oracle) }); ok {
+		o.use(oracleFor(kb, qs))
+	}
+	rs, exps, err := rollout.Run(context.Background(), m, rollout.Env[Episode](e), []int{task}, rollout.Options{K: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,22 +295,20 @@ func TestWrongToolsChargeTheirCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	strays := 0
+	marked := 0
 	for _, x := range exps {
-		want := 0.0
+		w := 0.0
 		if x.ResponseIDs[1] == 1 {
-			want = -0.25
-			strays++
+			w = want
+			marked++
 		}
 		got := 0.0
 		if x.Call < len(sc.Calls) {
 			got = sc.Calls[x.Call]
 		}
-		if got != want {
-			t.Fatalf("call %d (reply %v) is shaped %v, want %v; wrong calls %v", x.Call, x.ResponseIDs, got, want, rs[0].Result.WrongCalls)
+		if got != w {
+			t.Fatalf("call %d (reply %v) is shaped %v, want %v; episode %+v", x.Call, x.ResponseIDs, got, w, rs[0].Result)
 		}
 	}
-	if strays < 2 || sc.Parts["wrong_calls"] != float64(strays) {
-		t.Fatalf("%d stray calls in %d calls, part %v", strays, len(exps), sc.Parts["wrong_calls"])
-	}
+	return marked, sc, rs[0].Result
 }
